@@ -1,0 +1,57 @@
+# Helper functions so every target of ours gets the same flags.
+#
+#   shardline_library(NAME SRCS a.cc b.cc DEPS x y [PUBLIC_INCLUDES])
+#   shardline_binary(NAME SRCS main.cc DEPS x y)
+#   shardline_test(NAME SRCS t.cc DEPS x y [TIMEOUT s] [LABELS l] [ARGS ...])
+
+set(SHARDLINE_WARNINGS -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers)
+
+function(shardline_apply_flags target)
+  target_compile_options(${target} PRIVATE
+    $<$<COMPILE_LANGUAGE:CXX>:${SHARDLINE_WARNINGS}>
+    $<$<COMPILE_LANGUAGE:CUDA>:-Werror=all-warnings --expt-relaxed-constexpr>)
+  target_include_directories(${target} PUBLIC ${PROJECT_SOURCE_DIR})
+endfunction()
+
+function(shardline_library name)
+  cmake_parse_arguments(ARG "" "" "SRCS;DEPS" ${ARGN})
+  add_library(${name} STATIC ${ARG_SRCS})
+  shardline_apply_flags(${name})
+  target_link_libraries(${name} PUBLIC ${ARG_DEPS})
+endfunction()
+
+function(shardline_binary name)
+  cmake_parse_arguments(ARG "" "" "SRCS;DEPS" ${ARGN})
+  add_executable(${name} ${ARG_SRCS})
+  shardline_apply_flags(${name})
+  target_link_libraries(${name} PRIVATE ${ARG_DEPS})
+endfunction()
+
+# Every test gets a CTest TIMEOUT (default 120 s): a hang is a failure.
+function(shardline_test name)
+  cmake_parse_arguments(ARG "" "TIMEOUT" "SRCS;DEPS;LABELS" ${ARGN})
+  if(NOT ARG_TIMEOUT)
+    set(ARG_TIMEOUT 120)
+  endif()
+  add_executable(${name} ${ARG_SRCS})
+  shardline_apply_flags(${name})
+  target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gtest_main)
+  add_test(NAME ${name} COMMAND ${name})
+  set_tests_properties(${name} PROPERTIES TIMEOUT ${ARG_TIMEOUT})
+  if(ARG_LABELS)
+    set_tests_properties(${name} PROPERTIES LABELS "${ARG_LABELS}")
+  endif()
+endfunction()
+
+# Registers an extra CTest entry running an existing test binary with a filter.
+function(shardline_test_filtered name binary filter)
+  cmake_parse_arguments(ARG "" "TIMEOUT" "LABELS" ${ARGN})
+  if(NOT ARG_TIMEOUT)
+    set(ARG_TIMEOUT 120)
+  endif()
+  add_test(NAME ${name} COMMAND ${binary} --gtest_filter=${filter})
+  set_tests_properties(${name} PROPERTIES TIMEOUT ${ARG_TIMEOUT})
+  if(ARG_LABELS)
+    set_tests_properties(${name} PROPERTIES LABELS "${ARG_LABELS}")
+  endif()
+endfunction()

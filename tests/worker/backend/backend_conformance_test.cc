@@ -1,0 +1,364 @@
+// The conformance suite: every backend built, checked against the float64
+// reference of reference_ops.h. Forward results must agree to f32 accuracy:
+// |got − want| ≤ 1e-5 + 1e-4·|want| unless a test says otherwise.
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "common/half.h"
+#include "gtest/gtest.h"
+#include "tests/worker/backend/backend_test_util.h"
+#include "tests/worker/backend/reference_ops.h"
+#include "worker/backend/attention.h"
+
+namespace shardline::worker {
+namespace {
+
+using testing::AllNear;
+using testing::BackendTest;
+using testing::Download;
+using testing::RandomVector;
+using testing::ToDouble;
+using testing::Upload;
+
+constexpr double kAtol = 1e-5;
+constexpr double kRtol = 1e-4;
+
+class ConformanceTest : public BackendTest {
+ protected:
+  // Runs one GEMM on the backend and on the reference; C starts random.
+  void CheckGemm(const GemmShape& shape, size_t a_size, size_t b_size, size_t c_size) {
+    const auto a = RandomVector(a_size, 1), b = RandomVector(b_size, 2), c = RandomVector(c_size, 3);
+    DeviceBuffer da = Upload(backend(), a), db = Upload(backend(), b), dc = Upload(backend(), c);
+    ASSERT_TRUE(backend().Gemm(shape, da.span<float>(), db.span<float>(), dc.span<float>()).ok());
+    std::vector<double> want = ToDouble(c);
+    reference::Gemm(shape, ToDouble(a), ToDouble(b), want);
+    EXPECT_TRUE(AllNear(Download(backend(), dc), want, 1e-4, 1e-4));
+  }
+};
+
+TEST_P(ConformanceTest, GemmMatchesReferenceForOddShapes) {
+  GemmShape s;
+  s.m = 37;
+  s.n = 53;
+  s.k = 29;
+  CheckGemm(s, 37 * 29, 29 * 53, 37 * 53);
+}
+
+TEST_P(ConformanceTest, GemmHandlesEveryTransposeCombination) {
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << "trans_a=" << ta << " trans_b=" << tb);
+      GemmShape s;
+      s.trans_a = ta;
+      s.trans_b = tb;
+      s.m = 17;
+      s.n = 9;
+      s.k = 23;
+      CheckGemm(s, 17 * 23, 23 * 9, 17 * 9);
+    }
+  }
+}
+
+TEST_P(ConformanceTest, GemmStridedBatchedWithLeadingDimensions) {
+  GemmShape s;
+  s.trans_b = true;
+  s.m = 6;
+  s.n = 5;
+  s.k = 4;
+  s.lda = 7;   // A rows padded
+  s.ldb = 9;   // B stored [n × k] with padding
+  s.ldc = 8;
+  s.batch = 3;
+  s.stride_a = 6 * 7 + 3;
+  s.stride_b = 5 * 9;
+  s.stride_c = 6 * 8 + 1;
+  CheckGemm(s, 3 * s.stride_a, 3 * s.stride_b, 3 * s.stride_c);
+}
+
+TEST_P(ConformanceTest, GemmAccumulatesIntoCWithAlphaAndBeta) {
+  GemmShape s;
+  s.m = 8;
+  s.n = 8;
+  s.k = 8;
+  s.alpha = 0.5f;
+  s.beta = 1.0f;
+  CheckGemm(s, 64, 64, 64);
+}
+
+TEST_P(ConformanceTest, GemmBroadcastsAOperandWithZeroStride) {
+  GemmShape s;
+  s.m = 4;
+  s.n = 3;
+  s.k = 5;
+  s.batch = 4;
+  s.stride_a = 0;
+  s.stride_b = 15;
+  s.stride_c = 12;
+  CheckGemm(s, 20, 60, 48);
+}
+
+TEST_P(ConformanceTest, GemmWithEmptyInnerDimensionScalesC) {
+  GemmShape s;
+  s.m = 3;
+  s.n = 4;
+  s.k = 0;
+  std::vector<float> c(12, std::numeric_limits<float>::quiet_NaN());
+  DeviceBuffer dc = Upload(backend(), c);
+  ASSERT_TRUE(backend().Gemm(s, {}, {}, dc.span<float>()).ok());
+  EXPECT_TRUE(AllNear(Download(backend(), dc), std::vector<double>(12, 0.0), 0, 0));
+  s.beta = 2.0f;
+  const auto c2 = RandomVector(12, 7);
+  DeviceBuffer dc2 = Upload(backend(), c2);
+  ASSERT_TRUE(backend().Gemm(s, {}, {}, dc2.span<float>()).ok());
+  std::vector<double> want(12);
+  for (int i = 0; i < 12; ++i) want[i] = 2.0 * c2[i];
+  EXPECT_TRUE(AllNear(Download(backend(), dc2), want, kAtol, kRtol));
+}
+
+TEST_P(ConformanceTest, AxpyScaleAddFillAndCopy) {
+  const size_t n = 1000;
+  const auto x = RandomVector(n, 1), y = RandomVector(n, 2);
+  DeviceBuffer dx = Upload(backend(), x), dy = Upload(backend(), y);
+  ASSERT_TRUE(backend().Axpy(2.0f, dx.span<float>(), dy.span<float>()).ok());
+  ASSERT_TRUE(backend().Scale(dy.span<float>(), -0.5f).ok());
+  auto sum = backend().AllocateZeros(n);
+  ASSERT_TRUE(sum.ok());
+  ASSERT_TRUE(backend().Add(dx.span<float>(), dy.span<float>(), sum->span<float>()).ok());
+  std::vector<double> want_y(n), want_sum(n);
+  for (size_t i = 0; i < n; ++i) {
+    want_y[i] = -0.5 * (y[i] + 2.0 * x[i]);
+    want_sum[i] = x[i] + want_y[i];
+  }
+  EXPECT_TRUE(AllNear(Download(backend(), dy), want_y, kAtol, kRtol));
+  EXPECT_TRUE(AllNear(Download(backend(), *sum), want_sum, kAtol, kRtol));
+  ASSERT_TRUE(backend().CopyOnDevice(DeviceSpan<const float>(dx.span<float>()), dy.span<float>()).ok());
+  ASSERT_TRUE(backend().Fill(dx.span<float>().subspan(0, 10), 3.0f).ok());
+  std::vector<float> got_x = Download(backend(), dx);
+  EXPECT_EQ(Download(backend(), dy), x);
+  for (size_t i = 0; i < n; ++i) ASSERT_EQ(got_x[i], i < 10 ? 3.0f : x[i]) << i;
+}
+
+TEST_P(ConformanceTest, BiasAddAndSumRows) {
+  const int64_t rows = 33, cols = 70;
+  const auto x = RandomVector(rows * cols, 1), bias = RandomVector(cols, 2);
+  DeviceBuffer dx = Upload(backend(), x), db = Upload(backend(), bias);
+  ASSERT_TRUE(backend().BiasAdd(dx.span<float>(), db.span<float>(), rows, cols).ok());
+  std::vector<double> want(rows * cols), col_sum(cols);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      want[r * cols + c] = x[r * cols + c] + bias[c];
+      col_sum[c] += want[r * cols + c];
+    }
+  }
+  EXPECT_TRUE(AllNear(Download(backend(), dx), want, kAtol, kRtol));
+  // SumRows adds into its output.
+  DeviceBuffer out = Upload(backend(), std::vector<float>(cols, 1.0f));
+  ASSERT_TRUE(backend().SumRows(dx.span<float>(), out.span<float>(), rows, cols).ok());
+  for (double& v : col_sum) v += 1.0;
+  EXPECT_TRUE(AllNear(Download(backend(), out), col_sum, 1e-4, 1e-4));
+}
+
+TEST_P(ConformanceTest, GeluForwardMatchesReference) {
+  const auto x = RandomVector(4097, 1, -6.0f, 6.0f);
+  DeviceBuffer dx = Upload(backend(), x);
+  auto y = backend().AllocateZeros(x.size());
+  ASSERT_TRUE(y.ok());
+  ASSERT_TRUE(backend().GeluForward(dx.span<float>(), y->span<float>()).ok());
+  std::vector<double> want(x.size());
+  for (size_t i = 0; i < x.size(); ++i) want[i] = reference::Gelu(x[i]);
+  EXPECT_TRUE(AllNear(Download(backend(), *y), want, kAtol, kRtol));
+}
+
+TEST_P(ConformanceTest, LayerNormForwardMatchesReference) {
+  const int64_t rows = 19, cols = 96;
+  const auto x = RandomVector(rows * cols, 1, -3.0f, 5.0f);
+  const auto gamma = RandomVector(cols, 2, 0.5f, 1.5f), beta = RandomVector(cols, 3);
+  DeviceBuffer dx = Upload(backend(), x), dg = Upload(backend(), gamma), db = Upload(backend(), beta);
+  auto y = backend().AllocateZeros(rows * cols);
+  auto mean = backend().AllocateZeros(rows);
+  auto rstd = backend().AllocateZeros(rows);
+  ASSERT_TRUE(y.ok() && mean.ok() && rstd.ok());
+  const LayerNormShape shape{rows, cols, 1e-5f};
+  ASSERT_TRUE(backend()
+                  .LayerNormForward(shape, dx.span<float>(), dg.span<float>(), db.span<float>(),
+                                    y->span<float>(), mean->span<float>(), rstd->span<float>())
+                  .ok());
+  std::vector<double> want_y, want_mean, want_rstd;
+  reference::LayerNorm(ToDouble(x), ToDouble(gamma), ToDouble(beta), rows, cols, 1e-5, want_y, want_mean, want_rstd);
+  EXPECT_TRUE(AllNear(Download(backend(), *y), want_y, 1e-5, 1e-4));
+  EXPECT_TRUE(AllNear(Download(backend(), *mean), want_mean, 1e-5, 1e-4));
+  EXPECT_TRUE(AllNear(Download(backend(), *rstd), want_rstd, 1e-5, 1e-4));
+}
+
+TEST_P(ConformanceTest, CausalSoftmaxMasksTheFutureInPlace) {
+  const int64_t batch = 3, t = 37;
+  const auto scores = RandomVector(batch * t * t, 1, -4.0f, 4.0f);
+  DeviceBuffer d = Upload(backend(), scores);
+  const SoftmaxShape shape{batch, t, 0.7f};
+  ASSERT_TRUE(backend().CausalSoftmaxForward(shape, d.span<float>(), d.span<float>()).ok());
+  const std::vector<float> got = Download(backend(), d);
+  EXPECT_TRUE(AllNear(got, reference::CausalSoftmax(ToDouble(scores), batch, t, 0.7), 1e-6, 1e-4));
+  for (int64_t row = 0; row < batch * t; ++row) {
+    double sum = 0.0;
+    for (int64_t j = 0; j < t; ++j) {
+      if (j > row % t) {
+        ASSERT_EQ(got[row * t + j], 0.0f) << "row " << row << " col " << j;
+      }
+      sum += got[row * t + j];
+    }
+    EXPECT_NEAR(sum, 1.0, 1e-5);
+  }
+}
+
+TEST_P(ConformanceTest, AttentionForwardMatchesReference) {
+  const AttentionShape shape{3, 11, 4, 8};
+  const size_t c = 32;
+  const auto qkv = RandomVector(3 * 11 * 3 * c, 1, -2.0f, 2.0f);
+  DeviceBuffer dqkv = Upload(backend(), qkv);
+  auto out = backend().AllocateZeros(3 * 11 * c);
+  auto probs = backend().AllocateZeros(3 * 4 * 11 * 11);
+  ASSERT_TRUE(out.ok() && probs.ok());
+  ASSERT_TRUE(AttentionForward(backend(), shape, dqkv.span<float>(), out->span<float>(),
+                               probs->span<float>())
+                  .ok());
+  EXPECT_TRUE(AllNear(Download(backend(), *out), reference::Attention(shape, ToDouble(qkv)), 1e-5, 1e-4));
+}
+
+TEST_P(ConformanceTest, EmbeddingGathersAndAccumulates) {
+  const EmbeddingShape shape{6, 10, 12};
+  const auto table = RandomVector(10 * 12, 1);
+  const std::vector<int32_t> ids = {3, 0, 9, 3, 7, 1};
+  DeviceBuffer dt = Upload(backend(), table), di = Upload(backend(), ids);
+  const auto start = RandomVector(6 * 12, 2);
+  DeviceBuffer out = Upload(backend(), start);
+  ASSERT_TRUE(backend().EmbeddingForward(shape, di.span<int32_t>(), dt.span<float>(),
+                                         out.span<float>(), /*accumulate=*/true).ok());
+  std::vector<double> want(6 * 12);
+  for (int r = 0; r < 6; ++r) {
+    for (int c = 0; c < 12; ++c) want[r * 12 + c] = start[r * 12 + c] + table[ids[r] * 12 + c];
+  }
+  EXPECT_TRUE(AllNear(Download(backend(), out), want, kAtol, kRtol));
+  ASSERT_TRUE(backend().EmbeddingForward(shape, di.span<int32_t>(), dt.span<float>(),
+                                         out.span<float>(), /*accumulate=*/false).ok());
+  for (int r = 0; r < 6; ++r) {
+    for (int c = 0; c < 12; ++c) want[r * 12 + c] = table[ids[r] * 12 + c];
+  }
+  EXPECT_TRUE(AllNear(Download(backend(), out), want, 0, 0));
+}
+
+TEST_P(ConformanceTest, CrossEntropySkipsIgnoredTargets) {
+  const CrossEntropyShape shape{7, 50};
+  const auto logits = RandomVector(7 * 50, 1, -5.0f, 5.0f);
+  const std::vector<int32_t> targets = {4, -1, 49, 0, -1, 17, 33};
+  DeviceBuffer dl = Upload(backend(), logits), dt = Upload(backend(), targets);
+  DeviceBuffer losses = Upload(backend(), std::vector<float>(7, 123.0f));
+  ASSERT_TRUE(backend()
+                  .CrossEntropyForward(shape, dl.span<float>(), dt.span<int32_t>(),
+                                       losses.span<float>())
+                  .ok());
+  EXPECT_TRUE(AllNear(Download(backend(), losses), reference::CrossEntropy(ToDouble(logits), targets, 7, 50),
+                      1e-5, 1e-5));
+}
+
+TEST_P(ConformanceTest, AdamWMatchesHandComputedSteps) {
+  const size_t n = 257;
+  const auto p0 = RandomVector(n, 1), g1 = RandomVector(n, 2), g2 = RandomVector(n, 3);
+  DeviceBuffer p = Upload(backend(), p0), g = Upload(backend(), g1);
+  auto m = backend().AllocateZeros(n);
+  auto v = backend().AllocateZeros(n);
+  ASSERT_TRUE(m.ok() && v.ok());
+  AdamWStep step{0.01f, 0.9f, 0.95f, 1e-8f, 0.1f, 1};
+  ASSERT_TRUE(backend().AdamWUpdate(step, p.span<float>(), g.span<float>(), m->span<float>(),
+                                    v->span<float>()).ok());
+  g = Upload(backend(), g2);
+  step.step = 2;
+  ASSERT_TRUE(backend().AdamWUpdate(step, p.span<float>(), g.span<float>(), m->span<float>(),
+                                    v->span<float>()).ok());
+  std::vector<double> want(n);
+  for (size_t i = 0; i < n; ++i) {
+    double pi = p0[i], mi = 0, vi = 0;
+    const double grads[2] = {g1[i], g2[i]};
+    for (int t = 1; t <= 2; ++t) {
+      mi = 0.9 * mi + 0.1 * grads[t - 1];
+      vi = 0.95 * vi + 0.05 * grads[t - 1] * grads[t - 1];
+      const double mh = mi / (1 - std::pow(0.9, t)), vh = vi / (1 - std::pow(0.95, t));
+      pi -= 0.01 * (mh / (std::sqrt(vh) + 1e-8) + 0.1 * pi);
+    }
+    want[i] = pi;
+  }
+  EXPECT_TRUE(AllNear(Download(backend(), p), want, 1e-6, 1e-5));
+}
+
+TEST_P(ConformanceTest, SgdMomentumMatchesHandComputedSteps) {
+  const size_t n = 100;
+  const auto p0 = RandomVector(n, 1), g1 = RandomVector(n, 2);
+  DeviceBuffer p = Upload(backend(), p0), g = Upload(backend(), g1);
+  auto buf = backend().AllocateZeros(n);
+  ASSERT_TRUE(buf.ok());
+  const SgdStep step{0.1f, 0.9f, 0.01f};
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(backend().SgdMomentumUpdate(step, p.span<float>(), g.span<float>(),
+                                            buf->span<float>()).ok());
+  }
+  std::vector<double> want(n);
+  for (size_t i = 0; i < n; ++i) {
+    double pi = p0[i], b = 0;
+    for (int t = 0; t < 2; ++t) {
+      b = 0.9 * b + g1[i] + 0.01 * pi;
+      pi -= 0.1 * b;
+    }
+    want[i] = pi;
+  }
+  EXPECT_TRUE(AllNear(Download(backend(), p), want, 1e-6, 1e-5));
+}
+
+TEST_P(ConformanceTest, SumOfSquaresIsExactToDoublePrecision) {
+  const auto x = RandomVector(1'000'003, 1, -2.0f, 2.0f);
+  DeviceBuffer dx = Upload(backend(), x);
+  double want = 0.0;
+  for (float v : x) want += static_cast<double>(v) * v;
+  auto got = backend().SumOfSquares(dx.span<float>());
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_NEAR(*got, want, 1e-9 * want);
+  auto again = backend().SumOfSquares(dx.span<float>());
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(*got, *again) << "the reduction must be deterministic";
+}
+
+TEST_P(ConformanceTest, HalfConversionsMatchTheHostBitForBit) {
+  std::vector<float> x = RandomVector(5000, 1, -70000.0f, 70000.0f);
+  const auto small = RandomVector(2000, 2, -1e-6f, 1e-6f);  // f16 subnormals
+  x.insert(x.end(), small.begin(), small.end());
+  for (float special : {0.0f, -0.0f, 65504.0f, 65520.0f, 1.0f + 1.0f / 2048, 1.0f + 3.0f / 2048,
+                        std::numeric_limits<float>::infinity(), 1e-30f, 3.4e38f}) {
+    x.push_back(special);
+  }
+  DeviceBuffer dx = Upload(backend(), x);
+  for (common::DType dtype : {common::DType::kBF16, common::DType::kF16}) {
+    SCOPED_TRACE(common::DTypeName(dtype));
+    auto half = backend().Allocate(x.size() * 2);
+    ASSERT_TRUE(half.ok());
+    ASSERT_TRUE(backend().ConvertFromF32(dx.span<float>(), dtype, half->span<uint16_t>()).ok());
+    const std::vector<uint16_t> bits = Download<uint16_t>(backend(), *half);
+    auto back = backend().AllocateZeros(x.size());
+    ASSERT_TRUE(back.ok());
+    ASSERT_TRUE(backend().ConvertToF32(half->span<uint16_t>(), dtype, back->span<float>()).ok());
+    const std::vector<float> widened = Download(backend(), *back);
+    for (size_t i = 0; i < x.size(); ++i) {
+      const uint16_t want = dtype == common::DType::kBF16 ? common::FloatToBFloat16Bits(x[i])
+                                                          : common::FloatToFloat16Bits(x[i]);
+      ASSERT_EQ(bits[i], want) << "value " << x[i];
+      const float want_back = dtype == common::DType::kBF16 ? common::BFloat16BitsToFloat(want)
+                                                            : common::Float16BitsToFloat(want);
+      ASSERT_EQ(widened[i], want_back) << "value " << x[i];
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, ConformanceTest,
+                         ::testing::ValuesIn(testing::BackendsUnderTest()),
+                         testing::BackendTestName);
+
+}  // namespace
+}  // namespace shardline::worker

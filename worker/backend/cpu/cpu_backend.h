@@ -1,0 +1,78 @@
+// CpuBackend runs every Backend operation on the host: GEMMs through the CBLAS
+// interface of OpenBLAS, everything else through the loops in cpu_kernels.h.
+// It is the reference oracle the CUDA backend is tested against. Work runs
+// synchronously on the calling thread (plus OpenBLAS' own threads), so
+// Synchronize() has nothing to wait for. Not thread-safe.
+//
+// OpenBLAS' thread count is process-wide: Create() sets it from `threads`
+// (0 = leave OpenBLAS' default), so two CpuBackends in one process share it.
+#ifndef SHARDLINE_WORKER_BACKEND_CPU_CPU_BACKEND_H_
+#define SHARDLINE_WORKER_BACKEND_CPU_CPU_BACKEND_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "worker/backend/backend.h"
+
+namespace shardline::worker {
+
+class CpuBackend final : public Backend {
+ public:
+  static absl::StatusOr<std::unique_ptr<CpuBackend>> Create(int threads);
+
+  std::string name() const override { return "cpu"; }
+  std::string description() const override;
+  absl::StatusOr<DeviceBuffer> Allocate(size_t bytes) override;
+  absl::Status Synchronize() override { return absl::OkStatus(); }
+
+ protected:
+  absl::Status CopyToDeviceImpl(const void* src, void* dst, size_t bytes) override;
+  absl::Status CopyToHostImpl(const void* src, void* dst, size_t bytes) override;
+  absl::Status CopyOnDeviceImpl(const void* src, void* dst, size_t bytes) override;
+  absl::Status FillImpl(float* x, size_t n, float value) override;
+  absl::Status GemmImpl(const GemmShape& shape, const float* a, const float* b, float* c) override;
+  absl::Status AxpyImpl(float alpha, const float* x, float* y, size_t n) override;
+  absl::Status ScaleImpl(float* x, size_t n, float alpha) override;
+  absl::Status AddImpl(const float* a, const float* b, float* out, size_t n) override;
+  absl::Status BiasAddImpl(float* x, const float* bias, int64_t rows, int64_t cols) override;
+  absl::Status SumRowsImpl(const float* x, float* out, int64_t rows, int64_t cols) override;
+  absl::Status GeluForwardImpl(const float* x, float* y, size_t n) override;
+  absl::Status GeluBackwardImpl(const float* x, const float* dy, float* dx, size_t n) override;
+  absl::Status LayerNormForwardImpl(const LayerNormShape& shape, const float* x, const float* gamma,
+                                    const float* beta, float* y, float* mean,
+                                    float* rstd) override;
+  absl::Status LayerNormBackwardImpl(const LayerNormShape& shape, const float* x,
+                                     const float* gamma, const float* mean, const float* rstd,
+                                     const float* dy, float* dx, float* dgamma,
+                                     float* dbeta) override;
+  absl::Status CausalSoftmaxForwardImpl(const SoftmaxShape& shape, const float* scores,
+                                        float* probs) override;
+  absl::Status CausalSoftmaxBackwardImpl(const SoftmaxShape& shape, const float* probs,
+                                         const float* dprobs, float* dscores) override;
+  absl::Status EmbeddingForwardImpl(const EmbeddingShape& shape, const int32_t* ids,
+                                    const float* table, float* out, bool accumulate) override;
+  absl::Status EmbeddingBackwardImpl(const EmbeddingShape& shape, const int32_t* ids,
+                                     const float* dout, float* dtable) override;
+  absl::Status CrossEntropyForwardImpl(const CrossEntropyShape& shape, const float* logits,
+                                       const int32_t* targets, float* losses) override;
+  absl::Status CrossEntropyBackwardImpl(const CrossEntropyShape& shape, const float* logits,
+                                        const int32_t* targets, float grad_scale,
+                                        float* dlogits) override;
+  absl::Status AdamWUpdateImpl(const AdamWStep& step, float* params, const float* grads, float* m,
+                               float* v, size_t n) override;
+  absl::Status SgdMomentumUpdateImpl(const SgdStep& step, float* params, const float* grads,
+                                     float* momentum, size_t n) override;
+  absl::StatusOr<double> SumOfSquaresImpl(const float* x, size_t n) override;
+  absl::Status ConvertFromF32Impl(const float* src, common::DType dtype, uint16_t* dst,
+                                  size_t n) override;
+  absl::Status ConvertToF32Impl(const uint16_t* src, common::DType dtype, float* dst,
+                                size_t n) override;
+
+ private:
+  CpuBackend() = default;
+};
+
+}  // namespace shardline::worker
+
+#endif  // SHARDLINE_WORKER_BACKEND_CPU_CPU_BACKEND_H_

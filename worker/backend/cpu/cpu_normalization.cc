@@ -1,0 +1,95 @@
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "worker/backend/cpu/cpu_kernels.h"
+
+namespace shardline::worker::cpu {
+
+void LayerNormForward(const LayerNormShape& shape, const float* x, const float* gamma,
+                      const float* beta, float* y, float* mean, float* rstd) {
+  const int64_t cols = shape.cols;
+  for (int64_t r = 0; r < shape.rows; ++r) {
+    const float* xr = x + r * cols;
+    double sum = 0.0;
+    for (int64_t c = 0; c < cols; ++c) sum += xr[c];
+    const double mu = sum / static_cast<double>(cols);
+    double sq = 0.0;
+    for (int64_t c = 0; c < cols; ++c) {
+      const double d = xr[c] - mu;
+      sq += d * d;
+    }
+    const float s = static_cast<float>(1.0 / std::sqrt(sq / static_cast<double>(cols) + shape.eps));
+    const float m = static_cast<float>(mu);
+    float* yr = y + r * cols;
+    for (int64_t c = 0; c < cols; ++c) yr[c] = (xr[c] - m) * s * gamma[c] + beta[c];
+    mean[r] = m;
+    rstd[r] = s;
+  }
+}
+
+void LayerNormBackward(const LayerNormShape& shape, const float* x, const float* gamma,
+                       const float* mean, const float* rstd, const float* dy, float* dx,
+                       float* dgamma, float* dbeta) {
+  const int64_t cols = shape.cols;
+  for (int64_t r = 0; r < shape.rows; ++r) {
+    const float* xr = x + r * cols;
+    const float* dyr = dy + r * cols;
+    float* dxr = dx + r * cols;
+    const float m = mean[r], s = rstd[r];
+    // dx = s · (dn − mean(dn) − x̂ · mean(dn · x̂)) with dn = dy · γ, x̂ = (x − μ)·s.
+    double dn_sum = 0.0, dn_xhat_sum = 0.0;
+    for (int64_t c = 0; c < cols; ++c) {
+      const float xhat = (xr[c] - m) * s;
+      const float dn = dyr[c] * gamma[c];
+      dn_sum += dn;
+      dn_xhat_sum += static_cast<double>(dn) * xhat;
+      dgamma[c] += dyr[c] * xhat;
+      dbeta[c] += dyr[c];
+    }
+    const float dn_mean = static_cast<float>(dn_sum / static_cast<double>(cols));
+    const float dn_xhat_mean = static_cast<float>(dn_xhat_sum / static_cast<double>(cols));
+    for (int64_t c = 0; c < cols; ++c) {
+      const float xhat = (xr[c] - m) * s;
+      const float dn = dyr[c] * gamma[c];
+      dxr[c] += (dn - dn_mean - xhat * dn_xhat_mean) * s;
+    }
+  }
+}
+
+void CausalSoftmaxForward(const SoftmaxShape& shape, const float* scores, float* probs) {
+  const int64_t t = shape.t;
+  for (int64_t row = 0; row < shape.batch * t; ++row) {
+    const int64_t i = row % t;  // query position: keys 0..i are visible
+    const float* s = scores + row * t;
+    float* p = probs + row * t;
+    float max = -std::numeric_limits<float>::infinity();
+    for (int64_t j = 0; j <= i; ++j) max = std::max(max, shape.scale * s[j]);
+    double sum = 0.0;
+    for (int64_t j = 0; j <= i; ++j) {
+      p[j] = std::exp(shape.scale * s[j] - max);
+      sum += p[j];
+    }
+    const float inv = static_cast<float>(1.0 / sum);
+    for (int64_t j = 0; j <= i; ++j) p[j] *= inv;
+    for (int64_t j = i + 1; j < t; ++j) p[j] = 0.0f;
+  }
+}
+
+void CausalSoftmaxBackward(const SoftmaxShape& shape, const float* probs, const float* dprobs,
+                           float* dscores) {
+  const int64_t t = shape.t;
+  for (int64_t row = 0; row < shape.batch * t; ++row) {
+    const int64_t i = row % t;
+    const float* p = probs + row * t;
+    const float* dp = dprobs + row * t;
+    float* ds = dscores + row * t;
+    double dot = 0.0;
+    for (int64_t j = 0; j <= i; ++j) dot += static_cast<double>(dp[j]) * p[j];
+    const float d = static_cast<float>(dot);
+    for (int64_t j = 0; j <= i; ++j) ds[j] = shape.scale * p[j] * (dp[j] - d);
+    for (int64_t j = i + 1; j < t; ++j) ds[j] = 0.0f;
+  }
+}
+
+}  // namespace shardline::worker::cpu

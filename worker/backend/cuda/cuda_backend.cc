@@ -1,0 +1,323 @@
+#include "worker/backend/cuda/cuda_backend.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+#include "worker/backend/cuda/cuda_kernels.h"
+
+namespace shardline::worker {
+namespace {
+
+absl::Status CudaError(cudaError_t error, const char* expr, const char* file, int line) {
+  cudaGetLastError();  // clear a non-sticky error so the next call starts clean
+  const std::string message = absl::StrCat(file, ":", line, ": ", expr, ": ",
+                                           cudaGetErrorName(error), " (",
+                                           cudaGetErrorString(error), ")");
+  if (error == cudaErrorMemoryAllocation) return absl::ResourceExhaustedError(message);
+  return absl::InternalError(message);
+}
+
+absl::Status CublasError(cublasStatus_t status, const char* expr, const char* file, int line) {
+  const std::string message =
+      absl::StrCat(file, ":", line, ": ", expr, ": ", cublasGetStatusName(status), " (",
+                   cublasGetStatusString(status), ")");
+  if (status == CUBLAS_STATUS_ALLOC_FAILED) return absl::ResourceExhaustedError(message);
+  return absl::InternalError(message);
+}
+
+#define CUDA_RETURN_IF_ERROR(expr)                                       \
+  do {                                                                   \
+    const cudaError_t cuda_error_ = (expr);                              \
+    if (cuda_error_ != cudaSuccess) {                                    \
+      return CudaError(cuda_error_, #expr, __FILE__, __LINE__);          \
+    }                                                                    \
+  } while (false)
+
+#define CUBLAS_RETURN_IF_ERROR(expr)                                     \
+  do {                                                                   \
+    const cublasStatus_t cublas_status_ = (expr);                        \
+    if (cublas_status_ != CUBLAS_STATUS_SUCCESS) {                       \
+      return CublasError(cublas_status_, #expr, __FILE__, __LINE__);     \
+    }                                                                    \
+  } while (false)
+
+cublasOperation_t Op(bool transpose) { return transpose ? CUBLAS_OP_T : CUBLAS_OP_N; }
+
+}  // namespace
+
+int CudaBackend::DeviceCount() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return count;
+}
+
+absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(int device) {
+  int count = 0;
+  const cudaError_t probe = cudaGetDeviceCount(&count);
+  if (probe != cudaSuccess || count == 0) {
+    cudaGetLastError();
+    return absl::FailedPreconditionError(
+        absl::StrCat("no CUDA device found (", cudaGetErrorString(probe), ")"));
+  }
+  if (device < 0 || device >= count) {
+    return absl::NotFoundError(
+        absl::StrCat("CUDA device ", device, " does not exist; this machine has ", count));
+  }
+  std::unique_ptr<CudaBackend> backend(new CudaBackend(device));
+  CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+  cudaDeviceProp prop;
+  CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, device));
+  int driver = 0, runtime = 0, cublas_version = 0;
+  cudaDriverGetVersion(&driver);
+  cudaRuntimeGetVersion(&runtime);
+  cudaStream_t stream = nullptr;
+  CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  backend->stream_ = stream;
+  cublasHandle_t handle = nullptr;
+  CUBLAS_RETURN_IF_ERROR(cublasCreate(&handle));
+  backend->cublas_ = handle;
+  CUBLAS_RETURN_IF_ERROR(cublasSetStream(handle, stream));
+  // Plain FP32 GEMMs (no TF32): the CPU oracle is the reference.
+  CUBLAS_RETURN_IF_ERROR(cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH));
+  CUBLAS_RETURN_IF_ERROR(cublasGetVersion(handle, &cublas_version));
+  backend->description_ = absl::StrCat(
+      "cuda:", device, " (", prop.name, ", sm_", prop.major, prop.minor, ", ",
+      prop.totalGlobalMem >> 20, " MiB, driver ", driver / 1000, ".", (driver % 1000) / 10,
+      ", runtime ", runtime / 1000, ".", (runtime % 1000) / 10, ", cuBLAS ", cublas_version, ")");
+  ASSIGN_OR_RETURN(backend->error_flag_, backend->Allocate(sizeof(unsigned)));
+  CUDA_RETURN_IF_ERROR(cudaMemsetAsync(backend->error_flag_.data(), 0, sizeof(unsigned), stream));
+  ASSIGN_OR_RETURN(backend->reduce_scratch_,
+                   backend->Allocate((cuda::kSumOfSquaresBlocks + 1) * sizeof(double)));
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+  return backend;
+}
+
+CudaBackend::~CudaBackend() {
+  if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+  error_flag_ = DeviceBuffer();
+  reduce_scratch_ = DeviceBuffer();
+  if (cublas_ != nullptr) cublasDestroy(cublas_);
+  if (stream_ != nullptr) cudaStreamDestroy(stream_);
+}
+
+std::string CudaBackend::name() const { return absl::StrCat("cuda:", device_); }
+
+absl::StatusOr<DeviceBuffer> CudaBackend::Allocate(size_t bytes) {
+  if (bytes == 0) return DeviceBuffer();
+  void* p = nullptr;
+  CUDA_RETURN_IF_ERROR(cudaMalloc(&p, bytes));
+  return DeviceBuffer(p, bytes, [](void* q) { cudaFree(q); });
+}
+
+absl::Status CudaBackend::CheckKernelErrors() {
+  unsigned flag = 0;
+  CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(&flag, error_flag_.data(), sizeof(flag), cudaMemcpyDeviceToHost, stream_));
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  if (flag == 0) return absl::OkStatus();
+  CUDA_RETURN_IF_ERROR(cudaMemsetAsync(error_flag_.data(), 0, sizeof(unsigned), stream_));
+  std::vector<std::string> ops;
+  if (flag & cuda::kErrorFlagEmbeddingForward) ops.push_back("EmbeddingForward");
+  if (flag & cuda::kErrorFlagEmbeddingBackward) ops.push_back("EmbeddingBackward");
+  if (flag & cuda::kErrorFlagCrossEntropyForward) ops.push_back("CrossEntropyForward");
+  if (flag & cuda::kErrorFlagCrossEntropyBackward) ops.push_back("CrossEntropyBackward");
+  return absl::InvalidArgumentError(absl::StrCat(
+      "an id or target outside [0, vocab) reached ", absl::StrJoin(ops, ", "),
+      " since the last synchronisation; the rows holding it were skipped"));
+}
+
+absl::Status CudaBackend::Synchronize() {
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  return CheckKernelErrors();
+}
+
+absl::Status CudaBackend::CopyToDeviceImpl(const void* src, void* dst, size_t bytes) {
+  // Synchronous, so the caller may reuse `src` at once whatever memory it is.
+  // The asynchronous path through pinned staging buffers is the StagingPool's.
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::CopyToHostImpl(const void* src, void* dst, size_t bytes) {
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  return CheckKernelErrors();
+}
+
+absl::Status CudaBackend::CopyOnDeviceImpl(const void* src, void* dst, size_t bytes) {
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::FillImpl(float* x, size_t n, float value) {
+  CUDA_RETURN_IF_ERROR(cuda::LaunchFill(x, n, value, stream_));
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::GemmImpl(const GemmShape& s, const float* a, const float* b, float* c) {
+  if (s.k == 0) {  // C = beta · C
+    for (int64_t i = 0; i < s.batch; ++i) {
+      float* ci = c + i * s.stride_c;
+      if (s.beta == 0.0f) {
+        CUDA_RETURN_IF_ERROR(cudaMemset2DAsync(ci, s.ldc * sizeof(float), 0, s.n * sizeof(float),
+                                               s.m, stream_));
+      } else {
+        const float zero = 0.0f;
+        CUBLAS_RETURN_IF_ERROR(cublasSgeam(cublas_, CUBLAS_OP_N, CUBLAS_OP_N, s.n, s.m, &s.beta,
+                                           ci, s.ldc, &zero, ci, s.ldc, ci, s.ldc));
+      }
+    }
+    return absl::OkStatus();
+  }
+  // Row-major C = op(A)·op(B) is column-major Cᵀ = op(B)ᵀ·op(A)ᵀ, and a
+  // row-major matrix read column-major is its transpose: swap the operands.
+  CUBLAS_RETURN_IF_ERROR(cublasSgemmStridedBatched(
+      cublas_, Op(s.trans_b), Op(s.trans_a), static_cast<int>(s.n), static_cast<int>(s.m),
+      static_cast<int>(s.k), &s.alpha, b, static_cast<int>(s.ldb), s.stride_b, a,
+      static_cast<int>(s.lda), s.stride_a, &s.beta, c, static_cast<int>(s.ldc), s.stride_c,
+      static_cast<int>(s.batch)));
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::AxpyImpl(float alpha, const float* x, float* y, size_t n) {
+  CUDA_RETURN_IF_ERROR(cuda::LaunchAxpy(alpha, x, y, n, stream_));
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::ScaleImpl(float* x, size_t n, float alpha) {
+  CUDA_RETURN_IF_ERROR(cuda::LaunchScale(x, n, alpha, stream_));
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::AddImpl(const float* a, const float* b, float* out, size_t n) {
+  CUDA_RETURN_IF_ERROR(cuda::LaunchAdd(a, b, out, n, stream_));
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::BiasAddImpl(float* x, const float* bias, int64_t rows, int64_t cols) {
+  CUDA_RETURN_IF_ERROR(cuda::LaunchBiasAdd(x, bias, rows, cols, stream_));
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::SumRowsImpl(const float* x, float* out, int64_t rows, int64_t cols) {
+  CUDA_RETURN_IF_ERROR(cuda::LaunchSumRows(x, out, rows, cols, stream_));
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::GeluForwardImpl(const float* x, float* y, size_t n) {
+  CUDA_RETURN_IF_ERROR(cuda::LaunchGeluForward(x, y, n, stream_));
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::GeluBackwardImpl(const float* x, const float* dy, float* dx, size_t n) {
+  CUDA_RETURN_IF_ERROR(cuda::LaunchGeluBackward(x, dy, dx, n, stream_));
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::LayerNormForwardImpl(const LayerNormShape& shape, const float* x,
+                                               const float* gamma, const float* beta, float* y,
+                                               float* mean, float* rstd) {
+  CUDA_RETURN_IF_ERROR(
+      cuda::LaunchLayerNormForward(shape, x, gamma, beta, y, mean, rstd, stream_));
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::LayerNormBackwardImpl(const LayerNormShape& shape, const float* x,
+                                                const float* gamma, const float* mean,
+                                                const float* rstd, const float* dy, float* dx,
+                                                float* dgamma, float* dbeta) {
+  CUDA_RETURN_IF_ERROR(cuda::LaunchLayerNormBackward(shape, x, gamma, mean, rstd, dy, dx, dgamma,
+                                                     dbeta, stream_));
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::CausalSoftmaxForwardImpl(const SoftmaxShape& shape, const float* scores,
+                                                   float* probs) {
+  CUDA_RETURN_IF_ERROR(cuda::LaunchCausalSoftmaxForward(shape, scores, probs, stream_));
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::CausalSoftmaxBackwardImpl(const SoftmaxShape& shape, const float* probs,
+                                                    const float* dprobs, float* dscores) {
+  CUDA_RETURN_IF_ERROR(cuda::LaunchCausalSoftmaxBackward(shape, probs, dprobs, dscores, stream_));
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::EmbeddingForwardImpl(const EmbeddingShape& shape, const int32_t* ids,
+                                               const float* table, float* out, bool accumulate) {
+  CUDA_RETURN_IF_ERROR(cuda::LaunchEmbeddingForward(
+      shape, ids, table, out, accumulate, static_cast<unsigned*>(error_flag_.data()), stream_));
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::EmbeddingBackwardImpl(const EmbeddingShape& shape, const int32_t* ids,
+                                                const float* dout, float* dtable) {
+  CUDA_RETURN_IF_ERROR(cuda::LaunchEmbeddingBackward(
+      shape, ids, dout, dtable, static_cast<unsigned*>(error_flag_.data()), stream_));
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::CrossEntropyForwardImpl(const CrossEntropyShape& shape,
+                                                  const float* logits, const int32_t* targets,
+                                                  float* losses) {
+  CUDA_RETURN_IF_ERROR(cuda::LaunchCrossEntropyForward(
+      shape, logits, targets, losses, static_cast<unsigned*>(error_flag_.data()), stream_));
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::CrossEntropyBackwardImpl(const CrossEntropyShape& shape,
+                                                   const float* logits, const int32_t* targets,
+                                                   float grad_scale, float* dlogits) {
+  CUDA_RETURN_IF_ERROR(cuda::LaunchCrossEntropyBackward(shape, logits, targets, grad_scale, dlogits,
+                                                        static_cast<unsigned*>(error_flag_.data()),
+                                                        stream_));
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::AdamWUpdateImpl(const AdamWStep& step, float* params,
+                                          const float* grads, float* m, float* v, size_t n) {
+  CUDA_RETURN_IF_ERROR(cuda::LaunchAdamW(step, params, grads, m, v, n, stream_));
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::SgdMomentumUpdateImpl(const SgdStep& step, float* params,
+                                                const float* grads, float* momentum, size_t n) {
+  CUDA_RETURN_IF_ERROR(cuda::LaunchSgdMomentum(step, params, grads, momentum, n, stream_));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<double> CudaBackend::SumOfSquaresImpl(const float* x, size_t n) {
+  auto* partials = static_cast<double*>(reduce_scratch_.data());
+  double* result = partials + cuda::kSumOfSquaresBlocks;
+  CUDA_RETURN_IF_ERROR(cuda::LaunchSumOfSquares(x, n, partials, result, stream_));
+  double host = 0.0;
+  CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(&host, result, sizeof(host), cudaMemcpyDeviceToHost, stream_));
+  RETURN_IF_ERROR(Synchronize());
+  return host;
+}
+
+absl::Status CudaBackend::ConvertFromF32Impl(const float* src, common::DType dtype, uint16_t* dst,
+                                             size_t n) {
+  CUDA_RETURN_IF_ERROR(dtype == common::DType::kBF16 ? cuda::LaunchF32ToBf16(src, dst, n, stream_)
+                                                     : cuda::LaunchF32ToF16(src, dst, n, stream_));
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::ConvertToF32Impl(const uint16_t* src, common::DType dtype, float* dst,
+                                           size_t n) {
+  CUDA_RETURN_IF_ERROR(dtype == common::DType::kBF16 ? cuda::LaunchBf16ToF32(src, dst, n, stream_)
+                                                     : cuda::LaunchF16ToF32(src, dst, n, stream_));
+  return absl::OkStatus();
+}
+
+}  // namespace shardline::worker

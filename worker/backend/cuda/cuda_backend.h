@@ -1,0 +1,100 @@
+// CudaBackend runs every Backend operation on one NVIDIA GPU: GEMMs through
+// cuBLAS (FP32, no TF32, so results track the CPU oracle), everything else
+// through the kernels in cuda_kernels.h. All work is queued on one stream the
+// backend owns; copies to the host and Synchronize() wait for it. Errors carry
+// the CUDA error name and the file:line that saw them.
+//
+// This header keeps CUDA's own headers out of its includers (the stream and
+// handle are forward-declared), so only worker/backend/cuda/ compiles against
+// CUDA. Not thread-safe; use it from one thread, which it binds to its device.
+#ifndef SHARDLINE_WORKER_BACKEND_CUDA_CUDA_BACKEND_H_
+#define SHARDLINE_WORKER_BACKEND_CUDA_CUDA_BACKEND_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "worker/backend/backend.h"
+
+struct CUstream_st;
+struct cublasContext;
+
+namespace shardline::worker {
+
+class CudaBackend final : public Backend {
+ public:
+  // FAILED_PRECONDITION when there is no usable CUDA device at all, NOT_FOUND
+  // when `device` is past the last one.
+  static absl::StatusOr<std::unique_ptr<CudaBackend>> Create(int device);
+  // Devices this process can use; 0 when there is no driver or device.
+  static int DeviceCount();
+
+  ~CudaBackend() override;
+
+  std::string name() const override;
+  std::string description() const override { return description_; }
+  absl::StatusOr<DeviceBuffer> Allocate(size_t bytes) override;
+  absl::Status Synchronize() override;
+
+ protected:
+  absl::Status CopyToDeviceImpl(const void* src, void* dst, size_t bytes) override;
+  absl::Status CopyToHostImpl(const void* src, void* dst, size_t bytes) override;
+  absl::Status CopyOnDeviceImpl(const void* src, void* dst, size_t bytes) override;
+  absl::Status FillImpl(float* x, size_t n, float value) override;
+  absl::Status GemmImpl(const GemmShape& shape, const float* a, const float* b, float* c) override;
+  absl::Status AxpyImpl(float alpha, const float* x, float* y, size_t n) override;
+  absl::Status ScaleImpl(float* x, size_t n, float alpha) override;
+  absl::Status AddImpl(const float* a, const float* b, float* out, size_t n) override;
+  absl::Status BiasAddImpl(float* x, const float* bias, int64_t rows, int64_t cols) override;
+  absl::Status SumRowsImpl(const float* x, float* out, int64_t rows, int64_t cols) override;
+  absl::Status GeluForwardImpl(const float* x, float* y, size_t n) override;
+  absl::Status GeluBackwardImpl(const float* x, const float* dy, float* dx, size_t n) override;
+  absl::Status LayerNormForwardImpl(const LayerNormShape& shape, const float* x, const float* gamma,
+                                    const float* beta, float* y, float* mean,
+                                    float* rstd) override;
+  absl::Status LayerNormBackwardImpl(const LayerNormShape& shape, const float* x,
+                                     const float* gamma, const float* mean, const float* rstd,
+                                     const float* dy, float* dx, float* dgamma,
+                                     float* dbeta) override;
+  absl::Status CausalSoftmaxForwardImpl(const SoftmaxShape& shape, const float* scores,
+                                        float* probs) override;
+  absl::Status CausalSoftmaxBackwardImpl(const SoftmaxShape& shape, const float* probs,
+                                         const float* dprobs, float* dscores) override;
+  absl::Status EmbeddingForwardImpl(const EmbeddingShape& shape, const int32_t* ids,
+                                    const float* table, float* out, bool accumulate) override;
+  absl::Status EmbeddingBackwardImpl(const EmbeddingShape& shape, const int32_t* ids,
+                                     const float* dout, float* dtable) override;
+  absl::Status CrossEntropyForwardImpl(const CrossEntropyShape& shape, const float* logits,
+                                       const int32_t* targets, float* losses) override;
+  absl::Status CrossEntropyBackwardImpl(const CrossEntropyShape& shape, const float* logits,
+                                        const int32_t* targets, float grad_scale,
+                                        float* dlogits) override;
+  absl::Status AdamWUpdateImpl(const AdamWStep& step, float* params, const float* grads, float* m,
+                               float* v, size_t n) override;
+  absl::Status SgdMomentumUpdateImpl(const SgdStep& step, float* params, const float* grads,
+                                     float* momentum, size_t n) override;
+  absl::StatusOr<double> SumOfSquaresImpl(const float* x, size_t n) override;
+  absl::Status ConvertFromF32Impl(const float* src, common::DType dtype, uint16_t* dst,
+                                  size_t n) override;
+  absl::Status ConvertToF32Impl(const uint16_t* src, common::DType dtype, float* dst,
+                                size_t n) override;
+
+ private:
+  explicit CudaBackend(int device) : device_(device) {}
+  // Reads and clears the kernels' error word; INVALID_ARGUMENT naming the
+  // operations that met a bad id or target. Waits for the stream.
+  absl::Status CheckKernelErrors();
+
+  const int device_;
+  std::string description_;
+  CUstream_st* stream_ = nullptr;
+  cublasContext* cublas_ = nullptr;
+  // Device scratch allocated once: the kernels' error word and the partial
+  // sums of SumOfSquares.
+  DeviceBuffer error_flag_;
+  DeviceBuffer reduce_scratch_;
+};
+
+}  // namespace shardline::worker
+
+#endif  // SHARDLINE_WORKER_BACKEND_CUDA_CUDA_BACKEND_H_
