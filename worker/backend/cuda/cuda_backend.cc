@@ -80,9 +80,11 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(int device) {
   cudaRuntimeGetVersion(&runtime);
   cudaStream_t stream = nullptr;
   CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  backend->stream_owner_.reset(stream);
   backend->stream_ = stream;
   cublasHandle_t handle = nullptr;
   CUBLAS_RETURN_IF_ERROR(cublasCreate(&handle));
+  backend->cublas_owner_.reset(handle);
   backend->cublas_ = handle;
   CUBLAS_RETURN_IF_ERROR(cublasSetStream(handle, stream));
   // Plain FP32 GEMMs (no TF32): the CPU oracle is the reference.
@@ -100,12 +102,15 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(int device) {
   return backend;
 }
 
+void CudaBackend::StreamDeleter::operator()(CUstream_st* stream) const {
+  cudaStreamDestroy(stream);
+}
+
+void CudaBackend::CublasDeleter::operator()(cublasContext* handle) const { cublasDestroy(handle); }
+
 CudaBackend::~CudaBackend() {
+  // Queued kernels may still use the buffers the members free.
   if (stream_ != nullptr) cudaStreamSynchronize(stream_);
-  error_flag_ = DeviceBuffer();
-  reduce_scratch_ = DeviceBuffer();
-  if (cublas_ != nullptr) cublasDestroy(cublas_);
-  if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }
 
 std::string CudaBackend::name() const { return absl::StrCat("cuda:", device_); }

@@ -85,10 +85,21 @@ class CudaBackend final : public Backend {
   // operations that met a bad id or target. Waits for the stream.
   absl::Status CheckKernelErrors();
 
+  struct StreamDeleter {
+    void operator()(CUstream_st* stream) const;
+  };
+  struct CublasDeleter {
+    void operator()(cublasContext* handle) const;
+  };
+
   const int device_;
   std::string description_;
-  CUstream_st* stream_ = nullptr;
-  cublasContext* cublas_ = nullptr;
+  // Declared before the buffers, so destroyed after them. The destructor
+  // drains the stream before anything is released.
+  std::unique_ptr<CUstream_st, StreamDeleter> stream_owner_;
+  std::unique_ptr<cublasContext, CublasDeleter> cublas_owner_;
+  CUstream_st* stream_ = nullptr;    // == stream_owner_.get()
+  cublasContext* cublas_ = nullptr;  // == cublas_owner_.get()
   // Device scratch allocated once: the kernels' error word and the partial
   // sums of SumOfSquares.
   DeviceBuffer error_flag_;
