@@ -76,36 +76,38 @@ absl::StatusOr<DeviceBuffer> Backend::AllocateZeros(size_t count) {
   return buffer;
 }
 
+namespace {
+
+// OK when a copy of src_bytes may proceed; the caller skips empty copies.
+absl::Status CheckCopy(absl::string_view op, const void* src, size_t src_bytes, const void* dst,
+                       size_t dst_bytes) {
+  if (src == nullptr || dst == nullptr) return Invalid(op, "null buffer");
+  if (dst_bytes < src_bytes) {
+    return Invalid(op, absl::StrCat("destination holds ", dst_bytes, " bytes, source ", src_bytes));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status Backend::CopyToDeviceBytes(const void* src, size_t src_bytes, void* dst,
                                         size_t dst_bytes) {
   if (src_bytes == 0) return absl::OkStatus();
-  if (src == nullptr || dst == nullptr) return Invalid("CopyToDevice", "null buffer");
-  if (dst_bytes < src_bytes) {
-    return Invalid("CopyToDevice", absl::StrCat("destination holds ", dst_bytes, " bytes, source ",
-                                                src_bytes));
-  }
+  RETURN_IF_ERROR(CheckCopy("CopyToDevice", src, src_bytes, dst, dst_bytes));
   return CopyToDeviceImpl(src, dst, src_bytes);
 }
 
 absl::Status Backend::CopyToHostBytes(const void* src, size_t src_bytes, void* dst,
                                       size_t dst_bytes) {
   if (src_bytes == 0) return Synchronize();
-  if (src == nullptr || dst == nullptr) return Invalid("CopyToHost", "null buffer");
-  if (dst_bytes < src_bytes) {
-    return Invalid("CopyToHost", absl::StrCat("destination holds ", dst_bytes, " bytes, source ",
-                                              src_bytes));
-  }
+  RETURN_IF_ERROR(CheckCopy("CopyToHost", src, src_bytes, dst, dst_bytes));
   return CopyToHostImpl(src, dst, src_bytes);
 }
 
 absl::Status Backend::CopyOnDeviceBytes(const void* src, size_t src_bytes, void* dst,
                                         size_t dst_bytes) {
   if (src_bytes == 0) return absl::OkStatus();
-  if (src == nullptr || dst == nullptr) return Invalid("CopyOnDevice", "null buffer");
-  if (dst_bytes < src_bytes) {
-    return Invalid("CopyOnDevice", absl::StrCat("destination holds ", dst_bytes, " bytes, source ",
-                                                src_bytes));
-  }
+  RETURN_IF_ERROR(CheckCopy("CopyOnDevice", src, src_bytes, dst, dst_bytes));
   return CopyOnDeviceImpl(src, dst, src_bytes);
 }
 
