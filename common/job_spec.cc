@@ -1,0 +1,179 @@
+#include "common/job_spec.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "google/protobuf/util/json_util.h"
+
+namespace shardline::common {
+namespace {
+
+using shardline::v1::JobSpec;
+
+absl::Status FieldError(absl::string_view field, absl::string_view problem) {
+  return absl::InvalidArgumentError(absl::StrCat("job spec: ", field, " ", problem));
+}
+
+template <typename T>
+absl::Status CheckRange(absl::string_view field, T value, T lo, T hi) {
+  if (!(value >= lo && value <= hi)) {
+    return FieldError(field, absl::StrCat("is ", value, ", must be in [", lo, ", ", hi, "]"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateModel(const shardline::v1::ModelSpec& m) {
+  if (m.kind() != "gpt") return FieldError("model.kind", absl::StrCat("is '", m.kind(), "', must be 'gpt'"));
+  RETURN_IF_ERROR(CheckRange("model.vocab_size", m.vocab_size(), 2, 1 << 20));
+  RETURN_IF_ERROR(CheckRange("model.context", m.context(), 2, 1 << 16));
+  RETURN_IF_ERROR(CheckRange("model.d_model", m.d_model(), 1, 1 << 16));
+  RETURN_IF_ERROR(CheckRange("model.n_heads", m.n_heads(), 1, 1 << 10));
+  RETURN_IF_ERROR(CheckRange("model.n_layers", m.n_layers(), 1, 1 << 10));
+  if (m.d_model() % m.n_heads() != 0) {
+    return FieldError("model.n_heads", absl::StrCat("(", m.n_heads(), ") does not divide model.d_model (",
+                                                    m.d_model(), ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateData(shardline::v1::DataSpec& d) {
+  if (d.kind() == "addition") {
+    RETURN_IF_ERROR(CheckRange("data.digits", d.digits(), 1, 4));
+    if (!d.path().empty()) return FieldError("data.path", "is not used by data.kind 'addition'");
+    if (!d.has_holdout_fraction()) d.set_holdout_fraction(0.1);
+    RETURN_IF_ERROR(CheckRange("data.holdout_fraction", d.holdout_fraction(), 0.0, 0.5));
+  } else if (d.kind() == "text_bytes") {
+    if (d.path().empty()) return FieldError("data.path", "is required for data.kind 'text_bytes'");
+    if (!d.has_val_fraction()) d.set_val_fraction(0.1);
+    RETURN_IF_ERROR(CheckRange("data.val_fraction", d.val_fraction(), 0.01, 0.5));
+  } else {
+    return FieldError("data.kind", absl::StrCat("is '", d.kind(), "', must be 'addition' or 'text_bytes'"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateOptimizer(shardline::v1::OptimizerSpec& o, int steps) {
+  const bool adamw = o.kind() == "adamw";
+  if (!adamw && o.kind() != "sgd") {
+    return FieldError("train.optimizer.kind", absl::StrCat("is '", o.kind(), "', must be 'adamw' or 'sgd'"));
+  }
+  RETURN_IF_ERROR(CheckRange("train.optimizer.lr", o.lr(), 1e-9, 10.0));
+  RETURN_IF_ERROR(CheckRange("train.optimizer.warmup_steps", o.warmup_steps(), 0, steps));
+  if (!o.has_weight_decay()) o.set_weight_decay(adamw ? 0.1 : 0.0);
+  if (!o.has_min_lr_ratio()) o.set_min_lr_ratio(0.1);
+  if (!o.has_grad_clip()) o.set_grad_clip(0.0);
+  RETURN_IF_ERROR(CheckRange("train.optimizer.weight_decay", o.weight_decay(), 0.0, 10.0));
+  RETURN_IF_ERROR(CheckRange("train.optimizer.min_lr_ratio", o.min_lr_ratio(), 0.0, 1.0));
+  RETURN_IF_ERROR(CheckRange("train.optimizer.grad_clip", o.grad_clip(), 0.0, 1e6));
+  if (adamw) {
+    if (o.has_momentum()) return FieldError("train.optimizer.momentum", "is for 'sgd', not 'adamw'");
+    if (!o.has_beta1()) o.set_beta1(0.9);
+    if (!o.has_beta2()) o.set_beta2(0.95);
+    if (!o.has_eps()) o.set_eps(1e-8);
+    RETURN_IF_ERROR(CheckRange("train.optimizer.beta1", o.beta1(), 0.0, 0.9999));
+    RETURN_IF_ERROR(CheckRange("train.optimizer.beta2", o.beta2(), 0.0, 0.99999));
+    RETURN_IF_ERROR(CheckRange("train.optimizer.eps", o.eps(), 1e-12, 1.0));
+  } else {
+    for (auto [name, present] : {std::pair{"beta1", o.has_beta1()}, std::pair{"beta2", o.has_beta2()},
+                                 std::pair{"eps", o.has_eps()}}) {
+      if (present) return FieldError(absl::StrCat("train.optimizer.", name), "is for 'adamw', not 'sgd'");
+    }
+    if (!o.has_momentum()) o.set_momentum(0.9);
+    RETURN_IF_ERROR(CheckRange("train.optimizer.momentum", o.momentum(), 0.0, 0.9999));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateTrain(shardline::v1::TrainSpec& t) {
+  RETURN_IF_ERROR(CheckRange("train.steps", t.steps(), 1, 100'000'000));
+  RETURN_IF_ERROR(CheckRange("train.global_batch", t.global_batch(), 1, 1 << 20));
+  if (t.micro_batches() == 0) t.set_micro_batches(1);
+  RETURN_IF_ERROR(CheckRange("train.micro_batches", t.micro_batches(), 1, t.global_batch()));
+  if (t.global_batch() % t.micro_batches() != 0) {
+    return FieldError("train.micro_batches", absl::StrCat("(", t.micro_batches(), ") does not divide train.global_batch (",
+                                                          t.global_batch(), ")"));
+  }
+  if (!t.has_optimizer()) return FieldError("train.optimizer", "is required");
+  RETURN_IF_ERROR(ValidateOptimizer(*t.mutable_optimizer(), t.steps()));
+  if (!t.has_log_every()) t.set_log_every(10);
+  if (!t.has_eval_examples()) t.set_eval_examples(1000);
+  RETURN_IF_ERROR(CheckRange("train.log_every", t.log_every(), 1, 1 << 30));
+  RETURN_IF_ERROR(CheckRange("train.eval_examples", t.eval_examples(), 1, 1 << 20));
+  return absl::OkStatus();
+}
+
+absl::Status ValidateParallel(shardline::v1::ParallelSpec& p, const shardline::v1::ModelSpec& model) {
+  if (!p.has_pipeline_stages()) p.set_pipeline_stages(1);
+  if (!p.has_schedule()) p.set_schedule("1f1b");
+  if (!p.has_data_parallel()) p.set_data_parallel(1);
+  if (!p.has_wire_dtype()) p.set_wire_dtype("f32");
+  const int units = PipelineUnits(model);
+  if (p.pipeline_stages() < 1 || p.pipeline_stages() > units) {
+    return FieldError("parallel.pipeline_stages",
+                      absl::StrCat("is ", p.pipeline_stages(), ", must be in [1, ", units,
+                                   "] (the model has ", units, " units: embedding, ", model.n_layers(),
+                                   " blocks, head)"));
+  }
+  if (p.schedule() != "gpipe" && p.schedule() != "1f1b") {
+    return FieldError("parallel.schedule", absl::StrCat("is '", p.schedule(), "', must be 'gpipe' or '1f1b'"));
+  }
+  RETURN_IF_ERROR(CheckRange("parallel.data_parallel", p.data_parallel(), 1, 1024));
+  if (p.wire_dtype() != "f32" && p.wire_dtype() != "bf16" && p.wire_dtype() != "f16") {
+    return FieldError("parallel.wire_dtype", absl::StrCat("is '", p.wire_dtype(), "', must be 'f32', 'bf16' or 'f16'"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int PipelineUnits(const shardline::v1::ModelSpec& model) { return model.n_layers() + 2; }
+
+absl::Status ValidateJobSpec(JobSpec& spec) {
+  if (spec.name().empty()) spec.set_name("job");
+  if (!spec.has_model()) return FieldError("model", "is required");
+  if (!spec.has_data()) return FieldError("data", "is required");
+  if (!spec.has_train()) return FieldError("train", "is required");
+  RETURN_IF_ERROR(ValidateModel(spec.model()));
+  RETURN_IF_ERROR(ValidateData(*spec.mutable_data()));
+  RETURN_IF_ERROR(ValidateTrain(*spec.mutable_train()));
+  RETURN_IF_ERROR(ValidateParallel(*spec.mutable_parallel(), spec.model()));
+  if (!spec.checkpoint().has_every_steps()) spec.mutable_checkpoint()->set_every_steps(0);
+  RETURN_IF_ERROR(CheckRange("checkpoint.every_steps", spec.checkpoint().every_steps(), 0, 1 << 30));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<JobSpec> ParseJobSpec(absl::string_view json) {
+  JobSpec spec;
+  google::protobuf::util::JsonParseOptions options;
+  options.ignore_unknown_fields = false;
+  const auto status = google::protobuf::util::JsonStringToMessage(std::string(json), &spec, options);
+  if (!status.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("job spec: ", status.message().as_string()));
+  }
+  RETURN_IF_ERROR(ValidateJobSpec(spec));
+  return spec;
+}
+
+absl::StatusOr<JobSpec> LoadJobSpec(const std::string& path) {
+  std::ifstream file(path);
+  if (!file) return absl::NotFoundError(absl::StrCat("cannot open job spec ", path));
+  std::ostringstream text;
+  text << file.rdbuf();
+  absl::StatusOr<JobSpec> spec = ParseJobSpec(text.str());
+  if (!spec.ok()) {
+    return absl::Status(spec.status().code(), absl::StrCat(path, ": ", spec.status().message()));
+  }
+  return spec;
+}
+
+std::string JobSpecToJson(const JobSpec& spec) {
+  std::string json;
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  (void)google::protobuf::util::MessageToJsonString(spec, &json, options);
+  return json;
+}
+
+}  // namespace shardline::common

@@ -1,0 +1,33 @@
+// Loading and validating job specs (shardline.v1.JobSpec, written as JSON).
+//
+// Validation checks each field and the combinations between them, names the
+// offending field in the error (INVALID_ARGUMENT), and fills in the defaults
+// documented in job.proto, so code downstream reads every optional field
+// without checking has_*. Whether the data fits the model (vocabulary,
+// sequence length) is checked where the data source is created.
+#ifndef SHARDLINE_COMMON_JOB_SPEC_H_
+#define SHARDLINE_COMMON_JOB_SPEC_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "shardline/v1/job.pb.h"
+
+namespace shardline::common {
+
+// Parses JSON (unknown fields are errors) and validates.
+absl::StatusOr<shardline::v1::JobSpec> ParseJobSpec(absl::string_view json);
+// Reads the file, then ParseJobSpec. NOT_FOUND / INVALID_ARGUMENT name the path.
+absl::StatusOr<shardline::v1::JobSpec> LoadJobSpec(const std::string& path);
+// Checks the spec and fills in defaults.
+absl::Status ValidateJobSpec(shardline::v1::JobSpec& spec);
+// Compact JSON of the spec (for metadata and logs).
+std::string JobSpecToJson(const shardline::v1::JobSpec& spec);
+
+// Number of pipeline units of a model: embedding, n_layers blocks, head.
+int PipelineUnits(const shardline::v1::ModelSpec& model);
+
+}  // namespace shardline::common
+
+#endif  // SHARDLINE_COMMON_JOB_SPEC_H_

@@ -1,0 +1,189 @@
+#include "common/safetensors.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/file_util.h"
+#include "common/status_macros.h"
+#include "google/protobuf/struct.pb.h"
+#include "google/protobuf/util/json_util.h"
+
+namespace shardline::common {
+namespace {
+
+constexpr size_t kMaxHeaderBytes = 100 << 20;
+constexpr absl::string_view kMetadataKey = "__metadata__";
+
+absl::string_view SafetensorsDType(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+      return "F32";
+    case DType::kBF16:
+      return "BF16";
+    case DType::kF16:
+      return "F16";
+    case DType::kI32:
+      return "I32";
+  }
+  return "?";
+}
+
+absl::StatusOr<DType> ParseSafetensorsDType(const std::string& name) {
+  for (DType d : {DType::kF32, DType::kBF16, DType::kF16, DType::kI32}) {
+    if (name == SafetensorsDType(d)) return d;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("unsupported safetensors dtype '", name, "'"));
+}
+
+std::string JsonString(absl::string_view s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20) {
+      absl::StrAppend(&out, "\\u00", c < 0x10 ? "0" : "", absl::Hex(c));
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out + "\"";
+}
+
+absl::Status Invalid(absl::string_view message) {
+  return absl::InvalidArgumentError(absl::StrCat("safetensors: ", message));
+}
+
+// A JSON number that must be a non-negative integer.
+absl::StatusOr<uint64_t> Index(const google::protobuf::Value& v, absl::string_view what) {
+  if (v.kind_case() != google::protobuf::Value::kNumberValue || v.number_value() < 0 ||
+      v.number_value() > 9.0e15 || std::floor(v.number_value()) != v.number_value()) {
+    return Invalid(absl::StrCat(what, " is not a non-negative integer"));
+  }
+  return static_cast<uint64_t>(v.number_value());
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> SerializeSafetensors(const SafetensorsContents& contents) {
+  std::string header = "{";
+  bool first = true;
+  if (!contents.metadata.empty()) {
+    absl::StrAppend(&header, JsonString(kMetadataKey), ":{");
+    for (const auto& [key, value] : contents.metadata) {
+      absl::StrAppend(&header, first ? "" : ",", JsonString(key), ":", JsonString(value));
+      first = false;
+    }
+    header += "}";
+    first = false;
+  }
+  size_t offset = 0;
+  for (const auto& [name, tensor] : contents.tensors) {
+    if (name.empty() || name == kMetadataKey) return Invalid(absl::StrCat("bad tensor name '", name, "'"));
+    std::string shape;
+    for (size_t i = 0; i < tensor.rank(); ++i) absl::StrAppend(&shape, i ? "," : "", tensor.dim(i));
+    absl::StrAppend(&header, first ? "" : ",", JsonString(name), ":{\"dtype\":\"",
+                    SafetensorsDType(tensor.dtype()), "\",\"shape\":[", shape,
+                    "],\"data_offsets\":[", offset, ",", offset + tensor.byte_size(), "]}");
+    offset += tensor.byte_size();
+    first = false;
+  }
+  header += "}";
+  header.append((8 - header.size() % 8) % 8, ' ');
+  std::string out(8, '\0');
+  const uint64_t n = header.size();
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((n >> (8 * i)) & 0xff);
+  out += header;
+  out.reserve(out.size() + offset);
+  for (const auto& [name, tensor] : contents.tensors) {
+    out.append(static_cast<const char*>(tensor.raw_data()), tensor.byte_size());
+  }
+  return out;
+}
+
+absl::StatusOr<SafetensorsContents> ParseSafetensors(absl::string_view bytes) {
+  if (bytes.size() < 8) return Invalid("file shorter than its 8-byte header length");
+  uint64_t header_size = 0;
+  for (int i = 0; i < 8; ++i) header_size |= uint64_t{static_cast<unsigned char>(bytes[i])} << (8 * i);
+  if (header_size > kMaxHeaderBytes || header_size > bytes.size() - 8) {
+    return Invalid(absl::StrCat("header length ", header_size, " does not fit the file of ",
+                                bytes.size(), " bytes"));
+  }
+  google::protobuf::Struct header;
+  const auto parsed = google::protobuf::util::JsonStringToMessage(
+      std::string(bytes.substr(8, header_size)), &header);
+  if (!parsed.ok()) return Invalid(absl::StrCat("header is not JSON: ", parsed.message().as_string()));
+  const absl::string_view data = bytes.substr(8 + header_size);
+
+  SafetensorsContents contents;
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  for (const auto& [name, value] : header.fields()) {
+    if (name == kMetadataKey) {
+      if (value.kind_case() != google::protobuf::Value::kStructValue) return Invalid("__metadata__ is not an object");
+      for (const auto& [key, entry] : value.struct_value().fields()) {
+        if (entry.kind_case() != google::protobuf::Value::kStringValue) {
+          return Invalid(absl::StrCat("__metadata__.", key, " is not a string"));
+        }
+        contents.metadata[key] = entry.string_value();
+      }
+      continue;
+    }
+    if (value.kind_case() != google::protobuf::Value::kStructValue) {
+      return Invalid(absl::StrCat("entry '", name, "' is not an object"));
+    }
+    const auto& fields = value.struct_value().fields();
+    auto dtype_it = fields.find("dtype"), shape_it = fields.find("shape"),
+         offsets_it = fields.find("data_offsets");
+    if (dtype_it == fields.end() || shape_it == fields.end() || offsets_it == fields.end() ||
+        shape_it->second.kind_case() != google::protobuf::Value::kListValue ||
+        offsets_it->second.kind_case() != google::protobuf::Value::kListValue ||
+        offsets_it->second.list_value().values_size() != 2) {
+      return Invalid(absl::StrCat("entry '", name, "' needs dtype, shape and data_offsets [begin, end]"));
+    }
+    ASSIGN_OR_RETURN(DType dtype, ParseSafetensorsDType(dtype_it->second.string_value()));
+    std::vector<int64_t> shape;
+    for (const auto& dim : shape_it->second.list_value().values()) {
+      ASSIGN_OR_RETURN(uint64_t d, Index(dim, absl::StrCat(name, " shape entry")));
+      shape.push_back(static_cast<int64_t>(d));
+    }
+    ASSIGN_OR_RETURN(uint64_t begin, Index(offsets_it->second.list_value().values(0), name));
+    ASSIGN_OR_RETURN(uint64_t end, Index(offsets_it->second.list_value().values(1), name));
+    absl::StatusOr<size_t> size = ByteSize(dtype, shape);
+    if (!size.ok()) return Invalid(absl::StrCat(name, ": ", size.status().message()));
+    if (begin > end || end > data.size() || end - begin != *size) {
+      return Invalid(absl::StrCat(name, ": data_offsets [", begin, ", ", end, ") do not hold ",
+                                  *size, " bytes inside ", data.size(), " bytes of data"));
+    }
+    ASSIGN_OR_RETURN(Tensor tensor, Tensor::Zeros(dtype, shape));
+    std::memcpy(tensor.raw_data(), data.data() + begin, *size);
+    contents.tensors.emplace(name, std::move(tensor));
+    ranges.emplace_back(begin, end);
+  }
+  std::sort(ranges.begin(), ranges.end());
+  uint64_t expected = 0;
+  for (const auto& [begin, end] : ranges) {
+    if (begin != expected) return Invalid("tensor data overlaps or leaves a gap");
+    expected = end;
+  }
+  if (expected != data.size()) return Invalid("bytes after the last tensor");
+  return contents;
+}
+
+absl::Status WriteSafetensors(const std::string& path, const SafetensorsContents& contents) {
+  ASSIGN_OR_RETURN(std::string bytes, SerializeSafetensors(contents));
+  return WriteFileAtomically(path, bytes);
+}
+
+absl::StatusOr<SafetensorsContents> ReadSafetensors(const std::string& path) {
+  ASSIGN_OR_RETURN(std::string bytes, ReadFile(path));
+  absl::StatusOr<SafetensorsContents> contents = ParseSafetensors(bytes);
+  if (!contents.ok()) {
+    return absl::Status(contents.status().code(), absl::StrCat(path, ": ", contents.status().message()));
+  }
+  return contents;
+}
+
+}  // namespace shardline::common

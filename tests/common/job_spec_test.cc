@@ -1,0 +1,87 @@
+#include "common/job_spec.h"
+
+#include <string>
+
+#include "gtest/gtest.h"
+
+namespace shardline::common {
+namespace {
+
+constexpr char kValid[] = R"({
+  "name": "t",
+  "model": {"kind": "gpt", "vocab_size": 16, "context": 16, "d_model": 32, "n_heads": 4, "n_layers": 2},
+  "data": {"kind": "addition", "digits": 2},
+  "train": {"steps": 10, "global_batch": 8, "micro_batches": 4, "seed": 3,
+            "optimizer": {"kind": "adamw", "lr": 0.001}}
+})";
+
+// kValid with `from` replaced by `to`.
+std::string Edit(const std::string& from, const std::string& to) {
+  std::string s = kValid;
+  const size_t at = s.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  return s.replace(at, from.size(), to);
+}
+
+void ExpectInvalid(const std::string& json, const std::string& mention) {
+  auto spec = ParseJobSpec(json);
+  ASSERT_FALSE(spec.ok());
+  EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(spec.status().message().find(mention), std::string::npos) << spec.status();
+}
+
+TEST(JobSpecTest, ValidSpecGetsDefaults) {
+  auto spec = ParseJobSpec(kValid);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->parallel().pipeline_stages(), 1);
+  EXPECT_EQ(spec->parallel().schedule(), "1f1b");
+  EXPECT_EQ(spec->parallel().wire_dtype(), "f32");
+  EXPECT_DOUBLE_EQ(spec->train().optimizer().beta2(), 0.95);
+  EXPECT_DOUBLE_EQ(spec->train().optimizer().weight_decay(), 0.1);
+  EXPECT_DOUBLE_EQ(spec->data().holdout_fraction(), 0.1);
+  EXPECT_EQ(spec->train().log_every(), 10);
+}
+
+TEST(JobSpecTest, UnknownFieldIsNamed) {
+  ExpectInvalid(Edit(R"("digits": 2)", R"("digits": 2, "digtis": 3)"), "digtis");
+}
+
+TEST(JobSpecTest, HeadsMustDivideWidth) {
+  ExpectInvalid(Edit(R"("n_heads": 4)", R"("n_heads": 5)"), "model.n_heads");
+}
+
+TEST(JobSpecTest, MicroBatchesMustDivideGlobalBatch) {
+  ExpectInvalid(Edit(R"("micro_batches": 4)", R"("micro_batches": 3)"), "train.micro_batches");
+}
+
+TEST(JobSpecTest, MoreStagesThanUnitsIsRefused) {
+  std::string json = kValid;
+  json.insert(json.rfind('}'), R"(, "parallel": {"pipeline_stages": 5})");
+  ExpectInvalid(json, "parallel.pipeline_stages");
+}
+
+TEST(JobSpecTest, OptimizerFieldsMustMatchTheKind) {
+  ExpectInvalid(Edit(R"("kind": "adamw")", R"("kind": "adam")"), "train.optimizer.kind");
+  ExpectInvalid(Edit(R"("kind": "adamw", "lr": 0.001)", R"("kind": "sgd", "lr": 0.1, "beta1": 0.9)"),
+                "train.optimizer.beta1");
+  ExpectInvalid(Edit(R"("lr": 0.001)", R"("lr": -1)"), "train.optimizer.lr");
+}
+
+TEST(JobSpecTest, MissingSectionsAndBadKindsAreNamed) {
+  ExpectInvalid(R"({"model": {"kind": "gpt"}})", "data");
+  ExpectInvalid(Edit(R"("kind": "addition")", R"("kind": "images")"), "data.kind");
+  ExpectInvalid(Edit(R"("kind": "gpt")", R"("kind": "rnn")"), "model.kind");
+  ExpectInvalid(Edit(R"("digits": 2)", R"("digits": 9)"), "data.digits");
+  ExpectInvalid("not json", "job spec");
+}
+
+TEST(JobSpecTest, ShippedExamplesAreValid) {
+  for (const char* name : {"addition.json", "text.json"}) {
+    auto spec = LoadJobSpec(std::string(SHARDLINE_SOURCE_DIR) + "/examples/" + name);
+    EXPECT_TRUE(spec.ok()) << name << ": " << spec.status();
+  }
+  EXPECT_EQ(LoadJobSpec("/nonexistent/spec.json").status().code(), absl::StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace shardline::common

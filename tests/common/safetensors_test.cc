@@ -1,0 +1,68 @@
+#include "common/safetensors.h"
+
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace shardline::common {
+namespace {
+
+SafetensorsContents Sample() {
+  SafetensorsContents c;
+  const std::vector<float> a = {1.5f, -2.0f, 3.25f, 0.0f, 7.0f, -1.0f};
+  c.tensors.emplace("b.weight", *Tensor::FromValues<float>({2, 3}, a));
+  const std::vector<int32_t> ids = {4, 5, 6};
+  c.tensors.emplace("a.ids", *Tensor::FromValues<int32_t>({3}, ids));
+  c.tensors.emplace("c.half", *(*Tensor::FromValues<float>({2}, std::vector<float>{0.5f, 2.0f}))
+                                   .ConvertTo(DType::kBF16));
+  c.metadata = {{"spec", "{\"name\": \"x\"}\n\t"}, {"format", "pt"}};
+  return c;
+}
+
+TEST(SafetensorsTest, RoundTripsTensorsAndMetadata) {
+  auto bytes = SerializeSafetensors(Sample());
+  ASSERT_TRUE(bytes.ok());
+  EXPECT_EQ((bytes->size() - 8 - 24 - 12 - 4) % 8, 0u) << "header padded to 8 bytes";
+  auto back = ParseSafetensors(*bytes);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->metadata, Sample().metadata);
+  ASSERT_EQ(back->tensors.size(), 3u);
+  const Tensor& w = back->tensors.at("b.weight");
+  EXPECT_EQ(w.shape(), (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(w.values<float>()[2], 3.25f);
+  EXPECT_EQ(back->tensors.at("a.ids").values<int32_t>()[1], 5);
+  EXPECT_EQ(back->tensors.at("c.half").dtype(), DType::kBF16);
+}
+
+TEST(SafetensorsTest, SameTensorsGiveSameBytes) {
+  EXPECT_EQ(*SerializeSafetensors(Sample()), *SerializeSafetensors(Sample()));
+}
+
+TEST(SafetensorsTest, CorruptFilesAreRejected) {
+  const std::string good = *SerializeSafetensors(Sample());
+  EXPECT_FALSE(ParseSafetensors(good.substr(0, 5)).ok());
+  EXPECT_FALSE(ParseSafetensors(good.substr(0, good.size() - 1)).ok()) << "truncated data";
+  EXPECT_FALSE(ParseSafetensors(good + "x").ok()) << "trailing bytes";
+  std::string huge_header = good;
+  huge_header[5] = 0x7f;
+  EXPECT_FALSE(ParseSafetensors(huge_header).ok());
+  std::string bad_dtype = good;
+  bad_dtype.replace(bad_dtype.find("\"F32\""), 5, "\"F64\"");
+  EXPECT_FALSE(ParseSafetensors(bad_dtype).ok());
+  std::string bad_json = good;
+  bad_json[8] = '[';
+  EXPECT_FALSE(ParseSafetensors(bad_json).ok());
+}
+
+TEST(SafetensorsTest, WritesAtomicallyAndReadsBack) {
+  const std::string path = ::testing::TempDir() + "/weights.safetensors";
+  ASSERT_TRUE(WriteSafetensors(path, Sample()).ok());
+  auto back = ReadSafetensors(path);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->tensors.size(), 3u);
+  EXPECT_EQ(ReadSafetensors(path + ".missing").status().code(), absl::StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace shardline::common

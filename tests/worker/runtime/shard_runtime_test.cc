@@ -1,0 +1,142 @@
+#include "worker/runtime/shard_runtime.h"
+
+#include <cmath>
+#include <map>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tests/worker/nn/nn_test_util.h"
+#include "worker/data/data_source.h"
+
+namespace shardline::worker::runtime {
+namespace {
+
+class ShardRuntimeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    backend_ = testing::CpuBackend();
+    spec_ = testing::TinySpec();
+    config_ = nn::ModelConfig::FromSpec(spec_.model());
+    data_ = std::move(*data::CreateDataSource(spec_));
+    batch_ = data_->TrainBatch(1, 0, 4);
+  }
+  std::unique_ptr<ShardRuntime> Make(int begin, int end) {
+    auto runtime = ShardRuntime::Create(*backend_, config_, begin, end, 5,
+                                        nn::OptimizerConfig::FromSpec(spec_.train()));
+    EXPECT_TRUE(runtime.ok()) << runtime.status();
+    return std::move(*runtime);
+  }
+  ShardRuntime::Inputs Inputs(const data::Batch& b, float scale) {
+    return ShardRuntime::Inputs{b.batch, b.t, b.ids, b.targets, scale, {}};
+  }
+  std::map<std::string, std::vector<float>> Grads(ShardRuntime& runtime) {
+    std::map<std::string, std::vector<float>> out;
+    for (nn::Parameter* p : runtime.parameters()) {
+      std::vector<float> g(p->count());
+      EXPECT_TRUE(backend_->CopyToHost(DeviceSpan<const float>(p->g()), absl::Span<float>(g)).ok());
+      out[p->name] = std::move(g);
+    }
+    return out;
+  }
+
+  std::unique_ptr<Backend> backend_;
+  shardline::v1::JobSpec spec_;
+  nn::ModelConfig config_;
+  std::unique_ptr<data::DataSource> data_;
+  data::Batch batch_;
+};
+
+TEST_F(ShardRuntimeTest, OneMicroBatchOrFourGiveTheSameLossAndGradients) {
+  const float scale = static_cast<float>(1.0 / batch_.target_count());
+  auto whole = Make(0, config_.units());
+  ASSERT_TRUE(whole->Forward(0, Inputs(batch_, scale)).ok());
+  const double loss = *whole->Loss(0);
+  ASSERT_TRUE(whole->Backward(0, {}).ok());
+
+  auto split = Make(0, config_.units());
+  double split_loss = 0;
+  for (int k = 0; k < 4; ++k) {  // one sequence per micro-batch
+    data::Batch part = data_->TrainBatch(1, k, 1);
+    ASSERT_TRUE(split->Forward(k, Inputs(part, scale)).ok());
+    split_loss += *split->Loss(k);
+    ASSERT_TRUE(split->Backward(k, {}).ok());
+  }
+  EXPECT_NEAR(split_loss, loss, 1e-5 * std::fabs(loss));
+  const auto a = Grads(*whole), b = Grads(*split);
+  for (const auto& [name, g] : a) {
+    for (size_t i = 0; i < g.size(); ++i) {
+      ASSERT_NEAR(b.at(name)[i], g[i], 1e-5 + 1e-5 * std::fabs(g[i])) << name << "[" << i << "]";
+    }
+  }
+}
+
+TEST_F(ShardRuntimeTest, TwoStagesChainedMatchOneRuntimeExactly) {
+  const float scale = static_cast<float>(1.0 / batch_.target_count());
+  auto whole = Make(0, config_.units());
+  ASSERT_TRUE(whole->Forward(0, Inputs(batch_, scale)).ok());
+  const double loss = *whole->Loss(0);
+  ASSERT_TRUE(whole->Backward(0, {}).ok());
+
+  auto first = Make(0, 2), second = Make(2, config_.units());
+  const size_t acts = static_cast<size_t>(batch_.batch * batch_.t * first->output_width());
+  std::vector<float> activations(acts), grad(acts);
+  ShardRuntime::Inputs in0 = Inputs(batch_, scale);
+  in0.targets = {};
+  ASSERT_TRUE(first->Forward(0, in0, absl::Span<float>(activations)).ok());
+  ShardRuntime::Inputs in1 = Inputs(batch_, scale);
+  in1.ids = {};
+  in1.activations = activations;
+  ASSERT_TRUE(second->Forward(0, in1).ok());
+  EXPECT_EQ(*second->Loss(0), loss);
+  ASSERT_TRUE(second->Backward(0, {}, absl::Span<float>(grad)).ok());
+  ASSERT_TRUE(first->Backward(0, grad).ok());
+
+  auto expected = Grads(*whole);
+  auto got = Grads(*first);
+  for (auto& [name, g] : Grads(*second)) got[name] = g;
+  EXPECT_EQ(got, expected);
+}
+
+TEST_F(ShardRuntimeTest, CountsHeldMicroBatches) {
+  auto runtime = Make(0, config_.units());
+  for (int k = 0; k < 3; ++k) ASSERT_TRUE(runtime->Forward(k, Inputs(batch_, 0.1f)).ok());
+  EXPECT_EQ(runtime->slots_held(), 3u);
+  ASSERT_TRUE(runtime->Backward(1, {}).ok());
+  EXPECT_EQ(runtime->slots_held(), 2u);
+  EXPECT_EQ(runtime->peak_slots_held(), 3u);
+  runtime->ResetPeakSlots();
+  EXPECT_EQ(runtime->peak_slots_held(), 2u);
+}
+
+TEST_F(ShardRuntimeTest, BadInputsAreRefusedAndTheRuntimeKeepsWorking) {
+  auto runtime = Make(0, config_.units());
+  ShardRuntime::Inputs in = Inputs(batch_, 0.1f);
+  in.t = config_.context + 1;
+  EXPECT_EQ(runtime->Forward(0, in).code(), absl::StatusCode::kInvalidArgument);
+  in = Inputs(batch_, 0.1f);
+  in.ids = absl::Span<const int32_t>(batch_.ids).subspan(1);
+  EXPECT_EQ(runtime->Forward(0, in).code(), absl::StatusCode::kInvalidArgument);
+  std::vector<int32_t> bad_ids = batch_.ids;
+  bad_ids[3] = 99;  // outside the vocabulary
+  in = Inputs(batch_, 0.1f);
+  in.ids = bad_ids;
+  EXPECT_EQ(runtime->Forward(0, in).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(runtime->slots_held(), 0u) << "a failed forward frees its slot";
+  EXPECT_EQ(runtime->Backward(7, {}).code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(runtime->Forward(0, Inputs(batch_, 0.1f)).ok());
+  EXPECT_EQ(runtime->Forward(0, Inputs(batch_, 0.1f)).code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_TRUE(runtime->Backward(0, {}).ok());
+
+  auto middle = Make(1, 2);
+  ShardRuntime::Inputs targets_in_middle{1, 3, {}, {}, 1.0f, {}};
+  std::vector<float> x(3 * config_.d_model);
+  std::vector<int32_t> targets(3, 1);
+  targets_in_middle.activations = x;
+  targets_in_middle.targets = targets;
+  EXPECT_EQ(middle->Forward(0, targets_in_middle).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ShardRuntime::Create(*backend_, config_, 0, config_.units() + 1, 5, {}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace shardline::worker::runtime

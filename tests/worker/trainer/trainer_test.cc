@@ -1,0 +1,117 @@
+#include "worker/trainer/trainer.h"
+
+#include <cmath>
+#include <fstream>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tests/worker/nn/nn_test_util.h"
+
+namespace shardline::worker::trainer {
+namespace {
+
+std::vector<double> Losses(const shardline::v1::JobSpec& spec, int steps, Backend& backend) {
+  auto trainer = Trainer::Create(spec, backend);
+  EXPECT_TRUE(trainer.ok()) << trainer.status();
+  std::vector<double> losses;
+  for (int step = 1; step <= steps; ++step) {
+    auto result = (*trainer)->TrainStep(step);
+    EXPECT_TRUE(result.ok()) << result.status();
+    losses.push_back(result->loss);
+  }
+  return losses;
+}
+
+TEST(TrainerTest, TwoRunsGiveBitIdenticalLosses) {
+  auto backend = testing::CpuBackend();
+  const auto spec = testing::TinySpec();
+  EXPECT_EQ(Losses(spec, 12, *backend), Losses(spec, 12, *backend));
+}
+
+TEST(TrainerTest, MicroBatchCountDoesNotChangeTraining) {
+  auto backend = testing::CpuBackend();
+  const auto one = Losses(testing::TinySpec(/*micro_batches=*/1), 8, *backend);
+  const auto eight = Losses(testing::TinySpec(/*micro_batches=*/8), 8, *backend);
+  ASSERT_EQ(one.size(), eight.size());
+  for (size_t i = 0; i < one.size(); ++i) {
+    EXPECT_NEAR(eight[i], one[i], 1e-5 * std::fabs(one[i])) << "step " << i + 1;
+  }
+}
+
+TEST(TrainerTest, AdditionLossFallsWithEitherOptimizer) {
+  auto backend = testing::CpuBackend();
+  for (const char* optimizer : {"adamw", "sgd"}) {
+    auto spec = testing::TinySpec(2, 16, optimizer);
+    if (std::string(optimizer) == "sgd") spec.mutable_train()->mutable_optimizer()->set_lr(0.3);
+    const auto losses = Losses(spec, 40, *backend);
+    EXPECT_LT(losses.back(), 0.8 * losses.front()) << optimizer;
+  }
+}
+
+TEST(TrainerTest, AdditionEvaluationDecodesHeldOutProblems) {
+  auto backend = testing::CpuBackend();
+  auto spec = testing::TinySpec();
+  spec.mutable_train()->set_eval_examples(50);
+  auto trainer = Trainer::Create(spec, *backend);
+  ASSERT_TRUE(trainer.ok());
+  auto eval = (*trainer)->Evaluate();
+  ASSERT_TRUE(eval.ok()) << eval.status();
+  EXPECT_TRUE(eval->exact_match);
+  EXPECT_EQ(eval->examples, 50);
+  EXPECT_GE(eval->accuracy, 0.0);
+  EXPECT_LT(eval->accuracy, 0.2) << "an untrained model cannot add";
+}
+
+TEST(TrainerTest, TextBytesTrainsAndReportsValidationLoss) {
+  const std::string path = ::testing::TempDir() + "/corpus.txt";
+  {
+    std::ofstream file(path);
+    for (int i = 0; i < 200; ++i) file << "the quick brown fox jumps over the lazy dog " << i << "\n";
+  }
+  auto spec = testing::TinySpec();
+  auto* model = spec.mutable_model();
+  model->set_vocab_size(256);
+  model->set_context(16);
+  spec.mutable_data()->Clear();
+  spec.mutable_data()->set_kind("text_bytes");
+  spec.mutable_data()->set_path(path);
+  spec.mutable_data()->set_val_fraction(0.1);
+  spec.mutable_train()->set_eval_examples(20);
+  auto backend = testing::CpuBackend();
+  auto trainer = Trainer::Create(spec, *backend);
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  auto before = (*trainer)->Evaluate();
+  ASSERT_TRUE(before.ok()) << before.status();
+  EXPECT_FALSE(before->exact_match);
+  EXPECT_NEAR(before->val_loss, std::log(256.0), 0.5) << "untrained: about uniform over bytes";
+  EXPECT_NEAR(before->bits_per_byte, before->val_loss / std::log(2.0), 1e-12);
+  for (int step = 1; step <= 30; ++step) ASSERT_TRUE((*trainer)->TrainStep(step).ok());
+  auto after = (*trainer)->Evaluate();
+  ASSERT_TRUE(after.ok());
+  EXPECT_LT(after->val_loss, before->val_loss - 1.0);
+}
+
+TEST(TrainerTest, BadDataPathsAreClearErrors) {
+  auto backend = testing::CpuBackend();
+  auto spec = testing::TinySpec();
+  spec.mutable_model()->set_vocab_size(256);
+  spec.mutable_data()->Clear();
+  spec.mutable_data()->set_kind("text_bytes");
+  spec.mutable_data()->set_path("/nonexistent/corpus.txt");
+  spec.mutable_data()->set_val_fraction(0.1);
+  auto missing = Trainer::Create(spec, *backend);
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(missing.status().message().find("/nonexistent/corpus.txt"), std::string::npos);
+  const std::string empty = ::testing::TempDir() + "/empty.txt";
+  std::ofstream(empty).close();
+  spec.mutable_data()->set_path(empty);
+  EXPECT_EQ(Trainer::Create(spec, *backend).status().code(), absl::StatusCode::kInvalidArgument);
+  auto small_vocab = testing::TinySpec();
+  small_vocab.mutable_model()->set_vocab_size(12);
+  auto refused = Trainer::Create(small_vocab, *backend);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("model.vocab_size"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace shardline::worker::trainer

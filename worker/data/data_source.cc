@@ -1,0 +1,34 @@
+#include "worker/data/data_source.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "worker/data/addition_data.h"
+#include "worker/data/text_bytes_data.h"
+
+namespace shardline::worker::data {
+
+absl::StatusOr<std::unique_ptr<DataSource>> CreateDataSource(const shardline::v1::JobSpec& spec) {
+  const auto& d = spec.data();
+  std::unique_ptr<DataSource> source;
+  if (d.kind() == "addition") {
+    source = std::make_unique<AdditionData>(d.digits(), d.holdout_fraction(), spec.train().seed());
+  } else if (d.kind() == "text_bytes") {
+    ASSIGN_OR_RETURN(source, TextBytesData::Load(d.path(), d.val_fraction(), spec.model().context(),
+                                                 spec.train().seed()));
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat("data.kind: unknown '", d.kind(), "'"));
+  }
+  if (spec.model().vocab_size() < source->vocab_needed()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model.vocab_size is ", spec.model().vocab_size(), " but data.kind '", d.kind(),
+                     "' emits ", source->vocab_needed(), " distinct tokens"));
+  }
+  if (spec.model().context() < source->sequence_length()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model.context is ", spec.model().context(), " but data.kind '", d.kind(),
+                     "' needs sequences of ", source->sequence_length(), " tokens"));
+  }
+  return source;
+}
+
+}  // namespace shardline::worker::data

@@ -1,0 +1,60 @@
+// DataSource produces training batches as a pure function of
+// (seed, step, micro-batch): the same call gives the same tokens on every
+// stage, process and run (design brief §4). Each sequence is keyed by its
+// place in the global batch (micro_batch · sequences + i), so the global
+// batch of a step does not depend on how it is split into micro-batches. It also describes its held-out
+// evaluation. Implementations: AdditionData, TextBytesData; create one with
+// CreateDataSource(). Thread-safe: every method is const and pure.
+#ifndef SHARDLINE_WORKER_DATA_DATA_SOURCE_H_
+#define SHARDLINE_WORKER_DATA_DATA_SOURCE_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "shardline/v1/job.pb.h"
+
+namespace shardline::worker::data {
+
+// A [batch × t] block of token ids and next-token targets (< 0: not scored).
+struct Batch {
+  int64_t batch = 0;
+  int64_t t = 0;
+  std::vector<int32_t> ids;
+  std::vector<int32_t> targets;
+  int64_t target_count() const;  // targets ≥ 0
+};
+
+// What evaluation means for a data set.
+struct EvalSet {
+  enum class Kind { kExactMatch, kLoss };
+  Kind kind = Kind::kLoss;
+  // kExactMatch: greedy-decode len(answers[i]) tokens after prompts[i]; all
+  // prompts have the same length.
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::vector<int32_t>> answers;
+  // kLoss: mean loss over the targets of these batches.
+  std::vector<Batch> batches;
+};
+
+class DataSource {
+ public:
+  virtual ~DataSource() = default;
+  // Tokens per training sequence (t of every training batch).
+  virtual int64_t sequence_length() const = 0;
+  // Smallest vocabulary that holds every token this source emits.
+  virtual int64_t vocab_needed() const = 0;
+  // `sequences` sequences for micro-batch `micro_batch` of step `step`.
+  virtual Batch TrainBatch(int64_t step, int micro_batch, int64_t sequences) const = 0;
+  // Up to `max_examples` held-out examples (prompts or sequences).
+  virtual EvalSet MakeEvalSet(int max_examples) const = 0;
+};
+
+// Builds the source the spec names and checks it against the model
+// (vocabulary, context). Errors name the spec field.
+absl::StatusOr<std::unique_ptr<DataSource>> CreateDataSource(const shardline::v1::JobSpec& spec);
+
+}  // namespace shardline::worker::data
+
+#endif  // SHARDLINE_WORKER_DATA_DATA_SOURCE_H_

@@ -1,0 +1,124 @@
+#include "worker/nn/block_layer.h"
+
+#include "common/status_macros.h"
+#include "worker/backend/attention.h"
+
+namespace shardline::worker::nn {
+
+absl::StatusOr<std::unique_ptr<BlockLayer>> BlockLayer::Create(Backend& backend,
+                                                               const ModelConfig& config,
+                                                               int index, uint64_t seed) {
+  std::unique_ptr<BlockLayer> layer(new BlockLayer(backend, config, index));
+  const std::string& p = layer->name_;
+  const int64_t c = config.d_model;
+  ASSIGN_OR_RETURN(layer->ln1_weight_, CreateParameter(backend, seed, p + ".ln1.weight", {c},
+                                                       InitKind::kOnes, 0.0f, false));
+  ASSIGN_OR_RETURN(layer->ln1_bias_, CreateParameter(backend, seed, p + ".ln1.bias", {c},
+                                                     InitKind::kZeros, 0.0f, false));
+  ASSIGN_OR_RETURN(layer->qkv_, Linear::Create(backend, seed, p + ".attn.qkv", c, 3 * c, true,
+                                               config.init_std()));
+  ASSIGN_OR_RETURN(layer->proj_, Linear::Create(backend, seed, p + ".attn.proj", c, c, true,
+                                                config.residual_std()));
+  ASSIGN_OR_RETURN(layer->ln2_weight_, CreateParameter(backend, seed, p + ".ln2.weight", {c},
+                                                       InitKind::kOnes, 0.0f, false));
+  ASSIGN_OR_RETURN(layer->ln2_bias_, CreateParameter(backend, seed, p + ".ln2.bias", {c},
+                                                     InitKind::kZeros, 0.0f, false));
+  ASSIGN_OR_RETURN(layer->fc_, Linear::Create(backend, seed, p + ".mlp.fc", c, 4 * c, true,
+                                              config.init_std()));
+  ASSIGN_OR_RETURN(layer->mlp_proj_, Linear::Create(backend, seed, p + ".mlp.proj", 4 * c, c, true,
+                                                    config.residual_std()));
+  return layer;
+}
+
+std::vector<Parameter*> BlockLayer::parameters() {
+  std::vector<Parameter*> out = {&ln1_weight_, &ln1_bias_};
+  qkv_.AppendParameters(out);
+  proj_.AppendParameters(out);
+  out.push_back(&ln2_weight_);
+  out.push_back(&ln2_bias_);
+  fc_.AppendParameters(out);
+  mlp_proj_.AppendParameters(out);
+  return out;
+}
+
+absl::Status BlockLayer::EnsureScratch(int64_t rows, int64_t probs) {
+  const size_t c = static_cast<size_t>(config_.d_model), n = static_cast<size_t>(rows);
+  RETURN_IF_ERROR(EnsureFloats(backend_, tmp_c_, n * c));
+  RETURN_IF_ERROR(EnsureFloats(backend_, tmp_3c_, n * 3 * c));
+  RETURN_IF_ERROR(EnsureFloats(backend_, tmp_4c_a_, n * 4 * c));
+  RETURN_IF_ERROR(EnsureFloats(backend_, tmp_4c_b_, n * 4 * c));
+  return EnsureFloats(backend_, tmp_probs_, static_cast<size_t>(probs));
+}
+
+absl::Status BlockLayer::Forward(const MicroBatch& mb, DeviceSpan<const float> x,
+                                 DeviceSpan<float> y) {
+  const int64_t n = mb.rows(), c = config_.d_model;
+  const size_t nc = static_cast<size_t>(n * c);
+  const AttentionShape attn{mb.batch, mb.t, config_.heads, config_.head_dim()};
+  const int64_t probs = mb.batch * config_.heads * mb.t * mb.t;
+  RETURN_IF_ERROR(EnsureScratch(n, probs));
+  ASSIGN_OR_RETURN(Saved * s, saved_.Acquire(mb.slot));
+  for (auto [buffer, floats] : {std::pair{&s->h1, nc}, {&s->stats1, 2 * static_cast<size_t>(n)},
+                                {&s->qkv, 3 * nc}, {&s->probs, static_cast<size_t>(probs)},
+                                {&s->att, nc}, {&s->r1, nc}, {&s->h2, nc},
+                                {&s->stats2, 2 * static_cast<size_t>(n)}, {&s->f, 4 * nc},
+                                {&s->g, 4 * nc}}) {
+    RETURN_IF_ERROR(EnsureFloats(backend_, *buffer, floats));
+  }
+  auto f32 = [](DeviceBuffer& b) { return b.span<float>(); };
+  const LayerNormShape ln{n, c, 1e-5f};
+  auto mean1 = f32(s->stats1).subspan(0, n), rstd1 = f32(s->stats1).subspan(n, n);
+  auto mean2 = f32(s->stats2).subspan(0, n), rstd2 = f32(s->stats2).subspan(n, n);
+  DeviceSpan<float> tmp = f32(tmp_c_);
+
+  RETURN_IF_ERROR(backend_.LayerNormForward(ln, x, ln1_weight_.v(), ln1_bias_.v(), f32(s->h1),
+                                            mean1, rstd1));
+  RETURN_IF_ERROR(qkv_.Forward(backend_, f32(s->h1), n, f32(s->qkv)));
+  RETURN_IF_ERROR(AttentionForward(backend_, attn, f32(s->qkv), f32(s->att), f32(s->probs)));
+  RETURN_IF_ERROR(proj_.Forward(backend_, f32(s->att), n, tmp));
+  RETURN_IF_ERROR(backend_.Add(x, tmp.subspan(0, nc), f32(s->r1)));
+  RETURN_IF_ERROR(backend_.LayerNormForward(ln, f32(s->r1), ln2_weight_.v(), ln2_bias_.v(),
+                                            f32(s->h2), mean2, rstd2));
+  RETURN_IF_ERROR(fc_.Forward(backend_, f32(s->h2), n, f32(s->f)));
+  RETURN_IF_ERROR(backend_.GeluForward(f32(s->f).subspan(0, 4 * nc), f32(s->g)));
+  RETURN_IF_ERROR(mlp_proj_.Forward(backend_, f32(s->g), n, tmp));
+  return backend_.Add(f32(s->r1).subspan(0, nc), tmp.subspan(0, nc), y);
+}
+
+absl::Status BlockLayer::Backward(const MicroBatch& mb, DeviceSpan<const float> x,
+                                  DeviceSpan<const float> dy, DeviceSpan<float> dx) {
+  const int64_t n = mb.rows(), c = config_.d_model;
+  const size_t nc = static_cast<size_t>(n * c);
+  const AttentionShape attn{mb.batch, mb.t, config_.heads, config_.head_dim()};
+  RETURN_IF_ERROR(EnsureScratch(n, mb.batch * config_.heads * mb.t * mb.t));
+  ASSIGN_OR_RETURN(Saved * s, saved_.Find(mb.slot));
+  auto f32 = [](DeviceBuffer& b) { return b.span<float>(); };
+  const LayerNormShape ln{n, c, 1e-5f};
+  auto mean1 = f32(s->stats1).subspan(0, n), rstd1 = f32(s->stats1).subspan(n, n);
+  auto mean2 = f32(s->stats2).subspan(0, n), rstd2 = f32(s->stats2).subspan(n, n);
+  DeviceSpan<float> dc = f32(tmp_c_).subspan(0, nc);
+  DeviceSpan<float> dg = f32(tmp_4c_a_).subspan(0, 4 * nc), df = f32(tmp_4c_b_).subspan(0, 4 * nc);
+  DeviceSpan<float> dqkv = f32(tmp_3c_).subspan(0, 3 * nc);
+
+  // dx accumulates the residual stream's gradient: dy, then both branches.
+  RETURN_IF_ERROR(backend_.CopyOnDevice(dy.subspan(0, nc), dx));
+  // MLP branch.
+  RETURN_IF_ERROR(mlp_proj_.Backward(backend_, f32(s->g), dy, n, dg));
+  RETURN_IF_ERROR(backend_.Fill(df, 0.0f));
+  RETURN_IF_ERROR(backend_.GeluBackward(f32(s->f).subspan(0, 4 * nc), dg, df));
+  RETURN_IF_ERROR(fc_.Backward(backend_, f32(s->h2), df, n, dc));
+  RETURN_IF_ERROR(backend_.LayerNormBackward(ln, f32(s->r1), ln2_weight_.v(), mean2, rstd2, dc,
+                                             dx, ln2_weight_.g(), ln2_bias_.g()));
+  // Attention branch; dx now holds the full gradient of r1.
+  RETURN_IF_ERROR(proj_.Backward(backend_, f32(s->att), dx, n, dc));
+  RETURN_IF_ERROR(backend_.Fill(dqkv, 0.0f));
+  RETURN_IF_ERROR(AttentionBackward(backend_, attn, f32(s->qkv), f32(s->probs), dc, dqkv,
+                                    f32(tmp_probs_)));
+  RETURN_IF_ERROR(qkv_.Backward(backend_, f32(s->h1), dqkv, n, dc));
+  RETURN_IF_ERROR(backend_.LayerNormBackward(ln, x, ln1_weight_.v(), mean1, rstd1, dc, dx,
+                                             ln1_weight_.g(), ln1_bias_.g()));
+  saved_.Release(mb.slot);
+  return absl::OkStatus();
+}
+
+}  // namespace shardline::worker::nn

@@ -1,0 +1,58 @@
+// BlockLayer is one pre-LayerNorm transformer block (GPT-2):
+//   r = x + proj(attention(qkv(ln1(x))));  y = r + mlp.proj(gelu(mlp.fc(ln2(r))))
+// with causal multi-head self-attention. Parameters are named
+// blocks.<i>.{ln1,attn.qkv,attn.proj,ln2,mlp.fc,mlp.proj}.{weight,bias}.
+// Saved activations per slot (floats, N = batch·t tokens, C = width):
+// 12·N·C + 4·N + batch·heads·t². Not thread-safe.
+#ifndef SHARDLINE_WORKER_NN_BLOCK_LAYER_H_
+#define SHARDLINE_WORKER_NN_BLOCK_LAYER_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "worker/nn/layer.h"
+#include "worker/nn/linear.h"
+#include "worker/nn/model_config.h"
+#include "worker/nn/slot_store.h"
+
+namespace shardline::worker::nn {
+
+class BlockLayer final : public Layer {
+ public:
+  static absl::StatusOr<std::unique_ptr<BlockLayer>> Create(Backend& backend,
+                                                            const ModelConfig& config, int index,
+                                                            uint64_t seed);
+
+  const std::string& name() const override { return name_; }
+  std::vector<Parameter*> parameters() override;
+  int64_t input_width() const override { return config_.d_model; }
+  int64_t output_width() const override { return config_.d_model; }
+  absl::Status Forward(const MicroBatch& mb, DeviceSpan<const float> x,
+                       DeviceSpan<float> y) override;
+  absl::Status Backward(const MicroBatch& mb, DeviceSpan<const float> x,
+                        DeviceSpan<const float> dy, DeviceSpan<float> dx) override;
+  void Discard(int slot) override { saved_.Release(slot); }
+
+ private:
+  struct Saved {
+    DeviceBuffer h1, stats1, qkv, probs, att, r1, h2, stats2, f, g;
+  };
+
+  BlockLayer(Backend& backend, const ModelConfig& config, int index)
+      : backend_(backend), config_(config), name_("blocks." + std::to_string(index)) {}
+  absl::Status EnsureScratch(int64_t rows, int64_t probs);
+
+  Backend& backend_;
+  const ModelConfig config_;
+  const std::string name_;
+  Parameter ln1_weight_, ln1_bias_, ln2_weight_, ln2_bias_;
+  Linear qkv_, proj_, fc_, mlp_proj_;
+  SlotStore<Saved> saved_;
+  // Shared by every slot: temporaries of one Forward or Backward call.
+  DeviceBuffer tmp_c_, tmp_4c_a_, tmp_4c_b_, tmp_3c_, tmp_probs_;
+};
+
+}  // namespace shardline::worker::nn
+
+#endif  // SHARDLINE_WORKER_NN_BLOCK_LAYER_H_

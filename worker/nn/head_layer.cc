@@ -1,0 +1,82 @@
+#include "worker/nn/head_layer.h"
+
+#include "common/status_macros.h"
+
+namespace shardline::worker::nn {
+
+absl::StatusOr<std::unique_ptr<HeadLayer>> HeadLayer::Create(Backend& backend,
+                                                             const ModelConfig& config,
+                                                             uint64_t seed) {
+  std::unique_ptr<HeadLayer> layer(new HeadLayer(backend, config));
+  const int64_t c = config.d_model;
+  ASSIGN_OR_RETURN(layer->norm_weight_, CreateParameter(backend, seed, "ln_f.weight", {c},
+                                                        InitKind::kOnes, 0.0f, false));
+  ASSIGN_OR_RETURN(layer->norm_bias_, CreateParameter(backend, seed, "ln_f.bias", {c},
+                                                      InitKind::kZeros, 0.0f, false));
+  ASSIGN_OR_RETURN(layer->lm_head_, Linear::Create(backend, seed, "lm_head", c, config.vocab,
+                                                   /*bias=*/false, config.init_std()));
+  return layer;
+}
+
+std::vector<Parameter*> HeadLayer::parameters() {
+  std::vector<Parameter*> out = {&norm_weight_, &norm_bias_};
+  lm_head_.AppendParameters(out);
+  return out;
+}
+
+absl::Status HeadLayer::Forward(const MicroBatch& mb, DeviceSpan<const float> x,
+                                DeviceSpan<float> y) {
+  const int64_t n = mb.rows(), c = config_.d_model, v = config_.vocab;
+  ASSIGN_OR_RETURN(Saved * s, saved_.Acquire(mb.slot));
+  RETURN_IF_ERROR(EnsureFloats(backend_, s->h, static_cast<size_t>(n * c)));
+  RETURN_IF_ERROR(EnsureFloats(backend_, s->stats, static_cast<size_t>(2 * n)));
+  RETURN_IF_ERROR(EnsureFloats(backend_, s->logits, static_cast<size_t>(n * v)));
+  RETURN_IF_ERROR(EnsureFloats(backend_, s->losses, static_cast<size_t>(n)));
+  auto stats = s->stats.span<float>();
+  const LayerNormShape ln{n, c, 1e-5f};
+  RETURN_IF_ERROR(backend_.LayerNormForward(ln, x, norm_weight_.v(), norm_bias_.v(),
+                                            s->h.span<float>(), stats.subspan(0, n),
+                                            stats.subspan(n, n)));
+  auto logits = s->logits.span<float>().subspan(0, static_cast<size_t>(n * v));
+  RETURN_IF_ERROR(lm_head_.Forward(backend_, s->h.span<float>(), n, logits));
+  if (!y.empty()) RETURN_IF_ERROR(backend_.CopyOnDevice(DeviceSpan<const float>(logits), y));
+  if (mb.targets.empty()) return absl::OkStatus();
+
+  const CrossEntropyShape ce{n, v};
+  RETURN_IF_ERROR(backend_.CrossEntropyForward(ce, logits, mb.targets, s->losses.span<float>()));
+  host_losses_.resize(static_cast<size_t>(n));
+  RETURN_IF_ERROR(backend_.CopyToHost(
+      DeviceSpan<const float>(s->losses.span<float>().subspan(0, static_cast<size_t>(n))),
+      absl::Span<float>(host_losses_)));
+  // Ignored tokens have loss 0, so the plain sum counts only the targets.
+  double sum = 0.0;
+  for (float loss : host_losses_) sum += loss;
+  if (mb.loss != nullptr) *mb.loss += sum * mb.loss_scale;
+  return absl::OkStatus();
+}
+
+absl::Status HeadLayer::Backward(const MicroBatch& mb, DeviceSpan<const float> x,
+                                 DeviceSpan<const float> dy, DeviceSpan<float> dx) {
+  if (mb.targets.empty()) {
+    return absl::FailedPreconditionError("head backward needs the micro-batch's targets");
+  }
+  const int64_t n = mb.rows(), c = config_.d_model, v = config_.vocab;
+  ASSIGN_OR_RETURN(Saved * s, saved_.Find(mb.slot));
+  RETURN_IF_ERROR(EnsureFloats(backend_, dlogits_, static_cast<size_t>(n * v)));
+  RETURN_IF_ERROR(EnsureFloats(backend_, dh_, static_cast<size_t>(n * c)));
+  auto dlogits = dlogits_.span<float>().subspan(0, static_cast<size_t>(n * v));
+  auto dh = dh_.span<float>().subspan(0, static_cast<size_t>(n * c));
+  RETURN_IF_ERROR(backend_.Fill(dlogits, 0.0f));
+  RETURN_IF_ERROR(backend_.CrossEntropyBackward(CrossEntropyShape{n, v}, s->logits.span<float>(),
+                                                mb.targets, mb.loss_scale, dlogits));
+  RETURN_IF_ERROR(lm_head_.Backward(backend_, s->h.span<float>(), dlogits, n, dh));
+  RETURN_IF_ERROR(backend_.Fill(dx.subspan(0, static_cast<size_t>(n * c)), 0.0f));
+  auto stats = s->stats.span<float>();
+  RETURN_IF_ERROR(backend_.LayerNormBackward(LayerNormShape{n, c, 1e-5f}, x, norm_weight_.v(),
+                                             stats.subspan(0, n), stats.subspan(n, n), dh, dx,
+                                             norm_weight_.g(), norm_bias_.g()));
+  saved_.Release(mb.slot);
+  return absl::OkStatus();
+}
+
+}  // namespace shardline::worker::nn

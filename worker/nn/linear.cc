@@ -1,0 +1,57 @@
+#include "worker/nn/linear.h"
+
+#include "common/status_macros.h"
+
+namespace shardline::worker::nn {
+
+absl::StatusOr<Linear> Linear::Create(Backend& backend, uint64_t seed, const std::string& prefix,
+                                      int64_t in, int64_t out, bool bias, float std) {
+  Linear linear;
+  linear.in_ = in;
+  linear.out_ = out;
+  ASSIGN_OR_RETURN(linear.weight_, CreateParameter(backend, seed, prefix + ".weight", {out, in},
+                                                   InitKind::kNormal, std, /*decay=*/true));
+  linear.has_bias_ = bias;
+  if (bias) {
+    ASSIGN_OR_RETURN(linear.bias_, CreateParameter(backend, seed, prefix + ".bias", {out},
+                                                   InitKind::kZeros, 0.0f, /*decay=*/false));
+  }
+  return linear;
+}
+
+absl::Status Linear::Forward(Backend& backend, DeviceSpan<const float> x, int64_t rows,
+                             DeviceSpan<float> y) {
+  GemmShape g;  // [rows × in] · [in × out]
+  g.trans_b = true;
+  g.m = rows;
+  g.n = out_;
+  g.k = in_;
+  RETURN_IF_ERROR(backend.Gemm(g, x, weight_.v(), y));
+  if (has_bias_) RETURN_IF_ERROR(backend.BiasAdd(y, bias_.v(), rows, out_));
+  return absl::OkStatus();
+}
+
+absl::Status Linear::Backward(Backend& backend, DeviceSpan<const float> x,
+                              DeviceSpan<const float> dy, int64_t rows, DeviceSpan<float> dx) {
+  GemmShape dw;  // [out × rows] · [rows × in], accumulated
+  dw.trans_a = true;
+  dw.m = out_;
+  dw.n = in_;
+  dw.k = rows;
+  dw.beta = 1.0f;
+  RETURN_IF_ERROR(backend.Gemm(dw, dy, x, weight_.g()));
+  if (has_bias_) RETURN_IF_ERROR(backend.SumRows(dy, bias_.g(), rows, out_));
+  if (dx.empty()) return absl::OkStatus();
+  GemmShape dxs;  // [rows × out] · [out × in]
+  dxs.m = rows;
+  dxs.n = in_;
+  dxs.k = out_;
+  return backend.Gemm(dxs, dy, weight_.v(), dx);
+}
+
+void Linear::AppendParameters(std::vector<Parameter*>& out) {
+  out.push_back(&weight_);
+  if (has_bias_) out.push_back(&bias_);
+}
+
+}  // namespace shardline::worker::nn

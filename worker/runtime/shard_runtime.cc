@@ -1,0 +1,217 @@
+#include "worker/runtime/shard_runtime.h"
+
+#include <cmath>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "worker/nn/model_layers.h"
+
+namespace shardline::worker::runtime {
+namespace {
+
+absl::Status SizeError(absl::string_view what, size_t got, int64_t want) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(what, " has ", got, " elements, expected ", want));
+}
+
+template <typename T>
+DeviceSpan<T> Prefix(DeviceBuffer& buffer, int64_t count) {
+  return buffer.span<T>().subspan(0, static_cast<size_t>(count));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ShardRuntime>> ShardRuntime::Create(
+    Backend& backend, const nn::ModelConfig& config, int unit_begin, int unit_end, uint64_t seed,
+    const nn::OptimizerConfig& optimizer) {
+  std::unique_ptr<ShardRuntime> runtime(
+      new ShardRuntime(backend, config, unit_begin, unit_end, optimizer));
+  ASSIGN_OR_RETURN(runtime->layers_,
+                   nn::BuildLayers(backend, config, unit_begin, unit_end, seed));
+  return runtime;
+}
+
+int64_t ShardRuntime::input_width() const { return layers_.front()->input_width(); }
+int64_t ShardRuntime::output_width() const { return layers_.back()->output_width(); }
+
+std::vector<nn::Parameter*> ShardRuntime::parameters() {
+  std::vector<nn::Parameter*> out;
+  for (auto& layer : layers_) {
+    for (nn::Parameter* p : layer->parameters()) out.push_back(p);
+  }
+  return out;
+}
+
+absl::Status ShardRuntime::CheckInputs(const Inputs& in) const {
+  if (in.batch < 1 || in.t < 1 || in.t > config_.context || in.batch > (int64_t{1} << 24)) {
+    return absl::InvalidArgumentError(absl::StrCat("micro-batch of ", in.batch, " sequences × ",
+                                                   in.t, " tokens (context ", config_.context, ")"));
+  }
+  const int64_t rows = in.batch * in.t;
+  if (is_first() && static_cast<int64_t>(in.ids.size()) != rows) {
+    return SizeError("token ids", in.ids.size(), rows);
+  }
+  if (!in.targets.empty() && static_cast<int64_t>(in.targets.size()) != rows) {
+    return SizeError("targets", in.targets.size(), rows);
+  }
+  if (!in.targets.empty() && !is_last()) {
+    return absl::InvalidArgumentError("targets given to a stage that has no head");
+  }
+  if (!is_first() && static_cast<int64_t>(in.activations.size()) != rows * input_width()) {
+    return SizeError("input activations", in.activations.size(), rows * input_width());
+  }
+  if (!std::isfinite(in.loss_scale)) return absl::InvalidArgumentError("loss_scale is not finite");
+  return absl::OkStatus();
+}
+
+nn::MicroBatch ShardRuntime::MicroBatchOf(int slot, Slot& s) {
+  nn::MicroBatch mb;
+  mb.slot = slot;
+  mb.batch = s.batch;
+  mb.t = s.t;
+  const int64_t rows = s.batch * s.t;
+  if (is_first()) mb.ids = Prefix<int32_t>(s.ids, rows);
+  if (s.has_targets) mb.targets = Prefix<int32_t>(s.targets, rows);
+  mb.loss_scale = s.loss_scale;
+  mb.loss = &s.loss;
+  return mb;
+}
+
+absl::Status ShardRuntime::Forward(int slot, const Inputs& in, absl::Span<float> output) {
+  RETURN_IF_ERROR(CheckInputs(in));
+  const int64_t rows = in.batch * in.t;
+  if (!output.empty() && static_cast<int64_t>(output.size()) != rows * output_width()) {
+    return SizeError("output", output.size(), rows * output_width());
+  }
+  ASSIGN_OR_RETURN(Slot * s, slots_.Acquire(slot));
+  s->batch = in.batch;
+  s->t = in.t;
+  s->loss_scale = in.loss_scale;
+  s->has_targets = !in.targets.empty();
+  s->loss = 0.0;
+  absl::Status status = [&]() -> absl::Status {
+    if (is_first()) {
+      RETURN_IF_ERROR(nn::EnsureFloats(backend_, s->ids, static_cast<size_t>(rows)));
+      RETURN_IF_ERROR(backend_.CopyToDevice(in.ids, Prefix<int32_t>(s->ids, rows)));
+    }
+    if (s->has_targets) {
+      RETURN_IF_ERROR(nn::EnsureFloats(backend_, s->targets, static_cast<size_t>(rows)));
+      RETURN_IF_ERROR(backend_.CopyToDevice(in.targets, Prefix<int32_t>(s->targets, rows)));
+    }
+    s->acts.resize(layers_.size() + 1);
+    if (!is_first()) {
+      RETURN_IF_ERROR(nn::EnsureFloats(backend_, s->acts[0], in.activations.size()));
+      RETURN_IF_ERROR(backend_.CopyToDevice(in.activations,
+                                            Prefix<float>(s->acts[0], rows * input_width())));
+    }
+    const nn::MicroBatch mb = MicroBatchOf(slot, *s);
+    for (size_t i = 0; i < layers_.size(); ++i) {
+      nn::Layer& layer = *layers_[i];
+      const DeviceSpan<const float> x = Prefix<float>(s->acts[i], rows * layer.input_width());
+      DeviceSpan<float> y;
+      // The head needs no output buffer while training: it keeps its logits.
+      const bool head_output_unused = i + 1 == layers_.size() && is_last() && output.empty();
+      if (!head_output_unused) {
+        const int64_t n = rows * layer.output_width();
+        RETURN_IF_ERROR(nn::EnsureFloats(backend_, s->acts[i + 1], static_cast<size_t>(n)));
+        y = Prefix<float>(s->acts[i + 1], n);
+      }
+      RETURN_IF_ERROR(layer.Forward(mb, x, y));
+    }
+    if (!output.empty()) {
+      RETURN_IF_ERROR(backend_.CopyToHost(
+          DeviceSpan<const float>(Prefix<float>(s->acts.back(), rows * output_width())), output));
+    }
+    return absl::OkStatus();
+  }();
+  if (!status.ok()) {
+    Discard(slot);
+    return status;
+  }
+  peak_slots_ = std::max(peak_slots_, slots_.live());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<double> ShardRuntime::Loss(int slot) {
+  ASSIGN_OR_RETURN(Slot * s, slots_.Find(slot));
+  if (!s->has_targets) {
+    return absl::FailedPreconditionError(absl::StrCat("slot ", slot, " was run without targets"));
+  }
+  return s->loss;
+}
+
+absl::Status ShardRuntime::Backward(int slot, absl::Span<const float> grad_output,
+                                    absl::Span<float> grad_input) {
+  ASSIGN_OR_RETURN(Slot * s, slots_.Find(slot));
+  const int64_t rows = s->batch * s->t;
+  if (is_last() && !grad_output.empty()) {
+    return absl::InvalidArgumentError("the last stage starts backward from its loss: no grad_output");
+  }
+  if (!is_last() && static_cast<int64_t>(grad_output.size()) != rows * output_width()) {
+    return SizeError("grad_output", grad_output.size(), rows * output_width());
+  }
+  if (!is_first() && static_cast<int64_t>(grad_input.size()) != rows * input_width()) {
+    return SizeError("grad_input", grad_input.size(), rows * input_width());
+  }
+  DeviceBuffer* dy_buffer = &grad_a_;
+  DeviceBuffer* dx_buffer = &grad_b_;
+  DeviceSpan<const float> dy;
+  if (!is_last()) {
+    RETURN_IF_ERROR(nn::EnsureFloats(backend_, *dy_buffer, grad_output.size()));
+    RETURN_IF_ERROR(backend_.CopyToDevice(grad_output,
+                                          Prefix<float>(*dy_buffer, rows * output_width())));
+    dy = Prefix<float>(*dy_buffer, rows * output_width());
+  }
+  const nn::MicroBatch mb = MicroBatchOf(slot, *s);
+  for (size_t i = layers_.size(); i-- > 0;) {
+    nn::Layer& layer = *layers_[i];
+    DeviceSpan<float> dx;
+    if (layer.input_width() > 0) {
+      const int64_t n = rows * layer.input_width();
+      RETURN_IF_ERROR(nn::EnsureFloats(backend_, *dx_buffer, static_cast<size_t>(n)));
+      dx = Prefix<float>(*dx_buffer, n);
+    }
+    RETURN_IF_ERROR(layer.Backward(mb, Prefix<float>(s->acts[i], rows * layer.input_width()), dy, dx));
+    dy = dx;
+    std::swap(dy_buffer, dx_buffer);
+  }
+  if (!is_first()) RETURN_IF_ERROR(backend_.CopyToHost(dy, grad_input));
+  slots_.Release(slot);
+  return absl::OkStatus();
+}
+
+void ShardRuntime::Discard(int slot) {
+  for (auto& layer : layers_) layer->Discard(slot);
+  slots_.Release(slot);
+}
+
+absl::Status ShardRuntime::ZeroGrads() {
+  for (nn::Parameter* p : parameters()) RETURN_IF_ERROR(backend_.Fill(p->g(), 0.0f));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<double> ShardRuntime::GradSquaredNorm() {
+  double sum = 0.0;
+  for (nn::Parameter* p : parameters()) {
+    ASSIGN_OR_RETURN(double part, backend_.SumOfSquares(p->g()));
+    sum += part;
+  }
+  return sum;
+}
+
+absl::Status ShardRuntime::ApplyOptimizer(int64_t step, double grad_factor) {
+  return optimizer_.Step(parameters(), step, grad_factor);
+}
+
+absl::StatusOr<std::map<std::string, common::Tensor>> ShardRuntime::ExportWeights() {
+  std::map<std::string, common::Tensor> out;
+  for (nn::Parameter* p : parameters()) {
+    ASSIGN_OR_RETURN(common::Tensor t, common::Tensor::Zeros(common::DType::kF32, p->shape));
+    RETURN_IF_ERROR(backend_.CopyToHost(DeviceSpan<const float>(p->v()), t.values<float>()));
+    out.emplace(p->name, std::move(t));
+  }
+  return out;
+}
+
+}  // namespace shardline::worker::runtime

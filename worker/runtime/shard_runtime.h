@@ -1,0 +1,115 @@
+// ShardRuntime runs a contiguous range of the model's pipeline units on one
+// backend: forward and backward per micro-batch (keeping each micro-batch's
+// activations in its own slot between the two), gradient accumulation across
+// micro-batches, and the optimizer step. The single-process reference trainer
+// is a ShardRuntime holding every unit; a pipeline stage holds a range.
+//
+// Data crosses the runtime's edge as host memory: token ids (first stage),
+// targets (last stage), activations in from the previous stage and out to
+// the next, gradients back. Not thread-safe: one thread drives it.
+#ifndef SHARDLINE_WORKER_RUNTIME_SHARD_RUNTIME_H_
+#define SHARDLINE_WORKER_RUNTIME_SHARD_RUNTIME_H_
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "common/tensor.h"
+#include "worker/backend/backend.h"
+#include "worker/nn/layer.h"
+#include "worker/nn/model_config.h"
+#include "worker/nn/optimizer.h"
+#include "worker/nn/slot_store.h"
+
+namespace shardline::worker::runtime {
+
+class ShardRuntime {
+ public:
+  // Host-side inputs of one micro-batch.
+  struct Inputs {
+    int64_t batch = 0;
+    int64_t t = 0;
+    absl::Span<const int32_t> ids;          // [batch·t]; read on the first stage
+    absl::Span<const int32_t> targets;      // [batch·t], < 0 ignored; last stage; empty: no loss
+    float loss_scale = 1.0f;                // per counted token (1 / tokens counted in the step)
+    absl::Span<const float> activations;    // [batch·t·input_width]; stages after the first
+  };
+
+  // Units [unit_begin, unit_end) of the model (see nn/model_layers.h).
+  static absl::StatusOr<std::unique_ptr<ShardRuntime>> Create(Backend& backend,
+                                                              const nn::ModelConfig& config,
+                                                              int unit_begin, int unit_end,
+                                                              uint64_t seed,
+                                                              const nn::OptimizerConfig& optimizer);
+
+  bool is_first() const { return unit_begin_ == 0; }
+  bool is_last() const { return unit_end_ == config_.units(); }
+  int unit_begin() const { return unit_begin_; }
+  int unit_end() const { return unit_end_; }
+  int64_t input_width() const;   // floats per token in (0 on the first stage)
+  int64_t output_width() const;  // floats per token out (vocab on the last stage: logits)
+
+  // Runs the forward pass of micro-batch `slot`. When `output` is not empty it
+  // receives the stage's output ([batch·t·output_width]: activations, or
+  // logits on the last stage). ALREADY_EXISTS if the slot is already held.
+  absl::Status Forward(int slot, const Inputs& inputs, absl::Span<float> output = {});
+  // The slot's loss, Σ token loss · loss_scale (last stage, targets given).
+  absl::StatusOr<double> Loss(int slot);
+  // Runs the backward pass of `slot` and frees it. grad_output is the
+  // gradient of this stage's output (empty on the last stage); grad_input
+  // receives the gradient of its input (stages after the first).
+  absl::Status Backward(int slot, absl::Span<const float> grad_output,
+                        absl::Span<float> grad_input = {});
+  // Frees a slot without a backward pass (evaluation).
+  void Discard(int slot);
+
+  absl::Status ZeroGrads();
+  // Σ over this shard's parameters of Σ grad² (for the global grad norm).
+  absl::StatusOr<double> GradSquaredNorm();
+  // One optimizer update for `step` (1-based), gradients multiplied by grad_factor.
+  absl::Status ApplyOptimizer(int64_t step, double grad_factor);
+
+  // Micro-batches whose activations are held now, and the most held at once
+  // since the last ResetPeakSlots().
+  size_t slots_held() const { return slots_.live(); }
+  size_t peak_slots_held() const { return peak_slots_; }
+  void ResetPeakSlots() { peak_slots_ = slots_.live(); }
+
+  // The shard's parameters by global name, copied to the host (f32).
+  absl::StatusOr<std::map<std::string, common::Tensor>> ExportWeights();
+  std::vector<nn::Parameter*> parameters();
+  const nn::OptimizerConfig& optimizer_config() const { return optimizer_.config(); }
+
+ private:
+  struct Slot {
+    int64_t batch = 0, t = 0;
+    float loss_scale = 1.0f;
+    bool has_targets = false;
+    double loss = 0.0;
+    DeviceBuffer ids, targets;
+    std::vector<DeviceBuffer> acts;  // acts[i]: input of layer i; acts.back(): output
+  };
+
+  ShardRuntime(Backend& backend, const nn::ModelConfig& config, int begin, int end,
+               const nn::OptimizerConfig& optimizer)
+      : backend_(backend), config_(config), unit_begin_(begin), unit_end_(end),
+        optimizer_(backend, optimizer) {}
+  nn::MicroBatch MicroBatchOf(int slot, Slot& s);
+  absl::Status CheckInputs(const Inputs& inputs) const;
+
+  Backend& backend_;
+  const nn::ModelConfig config_;
+  const int unit_begin_, unit_end_;
+  nn::Optimizer optimizer_;
+  std::vector<std::unique_ptr<nn::Layer>> layers_;
+  nn::SlotStore<Slot> slots_;
+  size_t peak_slots_ = 0;
+  DeviceBuffer grad_a_, grad_b_;  // ping-pong gradients between layers in Backward
+};
+
+}  // namespace shardline::worker::runtime
+
+#endif  // SHARDLINE_WORKER_RUNTIME_SHARD_RUNTIME_H_

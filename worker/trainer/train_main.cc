@@ -1,0 +1,124 @@
+// shardline-train SPEC [--device=cpu|cuda:N] [--threads=N] [--metrics_out=FILE] [--out=FILE]
+//
+// Trains the job spec in one process (the reference run), shows progress,
+// writes JSONL metrics, evaluates on held-out data and saves the final
+// weights as safetensors. Exit codes: 0 done, 1 training failed, 3 invalid
+// input (spec, data, flags).
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "common/init.h"
+#include "common/job_spec.h"
+#include "common/metrics_log.h"
+#include "common/safetensors.h"
+#include "glog/logging.h"
+#include "worker/backend/backend_factory.h"
+#include "worker/trainer/trainer.h"
+
+ABSL_FLAG(std::string, device, "cpu", "cpu, cuda or cuda:N");
+ABSL_FLAG(int, threads, 0, "CPU compute threads (0 = all cores)");
+ABSL_FLAG(std::string, metrics_out, "", "write JSON Lines metrics to this file");
+ABSL_FLAG(std::string, out, "",
+          "final weights (safetensors); default: <name>.safetensors next to --metrics_out, or in "
+          "the current directory");
+
+namespace shardline::worker::trainer {
+namespace {
+
+constexpr int kExitFailed = 1;
+constexpr int kExitInvalid = 3;
+
+int Fail(int code, const absl::Status& status) {
+  std::fprintf(stderr, "Error: %s\n", std::string(status.message()).c_str());
+  return code;
+}
+
+std::string WeightsPath(const shardline::v1::JobSpec& spec) {
+  if (!absl::GetFlag(FLAGS_out).empty()) return absl::GetFlag(FLAGS_out);
+  const std::string file = absl::StrCat(spec.name(), ".safetensors");
+  const std::string metrics = absl::GetFlag(FLAGS_metrics_out);
+  if (metrics.empty()) return file;
+  return (std::filesystem::path(metrics).parent_path() / file).string();
+}
+
+int Run(const std::string& spec_path) {
+  absl::StatusOr<shardline::v1::JobSpec> spec = common::LoadJobSpec(spec_path);
+  if (!spec.ok()) return Fail(kExitInvalid, spec.status());
+  auto backend = CreateBackend(absl::GetFlag(FLAGS_device), {absl::GetFlag(FLAGS_threads)});
+  if (!backend.ok()) return Fail(kExitInvalid, backend.status());
+  auto trainer = Trainer::Create(*spec, **backend);
+  if (!trainer.ok()) return Fail(kExitInvalid, trainer.status());
+  auto log = common::MetricsLog::Open(absl::GetFlag(FLAGS_metrics_out));
+  if (!log.ok()) return Fail(kExitInvalid, log.status());
+
+  const auto& train = spec->train();
+  std::printf("training '%s' on %s: %d layers, d_model %d, %d steps of %d sequences (%d micro-batches)\n",
+              spec->name().c_str(), (*backend)->description().c_str(), spec->model().n_layers(),
+              spec->model().d_model(), train.steps(), train.global_batch(), train.micro_batches());
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  auto window_start = start;
+  int64_t window_tokens = 0;
+  for (int64_t step = 1; step <= train.steps(); ++step) {
+    absl::StatusOr<StepResult> result = (*trainer)->TrainStep(step);
+    if (!result.ok()) return Fail(kExitFailed, result.status());
+    window_tokens += result->tokens;
+    if (step % train.log_every() != 0 && step != train.steps()) continue;
+    const auto now = Clock::now();
+    const double window = std::chrono::duration<double>(now - window_start).count();
+    const double elapsed = std::chrono::duration<double>(now - start).count();
+    common::StepMetrics m{step, result->loss, result->lr,
+                          window > 0 ? window_tokens / window : 0.0, result->grad_norm};
+    const double eta = elapsed / static_cast<double>(step) * static_cast<double>(train.steps() - step);
+    std::printf("%s\n", common::ProgressLine(m, train.steps(), eta).c_str());
+    std::fflush(stdout);
+    if (absl::Status s = (*log)->Write(m); !s.ok()) return Fail(kExitFailed, s);
+    window_start = now;
+    window_tokens = 0;
+  }
+  const double train_seconds = std::chrono::duration<double>(Clock::now() - start).count();
+
+  absl::StatusOr<EvalResult> eval = (*trainer)->Evaluate();
+  if (!eval.ok()) return Fail(kExitFailed, eval.status());
+  common::EvalMetrics em{train.steps(), eval->exact_match, eval->accuracy, eval->val_loss,
+                         eval->bits_per_byte, eval->examples, train_seconds};
+  if (absl::Status s = (*log)->Write(em); !s.ok()) return Fail(kExitFailed, s);
+  if (eval->exact_match) {
+    std::printf("held-out exact match: %.2f%% of %lld problems\n", 100.0 * eval->accuracy,
+                static_cast<long long>(eval->examples));
+  } else {
+    std::printf("validation loss %.4f (%.3f bits per byte) over %lld windows\n", eval->val_loss,
+                eval->bits_per_byte, static_cast<long long>(eval->examples));
+  }
+
+  auto weights = (*trainer)->runtime().ExportWeights();
+  if (!weights.ok()) return Fail(kExitFailed, weights.status());
+  common::SafetensorsContents contents;
+  contents.tensors = std::move(*weights);
+  contents.metadata = {{"format", "pt"},
+                       {"producer", "shardline-train"},
+                       {"spec", common::JobSpecToJson(*spec)},
+                       {"step", std::to_string(train.steps())}};
+  const std::string path = WeightsPath(*spec);
+  if (absl::Status s = common::WriteSafetensors(path, contents); !s.ok()) return Fail(kExitFailed, s);
+  std::printf("trained in %.1f s; weights written to %s\n", train_seconds, path.c_str());
+  return 0;
+}
+
+}  // namespace
+}  // namespace shardline::worker::trainer
+
+int main(int argc, char** argv) {
+  std::vector<char*> args = shardline::common::InitProcess(
+      argc, argv,
+      "shardline-train SPEC [--device=cpu|cuda:N] [--threads=N] [--metrics_out=FILE] [--out=FILE]");
+  if (args.size() != 2) {
+    std::fprintf(stderr, "Error: expected exactly one job spec path (see --help)\n");
+    return 3;
+  }
+  return shardline::worker::trainer::Run(args[1]);
+}

@@ -1,0 +1,140 @@
+#include "worker/trainer/trainer.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "common/status_macros.h"
+#include "worker/nn/model_config.h"
+#include "worker/nn/optimizer.h"
+
+namespace shardline::worker::trainer {
+namespace {
+
+constexpr int kEvalSlot = 0;
+constexpr int64_t kEvalChunk = 256;  // sequences per evaluation forward pass
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const shardline::v1::JobSpec& spec,
+                                                         Backend& backend) {
+  std::unique_ptr<Trainer> trainer(new Trainer(spec));
+  ASSIGN_OR_RETURN(trainer->data_, data::CreateDataSource(spec));
+  const nn::ModelConfig config = nn::ModelConfig::FromSpec(spec.model());
+  ASSIGN_OR_RETURN(trainer->runtime_,
+                   runtime::ShardRuntime::Create(backend, config, 0, config.units(),
+                                                 spec.train().seed(),
+                                                 nn::OptimizerConfig::FromSpec(spec.train())));
+  return trainer;
+}
+
+absl::StatusOr<StepResult> Trainer::TrainStep(int64_t step) {
+  const int micro_batches = spec_.train().micro_batches();
+  const int64_t per_micro = spec_.train().global_batch() / micro_batches;
+  std::vector<data::Batch> batches;
+  int64_t targets = 0;
+  for (int k = 0; k < micro_batches; ++k) {
+    batches.push_back(data_->TrainBatch(step, k, per_micro));
+    targets += batches.back().target_count();
+  }
+  if (targets == 0) return absl::InternalError("a training step with no scored tokens");
+  const float loss_scale = static_cast<float>(1.0 / static_cast<double>(targets));
+
+  StepResult result;
+  result.step = step;
+  RETURN_IF_ERROR(runtime_->ZeroGrads());
+  for (int k = 0; k < micro_batches; ++k) {
+    const data::Batch& b = batches[k];
+    runtime::ShardRuntime::Inputs in;
+    in.batch = b.batch;
+    in.t = b.t;
+    in.ids = b.ids;
+    in.targets = b.targets;
+    in.loss_scale = loss_scale;
+    RETURN_IF_ERROR(runtime_->Forward(k, in));
+    ASSIGN_OR_RETURN(double loss, runtime_->Loss(k));
+    result.loss += loss;
+    RETURN_IF_ERROR(runtime_->Backward(k, {}));
+    result.tokens += b.batch * b.t;
+  }
+  ASSIGN_OR_RETURN(double squared, runtime_->GradSquaredNorm());
+  result.grad_norm = std::sqrt(squared);
+  const nn::OptimizerConfig& optimizer = runtime_->optimizer_config();
+  result.lr = nn::LearningRate(optimizer, step);
+  RETURN_IF_ERROR(runtime_->ApplyOptimizer(step, nn::ClipFactor(optimizer, result.grad_norm)));
+  return result;
+}
+
+absl::StatusOr<EvalResult> Trainer::Evaluate() {
+  const data::EvalSet set = data_->MakeEvalSet(spec_.train().eval_examples());
+  return set.kind == data::EvalSet::Kind::kExactMatch ? EvaluateExactMatch(set)
+                                                      : EvaluateLoss(set);
+}
+
+absl::StatusOr<EvalResult> Trainer::EvaluateExactMatch(const data::EvalSet& set) {
+  EvalResult result;
+  result.exact_match = true;
+  const int64_t vocab = runtime_->output_width();
+  int64_t correct = 0;
+  for (size_t first = 0; first < set.prompts.size(); first += kEvalChunk) {
+    const size_t count = std::min<size_t>(kEvalChunk, set.prompts.size() - first);
+    const int64_t prompt_length = static_cast<int64_t>(set.prompts[first].size());
+    const int64_t answer_length = static_cast<int64_t>(set.answers[first].size());
+    std::vector<std::vector<int32_t>> sequences(set.prompts.begin() + first,
+                                                set.prompts.begin() + first + count);
+    std::vector<float> logits;
+    for (int64_t j = 0; j < answer_length; ++j) {  // greedy decoding, one token at a time
+      const int64_t t = prompt_length + j;
+      std::vector<int32_t> ids;
+      for (const auto& s : sequences) ids.insert(ids.end(), s.begin(), s.end());
+      logits.resize(static_cast<size_t>(count * t * vocab));
+      runtime::ShardRuntime::Inputs in;
+      in.batch = static_cast<int64_t>(count);
+      in.t = t;
+      in.ids = ids;
+      const absl::Status status = runtime_->Forward(kEvalSlot, in, absl::Span<float>(logits));
+      runtime_->Discard(kEvalSlot);
+      RETURN_IF_ERROR(status);
+      for (size_t i = 0; i < count; ++i) {
+        const float* row = logits.data() + (i * t + (t - 1)) * vocab;
+        sequences[i].push_back(static_cast<int32_t>(std::max_element(row, row + vocab) - row));
+      }
+    }
+    for (size_t i = 0; i < count; ++i) {
+      correct += std::equal(set.answers[first + i].begin(), set.answers[first + i].end(),
+                            sequences[i].begin() + prompt_length);
+    }
+  }
+  result.examples = static_cast<int64_t>(set.prompts.size());
+  result.accuracy = result.examples ? static_cast<double>(correct) / result.examples : 0.0;
+  return result;
+}
+
+absl::StatusOr<EvalResult> Trainer::EvaluateLoss(const data::EvalSet& set) {
+  EvalResult result;
+  int64_t targets = 0;
+  for (const data::Batch& b : set.batches) {
+    targets += b.target_count();
+    result.examples += b.batch;
+  }
+  if (targets == 0) return absl::FailedPreconditionError("no validation targets");
+  for (const data::Batch& b : set.batches) {
+    runtime::ShardRuntime::Inputs in;
+    in.batch = b.batch;
+    in.t = b.t;
+    in.ids = b.ids;
+    in.targets = b.targets;
+    in.loss_scale = static_cast<float>(1.0 / static_cast<double>(targets));
+    absl::Status status = runtime_->Forward(kEvalSlot, in);
+    if (status.ok()) {
+      absl::StatusOr<double> loss = runtime_->Loss(kEvalSlot);
+      if (loss.ok()) result.val_loss += *loss;
+      status = loss.status();
+    }
+    runtime_->Discard(kEvalSlot);
+    RETURN_IF_ERROR(status);
+  }
+  result.bits_per_byte = result.val_loss / std::log(2.0);
+  return result;
+}
+
+}  // namespace shardline::worker::trainer
