@@ -11,6 +11,21 @@ packages=(
   libgoogle-perftools-dev libopenblas-dev
 )
 
+# Python tools for tests and benchmarks only (the product never runs Python):
+# a virtual environment with the `safetensors` package, to check our files.
+pytools=${SHARDLINE_PYTOOLS:-/opt/shardline/pytools}
+install_pytools() {
+  if "$pytools/bin/python" -c 'import safetensors, numpy' 2>/dev/null; then return 0; fi
+  echo "install-deps: creating $pytools (safetensors, numpy)"
+  python3 -m venv "$pytools" 2>/dev/null || {
+    $sudo apt-get install -y -qq --no-install-recommends python3-venv && python3 -m venv "$pytools"
+  }
+  "$pytools/bin/python" -m pip install -q --disable-pip-version-check safetensors numpy
+}
+
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then sudo=sudo; fi
+
 missing=()
 for p in "${packages[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
@@ -18,18 +33,16 @@ for p in "${packages[@]}"; do
   fi
 done
 
+export DEBIAN_FRONTEND=noninteractive
 if [ ${#missing[@]} -eq 0 ]; then
   echo "install-deps: all ${#packages[@]} packages present"
-  exit 0
+else
+  if [ -n "$sudo" ] && ! command -v sudo >/dev/null; then
+    echo "install-deps: run as root (missing: ${missing[*]})" >&2
+    exit 1
+  fi
+  echo "install-deps: installing ${missing[*]}"
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
-
-sudo=""
-if [ "$(id -u)" -ne 0 ]; then
-  command -v sudo >/dev/null || { echo "install-deps: run as root (missing: ${missing[*]})" >&2; exit 1; }
-  sudo=sudo
-fi
-
-echo "install-deps: installing ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-$sudo apt-get update -qq
-$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+install_pytools

@@ -1,4 +1,6 @@
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 
 #include "worker/backend/cpu/cpu_kernels.h"
 
@@ -7,6 +9,44 @@ namespace {
 
 constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/π)
 constexpr float kGeluCubic = 0.044715f;
+
+// tanh without branches or library calls, so the GELU loops vectorise (libm's
+// tanhf took half the time of a training step). Within a few ulp of tanhf:
+// below |u| = 0.5 the Taylor series to u^17 (truncation < 1e-9), above it
+// (1 − e)/(1 + e) with e = exp(−2|u|) from a degree-7 polynomial after
+// range reduction by powers of two.
+inline float Tanh(float u) {
+  const float a = std::fabs(u);
+  // Small |u|: odd series in u².
+  const float s = u * u;
+  float series = 929569.0f / 638512875.0f - s * (6404582.0f / 10854718875.0f);
+  series = -21844.0f / 6081075.0f + s * series;
+  series = 1382.0f / 155925.0f + s * series;
+  series = -62.0f / 2835.0f + s * series;
+  series = 17.0f / 315.0f + s * series;
+  series = -2.0f / 15.0f + s * series;
+  series = 1.0f / 3.0f + s * series;
+  series = u - u * s * series;
+  // Large |u|: e = 2^n · exp(r), x = −2|u| = n·ln2 + r, |r| ≤ ln2/2.
+  const float x = -2.0f * a < -87.0f ? -87.0f : -2.0f * a;
+  // Round to nearest through the 1.5·2^23 trick (vectorises; |x·log2 e| < 2^22).
+  const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  const float r = (x - n * 0.693359375f) - n * -2.12194440e-4f;
+  float p = 1.0f / 5040.0f;
+  p = 1.0f / 720.0f + r * p;
+  p = 1.0f / 120.0f + r * p;
+  p = 1.0f / 24.0f + r * p;
+  p = 1.0f / 6.0f + r * p;
+  p = 0.5f + r * p;
+  p = 1.0f + r * p;
+  p = 1.0f + r * p;
+  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof(scale));
+  const float e = p * scale;
+  const float large = std::copysign((1.0f - e) / (1.0f + e), u);
+  return a < 0.5f ? series : large;
+}
 
 }  // namespace
 
@@ -36,19 +76,23 @@ void SumRows(const float* x, float* out, int64_t rows, int64_t cols) {
   }
 }
 
-void GeluForward(const float* x, float* y, size_t n) {
+// Cloned for AVX2 (picked at load time where the CPU has it): 8 lanes.
+__attribute__((target_clones("avx2", "default"))) void GeluForward(const float* x, float* y,
+                                                                   size_t n) {
   for (size_t i = 0; i < n; ++i) {
     const float v = x[i];
     const float u = kGeluScale * (v + kGeluCubic * v * v * v);
-    y[i] = 0.5f * v * (1.0f + std::tanh(u));
+    y[i] = 0.5f * v * (1.0f + Tanh(u));
   }
 }
 
-void GeluBackward(const float* x, const float* dy, float* dx, size_t n) {
+__attribute__((target_clones("avx2", "default"))) void GeluBackward(const float* x,
+                                                                    const float* dy, float* dx,
+                                                                    size_t n) {
   for (size_t i = 0; i < n; ++i) {
     const float v = x[i];
     const float u = kGeluScale * (v + kGeluCubic * v * v * v);
-    const float th = std::tanh(u);
+    const float th = Tanh(u);
     const float du = kGeluScale * (1.0f + 3.0f * kGeluCubic * v * v);
     const float grad = 0.5f * (1.0f + th) + 0.5f * v * (1.0f - th * th) * du;
     dx[i] += dy[i] * grad;
