@@ -12,7 +12,8 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 build=${SHARDLINE_GPU_BUILD_DIR:-$root/build-gpu}
 out=$root/.gpu-bundle
-binaries=(backend_conformance_test backend_errors_test gradient_check_test bench_backend)
+binaries=(backend_conformance_test backend_errors_test gradient_check_test bench_backend
+          bench_train shardline-train)
 
 bash "$root/deploy/install-deps.sh"
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DSHARDLINE_CUDA=ON \
@@ -23,8 +24,8 @@ stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/bin" "$stage/lib"
 for b in "${binaries[@]}"; do
-  path=$(find "$build" -type f -name "$b" -perm -u+x | head -n 1)
-  [ -n "$path" ] || { echo "pack: $b was not built" >&2; exit 1; }
+  path=$build/bin/$b
+  [ -x "$path" ] || { echo "pack: $b was not built" >&2; exit 1; }
   cp "$path" "$stage/bin/"
   strip "$stage/bin/$b"
 done

@@ -51,6 +51,47 @@ for suite in backend_conformance_test backend_errors_test gradient_check_test; d
   run_suite "$suite"
 done
 
+# A few training steps of a small GPT on cuda:0 and on the CPU: the losses
+# must agree (FP32 on both; cuBLAS and OpenBLAS sum in different orders, and
+# AdamW amplifies that a little over the steps): relative 2e-3 per step.
+cat >"$work/tiny.json" <<'SPEC'
+{"name": "gpu-check",
+ "model": {"kind": "gpt", "vocab_size": 16, "context": 16, "d_model": 128, "n_heads": 4, "n_layers": 4},
+ "data": {"kind": "addition", "digits": 2},
+ "train": {"steps": 20, "global_batch": 64, "micro_batches": 4, "seed": 1, "log_every": 1,
+           "eval_examples": 100, "optimizer": {"kind": "adamw", "lr": 0.001, "warmup_steps": 5}}}
+SPEC
+train_ok=1
+for dev in cpu cuda:0; do
+  timeout 120 "$work/bin/shardline-train" "$work/tiny.json" --device="$dev" \
+    --metrics_out="$out/train_${dev%%:*}.jsonl" --out="$work/w_${dev%%:*}.safetensors" \
+    >"$out/train_${dev%%:*}.log" 2>&1 || train_ok=0
+done
+if [ $train_ok = 1 ]; then
+  figure=$(python3 - "$out/train_cpu.jsonl" "$out/train_cuda.jsonl" <<'PY'
+import json, sys
+def losses(p):
+    return [r["loss"] for r in map(json.loads, open(p)) if "loss" in r]
+cpu, gpu = losses(sys.argv[1]), losses(sys.argv[2])
+worst = max(abs(a - b) / abs(a) for a, b in zip(cpu, gpu))
+ok = len(cpu) == len(gpu) == 20 and worst <= 2e-3
+print(("PASS" if ok else "FAIL") + f"|20 steps, worst relative loss gap {worst:.2e} (limit 2e-3)")
+PY
+)
+  rows+=("train_cuda_vs_cpu|$figure")
+  case "$figure" in PASS*) ;; *) failed=1 ;; esac
+else
+  rows+=("train_cuda_vs_cpu|FAIL|see train_*.log")
+  failed=1
+fi
+if timeout 120 "$work/bin/bench_train" --device=cuda:0 --json="$out/bench_train.json" \
+     >"$out/bench_train.log" 2>&1; then
+  rows+=("bench_train|PASS|$(awk '$1 == "large" {print "large model " $7 " tok/s"}' "$out/bench_train.log")")
+else
+  rows+=("bench_train|FAIL|see bench_train.log")
+  failed=1
+fi
+
 bench_log=$out/bench_backend.log
 if timeout 240 "$work/bin/bench_backend" --devices=cuda:0 --gemm_sizes=1024,4096,8192 \
      --json="$out/bench_backend.json" >"$bench_log" 2>&1; then
@@ -61,7 +102,7 @@ else
   failed=1
 fi
 
-cat "$bench_log"
+cat "$bench_log" "$out/bench_train.log" 2>/dev/null
 echo
 echo "== Shardline GPU check (commit $(cat "$bundle/commit" 2>/dev/null || echo ?)) =="
 echo "device: ${device:-none found}   driver: ${driver:-?}"
