@@ -181,6 +181,11 @@ absl::Status ShardRuntime::Backward(int slot, absl::Span<const float> grad_outpu
   return absl::OkStatus();
 }
 
+absl::StatusOr<int64_t> ShardRuntime::SlotTokens(int slot) {
+  ASSIGN_OR_RETURN(Slot * s, slots_.Find(slot));
+  return s->batch * s->t;
+}
+
 void ShardRuntime::Discard(int slot) {
   for (auto& layer : layers_) layer->Discard(slot);
   slots_.Release(slot);

@@ -63,6 +63,8 @@ class ShardRuntime {
   // receives the gradient of its input (stages after the first).
   absl::Status Backward(int slot, absl::Span<const float> grad_output,
                         absl::Span<float> grad_input = {});
+  // Tokens (batch·t) of a held slot; FAILED_PRECONDITION if it is not held.
+  absl::StatusOr<int64_t> SlotTokens(int slot);
   // Frees a slot without a backward pass (evaluation).
   void Discard(int slot);
 

@@ -1,0 +1,76 @@
+#include "tests/testing/local_pipeline.h"
+
+#include <atomic>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "worker/backend/backend_factory.h"
+#include "worker/nn/model_config.h"
+
+namespace shardline::testing {
+
+using worker::runtime::PipelineStage;
+using worker::runtime::PipelineStageOptions;
+using worker::runtime::ShardRuntime;
+using worker::runtime::StageStepResult;
+
+absl::StatusOr<std::unique_ptr<LocalPipeline>> LocalPipeline::Create(
+    const shardline::v1::JobSpec& spec, const std::vector<int>& cuts, absl::Duration link_timeout) {
+  std::unique_ptr<LocalPipeline> pipeline(new LocalPipeline());
+  ASSIGN_OR_RETURN(pipeline->data_, worker::data::CreateDataSource(spec));
+  const auto config = worker::nn::ModelConfig::FromSpec(spec.model());
+  const auto optimizer = worker::nn::OptimizerConfig::FromSpec(spec.train());
+  ASSIGN_OR_RETURN(auto schedule, worker::runtime::ParseScheduleKind(spec.parallel().schedule()));
+  const int stages = static_cast<int>(cuts.size()) + 1;
+  pipeline->links_ = worker::runtime::CreateLocalStageLinks(
+      stages, static_cast<size_t>(spec.train().micro_batches()) + 2, link_timeout);
+  for (int s = 0; s < stages; ++s) {
+    const int begin = s == 0 ? 0 : cuts[s - 1];
+    const int end = s + 1 == stages ? config.units() : cuts[s];
+    ASSIGN_OR_RETURN(auto backend, worker::CreateBackend("cpu", {1}));
+    ASSIGN_OR_RETURN(auto runtime, ShardRuntime::Create(*backend, config, begin, end,
+                                                        spec.train().seed(), optimizer));
+    PipelineStageOptions options{schedule, stages, s, spec.train().micro_batches(),
+                                 spec.train().global_batch()};
+    ASSIGN_OR_RETURN(auto stage, PipelineStage::Create(*runtime, pipeline->data_.get(),
+                                                       *pipeline->links_.links[s], options));
+    pipeline->backends_.push_back(std::move(backend));
+    pipeline->runtimes_.push_back(std::move(runtime));
+    pipeline->stages_.push_back(std::move(stage));
+  }
+  return pipeline;
+}
+
+absl::StatusOr<std::vector<StageStepResult>> LocalPipeline::RunStep(int64_t step) {
+  std::vector<absl::StatusOr<StageStepResult>> results(stages_.size(),
+                                                       absl::UnknownError("not run"));
+  std::atomic<int> first_failure{-1};
+  std::vector<std::thread> threads;
+  for (size_t s = 0; s < stages_.size(); ++s) {
+    threads.emplace_back([&, s] {
+      results[s] = stages_[s]->RunStep(step);
+      if (results[s].ok()) return;
+      int none = -1;
+      first_failure.compare_exchange_strong(none, static_cast<int>(s));
+      // A failed stage drops its links, as a dead process's connections close.
+      links_.CloseAll(absl::StrCat("stage ", s, " failed: ", results[s].status().message()));
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  if (first_failure >= 0) return results[first_failure].status();
+  std::vector<StageStepResult> out;
+  for (auto& r : results) out.push_back(*r);
+  return out;
+}
+
+absl::StatusOr<std::map<std::string, common::Tensor>> LocalPipeline::ExportWeights() {
+  std::map<std::string, common::Tensor> all;
+  for (auto& runtime : runtimes_) {
+    ASSIGN_OR_RETURN(auto weights, runtime->ExportWeights());
+    for (auto& [name, tensor] : weights) all.emplace(name, std::move(tensor));
+  }
+  return all;
+}
+
+}  // namespace shardline::testing

@@ -1,0 +1,55 @@
+// LocalPipeline runs a p-stage pipeline inside the test process: one CPU
+// backend, ShardRuntime and PipelineStage per stage, LocalStageLinks between
+// them, one thread per stage for each step. Tests use it to check the
+// pipeline against the reference trainer without any networking.
+#ifndef SHARDLINE_TESTS_TESTING_LOCAL_PIPELINE_H_
+#define SHARDLINE_TESTS_TESTING_LOCAL_PIPELINE_H_
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/tensor.h"
+#include "shardline/v1/job.pb.h"
+#include "worker/backend/backend.h"
+#include "worker/data/data_source.h"
+#include "worker/runtime/local_stage_link.h"
+#include "worker/runtime/pipeline_stage.h"
+#include "worker/runtime/shard_runtime.h"
+
+namespace shardline::testing {
+
+class LocalPipeline {
+ public:
+  // `cuts` are the first unit of stages 1..p−1 (p = cuts.size() + 1).
+  static absl::StatusOr<std::unique_ptr<LocalPipeline>> Create(
+      const shardline::v1::JobSpec& spec, const std::vector<int>& cuts,
+      absl::Duration link_timeout = absl::Seconds(30));
+
+  // Runs one step on every stage concurrently; the results by stage, or the
+  // first error (with its stage) once every stage has returned.
+  absl::StatusOr<std::vector<worker::runtime::StageStepResult>> RunStep(int64_t step);
+  // Every stage's weights, by global name.
+  absl::StatusOr<std::map<std::string, common::Tensor>> ExportWeights();
+
+  int stages() const { return static_cast<int>(runtimes_.size()); }
+  worker::runtime::LocalPipelineLinks& links() { return links_; }
+  worker::runtime::ShardRuntime& runtime(int stage) { return *runtimes_[stage]; }
+  worker::runtime::PipelineStage& stage(int stage) { return *stages_[stage]; }
+
+ private:
+  LocalPipeline() = default;
+
+  std::unique_ptr<worker::data::DataSource> data_;
+  std::vector<std::unique_ptr<worker::Backend>> backends_;
+  std::vector<std::unique_ptr<worker::runtime::ShardRuntime>> runtimes_;
+  worker::runtime::LocalPipelineLinks links_;
+  std::vector<std::unique_ptr<worker::runtime::PipelineStage>> stages_;
+};
+
+}  // namespace shardline::testing
+
+#endif  // SHARDLINE_TESTS_TESTING_LOCAL_PIPELINE_H_

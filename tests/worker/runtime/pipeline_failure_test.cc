@@ -1,0 +1,74 @@
+// A pipeline whose stage dies or hangs fails the step on every other stage
+// with a clear error, within the link deadline: never a silent hang.
+#include <chrono>
+#include <thread>
+
+#include "gtest/gtest.h"
+#include "tests/testing/local_pipeline.h"
+#include "tests/worker/nn/nn_test_util.h"
+
+namespace shardline::worker::runtime {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Runs stages 0 and 2 of a 3-stage pipeline; stage 1 never runs (dead or
+// hung). `kill_after` > 0 closes stage 1's links then, as the connections
+// of a killed process close.
+void RunWithoutMiddleStage(absl::Duration link_timeout, absl::Duration kill_after,
+                           absl::StatusCode expected) {
+  auto spec = testing::TinySpec(4, 8);
+  auto pipeline = shardline::testing::LocalPipeline::Create(spec, {1, 2}, link_timeout);
+  ASSERT_TRUE(pipeline.ok()) << pipeline.status();
+  absl::StatusOr<StageStepResult> first = absl::UnknownError(""), last = absl::UnknownError("");
+  const auto start = Clock::now();
+  std::thread t0([&] { first = (*pipeline)->stage(0).RunStep(1); });
+  std::thread t2([&] { last = (*pipeline)->stage(2).RunStep(1); });
+  if (kill_after > absl::ZeroDuration()) {
+    std::this_thread::sleep_for(absl::ToChronoMilliseconds(kill_after));
+    (*pipeline)->links().CloseAll("stage 1 (worker w1) was lost");
+  }
+  t0.join();
+  t2.join();
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  ASSERT_FALSE(first.ok());
+  ASSERT_FALSE(last.ok());
+  EXPECT_EQ(first.status().code(), expected) << first.status();
+  EXPECT_EQ(last.status().code(), expected) << last.status();
+  if (expected == absl::StatusCode::kUnavailable) {
+    EXPECT_NE(first.status().message().find("w1"), std::string::npos) << first.status();
+  }
+  EXPECT_LT(seconds, absl::ToDoubleSeconds(link_timeout) + 5.0);
+  // The failed step freed its activations.
+  EXPECT_EQ((*pipeline)->runtime(0).slots_held(), 0u);
+  EXPECT_EQ((*pipeline)->runtime(2).slots_held(), 0u);
+}
+
+TEST(PipelineFailureTest, LostNeighbourFailsTheStepPromptly) {
+  RunWithoutMiddleStage(absl::Seconds(30), absl::Milliseconds(100), absl::StatusCode::kUnavailable);
+}
+
+TEST(PipelineFailureTest, SilentNeighbourHitsTheDeadline) {
+  RunWithoutMiddleStage(absl::Milliseconds(300), absl::ZeroDuration(),
+                        absl::StatusCode::kDeadlineExceeded);
+}
+
+TEST(PipelineFailureTest, AFailingStageStopsTheOthers) {
+  auto spec = testing::TinySpec(4, 8);
+  auto pipeline = shardline::testing::LocalPipeline::Create(spec, {2});
+  ASSERT_TRUE(pipeline.ok());
+  ASSERT_TRUE((*pipeline)->RunStep(1).ok());
+  // Occupy a slot the schedule will use: stage 1's forward of micro-batch 0 fails.
+  std::vector<float> x(2 * 9 * 16);
+  ShardRuntime::Inputs in{2, 9, {}, {}, 1.0f, x};
+  std::vector<int32_t> targets(18, -1);
+  in.targets = targets;
+  ASSERT_TRUE((*pipeline)->runtime(1).Forward(0, in).ok());
+  const auto start = Clock::now();
+  auto result = (*pipeline)->RunStep(2);
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kAlreadyExists) << result.status();
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 10.0);
+}
+
+}  // namespace
+}  // namespace shardline::worker::runtime

@@ -1,0 +1,197 @@
+#include "worker/runtime/pipeline_stage.h"
+
+#include <chrono>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace shardline::worker::runtime {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using Kind = StageMessage::Kind;
+
+double Since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<PipelineStage>> PipelineStage::Create(
+    ShardRuntime& runtime, const data::DataSource* data, StageLink& link,
+    PipelineStageOptions options) {
+  if (runtime.is_first() != (options.stage == 0) ||
+      runtime.is_last() != (options.stage == options.stages - 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "stage ", options.stage, " of ", options.stages, " holds units [", runtime.unit_begin(),
+        ", ", runtime.unit_end(), "): the first stage must start at the embedding and the last "
+        "end with the head"));
+  }
+  if (runtime.is_first() && data == nullptr) {
+    return absl::InvalidArgumentError("the first stage needs the data source");
+  }
+  if (options.global_batch % options.micro_batches != 0) {
+    return absl::InvalidArgumentError("micro_batches must divide global_batch");
+  }
+  ASSIGN_OR_RETURN(std::vector<PipelineAction> schedule,
+                   BuildSchedule(options.schedule, options.stages, options.stage,
+                                 options.micro_batches));
+  return std::unique_ptr<PipelineStage>(
+      new PipelineStage(runtime, data, link, options, std::move(schedule)));
+}
+
+absl::StatusOr<StageMessage> PipelineStage::Expect(absl::StatusOr<StageMessage> message,
+                                                   Kind kind, int64_t step, int micro_batch) {
+  if (!message.ok()) {
+    return absl::Status(message.status().code(),
+                        absl::StrCat("stage ", options_.stage, ": ", message.status().message()));
+  }
+  if (message->kind != kind || message->step != step || message->micro_batch != micro_batch) {
+    StageMessage wanted;
+    wanted.kind = kind;
+    wanted.step = step;
+    wanted.micro_batch = micro_batch;
+    return absl::FailedPreconditionError(absl::StrCat("stage ", options_.stage, " expected ",
+                                                      DescribeMessage(wanted), ", got ",
+                                                      DescribeMessage(*message)));
+  }
+  return message;
+}
+
+absl::Status PipelineStage::Forward(int64_t step, int k, const std::vector<data::Batch>& batches,
+                                    float loss_scale, StageStepResult& result) {
+  ShardRuntime::Inputs in;
+  StageMessage received;
+  if (runtime_.is_first()) {
+    const data::Batch& b = batches[k];
+    in.batch = b.batch;
+    in.t = b.t;
+    in.ids = b.ids;
+    in.loss_scale = loss_scale;
+    received.targets = b.targets;
+    received.loss_scale = loss_scale;
+  } else {
+    ASSIGN_OR_RETURN(received, Expect(link_.ReceiveFromPrevious(), Kind::kActivation, step, k));
+    in.batch = received.batch;
+    in.t = received.t;
+    in.activations = received.values;
+    in.loss_scale = received.loss_scale;
+  }
+  if (runtime_.is_last()) in.targets = received.targets;
+  result.tokens += in.batch * in.t;
+
+  const auto start = Clock::now();
+  if (!runtime_.is_last()) {
+    output_.resize(static_cast<size_t>(in.batch * in.t * runtime_.output_width()));
+  }
+  RETURN_IF_ERROR(runtime_.Forward(k, in, runtime_.is_last() ? absl::Span<float>()
+                                                              : absl::Span<float>(output_)));
+  result.busy_seconds += Since(start);
+  if (runtime_.is_last()) {
+    ASSIGN_OR_RETURN(double loss, runtime_.Loss(k));
+    result.loss += loss;
+    return absl::OkStatus();
+  }
+  StageMessage out;
+  out.kind = Kind::kActivation;
+  out.step = step;
+  out.micro_batch = k;
+  out.batch = in.batch;
+  out.t = in.t;
+  out.values = output_;
+  out.targets = std::move(received.targets);
+  out.loss_scale = received.loss_scale;
+  return link_.SendToNext(std::move(out));
+}
+
+absl::Status PipelineStage::Backward(int64_t step, int k, StageStepResult& result) {
+  StageMessage gradient;
+  if (!runtime_.is_last()) {
+    ASSIGN_OR_RETURN(gradient, Expect(link_.ReceiveFromNext(), Kind::kGradient, step, k));
+  }
+  const auto start = Clock::now();
+  if (!runtime_.is_first()) {
+    ASSIGN_OR_RETURN(int64_t tokens, runtime_.SlotTokens(k));
+    grad_input_.resize(static_cast<size_t>(tokens * runtime_.input_width()));
+  }
+  RETURN_IF_ERROR(runtime_.Backward(k, gradient.values,
+                                    runtime_.is_first() ? absl::Span<float>()
+                                                        : absl::Span<float>(grad_input_)));
+  result.busy_seconds += Since(start);
+  if (runtime_.is_first()) return absl::OkStatus();
+  StageMessage out;
+  out.kind = Kind::kGradient;
+  out.step = step;
+  out.micro_batch = k;
+  out.values = grad_input_;
+  return link_.SendToPrevious(std::move(out));
+}
+
+absl::StatusOr<double> PipelineStage::ReduceGradNorm(int64_t step) {
+  ASSIGN_OR_RETURN(double own, runtime_.GradSquaredNorm());
+  // Partial sums travel 0 → p−1 in stage order, so every run adds them in
+  // the same order; the total comes back p−1 → 0.
+  double partial = own;
+  if (!runtime_.is_first()) {
+    ASSIGN_OR_RETURN(StageMessage in, Expect(link_.ReceiveFromPrevious(), Kind::kNormPartial, step, 0));
+    partial = in.norm + own;
+  }
+  double total = partial;
+  if (!runtime_.is_last()) {
+    StageMessage out;
+    out.kind = Kind::kNormPartial;
+    out.step = step;
+    out.norm = partial;
+    RETURN_IF_ERROR(link_.SendToNext(std::move(out)));
+    ASSIGN_OR_RETURN(StageMessage back, Expect(link_.ReceiveFromNext(), Kind::kNormTotal, step, 0));
+    total = back.norm;
+  }
+  if (!runtime_.is_first()) {
+    StageMessage out;
+    out.kind = Kind::kNormTotal;
+    out.step = step;
+    out.norm = total;
+    RETURN_IF_ERROR(link_.SendToPrevious(std::move(out)));
+  }
+  return total;
+}
+
+absl::StatusOr<StageStepResult> PipelineStage::RunStep(int64_t step) {
+  const auto start = Clock::now();
+  StageStepResult result;
+  result.step = step;
+  std::vector<data::Batch> batches;
+  float loss_scale = 0.0f;
+  if (runtime_.is_first()) {
+    const int64_t per = options_.global_batch / options_.micro_batches;
+    int64_t targets = 0;
+    for (int k = 0; k < options_.micro_batches; ++k) {
+      batches.push_back(data_->TrainBatch(step, k, per));
+      targets += batches.back().target_count();
+    }
+    if (targets == 0) return absl::InternalError("a training step with no scored tokens");
+    loss_scale = static_cast<float>(1.0 / static_cast<double>(targets));
+  }
+  RETURN_IF_ERROR(runtime_.ZeroGrads());
+  runtime_.ResetPeakSlots();
+  for (const PipelineAction& action : schedule_) {
+    const absl::Status status = action.type == PipelineAction::Type::kForward
+                                    ? Forward(step, action.micro_batch, batches, loss_scale, result)
+                                    : Backward(step, action.micro_batch, result);
+    if (!status.ok()) {
+      for (int k = 0; k < options_.micro_batches; ++k) runtime_.Discard(k);
+      return status;
+    }
+  }
+  result.peak_slots = runtime_.peak_slots_held();
+  ASSIGN_OR_RETURN(double squared, ReduceGradNorm(step));
+  result.grad_norm = std::sqrt(squared);
+  const nn::OptimizerConfig& optimizer = runtime_.optimizer_config();
+  result.lr = nn::LearningRate(optimizer, step);
+  RETURN_IF_ERROR(runtime_.ApplyOptimizer(step, nn::ClipFactor(optimizer, result.grad_norm)));
+  result.step_seconds = Since(start);
+  return result;
+}
+
+}  // namespace shardline::worker::runtime

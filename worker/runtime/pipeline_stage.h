@@ -1,0 +1,78 @@
+// PipelineStage runs one stage's part of synchronous pipeline-parallel
+// training steps: its schedule of forward and backward passes over the step's
+// micro-batches, exchanging activations (with the targets the last stage
+// needs) and gradients with its neighbours through a StageLink, then the
+// all-stage reduction of the squared gradient norm, clipping and the local
+// optimizer step. Stage 0 owns the data source; the last stage computes the
+// loss. With the same spec, every stage's arithmetic is the reference
+// trainer's, micro-batch by micro-batch, so the losses and weights match it.
+// Not thread-safe: one thread per stage.
+#ifndef SHARDLINE_WORKER_RUNTIME_PIPELINE_STAGE_H_
+#define SHARDLINE_WORKER_RUNTIME_PIPELINE_STAGE_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "worker/data/data_source.h"
+#include "worker/runtime/pipeline_schedule.h"
+#include "worker/runtime/shard_runtime.h"
+#include "worker/runtime/stage_link.h"
+
+namespace shardline::worker::runtime {
+
+struct PipelineStageOptions {
+  ScheduleKind schedule = ScheduleKind::kOneFOneB;
+  int stages = 1;
+  int stage = 0;
+  int micro_batches = 1;
+  int64_t global_batch = 1;
+};
+
+struct StageStepResult {
+  int64_t step = 0;
+  double loss = 0.0;        // the step's loss; only the last stage knows it (0 elsewhere)
+  double grad_norm = 0.0;   // global, over every stage
+  double lr = 0.0;
+  size_t peak_slots = 0;    // most micro-batches of activations held at once
+  double busy_seconds = 0;  // time in forward/backward compute
+  double step_seconds = 0;  // wall time of the whole step on this stage
+  int64_t tokens = 0;       // tokens of the step
+};
+
+class PipelineStage {
+ public:
+  // `data` is required on stage 0 and ignored elsewhere. Nothing is owned;
+  // everything must outlive the stage.
+  static absl::StatusOr<std::unique_ptr<PipelineStage>> Create(ShardRuntime& runtime,
+                                                               const data::DataSource* data,
+                                                               StageLink& link,
+                                                               PipelineStageOptions options);
+
+  // Runs step `step` (1-based). On error the step's slots are freed; the
+  // weights may be part-updated only if the error came after the flush.
+  absl::StatusOr<StageStepResult> RunStep(int64_t step);
+
+ private:
+  PipelineStage(ShardRuntime& runtime, const data::DataSource* data, StageLink& link,
+                PipelineStageOptions options, std::vector<PipelineAction> schedule)
+      : runtime_(runtime), data_(data), link_(link), options_(options),
+        schedule_(std::move(schedule)) {}
+  absl::Status Forward(int64_t step, int k, const std::vector<data::Batch>& batches,
+                       float loss_scale, StageStepResult& result);
+  absl::Status Backward(int64_t step, int k, StageStepResult& result);
+  absl::StatusOr<double> ReduceGradNorm(int64_t step);
+  absl::StatusOr<StageMessage> Expect(absl::StatusOr<StageMessage> message,
+                                      StageMessage::Kind kind, int64_t step, int micro_batch);
+
+  ShardRuntime& runtime_;
+  const data::DataSource* const data_;
+  StageLink& link_;
+  const PipelineStageOptions options_;
+  const std::vector<PipelineAction> schedule_;
+  std::vector<float> output_, grad_input_;  // reused host buffers
+};
+
+}  // namespace shardline::worker::runtime
+
+#endif  // SHARDLINE_WORKER_RUNTIME_PIPELINE_STAGE_H_

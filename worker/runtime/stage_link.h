@@ -1,0 +1,57 @@
+// StageLink is one pipeline stage's connection to its neighbours: messages
+// to the next stage (activations, and the targets the last stage needs) and
+// to the previous one (gradients), plus the tiny end-of-step reduction of
+// squared gradient norms. Each direction is FIFO; the pipeline schedules
+// make the receiving order equal to the sending order, and the receiver
+// checks every message against what it expects.
+//
+// Implementations: LocalStageLink (in-process, tests) and, later, the gRPC
+// StageLink service. A link is used by one stage thread; implementations
+// must make Send and Receive on the two directions safe to call from it
+// while the peer's thread does the same.
+#ifndef SHARDLINE_WORKER_RUNTIME_STAGE_LINK_H_
+#define SHARDLINE_WORKER_RUNTIME_STAGE_LINK_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace shardline::worker::runtime {
+
+struct StageMessage {
+  enum class Kind {
+    kActivation,  // to next: a micro-batch's output (+ targets, loss scale)
+    kGradient,    // to previous: gradient of a micro-batch's input
+    kNormPartial, // to next: Σ grad² of stages 0..s
+    kNormTotal,   // to previous: Σ grad² of all stages
+  };
+  Kind kind = Kind::kActivation;
+  int64_t step = 0;
+  int micro_batch = 0;
+  int64_t batch = 0;                // sequences (activations)
+  int64_t t = 0;                    // tokens per sequence (activations)
+  std::vector<float> values;        // activations or gradients, [batch·t·width]
+  std::vector<int32_t> targets;     // activations: [batch·t], carried to the last stage
+  float loss_scale = 0.0f;          // activations: 1 / scored tokens in the step
+  double norm = 0.0;                // norm messages
+};
+
+std::string DescribeMessage(const StageMessage& m);
+
+class StageLink {
+ public:
+  virtual ~StageLink() = default;
+  // Each fails with UNAVAILABLE once the link or its peer is gone,
+  // DEADLINE_EXCEEDED when the peer does not answer in time, and
+  // FAILED_PRECONDITION when the stage has no neighbour on that side.
+  virtual absl::Status SendToNext(StageMessage message) = 0;
+  virtual absl::StatusOr<StageMessage> ReceiveFromPrevious() = 0;
+  virtual absl::Status SendToPrevious(StageMessage message) = 0;
+  virtual absl::StatusOr<StageMessage> ReceiveFromNext() = 0;
+};
+
+}  // namespace shardline::worker::runtime
+
+#endif  // SHARDLINE_WORKER_RUNTIME_STAGE_LINK_H_
