@@ -1,0 +1,27 @@
+// The model cost model: FLOPs, parameters and memory of each pipeline unit
+// of the GPT model (embedding, blocks, head), as pure functions of the model
+// spec and the sequence length. The planner cuts the unit list into stages
+// with these numbers; benchmarks compare them with measured time.
+#ifndef SHARDLINE_COMMON_COST_MODEL_H_
+#define SHARDLINE_COMMON_COST_MODEL_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "shardline/v1/job.pb.h"
+
+namespace shardline::common {
+
+struct UnitCost {
+  double flops_per_token = 0;         // forward + backward (≈ 3× forward)
+  int64_t parameters = 0;             // f32 parameters
+  double saved_bytes_per_token = 0;   // activations kept from forward to backward
+  double output_bytes_per_token = 0;  // what the unit sends on (f32 activations)
+};
+
+// One entry per unit, in order; `t` is the sequence length.
+std::vector<UnitCost> ModelUnitCosts(const shardline::v1::ModelSpec& model, int64_t t);
+
+}  // namespace shardline::common
+
+#endif  // SHARDLINE_COMMON_COST_MODEL_H_

@@ -1,0 +1,51 @@
+// The pipeline planner: cuts the model's unit list (embedding, blocks, head)
+// into contiguous stages, one per worker, minimising the slowest stage's time
+// per micro-batch from the cost model and each worker's measured GEMM rate,
+// subject to each stage's memory fitting its worker. Workers of different
+// speed get different numbers of layers. Pure computation; thread-safe.
+#ifndef SHARDLINE_SERVER_PLANNER_H_
+#define SHARDLINE_SERVER_PLANNER_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "shardline/v1/job.pb.h"
+
+namespace shardline::server {
+
+struct WorkerCapacity {
+  std::string name;
+  double flops_per_second = 0;  // measured f32 GEMM rate
+  int64_t memory_bytes = 0;     // usable by the stage (device memory on GPUs)
+};
+
+struct StagePlan {
+  int unit_begin = 0;
+  int unit_end = 0;  // exclusive
+  std::string worker;
+  double seconds_per_micro_batch = 0;  // predicted compute, forward + backward
+  int64_t memory_bytes = 0;            // predicted peak: parameters, gradients, optimizer, activations
+};
+
+struct PipelinePlan {
+  std::vector<StagePlan> stages;
+  // (m + p − 1) · slowest stage: the synchronous pipeline's step with its bubble.
+  double predicted_step_seconds = 0;
+  double bubble_fraction = 0;  // (p − 1) / (m + p − 1)
+};
+
+// Plans spec.parallel.pipeline_stages stages on `workers`, which must be at
+// least that many; stages go to the first p workers in the order given.
+// INVALID_ARGUMENT for too few workers or units; RESOURCE_EXHAUSTED when no
+// cut fits in memory, saying which worker falls short and by how much.
+absl::StatusOr<PipelinePlan> PlanPipeline(const shardline::v1::JobSpec& spec,
+                                          const std::vector<WorkerCapacity>& workers);
+
+// A readable multi-line description of the plan.
+std::string DescribePlan(const PipelinePlan& plan);
+
+}  // namespace shardline::server
+
+#endif  // SHARDLINE_SERVER_PLANNER_H_

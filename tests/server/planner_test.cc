@@ -1,0 +1,100 @@
+#include "server/planner.h"
+
+#include <chrono>
+
+#include "common/job_spec.h"
+#include "gtest/gtest.h"
+
+namespace shardline::server {
+namespace {
+
+shardline::v1::JobSpec Spec(int layers, int stages, const std::string& schedule = "1f1b") {
+  auto spec = common::ParseJobSpec(R"({"name": "p",
+    "model": {"kind": "gpt", "vocab_size": 256, "context": 128, "d_model": 512, "n_heads": 8, "n_layers": )" +
+                                   std::to_string(layers) + R"(},
+    "data": {"kind": "text_bytes", "path": "/x"},
+    "train": {"steps": 10, "global_batch": 32, "micro_batches": 8, "seed": 1,
+              "optimizer": {"kind": "adamw", "lr": 0.001}},
+    "parallel": {"pipeline_stages": )" + std::to_string(stages) +
+                                   R"(, "schedule": ")" + schedule + R"("}})");
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  return *spec;
+}
+
+constexpr int64_t kGiB = int64_t{1} << 30;
+
+int Blocks(const StagePlan& s) { return s.unit_end - s.unit_begin; }
+
+TEST(PlannerTest, EqualWorkersGetBalancedContiguousStages) {
+  auto plan = PlanPipeline(Spec(8, 2), {{"a", 1e11, 8 * kGiB}, {"b", 1e11, 8 * kGiB}});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->stages.size(), 2u);
+  EXPECT_EQ(plan->stages[0].unit_begin, 0);
+  EXPECT_EQ(plan->stages[0].unit_end, plan->stages[1].unit_begin);
+  EXPECT_EQ(plan->stages[1].unit_end, 10);
+  EXPECT_LE(std::abs(Blocks(plan->stages[0]) - Blocks(plan->stages[1])), 1);
+  EXPECT_NEAR(plan->bubble_fraction, 1.0 / 9, 1e-12);
+  const double slowest = std::max(plan->stages[0].seconds_per_micro_batch,
+                                  plan->stages[1].seconds_per_micro_batch);
+  EXPECT_NEAR(plan->predicted_step_seconds, 9 * slowest, 1e-12);
+}
+
+TEST(PlannerTest, AFasterWorkerGetsMoreLayers) {
+  auto plan = PlanPipeline(Spec(12, 2), {{"slow", 1e11, 8 * kGiB}, {"fast", 3e11, 8 * kGiB}});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_GE(Blocks(plan->stages[1]), 2 * Blocks(plan->stages[0]));
+  EXPECT_EQ(plan->stages[1].worker, "fast");
+  // Balanced: neither stage more than a block's time slower than the other.
+  const double a = plan->stages[0].seconds_per_micro_batch, b = plan->stages[1].seconds_per_micro_batch;
+  EXPECT_LT(std::fabs(a - b) / std::max(a, b), 0.35);
+}
+
+TEST(PlannerTest, MemoryLimitsMoveLayersAway) {
+  // Worker a fits only a few blocks; the plan must give it fewer despite equal speed.
+  auto roomy = PlanPipeline(Spec(8, 2), {{"a", 1e11, 8 * kGiB}, {"b", 1e11, 8 * kGiB}});
+  ASSERT_TRUE(roomy.ok());
+  const int64_t tight = roomy->stages[0].memory_bytes * 2 / 3;
+  auto plan = PlanPipeline(Spec(8, 2), {{"a", 1e11, tight}, {"b", 1e11, 8 * kGiB}});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_LT(Blocks(plan->stages[0]), Blocks(roomy->stages[0]));
+  EXPECT_LE(plan->stages[0].memory_bytes, tight);
+}
+
+TEST(PlannerTest, RefusesPlansThatDoNotFitAndSaysWhy) {
+  auto plan = PlanPipeline(Spec(8, 2), {{"a", 1e11, 1 << 20}, {"b", 1e11, 1 << 20}});
+  ASSERT_FALSE(plan.ok());
+  EXPECT_EQ(plan.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(plan.status().message().find("worker a"), std::string::npos) << plan.status();
+  EXPECT_NE(plan.status().message().find("GiB"), std::string::npos);
+}
+
+TEST(PlannerTest, OneFOneBNeedsLessMemoryThanGPipeOnTheFirstStage) {
+  const std::vector<WorkerCapacity> w = {{"a", 1e11, 64 * kGiB}, {"b", 1e11, 64 * kGiB}};
+  auto one = PlanPipeline(Spec(8, 2, "1f1b"), w);
+  auto gpipe = PlanPipeline(Spec(8, 2, "gpipe"), w);
+  ASSERT_TRUE(one.ok() && gpipe.ok());
+  EXPECT_LT(one->stages[0].memory_bytes, gpipe->stages[0].memory_bytes);
+}
+
+TEST(PlannerTest, BadRequests) {
+  EXPECT_EQ(PlanPipeline(Spec(8, 3), {{"a", 1e11, kGiB}}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(PlanPipeline(Spec(8, 2), {{"a", 0, kGiB}, {"b", 1e11, kGiB}}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(PlannerTest, LargeModelsPlanQuickly) {
+  std::vector<WorkerCapacity> workers;
+  for (int i = 0; i < 16; ++i) workers.push_back({"w" + std::to_string(i), 1e12 * (1 + i % 3), 80 * kGiB});
+  const auto start = std::chrono::steady_clock::now();
+  auto plan = PlanPipeline(Spec(256, 16), workers);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->stages.size(), 16u);
+  EXPECT_FALSE(DescribePlan(*plan).empty());
+  // Not a timing assertion on the machine's speed: a generous bound that only
+  // an accidentally cubic search would break.
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 20.0);
+}
+
+}  // namespace
+}  // namespace shardline::server
