@@ -1,0 +1,189 @@
+#include "server/weight_store.h"
+
+#include <filesystem>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/file_util.h"
+#include "common/status_macros.h"
+#include "google/protobuf/struct.pb.h"
+#include "google/protobuf/util/json_util.h"
+
+namespace shardline::server {
+namespace {
+
+namespace fs = std::filesystem;
+
+absl::StatusOr<std::pair<int64_t, int>> ReadManifest(const std::string& path) {
+  ASSIGN_OR_RETURN(std::string text, common::ReadFile(path));
+  google::protobuf::Struct manifest;
+  if (!google::protobuf::util::JsonStringToMessage(text, &manifest).ok()) {
+    return absl::DataLossError(absl::StrCat(path, " is not JSON"));
+  }
+  const auto& f = manifest.fields();
+  auto step = f.find("committed_step"), shards = f.find("shards");
+  if (step == f.end() || shards == f.end() || step->second.number_value() < 0 ||
+      shards->second.number_value() < 1) {
+    return absl::DataLossError(absl::StrCat(path, " lacks committed_step or shards"));
+  }
+  return std::make_pair(static_cast<int64_t>(step->second.number_value()),
+                        static_cast<int>(shards->second.number_value()));
+}
+
+}  // namespace
+
+absl::Status ValidateJobId(const std::string& job_id) {
+  const bool ok = !job_id.empty() && job_id.size() <= 64 && job_id != "." && job_id != ".." &&
+                  job_id.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                           "0123456789._-") == std::string::npos;
+  if (!ok) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("job id '", job_id, "' must be 1-64 characters of [A-Za-z0-9._-]"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<WeightStore>> WeightStore::Open(const std::string& root) {
+  std::error_code error;
+  fs::create_directories(root, error);
+  if (error) return absl::InternalError(absl::StrCat("cannot create ", root, ": ", error.message()));
+  std::unique_ptr<WeightStore> store(new WeightStore(root));
+  absl::MutexLock lock(&store->mu_);
+  for (const auto& entry : fs::directory_iterator(root, error)) {
+    const std::string job_id = entry.path().filename().string();
+    const fs::path manifest = entry.path() / "manifest.json";
+    if (!entry.is_directory() || !ValidateJobId(job_id).ok() || !fs::exists(manifest)) continue;
+    ASSIGN_OR_RETURN(auto committed, ReadManifest(manifest.string()));
+    Job& job = store->jobs_[job_id];
+    job.committed_step = committed.first;
+    job.committed_shards = committed.second;
+    for (int s = 0; s < job.committed_shards; ++s) {
+      if (!fs::exists(store->ShardPath(job_id, job.committed_step, s))) {
+        return absl::DataLossError(absl::StrCat("job ", job_id, ": committed shard ", s,
+                                                " of step ", job.committed_step, " is missing"));
+      }
+    }
+  }
+  if (error) return absl::InternalError(absl::StrCat("cannot list ", root, ": ", error.message()));
+  return store;
+}
+
+std::string WeightStore::StepDir(const std::string& job_id, int64_t step) const {
+  return (fs::path(root_) / job_id / absl::StrCat("step-", step)).string();
+}
+
+std::string WeightStore::ShardPath(const std::string& job_id, int64_t step, int shard) const {
+  return (fs::path(StepDir(job_id, step)) / absl::StrCat("shard-", shard, ".safetensors")).string();
+}
+
+absl::StatusOr<bool> WeightStore::Report(const ShardReport& r) {
+  RETURN_IF_ERROR(ValidateJobId(r.job_id));
+  if (r.shard_count < 1 || r.shard < 0 || r.shard >= r.shard_count || r.step < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("shard ", r.shard, " of ", r.shard_count,
+                                                   " at step ", r.step, " is not a valid shard"));
+  }
+  if (r.contents.tensors.empty()) return absl::InvalidArgumentError("a shard with no tensors");
+  ASSIGN_OR_RETURN(std::string bytes, common::SerializeSafetensors(r.contents));
+  const std::string key = absl::StrCat("job ", r.job_id, " shard ", r.shard, " step ", r.step);
+
+  absl::MutexLock lock(&mu_);
+  Job& job = jobs_[r.job_id];
+  if (r.step < job.committed_step) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        key, " is older than the committed version (step ", job.committed_step, ")"));
+  }
+  const bool committed = r.step == job.committed_step;
+  const int count = committed ? job.committed_shards
+                              : job.shard_count.count(r.step) ? job.shard_count[r.step]
+                                                              : r.shard_count;
+  if (count != r.shard_count) {
+    return absl::FailedPreconditionError(absl::StrCat(key, " says ", r.shard_count,
+                                                      " shards; earlier reports said ", count));
+  }
+  const std::string path = ShardPath(r.job_id, r.step, r.shard);
+  if (committed || job.arrived[r.step].count(r.shard)) {
+    // A retried report: fine when it is the same, refused when it is not.
+    ASSIGN_OR_RETURN(std::string stored, common::ReadFile(path));
+    if (stored != bytes) {
+      return absl::FailedPreconditionError(absl::StrCat(key, " was already stored with other content"));
+    }
+    return false;
+  }
+  std::error_code error;
+  fs::create_directories(StepDir(r.job_id, r.step), error);
+  if (error) return absl::InternalError(absl::StrCat("cannot create ", StepDir(r.job_id, r.step)));
+  RETURN_IF_ERROR(common::WriteFileAtomically(path, bytes));
+  job.shard_count[r.step] = r.shard_count;
+  job.arrived[r.step].insert(r.shard);
+  if (static_cast<int>(job.arrived[r.step].size()) < r.shard_count) return false;
+  RETURN_IF_ERROR(Commit(r.job_id, job, r.step));
+  return true;
+}
+
+absl::Status WeightStore::Commit(const std::string& job_id, Job& job, int64_t step) {
+  const std::string manifest = absl::StrCat("{\"committed_step\": ", step, ", \"shards\": ",
+                                            job.shard_count[step], "}\n");
+  RETURN_IF_ERROR(common::WriteFileAtomically(
+      (fs::path(root_) / job_id / "manifest.json").string(), manifest));
+  const int64_t previous = job.committed_step;
+  job.committed_step = step;
+  job.committed_shards = job.shard_count[step];
+  // Older versions and steps that can no longer complete are obsolete.
+  std::error_code ignored;
+  if (previous >= 0) fs::remove_all(StepDir(job_id, previous), ignored);
+  for (auto it = job.shard_count.begin(); it != job.shard_count.end() && it->first <= step;) {
+    if (it->first < step) fs::remove_all(StepDir(job_id, it->first), ignored);
+    job.arrived.erase(it->first);
+    it = job.shard_count.erase(it);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<const WeightStore::Job*> WeightStore::Committed(const std::string& job_id) {
+  RETURN_IF_ERROR(ValidateJobId(job_id));
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end() || it->second.committed_step < 0) {
+    return absl::NotFoundError(absl::StrCat("job ", job_id, " has no committed weights"));
+  }
+  return &it->second;
+}
+
+absl::StatusOr<int64_t> WeightStore::CommittedStep(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(const Job* job, Committed(job_id));
+  return job->committed_step;
+}
+
+absl::StatusOr<common::SafetensorsContents> WeightStore::ExportWeights(
+    const std::string& job_id, const std::map<std::string, std::string>& metadata) {
+  absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(const Job* job, Committed(job_id));
+  common::SafetensorsContents out;
+  out.metadata = metadata;
+  out.metadata["step"] = std::to_string(job->committed_step);
+  for (int s = 0; s < job->committed_shards; ++s) {
+    ASSIGN_OR_RETURN(common::SafetensorsContents shard,
+                     common::ReadSafetensors(ShardPath(job_id, job->committed_step, s)));
+    for (auto& [name, tensor] : shard.tensors) {
+      if (absl::StartsWith(name, kOptimizerPrefix)) continue;
+      if (!out.tensors.emplace(name, std::move(tensor)).second) {
+        return absl::DataLossError(absl::StrCat("job ", job_id, ": tensor ", name,
+                                                " is in more than one shard"));
+      }
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<common::SafetensorsContents> WeightStore::FetchShard(const std::string& job_id,
+                                                                     int shard) {
+  absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(const Job* job, Committed(job_id));
+  if (shard < 0 || shard >= job->committed_shards) {
+    return absl::InvalidArgumentError(absl::StrCat("job ", job_id, " has ", job->committed_shards,
+                                                   " shards, not ", shard));
+  }
+  return common::ReadSafetensors(ShardPath(job_id, job->committed_step, shard));
+}
+
+}  // namespace shardline::server

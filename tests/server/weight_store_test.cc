@@ -1,0 +1,127 @@
+#include "server/weight_store.h"
+
+#include <filesystem>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace shardline::server {
+namespace {
+
+common::Tensor Values(std::vector<int64_t> shape, float start) {
+  common::Tensor t = *common::Tensor::Zeros(common::DType::kF32, shape);
+  float v = start;
+  for (float& x : t.values<float>()) x = (v += 0.5f);
+  return t;
+}
+
+// Stage s of a 2-stage model at `step`: its weights and AdamW state.
+ShardReport Shard(const std::string& job, int s, int64_t step, float salt = 0) {
+  ShardReport r;
+  r.job_id = job;
+  r.shard = s;
+  r.shard_count = 2;
+  r.step = step;
+  const std::string name = s == 0 ? "tok_emb.weight" : "lm_head.weight";
+  r.contents.tensors.emplace(name, Values({3, 4}, step + s + salt));
+  r.contents.tensors.emplace(std::string(kOptimizerPrefix) + "m." + name, Values({3, 4}, -1));
+  return r;
+}
+
+class WeightStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = ::testing::TempDir() + "/weights-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::filesystem::remove_all(root_);
+    store_ = std::move(*WeightStore::Open(root_));
+  }
+  std::string root_;
+  std::unique_ptr<WeightStore> store_;
+};
+
+TEST_F(WeightStoreTest, AStepCommitsWhenEveryShardHasArrived) {
+  EXPECT_EQ(store_->CommittedStep("j").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_FALSE(*store_->Report(Shard("j", 1, 100)));
+  EXPECT_EQ(store_->CommittedStep("j").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(*store_->Report(Shard("j", 0, 100)));
+  EXPECT_EQ(*store_->CommittedStep("j"), 100);
+
+  auto exported = store_->ExportWeights("j", {{"format", "pt"}});
+  ASSERT_TRUE(exported.ok()) << exported.status();
+  ASSERT_EQ(exported->tensors.size(), 2u) << "optimizer state is not exported";
+  EXPECT_EQ(exported->metadata.at("step"), "100");
+  auto shard = store_->FetchShard("j", 1);
+  ASSERT_TRUE(shard.ok());
+  EXPECT_EQ(shard->tensors.size(), 2u) << "recovery gets the optimizer state too";
+}
+
+TEST_F(WeightStoreTest, ExportHasTheLayoutOfOneWholeFile) {
+  ASSERT_TRUE(store_->Report(Shard("j", 0, 5)).ok());
+  ASSERT_TRUE(store_->Report(Shard("j", 1, 5)).ok());
+  common::SafetensorsContents whole;
+  whole.tensors.emplace("tok_emb.weight", Values({3, 4}, 5));
+  whole.tensors.emplace("lm_head.weight", Values({3, 4}, 6));
+  whole.metadata = {{"format", "pt"}, {"step", "5"}};
+  auto exported = store_->ExportWeights("j", {{"format", "pt"}});
+  ASSERT_TRUE(exported.ok());
+  EXPECT_EQ(*common::SerializeSafetensors(*exported), *common::SerializeSafetensors(whole));
+}
+
+TEST_F(WeightStoreTest, ReportsAreIdempotentAndContradictionsRefused) {
+  ASSERT_FALSE(*store_->Report(Shard("j", 0, 10)));
+  EXPECT_FALSE(*store_->Report(Shard("j", 0, 10))) << "a retried report is accepted once";
+  EXPECT_EQ(store_->Report(Shard("j", 0, 10, /*salt=*/1)).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  ShardReport three = Shard("j", 1, 10);
+  three.shard_count = 3;
+  EXPECT_EQ(store_->Report(three).status().code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(*store_->Report(Shard("j", 1, 10)));
+  EXPECT_FALSE(*store_->Report(Shard("j", 1, 10))) << "retry after the commit";
+  EXPECT_EQ(store_->Report(Shard("j", 0, 9)).status().code(), absl::StatusCode::kFailedPrecondition)
+      << "older than the committed version";
+}
+
+TEST_F(WeightStoreTest, ANewerCommitReplacesTheOlderVersionOnDisk) {
+  ASSERT_TRUE(store_->Report(Shard("j", 0, 1)).ok());
+  ASSERT_TRUE(store_->Report(Shard("j", 1, 1)).ok());
+  ASSERT_TRUE(store_->Report(Shard("j", 0, 2)).ok());  // step 2 never completes
+  ASSERT_TRUE(store_->Report(Shard("j", 0, 3)).ok());
+  ASSERT_TRUE(*store_->Report(Shard("j", 1, 3)));
+  EXPECT_EQ(*store_->CommittedStep("j"), 3);
+  EXPECT_FALSE(std::filesystem::exists(root_ + "/j/step-1"));
+  EXPECT_FALSE(std::filesystem::exists(root_ + "/j/step-2"));
+  EXPECT_TRUE(std::filesystem::exists(root_ + "/j/step-3/shard-1.safetensors"));
+}
+
+TEST_F(WeightStoreTest, ARestartedStoreServesTheCommittedVersion) {
+  ASSERT_TRUE(store_->Report(Shard("j", 0, 7)).ok());
+  ASSERT_TRUE(store_->Report(Shard("j", 1, 7)).ok());
+  ASSERT_TRUE(store_->Report(Shard("j", 0, 8)).ok());  // pending, lost with the restart
+  const std::string before = *common::SerializeSafetensors(*store_->ExportWeights("j", {}));
+  store_.reset();
+  auto reopened = WeightStore::Open(root_);
+  ASSERT_TRUE(reopened.ok()) << reopened.status();
+  EXPECT_EQ(*(*reopened)->CommittedStep("j"), 7);
+  EXPECT_EQ(*common::SerializeSafetensors(*(*reopened)->ExportWeights("j", {})), before);
+  EXPECT_TRUE((*reopened)->Report(Shard("j", 1, 8)).ok());
+}
+
+TEST_F(WeightStoreTest, MalformedReportsAreRefused) {
+  const std::vector<std::string> bad_ids = {"", "../etc", "a/b", ".", std::string(65, 'x')};
+  for (const std::string& bad : bad_ids) {
+    EXPECT_EQ(store_->Report(Shard(bad, 0, 1)).status().code(), absl::StatusCode::kInvalidArgument)
+        << bad;
+  }
+  ShardReport r = Shard("j", 2, 1);
+  EXPECT_EQ(store_->Report(r).status().code(), absl::StatusCode::kInvalidArgument);
+  r = Shard("j", 0, -1);
+  EXPECT_EQ(store_->Report(r).status().code(), absl::StatusCode::kInvalidArgument);
+  r = Shard("j", 0, 1);
+  r.contents.tensors.clear();
+  EXPECT_EQ(store_->Report(r).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(store_->FetchShard("nope", 0).status().code(), absl::StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace shardline::server
