@@ -1,0 +1,230 @@
+// Stage links over gRPC on loopback: a 3-stage pipeline whose stages talk
+// through StageLink.Exchange must train exactly like the reference trainer,
+// with tensors split into many chunks; bad peers (stale epoch, unknown job,
+// a second connection, malformed frames) get a clear status and the service
+// keeps serving; a dead upstream worker fails the step promptly.
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "tests/worker/nn/nn_test_util.h"
+#include "worker/runtime/grpc_stage_link.h"
+#include "worker/runtime/pipeline_stage.h"
+#include "worker/runtime/stage_link_service.h"
+#include "worker/trainer/trainer.h"
+
+namespace shardline::worker::runtime {
+namespace {
+
+using shardline::v1::StageFrame;
+
+struct Server {
+  std::unique_ptr<StageLinkService> service = std::make_unique<StageLinkService>();
+  std::unique_ptr<grpc::Server> server;
+  std::string address;
+};
+
+std::unique_ptr<Server> StartServer() {
+  auto s = std::make_unique<Server>();
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddChannelArgument("grpc.so_reuseport", 0);
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(s->service.get());
+  s->server = builder.BuildAndStart();
+  EXPECT_NE(port, 0);
+  s->address = absl::StrCat("127.0.0.1:", port);
+  return s;
+}
+
+GrpcStageLinkOptions Options(int stage, int stages, Server* own, Server* upstream,
+                             uint64_t epoch = 7, absl::Duration timeout = absl::Seconds(30)) {
+  GrpcStageLinkOptions o;
+  o.job_id = "job-1";
+  o.plan_epoch = epoch;
+  o.stage = stage;
+  o.stages = stages;
+  o.service = own->service.get();
+  if (upstream != nullptr) o.upstream_address = upstream->address;
+  o.timeout = timeout;
+  o.chunk_bytes = 1000;  // force many chunks per tensor
+  return o;
+}
+
+TEST(GrpcStageLinkTest, ThreeStagePipelineMatchesTheReferenceTrainer) {
+  auto spec = testing::TinySpec(3, 6);
+  spec.mutable_parallel()->set_pipeline_stages(3);
+  const auto config = nn::ModelConfig::FromSpec(spec.model());
+  const auto optimizer = nn::OptimizerConfig::FromSpec(spec.train());
+  auto data = data::CreateDataSource(spec);
+  ASSERT_TRUE(data.ok());
+  const int cuts[4] = {0, 1, 3, config.units()};
+
+  std::vector<std::unique_ptr<Server>> servers;
+  std::vector<std::unique_ptr<Backend>> backends;
+  std::vector<std::unique_ptr<ShardRuntime>> runtimes;
+  std::vector<std::unique_ptr<GrpcStageLink>> links;
+  std::vector<std::unique_ptr<PipelineStage>> stages;
+  for (int s = 0; s < 3; ++s) servers.push_back(StartServer());
+  for (int s = 0; s < 3; ++s) {
+    backends.push_back(testing::CpuBackend());
+    auto runtime = ShardRuntime::Create(*backends[s], config, cuts[s], cuts[s + 1], 5, optimizer);
+    ASSERT_TRUE(runtime.ok());
+    runtimes.push_back(std::move(*runtime));
+    auto link = GrpcStageLink::Create(Options(s, 3, servers[s].get(), s ? servers[s - 1].get() : nullptr));
+    ASSERT_TRUE(link.ok()) << link.status();
+    links.push_back(std::move(*link));
+    auto stage = PipelineStage::Create(*runtimes[s], data->get(), *links[s],
+                                       {ScheduleKind::kOneFOneB, 3, s, 3, 6});
+    ASSERT_TRUE(stage.ok()) << stage.status();
+    stages.push_back(std::move(*stage));
+  }
+  auto backend = testing::CpuBackend();
+  auto reference = trainer::Trainer::Create(spec, *backend);
+  ASSERT_TRUE(reference.ok());
+  for (int step = 1; step <= 3; ++step) {
+    std::vector<absl::StatusOr<StageStepResult>> results(3, absl::UnknownError(""));
+    std::vector<std::thread> threads;
+    for (int s = 0; s < 3; ++s) threads.emplace_back([&, s] { results[s] = stages[s]->RunStep(step); });
+    for (auto& t : threads) t.join();
+    for (auto& r : results) ASSERT_TRUE(r.ok()) << r.status();
+    auto want = (*reference)->TrainStep(step);
+    ASSERT_TRUE(want.ok());
+    EXPECT_EQ(results[2]->loss, want->loss) << "step " << step;
+    EXPECT_EQ(results[0]->grad_norm, results[2]->grad_norm);
+  }
+  links.clear();
+  for (auto& s : servers) s->server->Shutdown();
+}
+
+// A raw Exchange call, for playing a misbehaving peer.
+class RawPeer {
+ public:
+  explicit RawPeer(const std::string& address)
+      : stub_(shardline::v1::StageLink::NewStub(
+            grpc::CreateChannel(address, grpc::InsecureChannelCredentials()))) {
+    context_.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    stream_ = stub_->Exchange(&context_);
+  }
+  bool Write(const StageFrame& frame) { return stream_->Write(frame); }
+  grpc::Status Finish() {
+    stream_->WritesDone();
+    StageFrame ignored;
+    while (stream_->Read(&ignored)) {
+    }
+    return stream_->Finish();
+  }
+
+ private:
+  std::unique_ptr<shardline::v1::StageLink::Stub> stub_;
+  grpc::ClientContext context_;
+  std::unique_ptr<grpc::ClientReaderWriter<StageFrame, StageFrame>> stream_;
+};
+
+StageFrame Hello(const std::string& job, uint64_t epoch, int stage) {
+  StageFrame f;
+  f.mutable_hello()->set_job_id(job);
+  f.mutable_hello()->set_plan_epoch(epoch);
+  f.mutable_hello()->set_stage(stage);
+  return f;
+}
+
+TEST(GrpcStageLinkTest, WrongPeersGetClearStatusesAndTheServiceKeepsServing) {
+  auto server = StartServer();
+  auto stream = server->service->Expect("job-1", 7, 0, absl::Seconds(5), 1000);
+
+  RawPeer unknown_job(server->address);
+  unknown_job.Write(Hello("job-2", 7, 1));
+  EXPECT_EQ(unknown_job.Finish().error_code(), grpc::StatusCode::NOT_FOUND);
+
+  RawPeer stale(server->address);
+  stale.Write(Hello("job-1", 6, 1));
+  const grpc::Status stale_status = stale.Finish();
+  EXPECT_EQ(stale_status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(stale_status.error_message().find("epoch 6"), std::string::npos);
+
+  RawPeer no_hello(server->address);
+  StageFrame data;
+  data.set_kind(StageFrame::GRADIENT);
+  no_hello.Write(data);
+  EXPECT_EQ(no_hello.Finish().error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+
+  // A real link with a stale epoch learns why it was refused.
+  auto stale_link = GrpcStageLink::Create(Options(1, 2, server.get(), server.get(), /*epoch=*/5));
+  ASSERT_TRUE(stale_link.ok());
+  auto refused = (*stale_link)->ReceiveFromPrevious();
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition) << refused.status();
+  EXPECT_NE(refused.status().message().find("epoch 5"), std::string::npos) << refused.status();
+  stale_link->reset();
+
+  // The right peer still connects, and a second one for the same stage is refused.
+  auto good = GrpcStageLink::Create(Options(1, 2, server.get(), server.get()));
+  ASSERT_TRUE(good.ok());
+  StageMessage gradient;
+  gradient.kind = StageMessage::Kind::kGradient;
+  gradient.step = 1;
+  gradient.values = {1.0f, 2.0f, 3.0f};
+  ASSERT_TRUE((*good)->SendToPrevious(gradient).ok());
+  auto received = stream->Receive();
+  ASSERT_TRUE(received.ok()) << received.status();
+  EXPECT_EQ(received->values, gradient.values);
+  RawPeer second(server->address);
+  second.Write(Hello("job-1", 7, 1));
+  EXPECT_EQ(second.Finish().error_code(), grpc::StatusCode::ALREADY_EXISTS);
+  good->reset();
+  server->server->Shutdown();
+}
+
+TEST(GrpcStageLinkTest, MalformedFramesEndTheStreamWithInvalidArgument) {
+  auto server = StartServer();
+  for (int variant = 0; variant < 4; ++variant) {
+    SCOPED_TRACE(variant);
+    const std::string job = absl::StrCat("bad-", variant);
+    auto stream = server->service->Expect(job, 1, 0, absl::Seconds(5), 1000);
+    RawPeer peer(server->address);
+    ASSERT_TRUE(peer.Write(Hello(job, 1, 1)));
+    StageFrame f;
+    f.set_kind(StageFrame::GRADIENT);
+    f.set_dtype(shardline::v1::DTYPE_F32);
+    f.set_elements(4);
+    f.set_chunk_count(2);
+    f.set_payload(std::string(8, '\0'));
+    if (variant == 0) f.set_dtype(shardline::v1::DTYPE_BF16);       // unsupported dtype
+    if (variant == 1) f.set_chunk_index(1);                          // chunk out of order
+    if (variant == 2) f.set_payload(std::string(20, '\0'));          // more bytes than elements
+    if (variant == 3) f.set_kind(static_cast<StageFrame::Kind>(42));  // unknown kind
+    peer.Write(f);
+    EXPECT_EQ(peer.Finish().error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_EQ(stream->Receive().status().code(), absl::StatusCode::kInvalidArgument);
+  }
+  server->server->Shutdown();
+}
+
+TEST(GrpcStageLinkTest, ALostUpstreamWorkerFailsTheReceiverPromptly) {
+  auto upstream = StartServer();
+  auto own = StartServer();
+  auto expectation = upstream->service->Expect("job-1", 7, 0, absl::Seconds(30), 1000);
+  auto link = GrpcStageLink::Create(Options(1, 2, own.get(), upstream.get()));
+  ASSERT_TRUE(link.ok());
+  StageMessage hello_traffic;
+  hello_traffic.kind = StageMessage::Kind::kGradient;
+  ASSERT_TRUE((*link)->SendToPrevious(hello_traffic).ok());
+  ASSERT_TRUE(expectation->Receive().ok());
+  const auto start = std::chrono::steady_clock::now();
+  std::thread kill([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    upstream->server->Shutdown(std::chrono::system_clock::now());  // the worker dies
+  });
+  auto received = (*link)->ReceiveFromPrevious();
+  kill.join();
+  EXPECT_FALSE(received.ok());
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 10.0);
+  link->reset();
+  own->server->Shutdown();
+}
+
+}  // namespace
+}  // namespace shardline::worker::runtime

@@ -1,0 +1,56 @@
+// GrpcStageLink is a StageLink over gRPC: to the previous stage it is the
+// client of that worker's StageLink.Exchange (it connects and says hello with
+// job, plan epoch and its stage); to the next stage it is the server side,
+// through the local StageLinkService. Messages are chunked frames
+// (stage_frame_coding.h), one write in flight per stream; every wait has the
+// link's timeout, so a dead neighbour becomes UNAVAILABLE or
+// DEADLINE_EXCEEDED, never a hang. Thread-safe as StageLink requires.
+#ifndef SHARDLINE_WORKER_RUNTIME_GRPC_STAGE_LINK_H_
+#define SHARDLINE_WORKER_RUNTIME_GRPC_STAGE_LINK_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "worker/runtime/exchange_stream.h"
+#include "worker/runtime/stage_link.h"
+#include "worker/runtime/stage_link_service.h"
+
+namespace shardline::worker::runtime {
+
+struct GrpcStageLinkOptions {
+  std::string job_id;
+  uint64_t plan_epoch = 0;
+  int stage = 0;
+  int stages = 1;
+  std::string upstream_address;          // the previous stage's worker (stage > 0)
+  StageLinkService* service = nullptr;   // this worker's service (stage < stages − 1)
+  absl::Duration timeout = absl::Seconds(60);
+  size_t chunk_bytes = kDefaultChunkBytes;
+};
+
+class GrpcStageLink final : public StageLink {
+ public:
+  // Registers with the service and starts connecting upstream; returns at
+  // once (sends and receives wait for the peers, up to the timeout).
+  static absl::StatusOr<std::unique_ptr<GrpcStageLink>> Create(const GrpcStageLinkOptions& options);
+  ~GrpcStageLink() override;
+
+  absl::Status SendToNext(StageMessage message) override;
+  absl::StatusOr<StageMessage> ReceiveFromPrevious() override;
+  absl::Status SendToPrevious(StageMessage message) override;
+  absl::StatusOr<StageMessage> ReceiveFromNext() override;
+
+ private:
+  class UpstreamCall;
+  explicit GrpcStageLink(GrpcStageLinkOptions options);
+
+  const GrpcStageLinkOptions options_;
+  std::shared_ptr<ExchangeStream> downstream_;  // we serve it; the next stage connects
+  std::unique_ptr<UpstreamCall> upstream_;      // we call the previous stage
+};
+
+}  // namespace shardline::worker::runtime
+
+#endif  // SHARDLINE_WORKER_RUNTIME_GRPC_STAGE_LINK_H_

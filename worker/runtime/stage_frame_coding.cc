@@ -1,0 +1,136 @@
+#include "worker/runtime/stage_frame_coding.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace shardline::worker::runtime {
+namespace {
+
+using shardline::v1::StageFrame;
+
+StageFrame::Kind ToWire(StageMessage::Kind kind) {
+  switch (kind) {
+    case StageMessage::Kind::kActivation:
+      return StageFrame::ACTIVATION;
+    case StageMessage::Kind::kGradient:
+      return StageFrame::GRADIENT;
+    case StageMessage::Kind::kNormPartial:
+      return StageFrame::NORM_PARTIAL;
+    case StageMessage::Kind::kNormTotal:
+      return StageFrame::NORM_TOTAL;
+  }
+  return StageFrame::KIND_UNSPECIFIED;
+}
+
+absl::StatusOr<StageMessage::Kind> FromWire(int kind) {
+  switch (kind) {
+    case StageFrame::ACTIVATION:
+      return StageMessage::Kind::kActivation;
+    case StageFrame::GRADIENT:
+      return StageMessage::Kind::kGradient;
+    case StageFrame::NORM_PARTIAL:
+      return StageMessage::Kind::kNormPartial;
+    case StageFrame::NORM_TOTAL:
+      return StageMessage::Kind::kNormTotal;
+    default:
+      return absl::InvalidArgumentError(absl::StrCat("frame of unknown kind ", kind));
+  }
+}
+
+absl::Status Bad(absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat("malformed stage frame: ", what));
+}
+
+}  // namespace
+
+std::vector<StageFrame> EncodeStageMessage(const StageMessage& m, size_t chunk_bytes) {
+  const size_t bytes = m.values.size() * sizeof(float);
+  chunk_bytes = std::max<size_t>(chunk_bytes / sizeof(float) * sizeof(float), sizeof(float));
+  const uint32_t count = static_cast<uint32_t>(std::max<size_t>(1, (bytes + chunk_bytes - 1) / chunk_bytes));
+  std::vector<StageFrame> frames(count);
+  for (uint32_t i = 0; i < count; ++i) {
+    StageFrame& f = frames[i];
+    f.set_kind(ToWire(m.kind));
+    f.set_step(m.step);
+    f.set_micro_batch(m.micro_batch);
+    f.set_batch(m.batch);
+    f.set_t(m.t);
+    f.set_dtype(shardline::v1::DTYPE_F32);
+    f.set_elements(static_cast<int64_t>(m.values.size()));
+    f.set_loss_scale(m.loss_scale);
+    f.set_norm(m.norm);
+    f.set_chunk_index(i);
+    f.set_chunk_count(count);
+    if (i == 0) *f.mutable_targets() = {m.targets.begin(), m.targets.end()};
+    const size_t begin = i * chunk_bytes, end = std::min(bytes, begin + chunk_bytes);
+    if (begin < end) {
+      f.set_payload(reinterpret_cast<const char*>(m.values.data()) + begin, end - begin);
+    }
+  }
+  return frames;
+}
+
+absl::Status FrameAssembler::Check(const StageFrame& f) {
+  if (f.has_hello()) return Bad("hello after the stream started");
+  if (f.dtype() != shardline::v1::DTYPE_F32) return Bad(absl::StrCat("dtype ", f.dtype(), " is not f32"));
+  if (f.elements() < 0 || f.elements() > kMaxFrameElements) {
+    return Bad(absl::StrCat(f.elements(), " elements"));
+  }
+  if (f.chunk_count() < 1 || f.chunk_index() >= f.chunk_count()) {
+    return Bad(absl::StrCat("chunk ", f.chunk_index(), " of ", f.chunk_count()));
+  }
+  if (f.chunk_count() > static_cast<uint64_t>(f.elements()) + 1) return Bad("more chunks than elements");
+  if (f.batch() < 0 || f.t() < 0 || f.batch() > (int64_t{1} << 24) || f.t() > (int64_t{1} << 24)) {
+    return Bad(absl::StrCat("batch ", f.batch(), " × t ", f.t()));
+  }
+  if (f.payload().size() % sizeof(float) != 0) return Bad("payload is not whole f32 values");
+  if (f.chunk_index() != next_chunk_) {
+    return Bad(absl::StrCat("chunk ", f.chunk_index(), " arrived where ", next_chunk_, " was due"));
+  }
+  if (active_ && (f.kind() != first_.kind() || f.step() != first_.step() ||
+                  f.micro_batch() != first_.micro_batch() || f.elements() != first_.elements() ||
+                  f.chunk_count() != first_.chunk_count())) {
+    return Bad("chunks of one tensor disagree on its header");
+  }
+  if (f.chunk_index() > 0 && f.targets_size() > 0) return Bad("targets outside chunk 0");
+  const size_t total = static_cast<size_t>(f.elements()) * sizeof(float);
+  if (filled_bytes_ + f.payload().size() > total) return Bad("payload larger than the tensor");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::optional<StageMessage>> FrameAssembler::Add(const StageFrame& f) {
+  if (absl::Status s = Check(f); !s.ok()) {
+    *this = FrameAssembler();
+    return s;
+  }
+  if (!active_) {
+    ASSIGN_OR_RETURN(message_.kind, FromWire(f.kind()));
+    active_ = true;
+    first_ = f;
+    first_.clear_payload();
+    message_.step = f.step();
+    message_.micro_batch = f.micro_batch();
+    message_.batch = f.batch();
+    message_.t = f.t();
+    message_.loss_scale = f.loss_scale();
+    message_.norm = f.norm();
+    message_.targets.assign(f.targets().begin(), f.targets().end());
+    message_.values.resize(static_cast<size_t>(f.elements()));
+  }
+  std::memcpy(reinterpret_cast<char*>(message_.values.data()) + filled_bytes_, f.payload().data(),
+              f.payload().size());
+  filled_bytes_ += f.payload().size();
+  if (++next_chunk_ < f.chunk_count()) return std::optional<StageMessage>();
+  if (filled_bytes_ != message_.values.size() * sizeof(float)) {
+    *this = FrameAssembler();
+    return Bad("payload shorter than the tensor");
+  }
+  StageMessage done = std::move(message_);
+  *this = FrameAssembler();
+  return std::optional<StageMessage>(std::move(done));
+}
+
+}  // namespace shardline::worker::runtime

@@ -1,0 +1,41 @@
+// The only place that knows how a StageMessage travels as StageFrames
+// (proto/shardline/v1/stage_link.proto): splitting into chunks, and putting
+// them back together with every field checked.
+#ifndef SHARDLINE_WORKER_RUNTIME_STAGE_FRAME_CODING_H_
+#define SHARDLINE_WORKER_RUNTIME_STAGE_FRAME_CODING_H_
+
+#include <optional>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "shardline/v1/stage_link.pb.h"
+#include "worker/runtime/stage_link.h"
+
+namespace shardline::worker::runtime {
+
+inline constexpr size_t kDefaultChunkBytes = 1 << 20;
+// No tensor on a stage link may exceed this (4 GiB of f32).
+inline constexpr int64_t kMaxFrameElements = int64_t{1} << 30;
+
+std::vector<shardline::v1::StageFrame> EncodeStageMessage(const StageMessage& message,
+                                                          size_t chunk_bytes = kDefaultChunkBytes);
+
+// Reassembles messages from frames, one message at a time. Not thread-safe.
+class FrameAssembler {
+ public:
+  // The complete message once its last chunk arrives, nullopt before that.
+  // INVALID_ARGUMENT for a malformed frame; the assembler is then reset.
+  absl::StatusOr<std::optional<StageMessage>> Add(const shardline::v1::StageFrame& frame);
+
+ private:
+  absl::Status Check(const shardline::v1::StageFrame& frame);
+  bool active_ = false;
+  shardline::v1::StageFrame first_;  // header of the message being assembled
+  uint32_t next_chunk_ = 0;
+  StageMessage message_;
+  size_t filled_bytes_ = 0;
+};
+
+}  // namespace shardline::worker::runtime
+
+#endif  // SHARDLINE_WORKER_RUNTIME_STAGE_FRAME_CODING_H_

@@ -1,0 +1,129 @@
+#include "worker/runtime/stage_link_service.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/grpc_status.h"
+
+namespace shardline::worker::runtime {
+namespace {
+
+using shardline::v1::StageFrame;
+
+// One downstream neighbour's stream. Reads frames into the bound
+// ExchangeStream and writes what the stage sends. Finishes once the peer is
+// gone, a frame is malformed or the stage closed the stream, and never while
+// a write is in flight.
+class ExchangeReactor final : public grpc::ServerBidiReactor<StageFrame, StageFrame>,
+                              public FrameWriter {
+ public:
+  explicit ExchangeReactor(StageLinkService* service) : service_(service) { StartRead(&in_); }
+
+  void StartFrameWrite(const StageFrame* frame) override { StartWrite(frame); }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) return End(grpc::Status::OK, "the downstream stage closed the link");
+    if (stream_ == nullptr) {
+      if (!in_.has_hello()) {
+        return End(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "the first frame must be a hello"),
+                   "");
+      }
+      absl::StatusOr<std::shared_ptr<ExchangeStream>> stream = service_->Bind(in_.hello());
+      if (!stream.ok()) return End(common::ToGrpcStatus(stream.status()), "");
+      {
+        absl::MutexLock lock(&mu_);
+        stream_ = std::move(*stream);
+      }
+      stream_->Attach(this);
+    } else if (absl::Status s = stream_->FrameReceived(in_); !s.ok()) {
+      return End(common::ToGrpcStatus(s), std::string(s.message()));
+    }
+    if (stream_->closed()) return End(grpc::Status::OK, "");
+    StartRead(&in_);
+  }
+
+  void OnWriteDone(bool ok) override {
+    stream_->FrameWritten(ok);
+    if (!ok) End(grpc::Status::OK, "the link to the downstream stage broke");
+    MaybeFinish();
+  }
+
+  void OnCancel() override { End(grpc::Status::CANCELLED, "the downstream stage cancelled the link"); }
+
+  void OnDone() override {
+    if (stream_ != nullptr) stream_->Detach(absl::UnavailableError("the link to the downstream stage ended"));
+    delete this;
+  }
+
+ private:
+  void End(grpc::Status status, const std::string& reason) {
+    std::shared_ptr<ExchangeStream> stream;
+    {
+      absl::MutexLock lock(&mu_);
+      if (ending_) return;
+      ending_ = true;
+      status_ = std::move(status);
+      stream = stream_;
+    }
+    if (stream != nullptr) stream->Close(reason.empty() ? status_.error_message() : reason);
+    MaybeFinish();
+  }
+  void MaybeFinish() {
+    {
+      absl::MutexLock lock(&mu_);
+      if (!ending_ || finished_) return;
+      if (stream_ != nullptr && stream_->writing()) return;  // OnWriteDone comes back here
+      finished_ = true;
+    }
+    Finish(status_);
+  }
+
+  StageLinkService* const service_;
+  StageFrame in_;
+  absl::Mutex mu_;
+  std::shared_ptr<ExchangeStream> stream_;  // set once, under mu_, by the first read
+  bool ending_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::Status status_;
+};
+
+}  // namespace
+
+std::shared_ptr<ExchangeStream> StageLinkService::Expect(const std::string& job_id, uint64_t epoch,
+                                                         int stage, absl::Duration timeout,
+                                                         size_t chunk_bytes) {
+  auto stream = std::make_shared<ExchangeStream>(timeout, chunk_bytes);
+  absl::MutexLock lock(&mu_);
+  expected_[{job_id, stage}] = Expectation{epoch, stream, false};
+  return stream;
+}
+
+void StageLinkService::Forget(const std::string& job_id, int stage) {
+  absl::MutexLock lock(&mu_);
+  expected_.erase({job_id, stage});
+}
+
+absl::StatusOr<std::shared_ptr<ExchangeStream>> StageLinkService::Bind(
+    const shardline::v1::StageHello& hello) {
+  absl::MutexLock lock(&mu_);
+  auto it = expected_.find({hello.job_id(), hello.stage() - 1});
+  if (it == expected_.end()) {
+    return absl::NotFoundError(absl::StrCat("no stage ", hello.stage() - 1, " of job '",
+                                            hello.job_id(), "' waits for a neighbour here"));
+  }
+  Expectation& e = it->second;
+  if (hello.plan_epoch() != e.epoch) {
+    return absl::FailedPreconditionError(absl::StrCat("plan epoch ", hello.plan_epoch(),
+                                                      " is not the current epoch ", e.epoch));
+  }
+  std::shared_ptr<ExchangeStream> stream = e.stream.lock();
+  if (stream == nullptr) return absl::NotFoundError("the stage no longer waits for this link");
+  if (e.bound) return absl::AlreadyExistsError("this stage's downstream link is already connected");
+  e.bound = true;
+  return stream;
+}
+
+grpc::ServerBidiReactor<StageFrame, StageFrame>* StageLinkService::Exchange(
+    grpc::CallbackServerContext* context) {
+  return new ExchangeReactor(this);
+}
+
+}  // namespace shardline::worker::runtime

@@ -1,0 +1,52 @@
+// StageLinkService serves the StageLink.Exchange RPC of a worker: the
+// downstream neighbour of a local stage connects here. A local stage first
+// announces which neighbour it waits for (Expect); an incoming stream whose
+// hello names that job, the next stage and the same plan epoch is bound to
+// it, anything else is refused with a status that says why (unknown job or
+// stage: NOT_FOUND; another epoch: FAILED_PRECONDITION; a second stream for
+// the same stage: ALREADY_EXISTS). Malformed frames end their stream with
+// INVALID_ARGUMENT; the service keeps serving. Thread-safe.
+#ifndef SHARDLINE_WORKER_RUNTIME_STAGE_LINK_SERVICE_H_
+#define SHARDLINE_WORKER_RUNTIME_STAGE_LINK_SERVICE_H_
+
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "shardline/v1/stage_link.grpc.pb.h"
+#include "worker/runtime/exchange_stream.h"
+
+namespace shardline::worker::runtime {
+
+class StageLinkService final : public shardline::v1::StageLink::CallbackService {
+ public:
+  // Stage `stage` of `job_id` at `epoch` waits for stage + 1 to connect.
+  // The stream is closed when the last holder lets go of it.
+  std::shared_ptr<ExchangeStream> Expect(const std::string& job_id, uint64_t epoch, int stage,
+                                         absl::Duration timeout, size_t chunk_bytes);
+  // Drops an expectation (the stage is done or re-planned).
+  void Forget(const std::string& job_id, int stage);
+
+  grpc::ServerBidiReactor<shardline::v1::StageFrame, shardline::v1::StageFrame>* Exchange(
+      grpc::CallbackServerContext* context) override;
+
+  // For the reactor: the stream the hello asks for, now bound.
+  absl::StatusOr<std::shared_ptr<ExchangeStream>> Bind(const shardline::v1::StageHello& hello);
+
+ private:
+  struct Expectation {
+    uint64_t epoch = 0;
+    std::weak_ptr<ExchangeStream> stream;
+    bool bound = false;
+  };
+  absl::Mutex mu_;
+  std::map<std::pair<std::string, int>, Expectation> expected_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace shardline::worker::runtime
+
+#endif  // SHARDLINE_WORKER_RUNTIME_STAGE_LINK_SERVICE_H_
