@@ -1,0 +1,133 @@
+#include "server/admin_service.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/grpc_status.h"
+#include "common/job_spec.h"
+#include "common/safetensors.h"
+#include "server/grpc_mailbox_writer.h"
+
+namespace shardline::server {
+namespace {
+
+using common::ToGrpcStatus;
+using shardline::v1::JobStatus;
+
+grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* context, const absl::Status& status) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
+}
+
+template <typename T>
+grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* context, absl::StatusOr<T> result,
+                                T* response) {
+  if (result.ok()) *response = std::move(*result);
+  return Done(context, result.status());
+}
+
+bool Terminal(const JobStatus& status) {
+  return status.state() == shardline::v1::SUCCEEDED || status.state() == shardline::v1::FAILED ||
+         status.state() == shardline::v1::CANCELLED;
+}
+
+// Streams one in-memory file in chunks.
+class ChunkWriter final : public grpc::ServerWriteReactor<shardline::v1::ExportChunk> {
+ public:
+  explicit ChunkWriter(std::string bytes) : bytes_(std::move(bytes)) { Next(); }
+  void OnWriteDone(bool ok) override {
+    if (!ok) return Finish(grpc::Status(grpc::StatusCode::CANCELLED, "export interrupted"));
+    Next();
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  void Next() {
+    if (offset_ >= bytes_.size() && offset_ > 0) return Finish(grpc::Status::OK);
+    const size_t n = std::min(AdminService::kExportChunkBytes, bytes_.size() - offset_);
+    chunk_.set_data(bytes_.data() + offset_, n);
+    offset_ += n;
+    if (n == 0) offset_ = 1;  // an empty file is one empty chunk
+    StartWrite(&chunk_);
+  }
+  const std::string bytes_;
+  size_t offset_ = 0;
+  shardline::v1::ExportChunk chunk_;
+};
+
+}  // namespace
+
+grpc::ServerUnaryReactor* AdminService::SubmitJob(grpc::CallbackServerContext* context,
+                                                  const shardline::v1::SubmitJobRequest* request,
+                                                  JobStatus* response) {
+  return Reply(context, jobs_.Submit(request->spec()), response);
+}
+
+grpc::ServerUnaryReactor* AdminService::GetJob(grpc::CallbackServerContext* context,
+                                               const shardline::v1::GetJobRequest* request,
+                                               JobStatus* response) {
+  return Reply(context, jobs_.Get(request->job_id()), response);
+}
+
+grpc::ServerUnaryReactor* AdminService::ListJobs(grpc::CallbackServerContext* context,
+                                                 const shardline::v1::ListJobsRequest* request,
+                                                 shardline::v1::ListJobsResponse* response) {
+  for (JobStatus& job : jobs_.List()) *response->add_jobs() = std::move(job);
+  return Done(context, absl::OkStatus());
+}
+
+grpc::ServerWriteReactor<JobStatus>* AdminService::WatchJob(grpc::CallbackServerContext* context,
+                                                            const shardline::v1::GetJobRequest* request) {
+  auto mailbox = std::make_shared<StreamMailbox<JobStatus>>();
+  if (absl::Status s = jobs_.Watch(request->job_id(), mailbox); !s.ok()) {
+    return new RejectedWriter<JobStatus>(ToGrpcStatus(s));
+  }
+  return new MailboxWriter<JobStatus>(mailbox, Terminal);
+}
+
+grpc::ServerUnaryReactor* AdminService::CancelJob(grpc::CallbackServerContext* context,
+                                                  const shardline::v1::GetJobRequest* request,
+                                                  JobStatus* response) {
+  return Reply(context, jobs_.Cancel(request->job_id()), response);
+}
+
+grpc::ServerUnaryReactor* AdminService::ListWorkers(grpc::CallbackServerContext* context,
+                                                    const shardline::v1::ListWorkersRequest* request,
+                                                    shardline::v1::ListWorkersResponse* response) {
+  for (const WorkerRecord& w : registry_.List()) {
+    auto* out = response->add_workers();
+    out->set_worker_id(w.id);
+    out->set_name(w.name);
+    out->set_device(w.capabilities.device());
+    out->set_description(w.capabilities.description());
+    out->set_gemm_flops(w.capabilities.gemm_flops());
+    out->set_memory_bytes(w.capabilities.memory_bytes());
+    out->set_listen_address(w.capabilities.listen_address());
+    out->set_state(w.lost ? "lost" : w.job_id.empty() ? "idle" : "busy");
+    out->set_job_id(w.job_id);
+  }
+  return Done(context, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* AdminService::PlanJob(grpc::CallbackServerContext* context,
+                                                const shardline::v1::SubmitJobRequest* request,
+                                                shardline::v1::PlanResponse* response) {
+  return Reply(context, jobs_.Plan(request->spec()), response);
+}
+
+grpc::ServerWriteReactor<shardline::v1::ExportChunk>* AdminService::ExportWeights(
+    grpc::CallbackServerContext* context, const shardline::v1::GetJobRequest* request) {
+  absl::StatusOr<shardline::v1::JobSpec> spec = jobs_.Spec(request->job_id());
+  absl::StatusOr<common::SafetensorsContents> contents =
+      spec.ok() ? weights_.ExportWeights(request->job_id(),
+                                         {{"format", "pt"},
+                                          {"producer", "shardline-coordinator"},
+                                          {"job_id", request->job_id()},
+                                          {"spec", common::JobSpecToJson(*spec)}})
+                : spec.status();
+  absl::StatusOr<std::string> bytes =
+      contents.ok() ? common::SerializeSafetensors(*contents) : contents.status();
+  if (!bytes.ok()) return new RejectedWriter<shardline::v1::ExportChunk>(ToGrpcStatus(bytes.status()));
+  return new ChunkWriter(std::move(*bytes));
+}
+
+}  // namespace shardline::server

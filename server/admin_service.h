@@ -1,0 +1,53 @@
+// AdminService is the gRPC face of the coordinator for operators and tools
+// (shardctl, shardline-local): jobs, workers, plans, weight export. It
+// translates between RPCs and the JobManager / WorkerRegistry / WeightStore.
+// Thread-safe.
+#ifndef SHARDLINE_SERVER_ADMIN_SERVICE_H_
+#define SHARDLINE_SERVER_ADMIN_SERVICE_H_
+
+#include "server/job_manager.h"
+#include "server/weight_store.h"
+#include "server/worker_registry.h"
+#include "shardline/v1/admin.grpc.pb.h"
+
+namespace shardline::server {
+
+class AdminService final : public shardline::v1::Admin::CallbackService {
+ public:
+  static constexpr size_t kExportChunkBytes = 1 << 20;
+
+  AdminService(JobManager& jobs, WorkerRegistry& registry, WeightStore& weights)
+      : jobs_(jobs), registry_(registry), weights_(weights) {}
+
+  grpc::ServerUnaryReactor* SubmitJob(grpc::CallbackServerContext* context,
+                                      const shardline::v1::SubmitJobRequest* request,
+                                      shardline::v1::JobStatus* response) override;
+  grpc::ServerUnaryReactor* GetJob(grpc::CallbackServerContext* context,
+                                   const shardline::v1::GetJobRequest* request,
+                                   shardline::v1::JobStatus* response) override;
+  grpc::ServerUnaryReactor* ListJobs(grpc::CallbackServerContext* context,
+                                     const shardline::v1::ListJobsRequest* request,
+                                     shardline::v1::ListJobsResponse* response) override;
+  grpc::ServerWriteReactor<shardline::v1::JobStatus>* WatchJob(
+      grpc::CallbackServerContext* context, const shardline::v1::GetJobRequest* request) override;
+  grpc::ServerUnaryReactor* CancelJob(grpc::CallbackServerContext* context,
+                                      const shardline::v1::GetJobRequest* request,
+                                      shardline::v1::JobStatus* response) override;
+  grpc::ServerUnaryReactor* ListWorkers(grpc::CallbackServerContext* context,
+                                        const shardline::v1::ListWorkersRequest* request,
+                                        shardline::v1::ListWorkersResponse* response) override;
+  grpc::ServerUnaryReactor* PlanJob(grpc::CallbackServerContext* context,
+                                    const shardline::v1::SubmitJobRequest* request,
+                                    shardline::v1::PlanResponse* response) override;
+  grpc::ServerWriteReactor<shardline::v1::ExportChunk>* ExportWeights(
+      grpc::CallbackServerContext* context, const shardline::v1::GetJobRequest* request) override;
+
+ private:
+  JobManager& jobs_;
+  WorkerRegistry& registry_;
+  WeightStore& weights_;
+};
+
+}  // namespace shardline::server
+
+#endif  // SHARDLINE_SERVER_ADMIN_SERVICE_H_

@@ -1,0 +1,97 @@
+// shardline-coordinator --listen=HOST:PORT --state_dir=DIR [--lease_ms=N] [--port_file=FILE]
+//
+// Registers workers, plans and runs jobs, keeps the committed weights. Stops
+// cleanly on SIGTERM or SIGINT.
+#include <grpcpp/grpcpp.h>
+
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "common/file_util.h"
+#include "common/init.h"
+#include "glog/logging.h"
+#include "server/admin_service.h"
+#include "server/coordinator_service.h"
+#include "server/job_manager.h"
+#include "server/weight_store.h"
+#include "server/worker_registry.h"
+
+ABSL_FLAG(std::string, listen, "127.0.0.1:7400", "address to serve on (port 0: any free port)");
+ABSL_FLAG(std::string, state_dir, "", "directory for committed weights (required)");
+ABSL_FLAG(int64_t, lease_ms, 3000, "a worker silent for this long is lost");
+ABSL_FLAG(std::string, port_file, "", "write the bound port here once serving (for launchers)");
+
+namespace {
+
+volatile std::sig_atomic_t stop_requested = 0;
+void OnSignal(int) { stop_requested = 1; }
+
+int Run() {
+  using namespace shardline::server;
+  if (absl::GetFlag(FLAGS_state_dir).empty()) {
+    std::fprintf(stderr, "Error: --state_dir is required\n");
+    return 3;
+  }
+  if (absl::GetFlag(FLAGS_lease_ms) < 100) {
+    std::fprintf(stderr, "Error: --lease_ms must be at least 100\n");
+    return 3;
+  }
+  auto weights = WeightStore::Open(absl::GetFlag(FLAGS_state_dir));
+  if (!weights.ok()) {
+    std::fprintf(stderr, "Error: %s\n", std::string(weights.status().message()).c_str());
+    return 3;
+  }
+  const absl::Duration lease = absl::Milliseconds(absl::GetFlag(FLAGS_lease_ms));
+  WorkerRegistry registry(lease);
+  CoordinatorService coordinator(registry);
+  JobManager jobs(registry, **weights, [&](const std::string& worker, shardline::v1::Assignment a) {
+    coordinator.Deliver(worker, std::move(a));
+  });
+  coordinator.set_jobs(&jobs);
+  AdminService admin(jobs, registry, **weights);
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddChannelArgument("grpc.so_reuseport", 0);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.SetMaxReceiveMessageSize(64 << 20);
+  builder.AddListeningPort(absl::GetFlag(FLAGS_listen), grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&coordinator);
+  builder.RegisterService(&admin);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) {
+    std::fprintf(stderr, "Error: cannot listen on %s\n", absl::GetFlag(FLAGS_listen).c_str());
+    return 2;
+  }
+  if (!absl::GetFlag(FLAGS_port_file).empty()) {
+    const absl::Status s = shardline::common::WriteFileAtomically(absl::GetFlag(FLAGS_port_file),
+                                                                  absl::StrCat(port, "\n"));
+    if (!s.ok()) LOG(ERROR) << s;
+  }
+  LOG(INFO) << "coordinator serving on port " << port << ", state in "
+            << absl::GetFlag(FLAGS_state_dir);
+  std::signal(SIGTERM, OnSignal);
+  std::signal(SIGINT, OnSignal);
+  while (!stop_requested) {
+    std::this_thread::sleep_for(absl::ToChronoMilliseconds(lease / 10));
+    std::vector<WorkerRecord> lost = registry.ExpireLeases();
+    for (const WorkerRecord& w : lost) LOG(WARNING) << "worker " << w.name << " lost its lease";
+    if (!lost.empty()) jobs.WorkersLost(lost);
+  }
+  LOG(INFO) << "shutting down";
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  shardline::common::InitProcess(
+      argc, argv, "shardline-coordinator --listen=HOST:PORT --state_dir=DIR [--lease_ms=N]");
+  return Run();
+}

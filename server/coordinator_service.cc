@@ -1,0 +1,130 @@
+#include "server/coordinator_service.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/grpc_status.h"
+#include "server/grpc_mailbox_writer.h"
+
+namespace shardline::server {
+namespace {
+
+using common::ToGrpcStatus;
+
+grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* context, const absl::Status& status) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
+}
+
+// Collects a shard's chunks, then hands the whole file to the JobManager.
+class ShardReader final : public grpc::ServerReadReactor<shardline::v1::ShardChunk> {
+ public:
+  ShardReader(JobManager& jobs, shardline::v1::ReportShardResponse* response)
+      : jobs_(jobs), response_(response) {
+    StartRead(&chunk_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) return Complete();
+    if (!have_header_) {
+      if (!chunk_.has_header() || chunk_.header().total_bytes() < 0 ||
+          chunk_.header().total_bytes() > CoordinatorService::kMaxShardBytes) {
+        return Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                   "the first shard chunk needs a header with a sane total_bytes"));
+      }
+      header_ = chunk_.header();
+      have_header_ = true;
+      bytes_.reserve(static_cast<size_t>(header_.total_bytes()));
+    } else if (chunk_.has_header()) {
+      return Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "a second shard header"));
+    }
+    if (static_cast<int64_t>(bytes_.size() + chunk_.data().size()) > header_.total_bytes()) {
+      return Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                 "shard data longer than its header says"));
+    }
+    bytes_ += chunk_.data();
+    StartRead(&chunk_);
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  void Complete() {
+    if (!have_header_ || static_cast<int64_t>(bytes_.size()) != header_.total_bytes()) {
+      return Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                 absl::StrCat("shard stream ended after ", bytes_.size(), " of ",
+                                              header_.total_bytes(), " bytes")));
+    }
+    absl::StatusOr<bool> committed = jobs_.ReportShard(header_, bytes_);
+    if (committed.ok()) response_->set_committed(*committed);
+    Finish(ToGrpcStatus(committed.status()));
+  }
+
+  JobManager& jobs_;
+  shardline::v1::ReportShardResponse* const response_;
+  shardline::v1::ShardChunk chunk_;
+  shardline::v1::ShardHeader header_;
+  bool have_header_ = false;
+  std::string bytes_;
+};
+
+}  // namespace
+
+std::shared_ptr<StreamMailbox<shardline::v1::Assignment>> CoordinatorService::Mailbox(
+    const std::string& worker_id) {
+  absl::MutexLock lock(&mu_);
+  auto& mailbox = mailboxes_[worker_id];
+  if (mailbox == nullptr) mailbox = std::make_shared<StreamMailbox<shardline::v1::Assignment>>();
+  return mailbox;
+}
+
+void CoordinatorService::Deliver(const std::string& worker_id, shardline::v1::Assignment assignment) {
+  Mailbox(worker_id)->Push(std::move(assignment));
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::Register(grpc::CallbackServerContext* context,
+                                                       const shardline::v1::RegisterRequest* request,
+                                                       shardline::v1::RegisterResponse* response) {
+  absl::StatusOr<std::string> id = registry_.Register(request->name(), request->capabilities());
+  if (!id.ok()) return Done(context, id.status());
+  {
+    absl::MutexLock lock(&mu_);
+    mailboxes_[*id] = std::make_shared<StreamMailbox<shardline::v1::Assignment>>();
+  }
+  response->set_worker_id(*id);
+  response->set_lease_ms(absl::ToInt64Milliseconds(registry_.lease()));
+  jobs_->Schedule();  // a pending job may have been waiting for this worker
+  return Done(context, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::Heartbeat(grpc::CallbackServerContext* context,
+                                                        const shardline::v1::HeartbeatRequest* request,
+                                                        shardline::v1::HeartbeatResponse* response) {
+  response->set_lease_ms(absl::ToInt64Milliseconds(registry_.lease()));
+  return Done(context, registry_.Heartbeat(request->worker_id()));
+}
+
+grpc::ServerWriteReactor<shardline::v1::Assignment>* CoordinatorService::WatchAssignments(
+    grpc::CallbackServerContext* context, const shardline::v1::WatchAssignmentsRequest* request) {
+  absl::StatusOr<WorkerRecord> worker = registry_.Get(request->worker_id());
+  if (!worker.ok() || worker->lost) {
+    return new RejectedWriter<shardline::v1::Assignment>(grpc::Status(
+        grpc::StatusCode::NOT_FOUND, absl::StrCat("worker ", request->worker_id(), " is not registered")));
+  }
+  return new MailboxWriter<shardline::v1::Assignment>(Mailbox(request->worker_id()),
+                                                      [](const auto&) { return false; });
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::ReportStep(grpc::CallbackServerContext* context,
+                                                         const shardline::v1::ReportStepRequest* request,
+                                                         shardline::v1::ReportStepResponse* response) {
+  absl::StatusOr<bool> stop = jobs_->ReportStep(*request);
+  if (stop.ok()) response->set_stop(*stop);
+  return Done(context, stop.status());
+}
+
+grpc::ServerReadReactor<shardline::v1::ShardChunk>* CoordinatorService::ReportShard(
+    grpc::CallbackServerContext* context, shardline::v1::ReportShardResponse* response) {
+  return new ShardReader(*jobs_, response);
+}
+
+}  // namespace shardline::server

@@ -1,0 +1,61 @@
+// CoordinatorService is the gRPC face of the coordinator for workers: it
+// turns Coordinator RPCs into calls on the WorkerRegistry and JobManager and
+// their statuses back into gRPC ones, and keeps each worker's assignment
+// mailbox. No business logic here. Thread-safe.
+#ifndef SHARDLINE_SERVER_COORDINATOR_SERVICE_H_
+#define SHARDLINE_SERVER_COORDINATOR_SERVICE_H_
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "server/job_manager.h"
+#include "server/stream_mailbox.h"
+#include "server/worker_registry.h"
+#include "shardline/v1/coordinator.grpc.pb.h"
+
+namespace shardline::server {
+
+class CoordinatorService final : public shardline::v1::Coordinator::CallbackService {
+ public:
+  // Shards larger than this are refused (RESOURCE_EXHAUSTED).
+  static constexpr int64_t kMaxShardBytes = int64_t{16} << 30;
+
+  explicit CoordinatorService(WorkerRegistry& registry) : registry_(registry) {}
+  // Set once, before the server starts.
+  void set_jobs(JobManager* jobs) { jobs_ = jobs; }
+  // JobManager's Deliver: queue an assignment for a worker's watch stream.
+  void Deliver(const std::string& worker_id, shardline::v1::Assignment assignment);
+
+  grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* context,
+                                     const shardline::v1::RegisterRequest* request,
+                                     shardline::v1::RegisterResponse* response) override;
+  grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* context,
+                                      const shardline::v1::HeartbeatRequest* request,
+                                      shardline::v1::HeartbeatResponse* response) override;
+  grpc::ServerWriteReactor<shardline::v1::Assignment>* WatchAssignments(
+      grpc::CallbackServerContext* context,
+      const shardline::v1::WatchAssignmentsRequest* request) override;
+  grpc::ServerUnaryReactor* ReportStep(grpc::CallbackServerContext* context,
+                                       const shardline::v1::ReportStepRequest* request,
+                                       shardline::v1::ReportStepResponse* response) override;
+  grpc::ServerReadReactor<shardline::v1::ShardChunk>* ReportShard(
+      grpc::CallbackServerContext* context, shardline::v1::ReportShardResponse* response) override;
+
+  JobManager& jobs() { return *jobs_; }
+
+ private:
+  std::shared_ptr<StreamMailbox<shardline::v1::Assignment>> Mailbox(const std::string& worker_id);
+
+  WorkerRegistry& registry_;
+  JobManager* jobs_ = nullptr;
+  absl::Mutex mu_;
+  std::map<std::string, std::shared_ptr<StreamMailbox<shardline::v1::Assignment>>> mailboxes_
+      ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace shardline::server
+
+#endif  // SHARDLINE_SERVER_COORDINATOR_SERVICE_H_

@@ -1,0 +1,99 @@
+// JobManager is the coordinator's job state machine: PENDING until enough
+// idle workers exist, then planned and assigned (a new plan epoch) and
+// RUNNING; step reports from the stages are aggregated; shards go to the
+// WeightStore; the job SUCCEEDS once every stage finished the last step and
+// its weights are committed, and FAILS (naming the stage and worker) when a
+// stage reports an error or a worker's lease lapses. Every message from a
+// worker is checked against the job's current epoch and plan. Watchers get
+// the job's status after every change. Thread-safe.
+#ifndef SHARDLINE_SERVER_JOB_MANAGER_H_
+#define SHARDLINE_SERVER_JOB_MANAGER_H_
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "server/planner.h"
+#include "server/stream_mailbox.h"
+#include "server/weight_store.h"
+#include "server/worker_registry.h"
+#include "shardline/v1/admin.pb.h"
+#include "shardline/v1/coordinator.pb.h"
+
+namespace shardline::server {
+
+class JobManager {
+ public:
+  // Sends an assignment (or cancellation) to a worker's watch stream.
+  using Deliver = std::function<void(const std::string& worker_id, shardline::v1::Assignment)>;
+
+  JobManager(WorkerRegistry& registry, WeightStore& weights, Deliver deliver)
+      : registry_(registry), weights_(weights), deliver_(std::move(deliver)) {}
+
+  // INVALID_ARGUMENT for a spec that fails validation (naming the field).
+  absl::StatusOr<shardline::v1::JobStatus> Submit(shardline::v1::JobSpec spec);
+  absl::StatusOr<shardline::v1::JobStatus> Get(const std::string& job_id);
+  absl::StatusOr<shardline::v1::JobSpec> Spec(const std::string& job_id);
+  std::vector<shardline::v1::JobStatus> List();
+  // FAILED_PRECONDITION for a job that has already ended.
+  absl::StatusOr<shardline::v1::JobStatus> Cancel(const std::string& job_id);
+  // The plan the spec would get on the idle workers now.
+  absl::StatusOr<shardline::v1::PlanResponse> Plan(shardline::v1::JobSpec spec);
+  // Which worker runs which stage of a job (names, for messages).
+  absl::StatusOr<std::vector<std::string>> StageWorkers(const std::string& job_id);
+
+  // Worker reports. NOT_FOUND: unknown job; FAILED_PRECONDITION: stale epoch
+  // or a worker that does not hold that stage; INVALID_ARGUMENT: malformed.
+  // Returns true when the worker should stop (the job is no longer running).
+  absl::StatusOr<bool> ReportStep(const shardline::v1::ReportStepRequest& report);
+  absl::StatusOr<bool> ReportShard(const shardline::v1::ShardHeader& header, const std::string& bytes);
+
+  void WorkersLost(const std::vector<WorkerRecord>& lost);
+  // Plans and assigns pending jobs that now have enough idle workers.
+  void Schedule();
+  // Streams the job's status to `mailbox` now and after every change.
+  absl::Status Watch(const std::string& job_id,
+                     std::shared_ptr<StreamMailbox<shardline::v1::JobStatus>> mailbox);
+
+ private:
+  struct StageReport {
+    shardline::v1::ReportStepRequest last;
+    std::set<int64_t> steps;  // reported steps not yet complete on every stage
+  };
+  struct Job {
+    shardline::v1::JobSpec spec;
+    shardline::v1::JobStatus status;
+    std::vector<std::string> workers;  // worker id per stage
+    std::vector<StageReport> stages;
+    std::vector<std::shared_ptr<StreamMailbox<shardline::v1::JobStatus>>> watchers;
+  };
+
+  absl::StatusOr<Job*> Find(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CheckSender(const Job& job, uint64_t epoch, int stage, const std::string& worker_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void End(Job& job, shardline::v1::JobState state, const std::string& message)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void MaybeSucceed(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Publish(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static bool Ended(const Job& job);
+
+  WorkerRegistry& registry_;
+  WeightStore& weights_;
+  const Deliver deliver_;
+  absl::Mutex mu_;
+  std::map<std::string, Job> jobs_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> order_ ABSL_GUARDED_BY(mu_);  // submission order
+  int64_t next_job_ ABSL_GUARDED_BY(mu_) = 1;
+  uint64_t next_epoch_ ABSL_GUARDED_BY(mu_) = 1;
+};
+
+}  // namespace shardline::server
+
+#endif  // SHARDLINE_SERVER_JOB_MANAGER_H_

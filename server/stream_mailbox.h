@@ -1,0 +1,92 @@
+// StreamMailbox<T> carries messages from the coordinator's domain threads to
+// one gRPC server-streaming reactor: Push queues a message and starts a write
+// when none is in flight; the reactor reports each finished write. The
+// reactor cannot finish while a write is in flight, so Push never touches a
+// finished reactor. Thread-safe.
+#ifndef SHARDLINE_SERVER_STREAM_MAILBOX_H_
+#define SHARDLINE_SERVER_STREAM_MAILBOX_H_
+
+#include <deque>
+#include <functional>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+
+namespace shardline::server {
+
+template <typename T>
+class StreamMailbox {
+ public:
+  using StartWrite = std::function<void(const T*)>;
+
+  // The reactor attaches once it can write, and detaches in OnDone.
+  void Attach(StartWrite start_write) {
+    const T* next = nullptr;
+    {
+      absl::MutexLock lock(&mu_);
+      start_write_ = std::move(start_write);
+      next = NextLocked();
+    }
+    if (next != nullptr) start_write_(next);
+  }
+  void Detach() {
+    absl::MutexLock lock(&mu_);
+    start_write_ = nullptr;
+    closed_ = true;
+  }
+  // False once the reactor is gone: the subscriber should be dropped.
+  bool Push(T message) {
+    const T* next = nullptr;
+    StartWrite start;
+    {
+      absl::MutexLock lock(&mu_);
+      if (closed_) return false;
+      queue_.push_back(std::move(message));
+      next = NextLocked();
+      start = start_write_;
+    }
+    if (next != nullptr) start(next);
+    return true;
+  }
+  // The reactor's OnWriteDone.
+  void Written(bool ok) {
+    const T* next = nullptr;
+    StartWrite start;
+    {
+      absl::MutexLock lock(&mu_);
+      writing_ = false;
+      if (!queue_.empty()) queue_.pop_front();
+      if (!ok) closed_ = true;
+      next = NextLocked();
+      start = start_write_;
+    }
+    if (next != nullptr) start(next);
+  }
+  bool writing() {
+    absl::MutexLock lock(&mu_);
+    return writing_;
+  }
+  // No more writes start; returns whether one is in flight.
+  bool Close() {
+    absl::MutexLock lock(&mu_);
+    closed_ = true;
+    return writing_;
+  }
+
+ private:
+  const T* NextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (writing_ || closed_ || !start_write_ || queue_.empty()) return nullptr;
+    writing_ = true;
+    return &queue_.front();
+  }
+
+  absl::Mutex mu_;
+  std::deque<T> queue_ ABSL_GUARDED_BY(mu_);
+  StartWrite start_write_ ABSL_GUARDED_BY(mu_);
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace shardline::server
+
+#endif  // SHARDLINE_SERVER_STREAM_MAILBOX_H_

@@ -1,0 +1,94 @@
+#include "server/worker_registry.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
+namespace shardline::server {
+
+absl::StatusOr<std::string> WorkerRegistry::Register(
+    const std::string& name, const shardline::v1::WorkerCapabilities& caps) {
+  if (name.empty() || name.size() > 128 ||
+      name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") !=
+          std::string::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("worker name '", name, "' must be 1-128 characters of [A-Za-z0-9._-]"));
+  }
+  if (caps.listen_address().empty()) {
+    return absl::InvalidArgumentError("a worker must say where its StageLink service listens");
+  }
+  if (!(caps.gemm_flops() > 0) || caps.memory_bytes() <= 0) {
+    return absl::InvalidArgumentError("a worker must report a positive GEMM rate and memory");
+  }
+  absl::MutexLock lock(&mu_);
+  for (auto it = workers_.begin(); it != workers_.end(); ++it) {
+    if (it->second.name != name) continue;
+    if (!it->second.lost) {
+      return absl::AlreadyExistsError(absl::StrCat("a live worker is already named '", name, "'"));
+    }
+    workers_.erase(it);
+    break;
+  }
+  WorkerRecord record;
+  record.order = next_id_;
+  record.id = absl::StrCat("w", next_id_++);
+  record.name = name;
+  record.capabilities = caps;
+  record.lease_expiry = clock_() + lease_;
+  workers_[record.id] = record;
+  return record.id;
+}
+
+absl::Status WorkerRegistry::Heartbeat(const std::string& worker_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(worker_id);
+  if (it == workers_.end() || it->second.lost) {
+    return absl::NotFoundError(absl::StrCat("worker ", worker_id, " is not registered; register again"));
+  }
+  it->second.lease_expiry = clock_() + lease_;
+  return absl::OkStatus();
+}
+
+std::vector<WorkerRecord> WorkerRegistry::ExpireLeases() {
+  std::vector<WorkerRecord> lost;
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = clock_();
+  for (auto& [id, w] : workers_) {
+    if (!w.lost && w.lease_expiry < now) {
+      w.lost = true;
+      lost.push_back(w);
+    }
+  }
+  return lost;
+}
+
+absl::StatusOr<WorkerRecord> WorkerRegistry::Get(const std::string& worker_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(worker_id);
+  if (it == workers_.end()) return absl::NotFoundError(absl::StrCat("no worker ", worker_id));
+  return it->second;
+}
+
+std::vector<WorkerRecord> WorkerRegistry::List() {
+  absl::MutexLock lock(&mu_);
+  std::vector<WorkerRecord> out;
+  for (const auto& [id, w] : workers_) out.push_back(w);
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.order < b.order; });
+  return out;
+}
+
+std::vector<WorkerRecord> WorkerRegistry::Idle() {
+  std::vector<WorkerRecord> out;
+  for (WorkerRecord& w : List()) {
+    if (!w.lost && w.job_id.empty()) out.push_back(std::move(w));
+  }
+  return out;
+}
+
+void WorkerRegistry::SetJob(const std::string& worker_id, const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(worker_id);
+  if (it != workers_.end()) it->second.job_id = job_id;
+}
+
+}  // namespace shardline::server

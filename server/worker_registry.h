@@ -1,0 +1,64 @@
+// WorkerRegistry knows the coordinator's workers: who registered with which
+// capabilities, whose lease is alive, who is lost, and which job each one
+// runs. Leases are renewed by heartbeats; ExpireLeases() marks lapsed ones
+// lost and returns them. The clock is injectable for tests. Thread-safe.
+#ifndef SHARDLINE_SERVER_WORKER_REGISTRY_H_
+#define SHARDLINE_SERVER_WORKER_REGISTRY_H_
+
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "shardline/v1/coordinator.pb.h"
+
+namespace shardline::server {
+
+struct WorkerRecord {
+  std::string id;
+  std::string name;
+  shardline::v1::WorkerCapabilities capabilities;
+  absl::Time lease_expiry;
+  bool lost = false;
+  std::string job_id;  // empty when idle
+  int64_t order = 0;   // registration order
+};
+
+class WorkerRegistry {
+ public:
+  using Clock = std::function<absl::Time()>;
+  explicit WorkerRegistry(absl::Duration lease, Clock clock = [] { return absl::Now(); })
+      : lease_(lease), clock_(std::move(clock)) {}
+
+  absl::Duration lease() const { return lease_; }
+
+  // A new worker id. INVALID_ARGUMENT for a bad name or capabilities;
+  // ALREADY_EXISTS while a live worker has the name (a lost one is replaced).
+  absl::StatusOr<std::string> Register(const std::string& name,
+                                       const shardline::v1::WorkerCapabilities& capabilities);
+  // NOT_FOUND for an unknown or lost worker (it must register again).
+  absl::Status Heartbeat(const std::string& worker_id);
+  // Marks workers whose lease has lapsed as lost; returns them.
+  std::vector<WorkerRecord> ExpireLeases();
+
+  absl::StatusOr<WorkerRecord> Get(const std::string& worker_id);
+  std::vector<WorkerRecord> List();
+  // Live workers without a job, in registration order.
+  std::vector<WorkerRecord> Idle();
+  void SetJob(const std::string& worker_id, const std::string& job_id);
+
+ private:
+  const absl::Duration lease_;
+  const Clock clock_;
+  absl::Mutex mu_;
+  std::map<std::string, WorkerRecord> workers_ ABSL_GUARDED_BY(mu_);
+  int64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
+};
+
+}  // namespace shardline::server
+
+#endif  // SHARDLINE_SERVER_WORKER_REGISTRY_H_
