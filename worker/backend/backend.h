@@ -47,6 +47,10 @@ class Backend {
   // One line for logs and reports: library versions, device model, threads.
   virtual std::string description() const = 0;
 
+  // Bytes this backend can still allocate (host: available RAM; GPU: free
+  // device memory), for planning.
+  virtual absl::StatusOr<int64_t> MemoryAvailable() = 0;
+
   // ---- Memory ----
   // Uninitialised memory; RESOURCE_EXHAUSTED when the device is full.
   virtual absl::StatusOr<DeviceBuffer> Allocate(size_t bytes) = 0;

@@ -150,6 +150,11 @@ GrpcStageLink::~GrpcStageLink() {
   }
 }
 
+void GrpcStageLink::Close(const std::string& reason) {
+  if (downstream_ != nullptr) downstream_->Close(reason);
+  if (upstream_ != nullptr) upstream_->stream().Close(reason);
+}
+
 absl::Status GrpcStageLink::SendToNext(StageMessage message) {
   if (downstream_ == nullptr) return NoNeighbour("next");
   return downstream_->Send(message);

@@ -41,6 +41,8 @@ class GrpcStageLink final : public StageLink {
   absl::StatusOr<StageMessage> ReceiveFromPrevious() override;
   absl::Status SendToPrevious(StageMessage message) override;
   absl::StatusOr<StageMessage> ReceiveFromNext() override;
+  // Fails every wait, now and later, with UNAVAILABLE `reason` (cancellation).
+  void Close(const std::string& reason);
 
  private:
   class UpstreamCall;

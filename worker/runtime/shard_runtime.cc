@@ -209,6 +209,20 @@ absl::Status ShardRuntime::ApplyOptimizer(int64_t step, double grad_factor) {
   return optimizer_.Step(parameters(), step, grad_factor);
 }
 
+absl::StatusOr<std::map<std::string, common::Tensor>> ShardRuntime::ExportState() {
+  ASSIGN_OR_RETURN(auto out, ExportWeights());
+  for (nn::Parameter* p : parameters()) {
+    for (auto [buffer, prefix] : {std::pair{&p->state1, "optimizer.m."}, {&p->state2, "optimizer.v."}}) {
+      if (buffer->bytes() == 0) continue;
+      ASSIGN_OR_RETURN(common::Tensor t, common::Tensor::Zeros(common::DType::kF32, p->shape));
+      RETURN_IF_ERROR(backend_.CopyToHost(DeviceSpan<const float>(buffer->span<float>()),
+                                          t.values<float>()));
+      out.emplace(prefix + p->name, std::move(t));
+    }
+  }
+  return out;
+}
+
 absl::StatusOr<std::map<std::string, common::Tensor>> ShardRuntime::ExportWeights() {
   std::map<std::string, common::Tensor> out;
   for (nn::Parameter* p : parameters()) {

@@ -82,6 +82,10 @@ class ShardRuntime {
 
   // The shard's parameters by global name, copied to the host (f32).
   absl::StatusOr<std::map<std::string, common::Tensor>> ExportWeights();
+  // ExportWeights plus the optimizer state, as "optimizer.m.<name>" and
+  // "optimizer.v.<name>" (AdamW) or "optimizer.m.<name>" (SGD momentum),
+  // once the optimizer has stepped.
+  absl::StatusOr<std::map<std::string, common::Tensor>> ExportState();
   std::vector<nn::Parameter*> parameters();
   const nn::OptimizerConfig& optimizer_config() const { return optimizer_.config(); }
 

@@ -1,6 +1,7 @@
 #include "worker/backend/cpu/cpu_backend.h"
 
 #include <cblas.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -29,6 +30,12 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(int threads) {
 std::string CpuBackend::description() const {
   return absl::StrCat("cpu (", openblas_get_config(), ", ", openblas_get_num_threads(),
                       " BLAS threads)");
+}
+
+absl::StatusOr<int64_t> CpuBackend::MemoryAvailable() {
+  const long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page <= 0) return absl::UnavailableError("cannot read the available memory");
+  return static_cast<int64_t>(pages) * page;
 }
 
 absl::StatusOr<DeviceBuffer> CpuBackend::Allocate(size_t bytes) {

@@ -25,6 +25,7 @@ class CpuBackend final : public Backend {
   std::string description() const override;
   absl::StatusOr<DeviceBuffer> Allocate(size_t bytes) override;
   absl::Status Synchronize() override { return absl::OkStatus(); }
+  absl::StatusOr<int64_t> MemoryAvailable() override;
 
  protected:
   absl::Status CopyToDeviceImpl(const void* src, void* dst, size_t bytes) override;

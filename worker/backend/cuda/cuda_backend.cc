@@ -139,6 +139,12 @@ absl::Status CudaBackend::CheckKernelErrors() {
       " since the last synchronisation; the rows holding it were skipped"));
 }
 
+absl::StatusOr<int64_t> CudaBackend::MemoryAvailable() {
+  size_t free_bytes = 0, total_bytes = 0;
+  CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total_bytes));
+  return static_cast<int64_t>(free_bytes);
+}
+
 absl::Status CudaBackend::Synchronize() {
   CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
   return CheckKernelErrors();

@@ -35,6 +35,7 @@ class CudaBackend final : public Backend {
   std::string description() const override { return description_; }
   absl::StatusOr<DeviceBuffer> Allocate(size_t bytes) override;
   absl::Status Synchronize() override;
+  absl::StatusOr<int64_t> MemoryAvailable() override;
 
  protected:
   absl::Status CopyToDeviceImpl(const void* src, void* dst, size_t bytes) override;

@@ -1,0 +1,110 @@
+#include "client/admin_client.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/grpc_status.h"
+
+namespace shardline::client {
+
+using common::FromGrpcStatus;
+
+AdminClient::AdminClient(const std::string& address, absl::Duration deadline) : deadline_(deadline) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(64 << 20);
+  stub_ = shardline::v1::Admin::NewStub(
+      grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
+}
+
+std::unique_ptr<grpc::ClientContext> AdminClient::Context() const {
+  auto context = std::make_unique<grpc::ClientContext>();
+  context->set_deadline(absl::ToChronoTime(absl::Now() + deadline_));
+  return context;
+}
+
+template <typename Response, typename Call>
+absl::StatusOr<Response> Unary(Call call) {
+  Response response;
+  const grpc::Status status = call(&response);
+  if (!status.ok()) return FromGrpcStatus(status);
+  return response;
+}
+
+absl::StatusOr<shardline::v1::JobStatus> AdminClient::Submit(const shardline::v1::JobSpec& spec) {
+  shardline::v1::SubmitJobRequest request;
+  *request.mutable_spec() = spec;
+  auto context = Context();
+  return Unary<shardline::v1::JobStatus>(
+      [&](auto* response) { return stub_->SubmitJob(context.get(), request, response); });
+}
+
+absl::StatusOr<shardline::v1::JobStatus> AdminClient::Get(const std::string& job_id) {
+  shardline::v1::GetJobRequest request;
+  request.set_job_id(job_id);
+  auto context = Context();
+  return Unary<shardline::v1::JobStatus>(
+      [&](auto* response) { return stub_->GetJob(context.get(), request, response); });
+}
+
+absl::StatusOr<shardline::v1::ListJobsResponse> AdminClient::ListJobs() {
+  auto context = Context();
+  return Unary<shardline::v1::ListJobsResponse>([&](auto* response) {
+    return stub_->ListJobs(context.get(), shardline::v1::ListJobsRequest(), response);
+  });
+}
+
+absl::StatusOr<shardline::v1::JobStatus> AdminClient::Cancel(const std::string& job_id) {
+  shardline::v1::GetJobRequest request;
+  request.set_job_id(job_id);
+  auto context = Context();
+  return Unary<shardline::v1::JobStatus>(
+      [&](auto* response) { return stub_->CancelJob(context.get(), request, response); });
+}
+
+absl::StatusOr<shardline::v1::ListWorkersResponse> AdminClient::ListWorkers() {
+  auto context = Context();
+  return Unary<shardline::v1::ListWorkersResponse>([&](auto* response) {
+    return stub_->ListWorkers(context.get(), shardline::v1::ListWorkersRequest(), response);
+  });
+}
+
+absl::StatusOr<shardline::v1::PlanResponse> AdminClient::Plan(const shardline::v1::JobSpec& spec) {
+  shardline::v1::SubmitJobRequest request;
+  *request.mutable_spec() = spec;
+  auto context = Context();
+  return Unary<shardline::v1::PlanResponse>(
+      [&](auto* response) { return stub_->PlanJob(context.get(), request, response); });
+}
+
+absl::StatusOr<shardline::v1::JobStatus> AdminClient::Watch(
+    const std::string& job_id, const std::function<void(const shardline::v1::JobStatus&)>& on_status) {
+  shardline::v1::GetJobRequest request;
+  request.set_job_id(job_id);
+  grpc::ClientContext context;  // no deadline: a job may run for days
+  auto reader = stub_->WatchJob(&context, request);
+  shardline::v1::JobStatus status, last;
+  bool any = false;
+  while (reader->Read(&status)) {
+    on_status(status);
+    last = status;
+    any = true;
+  }
+  const grpc::Status done = reader->Finish();
+  if (!done.ok()) return FromGrpcStatus(done);
+  if (!any) return absl::UnavailableError("the watch ended without a status");
+  return last;
+}
+
+absl::StatusOr<std::string> AdminClient::Export(const std::string& job_id) {
+  shardline::v1::GetJobRequest request;
+  request.set_job_id(job_id);
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + deadline_ * 30));
+  auto reader = stub_->ExportWeights(&context, request);
+  shardline::v1::ExportChunk chunk;
+  std::string bytes;
+  while (reader->Read(&chunk)) bytes += chunk.data();
+  const grpc::Status status = reader->Finish();
+  if (!status.ok()) return FromGrpcStatus(status);
+  return bytes;
+}
+
+}  // namespace shardline::client

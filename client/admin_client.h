@@ -1,0 +1,44 @@
+// AdminClient is the client library for the coordinator's Admin service, used
+// by shardctl and shardline-local. Every unary call has a deadline; errors
+// are absl::Status (UNAVAILABLE when the coordinator cannot be reached).
+// Thread-safe.
+#ifndef SHARDLINE_CLIENT_ADMIN_CLIENT_H_
+#define SHARDLINE_CLIENT_ADMIN_CLIENT_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "shardline/v1/admin.grpc.pb.h"
+
+namespace shardline::client {
+
+class AdminClient {
+ public:
+  AdminClient(const std::string& address, absl::Duration deadline = absl::Seconds(10));
+
+  absl::StatusOr<shardline::v1::JobStatus> Submit(const shardline::v1::JobSpec& spec);
+  absl::StatusOr<shardline::v1::JobStatus> Get(const std::string& job_id);
+  absl::StatusOr<shardline::v1::ListJobsResponse> ListJobs();
+  absl::StatusOr<shardline::v1::JobStatus> Cancel(const std::string& job_id);
+  absl::StatusOr<shardline::v1::ListWorkersResponse> ListWorkers();
+  absl::StatusOr<shardline::v1::PlanResponse> Plan(const shardline::v1::JobSpec& spec);
+  // Calls `on_status` for every status until the job ends; returns the last.
+  absl::StatusOr<shardline::v1::JobStatus> Watch(
+      const std::string& job_id, const std::function<void(const shardline::v1::JobStatus&)>& on_status);
+  // The committed weights as safetensors bytes.
+  absl::StatusOr<std::string> Export(const std::string& job_id);
+
+ private:
+  std::unique_ptr<grpc::ClientContext> Context() const;
+  const absl::Duration deadline_;
+  std::unique_ptr<shardline::v1::Admin::Stub> stub_;
+};
+
+}  // namespace shardline::client
+
+#endif  // SHARDLINE_CLIENT_ADMIN_CLIENT_H_

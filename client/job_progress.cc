@@ -1,0 +1,107 @@
+#include "client/job_progress.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace shardline::client {
+namespace {
+
+std::string Rate(double tps) {
+  if (tps >= 1e6) return absl::StrFormat("%.2fM", tps / 1e6);
+  if (tps >= 1e3) return absl::StrFormat("%.1fk", tps / 1e3);
+  return absl::StrFormat("%.0f", tps);
+}
+
+std::string Table(const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> widths;
+  for (const auto& row : rows) {
+    widths.resize(std::max(widths.size(), row.size()), 0);
+    for (size_t c = 0; c < row.size(); ++c) widths[c] = std::max(widths[c], row[c].size());
+  }
+  std::string out;
+  for (const auto& row : rows) {
+    for (size_t c = 0; c < row.size(); ++c) {
+      absl::StrAppend(&out, c ? "  " : "", row[c],
+                      c + 1 < row.size() ? std::string(widths[c] - row[c].size(), ' ') : "");
+    }
+    out += "\n";
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string ProgressLine(const shardline::v1::JobStatus& s) {
+  constexpr int kWidth = 20;
+  const double done = s.total_steps() > 0 ? static_cast<double>(s.step()) / s.total_steps() : 0.0;
+  const int filled = static_cast<int>(done * kWidth + 0.5);
+  std::string line = absl::StrFormat("%s %s [%s%s] %d/%d", s.job_id(), JobState_Name(s.state()),
+                                     std::string(filled, '#'), std::string(kWidth - filled, '-'),
+                                     s.step(), s.total_steps());
+  if (s.step() > 0) {
+    absl::StrAppendFormat(&line, "  loss %.4f  %s tok/s", s.loss(), Rate(s.tokens_per_s()));
+  }
+  if (s.stages_size() > 0 && s.step() > 0) {
+    line += "  busy";
+    for (const auto& stage : s.stages()) absl::StrAppendFormat(&line, " %.0f%%", 100 * stage.busy_fraction());
+  }
+  if (!s.message().empty()) absl::StrAppend(&line, "  (", s.message(), ")");
+  return line;
+}
+
+std::string JobsTable(const shardline::v1::ListJobsResponse& jobs) {
+  std::vector<std::vector<std::string>> rows = {{"JOB", "NAME", "STATE", "STEP", "LOSS", "TOK/S", "MESSAGE"}};
+  for (const auto& j : jobs.jobs()) {
+    rows.push_back({j.job_id(), j.name(), JobState_Name(j.state()),
+                    absl::StrCat(j.step(), "/", j.total_steps()), absl::StrFormat("%.4f", j.loss()),
+                    Rate(j.tokens_per_s()), j.message()});
+  }
+  return Table(rows);
+}
+
+std::string WorkersTable(const shardline::v1::ListWorkersResponse& workers) {
+  std::vector<std::vector<std::string>> rows = {
+      {"NAME", "ID", "STATE", "JOB", "DEVICE", "GFLOP/S", "MEMORY", "ADDRESS"}};
+  for (const auto& w : workers.workers()) {
+    rows.push_back({w.name(), w.worker_id(), w.state(), w.job_id().empty() ? "-" : w.job_id(), w.device(),
+                    absl::StrFormat("%.1f", w.gemm_flops() / 1e9),
+                    absl::StrFormat("%.1f GiB", static_cast<double>(w.memory_bytes()) / (1 << 30)),
+                    w.listen_address()});
+  }
+  return Table(rows);
+}
+
+std::string PlanTable(const shardline::v1::PlanResponse& plan) {
+  std::vector<std::vector<std::string>> rows = {{"STAGE", "WORKER", "UNITS", "MS/MICRO-BATCH", "MEMORY"}};
+  for (const auto& s : plan.stages()) {
+    rows.push_back({absl::StrCat(s.stage()), s.worker(), absl::StrCat("[", s.unit_begin(), ", ", s.unit_end(), ")"),
+                    absl::StrFormat("%.3f", s.seconds_per_micro_batch() * 1e3),
+                    absl::StrFormat("%.1f MiB", static_cast<double>(s.memory_bytes()) / (1 << 20))});
+  }
+  return Table(rows) + absl::StrFormat("predicted step: %.4f s (pipeline bubble %.0f%%)\n",
+                                       plan.predicted_step_seconds(), 100 * plan.bubble_fraction());
+}
+
+std::string DescribeJob(const shardline::v1::JobStatus& s) {
+  std::string out = absl::StrFormat(
+      "Job:        %s (%s)\nState:      %s\nStep:       %d/%d\nLoss:       %.6f\nLR:         %.3g\n"
+      "Grad norm:  %.4f\nTokens/s:   %.1f\nPlan epoch: %d\nCommitted:  %s\n",
+      s.job_id(), s.name(), JobState_Name(s.state()), s.step(), s.total_steps(), s.loss(), s.lr(),
+      s.grad_norm(), s.tokens_per_s(), s.plan_epoch(),
+      s.committed_step() >= 0 ? absl::StrCat("step ", s.committed_step()) : "none");
+  if (!s.message().empty()) absl::StrAppend(&out, "Message:    ", s.message(), "\n");
+  if (s.stages_size() > 0) {
+    std::vector<std::vector<std::string>> rows = {{"STAGE", "WORKER", "UNITS", "BUSY", "PEAK MICRO-BATCHES"}};
+    for (const auto& st : s.stages()) {
+      rows.push_back({absl::StrCat(st.stage()), st.worker(), absl::StrCat("[", st.unit_begin(), ", ", st.unit_end(), ")"),
+                      absl::StrFormat("%.0f%%", 100 * st.busy_fraction()), absl::StrCat(st.peak_slots())});
+    }
+    out += "Stages:\n" + Table(rows);
+  }
+  return out;
+}
+
+}  // namespace shardline::client

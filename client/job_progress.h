@@ -1,0 +1,21 @@
+// Text for people about jobs and workers: the live progress line of
+// `shardctl watch` and shardline-local, and the tables of `shardctl get`.
+#ifndef SHARDLINE_CLIENT_JOB_PROGRESS_H_
+#define SHARDLINE_CLIENT_JOB_PROGRESS_H_
+
+#include <string>
+
+#include "shardline/v1/admin.pb.h"
+
+namespace shardline::client {
+
+// "job-1 RUNNING [########------------] 120/1500  loss 0.1234  16.2k tok/s  busy 45% 52% 60%"
+std::string ProgressLine(const shardline::v1::JobStatus& status);
+std::string JobsTable(const shardline::v1::ListJobsResponse& jobs);
+std::string WorkersTable(const shardline::v1::ListWorkersResponse& workers);
+std::string PlanTable(const shardline::v1::PlanResponse& plan);
+std::string DescribeJob(const shardline::v1::JobStatus& status);
+
+}  // namespace shardline::client
+
+#endif  // SHARDLINE_CLIENT_JOB_PROGRESS_H_

@@ -1,0 +1,131 @@
+// shardctl: the admin CLI.
+//
+//   shardctl [--coordinator=HOST:PORT] [-o table|json] COMMAND ...
+//     get workers | get jobs | describe job ID | plan SPEC | submit SPEC
+//     watch ID | cancel ID | export ID -o FILE
+//
+// Data goes to stdout, "Error: ..." to stderr. Exit codes: 0 ok, 1 failed
+// (including a watched job that did not succeed), 2 cannot reach the
+// coordinator, 3 invalid input.
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "client/admin_client.h"
+#include "client/job_progress.h"
+#include "common/file_util.h"
+#include "common/init.h"
+#include "common/job_spec.h"
+#include "google/protobuf/util/json_util.h"
+
+ABSL_FLAG(std::string, coordinator, "127.0.0.1:7400", "the coordinator's address");
+ABSL_FLAG(std::string, o, "table", "output format: table or json (export: the output file)");
+
+namespace shardline::client {
+namespace {
+
+constexpr int kOk = 0, kFailed = 1, kUnreachable = 2, kInvalid = 3;
+
+int Fail(const absl::Status& status) {
+  std::fprintf(stderr, "Error: %s\n", std::string(status.message()).c_str());
+  switch (status.code()) {
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kDeadlineExceeded:
+      return kUnreachable;
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kNotFound:
+    case absl::StatusCode::kAlreadyExists:
+      return kInvalid;
+    default:
+      return kFailed;
+  }
+}
+
+int Usage(const std::string& problem) {
+  std::fprintf(stderr,
+               "Error: %s\nusage: shardctl [--coordinator=HOST:PORT] [-o table|json] "
+               "get workers|jobs | describe job ID | plan SPEC | submit SPEC | watch ID | cancel ID | "
+               "export ID -o FILE\n",
+               problem.c_str());
+  return kInvalid;
+}
+
+template <typename Message>
+int Print(const absl::StatusOr<Message>& result, std::string (*table)(const Message&)) {
+  if (!result.ok()) return Fail(result.status());
+  if (absl::GetFlag(FLAGS_o) == "json") {
+    std::string json;
+    google::protobuf::util::JsonPrintOptions options;
+    options.add_whitespace = true;
+    options.preserve_proto_field_names = true;
+    (void)google::protobuf::util::MessageToJsonString(*result, &json, options);
+    std::printf("%s", json.c_str());
+  } else {
+    std::printf("%s", table(*result).c_str());
+  }
+  return kOk;
+}
+
+std::string StatusLine(const shardline::v1::JobStatus& s) { return ProgressLine(s) + "\n"; }
+
+int Watch(AdminClient& admin, const std::string& job_id) {
+  const bool tty = isatty(fileno(stdout));
+  absl::StatusOr<shardline::v1::JobStatus> last = admin.Watch(job_id, [&](const auto& status) {
+    if (absl::GetFlag(FLAGS_o) == "json") {
+      std::string json;
+      (void)google::protobuf::util::MessageToJsonString(status, &json);
+      std::printf("%s\n", json.c_str());
+    } else {
+      std::printf(tty ? "\r\033[K%s" : "%s\n", ProgressLine(status).c_str());
+    }
+    std::fflush(stdout);
+  });
+  if (tty && absl::GetFlag(FLAGS_o) != "json") std::printf("\n");
+  if (!last.ok()) return Fail(last.status());
+  return last->state() == shardline::v1::SUCCEEDED ? kOk : kFailed;
+}
+
+int Run(const std::vector<std::string>& args) {
+  if (args.empty()) return Usage("no command");
+  const std::string format = absl::GetFlag(FLAGS_o);
+  AdminClient admin(absl::GetFlag(FLAGS_coordinator));
+  const std::string& command = args[0];
+  if (command != "export" && format != "table" && format != "json") return Usage("-o must be table or json");
+  if (command == "get" && args.size() == 2 && args[1] == "workers") {
+    return Print(admin.ListWorkers(), &WorkersTable);
+  }
+  if (command == "get" && args.size() == 2 && args[1] == "jobs") return Print(admin.ListJobs(), &JobsTable);
+  if (command == "describe" && args.size() == 3 && args[1] == "job") {
+    return Print(admin.Get(args[2]), &DescribeJob);
+  }
+  if ((command == "plan" || command == "submit") && args.size() == 2) {
+    absl::StatusOr<shardline::v1::JobSpec> spec = common::LoadJobSpec(args[1]);
+    if (!spec.ok()) return Fail(spec.status());
+    if (command == "plan") return Print(admin.Plan(*spec), &PlanTable);
+    return Print(admin.Submit(*spec), &StatusLine);
+  }
+  if (command == "watch" && args.size() == 2) return Watch(admin, args[1]);
+  if (command == "cancel" && args.size() == 2) return Print(admin.Cancel(args[1]), &StatusLine);
+  if (command == "export" && args.size() == 2) {
+    if (format == "table" || format == "json") return Usage("export needs -o FILE");
+    absl::StatusOr<std::string> bytes = admin.Export(args[1]);
+    if (!bytes.ok()) return Fail(bytes.status());
+    if (absl::Status s = common::WriteFileAtomically(format, *bytes); !s.ok()) return Fail(s);
+    std::printf("wrote %zu bytes to %s\n", bytes->size(), format.c_str());
+    return kOk;
+  }
+  return Usage("unknown command or wrong arguments");
+}
+
+}  // namespace
+}  // namespace shardline::client
+
+int main(int argc, char** argv) {
+  std::vector<char*> positional = shardline::common::InitProcess(
+      argc, argv, "shardctl [--coordinator=HOST:PORT] [-o table|json] COMMAND ...");
+  std::vector<std::string> args(positional.begin() + 1, positional.end());
+  return shardline::client::Run(args);
+}

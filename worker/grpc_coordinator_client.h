@@ -1,0 +1,47 @@
+// GrpcCoordinatorClient is a worker's connection to the coordinator: register,
+// heartbeat, the assignment stream, and the StageReporter calls. Every unary
+// call has a deadline; statuses come back as absl::Status. Thread-safe (gRPC
+// stubs are).
+#ifndef SHARDLINE_WORKER_GRPC_COORDINATOR_CLIENT_H_
+#define SHARDLINE_WORKER_GRPC_COORDINATOR_CLIENT_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "shardline/v1/coordinator.grpc.pb.h"
+#include "worker/stage_reporter.h"
+
+namespace shardline::worker {
+
+class GrpcCoordinatorClient final : public StageReporter {
+ public:
+  GrpcCoordinatorClient(const std::string& address, absl::Duration deadline);
+
+  absl::StatusOr<shardline::v1::RegisterResponse> Register(const shardline::v1::RegisterRequest& r);
+  absl::Status Heartbeat(const std::string& worker_id);
+  // Blocks, calling `on_assignment` for each assignment, until the stream
+  // ends (its status) or Cancel() is called.
+  absl::Status WatchAssignments(const std::string& worker_id,
+                                const std::function<void(const shardline::v1::Assignment&)>& on_assignment);
+  void CancelWatch();
+
+  absl::StatusOr<bool> ReportStep(const shardline::v1::ReportStepRequest& report) override;
+  absl::Status ReportShard(const shardline::v1::ShardHeader& header, const std::string& bytes) override;
+
+ private:
+  void SetDeadline(grpc::ClientContext& context) const;
+
+  const absl::Duration deadline_;
+  std::unique_ptr<shardline::v1::Coordinator::Stub> stub_;
+  std::mutex watch_mu_;
+  grpc::ClientContext* watch_context_ = nullptr;  // guarded by watch_mu_
+};
+
+}  // namespace shardline::worker
+
+#endif  // SHARDLINE_WORKER_GRPC_COORDINATOR_CLIENT_H_

@@ -1,0 +1,110 @@
+#include "worker/stage_job.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/job_spec.h"
+#include "common/safetensors.h"
+#include "common/status_macros.h"
+#include "worker/data/data_source.h"
+#include "worker/runtime/pipeline_stage.h"
+#include "worker/runtime/shard_runtime.h"
+
+namespace shardline::worker {
+namespace {
+
+shardline::v1::ReportStepRequest Report(const shardline::v1::Assignment& a,
+                                        const std::string& worker_id, int64_t step) {
+  shardline::v1::ReportStepRequest r;
+  r.set_job_id(a.job_id());
+  r.set_plan_epoch(a.plan_epoch());
+  r.set_stage(a.stage());
+  r.set_worker_id(worker_id);
+  r.set_step(step);
+  return r;
+}
+
+absl::Status ReportFailure(const shardline::v1::Assignment& a, const std::string& worker_id,
+                           int64_t step, const absl::Status& error, StageReporter& reporter) {
+  shardline::v1::ReportStepRequest r = Report(a, worker_id, step);
+  r.set_error(std::string(error.message()));
+  r.set_error_code(static_cast<int>(error.code()));
+  (void)reporter.ReportStep(r);  // best effort: the coordinator may be the problem
+  return error;
+}
+
+absl::Status SendShard(const shardline::v1::Assignment& a, int64_t step,
+                       runtime::ShardRuntime& runtime, StageReporter& reporter) {
+  common::SafetensorsContents contents;
+  ASSIGN_OR_RETURN(contents.tensors, runtime.ExportState());
+  contents.metadata = {{"job_id", a.job_id()}, {"stage", std::to_string(a.stage())},
+                       {"step", std::to_string(step)}};
+  ASSIGN_OR_RETURN(std::string bytes, common::SerializeSafetensors(contents));
+  shardline::v1::ShardHeader header;
+  header.set_job_id(a.job_id());
+  header.set_plan_epoch(a.plan_epoch());
+  header.set_stage(a.stage());
+  header.set_stages(a.stages());
+  header.set_step(step);
+  header.set_total_bytes(static_cast<int64_t>(bytes.size()));
+  return reporter.ReportShard(header, bytes);
+}
+
+}  // namespace
+
+absl::Status RunStageJob(const shardline::v1::Assignment& a, const std::string& worker_id,
+                         Backend& backend, runtime::StageLink& link, StageReporter& reporter,
+                         const std::atomic<bool>& cancelled) {
+  shardline::v1::JobSpec spec = a.spec();
+  absl::Status status = common::ValidateJobSpec(spec);
+  std::unique_ptr<data::DataSource> data;
+  std::unique_ptr<runtime::ShardRuntime> runtime;
+  std::unique_ptr<runtime::PipelineStage> stage;
+  if (status.ok() && a.stage() == 0) {
+    absl::StatusOr<std::unique_ptr<data::DataSource>> source = data::CreateDataSource(spec);
+    status = source.status();
+    if (source.ok()) data = std::move(*source);
+  }
+  absl::StatusOr<runtime::ScheduleKind> schedule = runtime::ParseScheduleKind(spec.parallel().schedule());
+  if (status.ok()) status = schedule.status();
+  if (status.ok()) {
+    const auto config = nn::ModelConfig::FromSpec(spec.model());
+    auto created = runtime::ShardRuntime::Create(backend, config, a.unit_begin(), a.unit_end(),
+                                                 spec.train().seed(),
+                                                 nn::OptimizerConfig::FromSpec(spec.train()));
+    status = created.status();
+    if (created.ok()) runtime = std::move(*created);
+  }
+  if (status.ok()) {
+    runtime::PipelineStageOptions options{*schedule, a.stages(), a.stage(),
+                                          spec.train().micro_batches(), spec.train().global_batch()};
+    auto created = runtime::PipelineStage::Create(*runtime, data.get(), link, options);
+    status = created.status();
+    if (created.ok()) stage = std::move(*created);
+  }
+  if (!status.ok()) return ReportFailure(a, worker_id, a.first_step(), status, reporter);
+
+  const int64_t total = spec.train().steps();
+  const int every = spec.checkpoint().every_steps();
+  for (int64_t step = a.first_step(); step <= total; ++step) {
+    if (cancelled) return absl::CancelledError("the job was cancelled");
+    absl::StatusOr<runtime::StageStepResult> result = stage->RunStep(step);
+    if (!result.ok()) return ReportFailure(a, worker_id, step, result.status(), reporter);
+    shardline::v1::ReportStepRequest r = Report(a, worker_id, step);
+    r.set_loss(result->loss);
+    r.set_grad_norm(result->grad_norm);
+    r.set_lr(result->lr);
+    r.set_tokens(result->tokens);
+    r.set_busy_seconds(result->busy_seconds);
+    r.set_step_seconds(result->step_seconds);
+    r.set_peak_slots(static_cast<int64_t>(result->peak_slots));
+    ASSIGN_OR_RETURN(bool stop, reporter.ReportStep(r));
+    if (stop) return absl::CancelledError("the coordinator stopped the job");
+    if ((every > 0 && step % every == 0) || step == total) {
+      if (absl::Status s = SendShard(a, step, *runtime, reporter); !s.ok()) {
+        return ReportFailure(a, worker_id, step, s, reporter);
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace shardline::worker

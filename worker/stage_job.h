@@ -1,0 +1,27 @@
+// RunStageJob runs one assignment on a worker: builds the ShardRuntime for
+// the assigned units, drives a PipelineStage over the link step after step,
+// reports every step and, every checkpoint.every_steps and at the end, the
+// shard (weights and optimizer state). A failed step is reported with its
+// error before it is returned. `cancelled` is polled between steps; to
+// interrupt a step, close the link. Synchronous; one call per assignment.
+#ifndef SHARDLINE_WORKER_STAGE_JOB_H_
+#define SHARDLINE_WORKER_STAGE_JOB_H_
+
+#include <atomic>
+#include <string>
+
+#include "absl/status/status.h"
+#include "shardline/v1/coordinator.pb.h"
+#include "worker/backend/backend.h"
+#include "worker/runtime/stage_link.h"
+#include "worker/stage_reporter.h"
+
+namespace shardline::worker {
+
+absl::Status RunStageJob(const shardline::v1::Assignment& assignment, const std::string& worker_id,
+                         Backend& backend, runtime::StageLink& link, StageReporter& reporter,
+                         const std::atomic<bool>& cancelled);
+
+}  // namespace shardline::worker
+
+#endif  // SHARDLINE_WORKER_STAGE_JOB_H_

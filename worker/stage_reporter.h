@@ -1,0 +1,25 @@
+// StageReporter is where a running stage sends its progress and shards: the
+// coordinator (GrpcCoordinatorClient) in a worker daemon, a fake in tests.
+#ifndef SHARDLINE_WORKER_STAGE_REPORTER_H_
+#define SHARDLINE_WORKER_STAGE_REPORTER_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "shardline/v1/coordinator.pb.h"
+
+namespace shardline::worker {
+
+class StageReporter {
+ public:
+  virtual ~StageReporter() = default;
+  // True when the coordinator says the job no longer runs: stop.
+  virtual absl::StatusOr<bool> ReportStep(const shardline::v1::ReportStepRequest& report) = 0;
+  // `bytes` is a safetensors file of the shard.
+  virtual absl::Status ReportShard(const shardline::v1::ShardHeader& header,
+                                   const std::string& bytes) = 0;
+};
+
+}  // namespace shardline::worker
+
+#endif  // SHARDLINE_WORKER_STAGE_REPORTER_H_

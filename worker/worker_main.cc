@@ -1,0 +1,64 @@
+// shardline-worker --coordinator=HOST:PORT --name=NAME [--listen=HOST:PORT]
+//                  [--device=auto|cpu|cuda:N] [--threads=N] [--port_file=FILE]
+//
+// Joins the coordinator and runs the pipeline stages it assigns. Stops
+// cleanly on SIGTERM or SIGINT.
+#include <csignal>
+#include <cstdio>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "common/file_util.h"
+#include "common/init.h"
+#include "glog/logging.h"
+#include "worker/backend/backend_factory.h"
+#include "worker/worker_server.h"
+
+ABSL_FLAG(std::string, coordinator, "127.0.0.1:7400", "the coordinator's address");
+ABSL_FLAG(std::string, listen, "127.0.0.1:0", "address of this worker's StageLink service");
+ABSL_FLAG(std::string, advertise_host, "", "host neighbours should dial (default: the listen host)");
+ABSL_FLAG(std::string, device, "auto", "auto (cuda:0 when present, else cpu), cpu or cuda:N");
+ABSL_FLAG(std::string, name, "", "unique worker name (required)");
+ABSL_FLAG(int, threads, 0, "CPU compute threads (0 = all cores)");
+ABSL_FLAG(int64_t, link_timeout_ms, 60000, "a neighbour silent this long fails the step");
+ABSL_FLAG(std::string, port_file, "", "write the StageLink port here once registered");
+
+namespace {
+
+volatile std::sig_atomic_t stop_requested = 0;
+void OnSignal(int) { stop_requested = 1; }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  shardline::common::InitProcess(argc, argv,
+                                 "shardline-worker --coordinator=HOST:PORT --name=NAME [--device=...]");
+  shardline::worker::WorkerOptions options;
+  options.coordinator = absl::GetFlag(FLAGS_coordinator);
+  options.listen = absl::GetFlag(FLAGS_listen);
+  options.advertise_host = absl::GetFlag(FLAGS_advertise_host);
+  options.device = absl::GetFlag(FLAGS_device);
+  if (options.device == "auto") {
+    options.device = shardline::worker::CudaDeviceCount() > 0 ? "cuda:0" : "cpu";
+  }
+  options.name = absl::GetFlag(FLAGS_name);
+  options.threads = absl::GetFlag(FLAGS_threads);
+  options.link_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_link_timeout_ms));
+  auto worker = shardline::worker::WorkerServer::Start(options);
+  if (!worker.ok()) {
+    std::fprintf(stderr, "Error: %s\n", std::string(worker.status().message()).c_str());
+    return absl::IsInvalidArgument(worker.status()) ? 3 : 2;
+  }
+  if (!absl::GetFlag(FLAGS_port_file).empty()) {
+    (void)shardline::common::WriteFileAtomically(absl::GetFlag(FLAGS_port_file),
+                                                 absl::StrCat((*worker)->port(), "\n"));
+  }
+  std::signal(SIGTERM, OnSignal);
+  std::signal(SIGINT, OnSignal);
+  std::thread waiter([&] { (*worker)->Wait(); stop_requested = 1; });
+  while (!stop_requested) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  (*worker)->Stop();
+  waiter.join();
+  return 0;
+}

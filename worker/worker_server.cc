@@ -1,0 +1,186 @@
+#include "worker/worker_server.h"
+
+#include <algorithm>
+#include <chrono>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "glog/logging.h"
+#include "worker/backend/backend_factory.h"
+#include "worker/stage_job.h"
+
+namespace shardline::worker {
+namespace {
+
+// "127.0.0.1:0" → "127.0.0.1"; "[::1]:0" → "[::1]".
+std::string HostOf(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  return colon == std::string::npos ? address : address.substr(0, colon);
+}
+
+}  // namespace
+
+absl::StatusOr<double> MeasureGemmFlops(Backend& backend) {
+  constexpr int64_t n = 1024;
+  ASSIGN_OR_RETURN(DeviceBuffer a, backend.AllocateZeros(n * n));
+  ASSIGN_OR_RETURN(DeviceBuffer b, backend.AllocateZeros(n * n));
+  ASSIGN_OR_RETURN(DeviceBuffer c, backend.AllocateZeros(n * n));
+  GemmShape g;
+  g.m = g.n = g.k = n;
+  std::vector<double> seconds;
+  for (int rep = 0; rep < 4; ++rep) {
+    const auto start = std::chrono::steady_clock::now();
+    RETURN_IF_ERROR(backend.Gemm(g, a.span<float>(), b.span<float>(), c.span<float>()));
+    RETURN_IF_ERROR(backend.Synchronize());
+    if (rep > 0) {
+      seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
+  }
+  std::sort(seconds.begin(), seconds.end());
+  return 2.0 * n * n * n / std::max(seconds[seconds.size() / 2], 1e-9);
+}
+
+absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const WorkerOptions& options) {
+  if (options.name.empty()) return absl::InvalidArgumentError("--name is required");
+  std::unique_ptr<WorkerServer> w(new WorkerServer(options));
+  ASSIGN_OR_RETURN(w->backend_, CreateBackend(options.device, {options.threads}));
+  ASSIGN_OR_RETURN(double flops, MeasureGemmFlops(*w->backend_));
+  ASSIGN_OR_RETURN(int64_t memory, w->backend_->MemoryAvailable());
+
+  grpc::ServerBuilder builder;
+  builder.AddChannelArgument("grpc.so_reuseport", 0);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &w->port_);
+  builder.RegisterService(&w->link_service_);
+  w->server_ = builder.BuildAndStart();
+  if (w->server_ == nullptr || w->port_ == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen));
+  }
+  const std::string host = options.advertise_host.empty() ? HostOf(options.listen) : options.advertise_host;
+
+  w->coordinator_ = std::make_unique<GrpcCoordinatorClient>(options.coordinator, options.rpc_deadline);
+  shardline::v1::RegisterRequest request;
+  request.set_name(options.name);
+  auto* caps = request.mutable_capabilities();
+  caps->set_device(w->backend_->name());
+  caps->set_description(w->backend_->description());
+  caps->set_memory_bytes(memory);
+  caps->set_gemm_flops(flops);
+  caps->set_listen_address(absl::StrCat(host, ":", w->port_));
+  caps->set_build_version("shardline 0.1.0");
+  ASSIGN_OR_RETURN(shardline::v1::RegisterResponse registered, w->coordinator_->Register(request));
+  w->worker_id_ = registered.worker_id();
+  LOG(INFO) << "worker " << options.name << " registered as " << w->worker_id_ << " ("
+            << w->backend_->description() << ", " << flops / 1e9 << " GFLOP/s, StageLink on port "
+            << w->port_ << ")";
+  const absl::Duration every = absl::Milliseconds(std::max<int64_t>(registered.lease_ms() / 4, 10));
+  WorkerServer* self = w.get();
+  w->heartbeat_ = std::thread([self, every] { self->HeartbeatLoop(every); });
+  w->watch_ = std::thread([self] { self->WatchLoop(); });
+  return w;
+}
+
+WorkerServer::~WorkerServer() { Stop(); }
+
+void WorkerServer::Stop() {
+  if (stopping_.exchange(true)) {
+    stopped_.WaitForNotification();
+    return;
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    job_cancelled_ = true;
+    if (link_ != nullptr) link_->Close("the worker is shutting down");
+  }
+  JoinJob();
+  if (coordinator_ != nullptr) coordinator_->CancelWatch();
+  if (watch_.joinable()) watch_.join();
+  if (heartbeat_.joinable()) heartbeat_.join();
+  if (server_ != nullptr) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  stopped_.Notify();
+}
+
+void WorkerServer::HeartbeatLoop(absl::Duration every) {
+  while (!stopping_) {
+    const absl::Time next = absl::Now() + every;
+    while (!stopping_ && absl::Now() < next) absl::SleepFor(absl::Milliseconds(5));
+    if (stopping_) return;
+    const absl::Status status = coordinator_->Heartbeat(worker_id_);
+    if (absl::IsNotFound(status)) {
+      LOG(ERROR) << "the coordinator no longer knows this worker (lease lapsed): stopping";
+      std::thread([this] { Stop(); }).detach();
+      return;
+    }
+    if (!status.ok()) LOG(WARNING) << "heartbeat failed: " << status;
+  }
+}
+
+void WorkerServer::WatchLoop() {
+  while (!stopping_) {
+    const absl::Status status = coordinator_->WatchAssignments(
+        worker_id_, [this](const shardline::v1::Assignment& a) { OnAssignment(a); });
+    if (stopping_) return;
+    LOG(WARNING) << "assignment stream ended: " << status << "; reconnecting";
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+}
+
+void WorkerServer::OnAssignment(const shardline::v1::Assignment& a) {
+  if (a.cancel()) {
+    absl::MutexLock lock(&mu_);
+    if (job_id_ == a.job_id()) {
+      LOG(INFO) << "job " << a.job_id() << " cancelled by the coordinator";
+      job_cancelled_ = true;
+      if (link_ != nullptr) link_->Close(absl::StrCat("job ", a.job_id(), " was cancelled"));
+    }
+    return;
+  }
+  JoinJob();  // a previous job's thread, finished or being cancelled
+  absl::MutexLock lock(&mu_);
+  job_id_ = a.job_id();
+  job_cancelled_ = false;
+  job_ = std::thread([this, a] { RunJob(a); });
+}
+
+void WorkerServer::JoinJob() {
+  std::thread job;
+  {
+    absl::MutexLock lock(&mu_);
+    job = std::move(job_);
+  }
+  if (job.joinable()) job.join();
+}
+
+void WorkerServer::RunJob(shardline::v1::Assignment a) {
+  LOG(INFO) << "job " << a.job_id() << ": stage " << a.stage() << " of " << a.stages() << ", units ["
+            << a.unit_begin() << ", " << a.unit_end() << "), epoch " << a.plan_epoch();
+  runtime::GrpcStageLinkOptions options;
+  options.job_id = a.job_id();
+  options.plan_epoch = a.plan_epoch();
+  options.stage = a.stage();
+  options.stages = a.stages();
+  options.upstream_address = a.upstream_address();
+  options.service = &link_service_;
+  options.timeout = options_.link_timeout;
+  absl::StatusOr<std::unique_ptr<runtime::GrpcStageLink>> link = runtime::GrpcStageLink::Create(options);
+  absl::Status status = link.status();
+  if (link.ok()) {
+    {
+      absl::MutexLock lock(&mu_);
+      link_ = link->get();
+      if (job_cancelled_) link_->Close("cancelled");
+    }
+    status = RunStageJob(a, worker_id_, *backend_, **link, *coordinator_, job_cancelled_);
+    absl::MutexLock lock(&mu_);
+    link_ = nullptr;
+  }
+  if (status.ok()) {
+    LOG(INFO) << "job " << a.job_id() << ": stage " << a.stage() << " done";
+  } else {
+    LOG(WARNING) << "job " << a.job_id() << ": stage " << a.stage() << " ended: " << status;
+  }
+}
+
+}  // namespace shardline::worker

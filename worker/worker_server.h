@@ -1,0 +1,81 @@
+// WorkerServer is the shardline-worker daemon: it owns the compute backend,
+// measures its GEMM rate, serves StageLink for its downstream neighbour,
+// registers with the coordinator, keeps its lease alive, and runs each
+// assignment it receives (RunStageJob) until it ends or is cancelled. Stop()
+// (or destruction) ends everything cleanly. Thread-safe.
+#ifndef SHARDLINE_WORKER_WORKER_SERVER_H_
+#define SHARDLINE_WORKER_WORKER_SERVER_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "worker/backend/backend.h"
+#include "worker/grpc_coordinator_client.h"
+#include "worker/runtime/grpc_stage_link.h"
+#include "worker/runtime/stage_link_service.h"
+
+namespace shardline::worker {
+
+struct WorkerOptions {
+  std::string coordinator = "127.0.0.1:7400";
+  std::string listen = "127.0.0.1:0";  // StageLink service; port 0 picks a free one
+  std::string advertise_host;          // host neighbours dial (default: the listen host)
+  std::string device = "cpu";
+  std::string name;
+  int threads = 0;
+  absl::Duration rpc_deadline = absl::Seconds(10);
+  absl::Duration link_timeout = absl::Seconds(60);
+};
+
+// f32 GEMM FLOP/s of `backend` on 1024³ (median of a few runs).
+absl::StatusOr<double> MeasureGemmFlops(Backend& backend);
+
+class WorkerServer {
+ public:
+  static absl::StatusOr<std::unique_ptr<WorkerServer>> Start(const WorkerOptions& options);
+  ~WorkerServer();
+
+  void Stop();
+  // Blocks until Stop() is called or the worker gives up (lease lost).
+  void Wait() { stopped_.WaitForNotification(); }
+  const std::string& worker_id() const { return worker_id_; }
+  int port() const { return port_; }
+
+ private:
+  explicit WorkerServer(WorkerOptions options) : options_(std::move(options)) {}
+  void HeartbeatLoop(absl::Duration every);
+  void WatchLoop();
+  void OnAssignment(const shardline::v1::Assignment& assignment);
+  void RunJob(shardline::v1::Assignment assignment);
+  void JoinJob() ABSL_LOCKS_EXCLUDED(mu_);
+
+  const WorkerOptions options_;
+  std::unique_ptr<Backend> backend_;
+  runtime::StageLinkService link_service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<GrpcCoordinatorClient> coordinator_;
+  std::string worker_id_;
+  int port_ = 0;
+  std::atomic<bool> stopping_{false};
+  absl::Notification stopped_;
+  std::thread heartbeat_, watch_;
+
+  absl::Mutex mu_;
+  std::thread job_ ABSL_GUARDED_BY(mu_);
+  std::string job_id_ ABSL_GUARDED_BY(mu_);
+  runtime::GrpcStageLink* link_ ABSL_GUARDED_BY(mu_) = nullptr;  // of the running job
+  std::atomic<bool> job_cancelled_{false};
+};
+
+}  // namespace shardline::worker
+
+#endif  // SHARDLINE_WORKER_WORKER_SERVER_H_
