@@ -19,14 +19,14 @@ std::string Duration(double seconds) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<MetricsLog>> MetricsLog::Open(const std::string& path) {
+absl::StatusOr<std::unique_ptr<MetricsLog>> MetricsLog::Open(const std::string& path, bool append) {
   auto log = std::make_unique<MetricsLog>();
   log->path_ = path;
   if (path.empty()) return log;
   const std::filesystem::path parent = std::filesystem::path(path).parent_path();
   std::error_code error;
   if (!parent.empty()) std::filesystem::create_directories(parent, error);
-  log->file_.open(path, std::ios::out | std::ios::trunc);
+  log->file_.open(path, std::ios::out | (append ? std::ios::app : std::ios::trunc));
   if (!log->file_) return absl::InvalidArgumentError(absl::StrCat("cannot write metrics to ", path));
   return log;
 }

@@ -35,8 +35,10 @@ struct EvalMetrics {
 
 class MetricsLog {
  public:
-  // An empty path gives a log that writes nothing.
-  static absl::StatusOr<std::unique_ptr<MetricsLog>> Open(const std::string& path);
+  // An empty path gives a log that writes nothing. `append` keeps what the
+  // file already holds.
+  static absl::StatusOr<std::unique_ptr<MetricsLog>> Open(const std::string& path,
+                                                          bool append = false);
 
   static std::string StepJson(const StepMetrics& m);
   static std::string EvalJson(const EvalMetrics& m);

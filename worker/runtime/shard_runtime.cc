@@ -209,6 +209,20 @@ absl::Status ShardRuntime::ApplyOptimizer(int64_t step, double grad_factor) {
   return optimizer_.Step(parameters(), step, grad_factor);
 }
 
+absl::Status ShardRuntime::ImportWeights(const std::map<std::string, common::Tensor>& weights) {
+  for (nn::Parameter* p : parameters()) {
+    auto it = weights.find(p->name);
+    if (it == weights.end()) return absl::NotFoundError(absl::StrCat("no weights for ", p->name));
+    const common::Tensor& t = it->second;
+    if (t.dtype() != common::DType::kF32 || t.shape() != p->shape) {
+      return absl::InvalidArgumentError(absl::StrCat(p->name, " is ", t.DebugString(), ", expected f32",
+                                                     common::ShapeString(p->shape)));
+    }
+    RETURN_IF_ERROR(backend_.CopyToDevice(t.values<float>(), p->v()));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::map<std::string, common::Tensor>> ShardRuntime::ExportState() {
   ASSIGN_OR_RETURN(auto out, ExportWeights());
   for (nn::Parameter* p : parameters()) {

@@ -86,6 +86,10 @@ class ShardRuntime {
   // "optimizer.v.<name>" (AdamW) or "optimizer.m.<name>" (SGD momentum),
   // once the optimizer has stepped.
   absl::StatusOr<std::map<std::string, common::Tensor>> ExportState();
+  // Sets this shard's parameters from `weights` (by global name, f32, same
+  // shapes); extra names are ignored. NOT_FOUND / INVALID_ARGUMENT name the
+  // parameter that is missing or does not fit.
+  absl::Status ImportWeights(const std::map<std::string, common::Tensor>& weights);
   std::vector<nn::Parameter*> parameters();
   const nn::OptimizerConfig& optimizer_config() const { return optimizer_.config(); }
 

@@ -22,6 +22,9 @@
 ABSL_FLAG(std::string, device, "cpu", "cpu, cuda or cuda:N");
 ABSL_FLAG(int, threads, 0, "CPU compute threads (0 = all cores)");
 ABSL_FLAG(std::string, metrics_out, "", "write JSON Lines metrics to this file");
+ABSL_FLAG(std::string, eval_weights, "",
+          "skip training: load these safetensors weights, evaluate, and append the evaluation "
+          "record to --metrics_out");
 ABSL_FLAG(std::string, out, "",
           "final weights (safetensors); default: <name>.safetensors next to --metrics_out, or in "
           "the current directory");
@@ -37,12 +40,38 @@ int Fail(int code, const absl::Status& status) {
   return code;
 }
 
+void PrintEval(const EvalResult& eval) {
+  if (eval.exact_match) {
+    std::printf("held-out exact match: %.2f%% of %lld problems\n", 100.0 * eval.accuracy,
+                static_cast<long long>(eval.examples));
+  } else {
+    std::printf("validation loss %.4f (%.3f bits per byte) over %lld windows\n", eval.val_loss,
+                eval.bits_per_byte, static_cast<long long>(eval.examples));
+  }
+}
+
 std::string WeightsPath(const shardline::v1::JobSpec& spec) {
   if (!absl::GetFlag(FLAGS_out).empty()) return absl::GetFlag(FLAGS_out);
   const std::string file = absl::StrCat(spec.name(), ".safetensors");
   const std::string metrics = absl::GetFlag(FLAGS_metrics_out);
   if (metrics.empty()) return file;
   return (std::filesystem::path(metrics).parent_path() / file).string();
+}
+
+int EvaluateOnly(const shardline::v1::JobSpec& spec, const std::string& path, Trainer& trainer,
+                 common::MetricsLog& log) {
+  absl::StatusOr<common::SafetensorsContents> weights = common::ReadSafetensors(path);
+  if (!weights.ok()) return Fail(kExitInvalid, weights.status());
+  if (absl::Status s = trainer.runtime().ImportWeights(weights->tensors); !s.ok()) {
+    return Fail(kExitInvalid, s);
+  }
+  absl::StatusOr<EvalResult> eval = trainer.Evaluate();
+  if (!eval.ok()) return Fail(kExitFailed, eval.status());
+  common::EvalMetrics em{spec.train().steps(), eval->exact_match, eval->accuracy, eval->val_loss,
+                         eval->bits_per_byte, eval->examples, 0.0};
+  if (absl::Status s = log.Write(em); !s.ok()) return Fail(kExitFailed, s);
+  PrintEval(*eval);
+  return 0;
 }
 
 int Run(const std::string& spec_path) {
@@ -52,8 +81,10 @@ int Run(const std::string& spec_path) {
   if (!backend.ok()) return Fail(kExitInvalid, backend.status());
   auto trainer = Trainer::Create(*spec, **backend);
   if (!trainer.ok()) return Fail(kExitInvalid, trainer.status());
-  auto log = common::MetricsLog::Open(absl::GetFlag(FLAGS_metrics_out));
+  const std::string eval_weights = absl::GetFlag(FLAGS_eval_weights);
+  auto log = common::MetricsLog::Open(absl::GetFlag(FLAGS_metrics_out), !eval_weights.empty());
   if (!log.ok()) return Fail(kExitInvalid, log.status());
+  if (!eval_weights.empty()) return EvaluateOnly(*spec, eval_weights, **trainer, **log);
 
   const auto& train = spec->train();
   std::printf("training '%s' on %s: %d layers, d_model %d, %d steps of %d sequences (%d micro-batches)\n",
@@ -87,13 +118,7 @@ int Run(const std::string& spec_path) {
   common::EvalMetrics em{train.steps(), eval->exact_match, eval->accuracy, eval->val_loss,
                          eval->bits_per_byte, eval->examples, train_seconds};
   if (absl::Status s = (*log)->Write(em); !s.ok()) return Fail(kExitFailed, s);
-  if (eval->exact_match) {
-    std::printf("held-out exact match: %.2f%% of %lld problems\n", 100.0 * eval->accuracy,
-                static_cast<long long>(eval->examples));
-  } else {
-    std::printf("validation loss %.4f (%.3f bits per byte) over %lld windows\n", eval->val_loss,
-                eval->bits_per_byte, static_cast<long long>(eval->examples));
-  }
+  PrintEval(*eval);
 
   auto weights = (*trainer)->runtime().ExportWeights();
   if (!weights.ok()) return Fail(kExitFailed, weights.status());

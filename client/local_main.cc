@@ -1,0 +1,266 @@
+// shardline-local SPEC --workers=N [--metrics_out=FILE] [--out=FILE] [--device=cpu]
+//
+// Runs a whole cluster on this machine: a coordinator and N workers as
+// separate processes on loopback (free ports, a temporary state directory),
+// submits SPEC as an N-stage pipeline, shows the job's progress, writes the
+// same metrics JSONL as shardline-train, exports the weights, evaluates them
+// (shardline-train --eval_weights), and tears everything down, also on
+// Ctrl-C or when a daemon dies. Exit codes: 0 the job succeeded, 1 it did
+// not, 2 the cluster could not start, 3 invalid input, 130 interrupted.
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "client/admin_client.h"
+#include "client/child_process.h"
+#include "client/job_progress.h"
+#include "common/file_util.h"
+#include "common/init.h"
+#include "common/job_spec.h"
+#include "common/metrics_log.h"
+
+ABSL_FLAG(int, workers, 2, "worker processes; the spec runs as one pipeline stage per worker");
+ABSL_FLAG(std::string, metrics_out, "", "write JSON Lines metrics to this file");
+ABSL_FLAG(std::string, out, "", "final weights (default: <name>.safetensors next to --metrics_out, or here)");
+ABSL_FLAG(std::string, device, "cpu", "device for every worker (cpu, cuda:N, auto)");
+ABSL_FLAG(int, threads_per_worker, 0, "compute threads per worker (0: the cores divided among them)");
+ABSL_FLAG(int64_t, lease_ms, 2000, "worker lease: a dead worker fails the job after this long");
+ABSL_FLAG(bool, keep_logs, false, "keep the daemons' logs and state directory");
+
+namespace shardline::client {
+namespace {
+
+namespace fs = std::filesystem;
+volatile sig_atomic_t interrupted = 0;
+void OnSignal(int) { interrupted = 1; }
+
+constexpr int kOk = 0, kFailed = 1, kNoCluster = 2, kInvalid = 3, kInterrupted = 130;
+
+int Fail(int code, const std::string& message) {
+  std::fprintf(stderr, "Error: %s\n", message.c_str());
+  return code;
+}
+
+std::string Tail(const std::string& path) {
+  absl::StatusOr<std::string> text = common::ReadFile(path);
+  if (!text.ok()) return "";
+  return text->size() > 2000 ? text->substr(text->size() - 2000) : *text;
+}
+
+class Cluster {
+ public:
+  ~Cluster() {
+    workers_.clear();  // stop workers before the coordinator
+    coordinator_.reset();
+    if (!keep_ && !dir_.empty()) {
+      std::error_code ignored;
+      fs::remove_all(dir_, ignored);
+    }
+  }
+
+  absl::Status Start(int workers, const std::string& device, int threads, int64_t lease_ms) {
+    char pattern[] = "/tmp/shardline-local-XXXXXX";
+    if (::mkdtemp(pattern) == nullptr) return absl::InternalError("cannot create a temporary directory");
+    dir_ = pattern;
+    const fs::path bin = fs::read_symlink("/proc/self/exe").parent_path();
+    auto coordinator = ChildProcess::Start(
+        {(bin / "shardline-coordinator").string(), "--listen=127.0.0.1:0", "--state_dir=" + dir_ + "/state",
+         "--port_file=" + dir_ + "/coordinator.port", absl::StrCat("--lease_ms=", lease_ms)},
+        dir_ + "/coordinator.log");
+    if (!coordinator.ok()) return coordinator.status();
+    coordinator_ = std::move(*coordinator);
+    int port = 0;
+    const absl::Time deadline = absl::Now() + absl::Seconds(20);
+    while (port == 0) {
+      absl::StatusOr<std::string> text = common::ReadFile(dir_ + "/coordinator.port");
+      if (text.ok() && absl::SimpleAtoi(absl::StripAsciiWhitespace(*text), &port) && port > 0) break;
+      std::string ended;
+      if (!coordinator_->Running(&ended)) {
+        return absl::UnavailableError(absl::StrCat("the coordinator ", ended, ":\n", Tail(dir_ + "/coordinator.log")));
+      }
+      if (absl::Now() > deadline) return absl::DeadlineExceededError("the coordinator did not start in 20 s");
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    address_ = absl::StrCat("127.0.0.1:", port);
+    for (int i = 0; i < workers; ++i) {
+      auto worker = ChildProcess::Start(
+          {(bin / "shardline-worker").string(), "--coordinator=" + address_, absl::StrCat("--name=local-", i),
+           "--listen=127.0.0.1:0", "--device=" + device, absl::StrCat("--threads=", threads)},
+          absl::StrCat(dir_, "/worker-", i, ".log"));
+      if (!worker.ok()) return worker.status();
+      workers_.push_back(std::move(*worker));
+    }
+    AdminClient admin(address_);
+    while (true) {
+      absl::StatusOr<shardline::v1::ListWorkersResponse> listed = admin.ListWorkers();
+      if (listed.ok() && listed->workers_size() >= workers) return absl::OkStatus();
+      if (absl::Status s = CheckChildren(); !s.ok()) return s;
+      if (absl::Now() > deadline + absl::Seconds(30)) {
+        return absl::DeadlineExceededError("the workers did not register in time");
+      }
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+  }
+
+  // UNAVAILABLE naming the first daemon that has exited.
+  absl::Status CheckChildren() {
+    std::string ended;
+    if (!coordinator_->Running(&ended)) {
+      return absl::UnavailableError(absl::StrCat("the coordinator ", ended));
+    }
+    for (size_t i = 0; i < workers_.size(); ++i) {
+      if (!workers_[i]->Running(&ended)) {
+        return absl::UnavailableError(absl::StrCat("worker local-", i, " ", ended, ":\n",
+                                                   Tail(absl::StrCat(dir_, "/worker-", i, ".log"))));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  const std::string& address() const { return address_; }
+  const std::string& dir() const { return dir_; }
+  void keep() { keep_ = true; }
+
+ private:
+  std::string dir_;
+  std::string address_;
+  std::unique_ptr<ChildProcess> coordinator_;
+  std::vector<std::unique_ptr<ChildProcess>> workers_;
+  bool keep_ = false;
+};
+
+std::string WeightsPath(const shardline::v1::JobSpec& spec) {
+  if (!absl::GetFlag(FLAGS_out).empty()) return absl::GetFlag(FLAGS_out);
+  const std::string file = spec.name() + ".safetensors";
+  const std::string metrics = absl::GetFlag(FLAGS_metrics_out);
+  return metrics.empty() ? file : (fs::path(metrics).parent_path() / file).string();
+}
+
+int Run(const std::string& spec_path) {
+  absl::StatusOr<shardline::v1::JobSpec> spec = common::LoadJobSpec(spec_path);
+  if (!spec.ok()) return Fail(kInvalid, std::string(spec.status().message()));
+  const int n = absl::GetFlag(FLAGS_workers);
+  if (n < 1 || n > common::PipelineUnits(spec->model())) {
+    return Fail(kInvalid, absl::StrCat("--workers must be in [1, ", common::PipelineUnits(spec->model()), "]"));
+  }
+  if (spec->parallel().pipeline_stages() != n) {
+    std::printf("note: running %d pipeline stages, one per worker (the spec says %d)\n", n,
+                spec->parallel().pipeline_stages());
+    spec->mutable_parallel()->set_pipeline_stages(n);
+  }
+  auto log = common::MetricsLog::Open(absl::GetFlag(FLAGS_metrics_out));
+  if (!log.ok()) return Fail(kInvalid, std::string(log.status().message()));
+  int threads = absl::GetFlag(FLAGS_threads_per_worker);
+  if (threads <= 0) threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / n);
+
+  ::signal(SIGINT, OnSignal);
+  ::signal(SIGTERM, OnSignal);
+  Cluster cluster;
+  if (absl::GetFlag(FLAGS_keep_logs)) cluster.keep();
+  std::printf("starting a coordinator and %d workers (%d threads each)...\n", n, threads);
+  if (absl::Status s = cluster.Start(n, absl::GetFlag(FLAGS_device), threads, absl::GetFlag(FLAGS_lease_ms));
+      !s.ok()) {
+    cluster.keep();
+    return Fail(kNoCluster, absl::StrCat(s.message(), "\n(logs in ", cluster.dir(), ")"));
+  }
+  AdminClient admin(cluster.address());
+  absl::StatusOr<shardline::v1::JobStatus> submitted = admin.Submit(*spec);
+  if (!submitted.ok()) return Fail(kInvalid, std::string(submitted.status().message()));
+  const std::string job_id = submitted->job_id();
+  std::printf("submitted %s ('%s'): %d steps on %d stages\n", job_id.c_str(), spec->name().c_str(),
+              spec->train().steps(), n);
+
+  // Interrupts and dead daemons end the watch by ending the job.
+  std::atomic<bool> watching{true};
+  std::string problem;
+  std::thread guard([&] {
+    while (watching) {
+      if (interrupted) {
+        (void)admin.Cancel(job_id);
+        return;
+      }
+      if (absl::Status s = cluster.CheckChildren(); !s.ok() && problem.empty()) {
+        problem = std::string(s.message());
+        if (absl::StrContains(problem, "coordinator")) return;  // the watch fails by itself
+      }
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+  });
+  const bool tty = isatty(fileno(stdout));
+  int64_t logged = 0;
+  shardline::v1::JobState shown = shardline::v1::JOB_STATE_UNSPECIFIED;
+  absl::StatusOr<shardline::v1::JobStatus> last = admin.Watch(job_id, [&](const shardline::v1::JobStatus& s) {
+    const bool due = s.step() > logged && (s.step() % spec->train().log_every() == 0 || s.step() == s.total_steps());
+    // On a terminal the line updates in place; in a log, one line per logged step.
+    if (tty || due || s.state() != shown) {
+      std::printf(tty ? "\r\033[K%s" : "%s\n", ProgressLine(s).c_str());
+      std::fflush(stdout);
+      shown = s.state();
+    }
+    if (due) {
+      logged = s.step();
+      (void)(*log)->Write(common::StepMetrics{s.step(), s.loss(), s.lr(), s.tokens_per_s(), s.grad_norm()});
+    }
+  });
+  watching = false;
+  guard.join();
+  if (tty) std::printf("\n");
+  if (interrupted) return Fail(kInterrupted, "interrupted; the job was cancelled");
+  if (!last.ok()) {
+    cluster.keep();
+    return Fail(kFailed, absl::StrCat(last.status().message(), problem.empty() ? "" : "; " + problem,
+                                      " (logs in ", cluster.dir(), ")"));
+  }
+  if (last->state() != shardline::v1::SUCCEEDED) {
+    cluster.keep();
+    return Fail(kFailed, absl::StrCat("job ", job_id, " ", JobState_Name(last->state()), ": ", last->message(),
+                                      " (logs in ", cluster.dir(), ")"));
+  }
+  absl::StatusOr<std::string> weights = admin.Export(job_id);
+  if (!weights.ok()) return Fail(kFailed, std::string(weights.status().message()));
+  const std::string path = WeightsPath(*spec);
+  if (absl::Status s = common::WriteFileAtomically(path, *weights); !s.ok()) {
+    return Fail(kFailed, std::string(s.message()));
+  }
+  std::printf("weights of %s written to %s\n", job_id.c_str(), path.c_str());
+  // Evaluate the exported weights with the reference code path.
+  const std::string spec_file = cluster.dir() + "/spec.json";
+  if (absl::Status s = common::WriteFileAtomically(spec_file, common::JobSpecToJson(*spec)); !s.ok()) {
+    return Fail(kFailed, std::string(s.message()));
+  }
+  (*log).reset();  // flush before the evaluator appends
+  const fs::path bin = fs::read_symlink("/proc/self/exe").parent_path();
+  std::vector<std::string> eval = {(bin / "shardline-train").string(), spec_file, "--eval_weights=" + path,
+                                   "--metrics_out=" + absl::GetFlag(FLAGS_metrics_out)};
+  auto evaluator = ChildProcess::Start(eval, cluster.dir() + "/eval.log");
+  if (!evaluator.ok()) return Fail(kFailed, std::string(evaluator.status().message()));
+  std::string ended;
+  while ((*evaluator)->Running(&ended) && !interrupted) absl::SleepFor(absl::Milliseconds(20));
+  std::printf("%s", Tail(cluster.dir() + "/eval.log").c_str());
+  return ended == "exited with status 0" ? kOk : kFailed;
+}
+
+}  // namespace
+}  // namespace shardline::client
+
+int main(int argc, char** argv) {
+  std::vector<char*> args = shardline::common::InitProcess(
+      argc, argv, "shardline-local SPEC --workers=N [--metrics_out=FILE] [--out=FILE]");
+  if (args.size() != 2) {
+    std::fprintf(stderr, "Error: expected exactly one job spec path (see --help)\n");
+    return 3;
+  }
+  return shardline::client::Run(args[1]);
+}
