@@ -82,6 +82,7 @@ int Run() {
     std::vector<WorkerRecord> lost = registry.ExpireLeases();
     for (const WorkerRecord& w : lost) LOG(WARNING) << "worker " << w.name << " lost its lease";
     if (!lost.empty()) jobs.WorkersLost(lost);
+    jobs.Tick();
   }
   LOG(INFO) << "shutting down";
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));

@@ -188,8 +188,20 @@ absl::StatusOr<bool> JobManager::ReportStep(const shardline::v1::ReportStepReque
   RETURN_IF_ERROR(CheckSender(*job, r.plan_epoch(), r.stage(), r.worker_id()));
   const std::string& worker = job->status.stages(r.stage()).worker();
   if (!r.error().empty()) {
-    End(*job, shardline::v1::FAILED, absl::StrCat("stage ", r.stage(), " (worker ", worker,
-                                                  ") failed at step ", r.step(), ": ", r.error()));
+    const std::string message = absl::StrCat("stage ", r.stage(), " (worker ", worker,
+                                             ") failed at step ", r.step(), ": ", r.error());
+    const auto code = static_cast<absl::StatusCode>(r.error_code());
+    const bool link_broke = code == absl::StatusCode::kUnavailable ||
+                            code == absl::StatusCode::kDeadlineExceeded ||
+                            code == absl::StatusCode::kCancelled;
+    if (!link_broke) {
+      End(*job, shardline::v1::FAILED, message);
+    } else if (job->pending_failure.empty()) {
+      job->pending_failure = message;
+      job->failure_deadline = absl::Now() + registry_.lease();
+      job->status.set_message("a stage lost its link; checking whether a worker was lost");
+      Publish(*job);
+    }
     return true;
   }
   if (r.step() < 1 || r.step() > job->status.total_steps()) {
@@ -289,6 +301,17 @@ void JobManager::WorkersLost(const std::vector<WorkerRecord>& lost) {
             absl::StrCat("worker ", w.name, " (stage ", s, ") was lost: no heartbeat within its lease"));
         break;
       }
+    }
+  }
+}
+
+void JobManager::Tick() {
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = absl::Now();
+  for (auto& [id, job] : jobs_) {
+    if (job.status.state() == shardline::v1::RUNNING && !job.pending_failure.empty() &&
+        now >= job.failure_deadline) {
+      End(job, shardline::v1::FAILED, job.pending_failure);
     }
   }
 }

@@ -19,6 +19,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "server/planner.h"
 #include "server/stream_mailbox.h"
 #include "server/weight_store.h"
@@ -55,6 +56,9 @@ class JobManager {
   absl::StatusOr<bool> ReportShard(const shardline::v1::ShardHeader& header, const std::string& bytes);
 
   void WorkersLost(const std::vector<WorkerRecord>& lost);
+  // Fails jobs whose stages reported a broken link and whose lost worker, if
+  // any, has not been identified within a lease (called by the lease reaper).
+  void Tick();
   // Plans and assigns pending jobs that now have enough idle workers.
   void Schedule();
   // Streams the job's status to `mailbox` now and after every change.
@@ -72,6 +76,10 @@ class JobManager {
     std::vector<std::string> workers;  // worker id per stage
     std::vector<StageReport> stages;
     std::vector<std::shared_ptr<StreamMailbox<shardline::v1::JobStatus>>> watchers;
+    // A stage lost its link: usually a neighbour died. Wait up to a lease for
+    // the registry to name the lost worker before failing with this message.
+    std::string pending_failure;
+    absl::Time failure_deadline;
   };
 
   absl::StatusOr<Job*> Find(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

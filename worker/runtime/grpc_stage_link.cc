@@ -21,20 +21,18 @@ absl::Status NoNeighbour(absl::string_view side) {
 
 }  // namespace
 
-// The Exchange call to the previous stage. The hello goes out first; the
-// ExchangeStream is attached (and may write) only once it is on the wire.
-// A hold keeps the call open while the stage thread may still start writes.
+// One Exchange call to the previous stage. The hello goes out first; the
+// shared ExchangeStream is attached (and may write) only once the upstream
+// side has answered with its ack. A call refused before that (the upstream
+// stage has not registered yet) leaves the stream untouched, so that the
+// link can try again. A hold keeps the call open while the stage thread may
+// still start writes.
 class GrpcStageLink::UpstreamCall final : public grpc::ClientBidiReactor<StageFrame, StageFrame>,
                                           public FrameWriter {
  public:
-  UpstreamCall(const std::string& address, const shardline::v1::StageHello& hello,
-               absl::Duration timeout, size_t chunk_bytes)
-      : stream_(std::make_shared<ExchangeStream>(timeout, chunk_bytes)) {
-    grpc::ChannelArguments args;
-    args.SetInt("grpc.enable_retries", 0);  // we recover at micro-batch level, not per message
-    args.SetMaxReceiveMessageSize(static_cast<int>(chunk_bytes) + (1 << 20));
-    stub_ = shardline::v1::StageLink::NewStub(
-        grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
+  UpstreamCall(shardline::v1::StageLink::Stub* stub, const shardline::v1::StageHello& hello,
+               std::shared_ptr<ExchangeStream> stream)
+      : stub_(stub), stream_(std::move(stream)) {
     *hello_.mutable_hello() = hello;
     context_.set_wait_for_ready(true);  // the upstream worker may start after us
   }
@@ -47,25 +45,39 @@ class GrpcStageLink::UpstreamCall final : public grpc::ClientBidiReactor<StageFr
     StartCall();
   }
 
+  // Blocks until the call is established (true) or over (false; see status()).
+  bool WaitEstablished(absl::Duration timeout) {
+    absl::MutexLock lock(&mu_);
+    auto settled = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return established_ || done_; };
+    mu_.AwaitWithTimeout(absl::Condition(&settled), timeout);
+    return established_;
+  }
+  bool done() {
+    absl::MutexLock lock(&mu_);
+    return done_;
+  }
+  // Why the call ended (once done()).
+  absl::Status status() {
+    absl::MutexLock lock(&mu_);
+    return status_;
+  }
+
   // Stops the call and waits until gRPC is done with this object.
   void Shutdown() {
-    stream_->Close("this stage closed its link");
     context_.TryCancel();
     while (stream_->writing()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     ReleaseHold();
-    done_.WaitForNotification();
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(&done_));
   }
-
-  ExchangeStream& stream() { return *stream_; }
 
   void StartFrameWrite(const StageFrame* frame) override { StartWrite(frame); }
 
   void OnWriteDone(bool ok) override {
-    if (!hello_sent_) {
-      hello_sent_ = true;
-      if (ok) stream_->Attach(this);
-    } else {
+    if (hello_written_) {
       stream_->FrameWritten(ok);
+    } else {
+      hello_written_ = true;
     }
     if (release_after_write_ && !stream_->writing()) ReleaseHold();
   }
@@ -74,40 +86,58 @@ class GrpcStageLink::UpstreamCall final : public grpc::ClientBidiReactor<StageFr
     if (!ok) {
       // The call is ending. Let it (OnDone brings the status) as soon as no
       // write of ours is in flight; none starts from now on.
-      stream_->StopWriting();
+      if (attached_) stream_->StopWriting();
       release_after_write_ = true;
-      if (!stream_->writing()) ReleaseHold();  // else OnWriteDone does
+      if (!attached_ || !stream_->writing()) ReleaseHold();  // else OnWriteDone does
       return;
     }
-    if (absl::Status s = stream_->FrameReceived(in_); !s.ok()) {
+    if (!attached_) {
+      if (!in_.has_hello()) {
+        context_.TryCancel();
+        return;
+      }
+      attached_ = true;
+      stream_->Attach(this);
+      absl::MutexLock lock(&mu_);
+      established_ = true;
+    } else if (absl::Status s = stream_->FrameReceived(in_); !s.ok()) {
       context_.TryCancel();
       return;
     }
     StartRead(&in_);
   }
 
+  void OnDone(const grpc::Status& status) override {
+    absl::Status s = common::FromGrpcStatus(status);
+    if (s.ok() || s.code() == absl::StatusCode::kCancelled) {
+      s = absl::UnavailableError("the previous stage closed the link");
+    } else {
+      s = absl::Status(s.code(), absl::StrCat("previous stage: ", s.message()));
+    }
+    if (attached_) stream_->Detach(s);
+    absl::MutexLock lock(&mu_);
+    status_ = s;
+    done_ = true;
+  }
+
+ private:
   void ReleaseHold() {
     if (!hold_released_.exchange(true)) RemoveHold();
   }
 
-  void OnDone(const grpc::Status& status) override {
-    const absl::Status s = common::FromGrpcStatus(status);
-    stream_->Detach(s.ok() || s.code() == absl::StatusCode::kCancelled
-                        ? absl::UnavailableError("the previous stage closed the link")
-                        : absl::Status(s.code(), absl::StrCat("previous stage: ", s.message())));
-    done_.Notify();
-  }
-
- private:
-  std::unique_ptr<shardline::v1::StageLink::Stub> stub_;
+  shardline::v1::StageLink::Stub* const stub_;
+  const std::shared_ptr<ExchangeStream> stream_;
   grpc::ClientContext context_;
   StageFrame hello_;
   StageFrame in_;
-  bool hello_sent_ = false;  // touched by OnWriteDone only
+  bool hello_written_ = false;  // OnWriteDone only
+  std::atomic<bool> attached_{false};
   std::atomic<bool> release_after_write_{false};
   std::atomic<bool> hold_released_{false};
-  std::shared_ptr<ExchangeStream> stream_;
-  absl::Notification done_;
+  absl::Mutex mu_;
+  bool established_ ABSL_GUARDED_BY(mu_) = false;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status status_ ABSL_GUARDED_BY(mu_);
 };
 
 GrpcStageLink::GrpcStageLink(GrpcStageLinkOptions options) : options_(std::move(options)) {}
@@ -131,19 +161,56 @@ absl::StatusOr<std::unique_ptr<GrpcStageLink>> GrpcStageLink::Create(
                                                 options.timeout, options.chunk_bytes);
   }
   if (has_previous) {
-    shardline::v1::StageHello hello;
-    hello.set_job_id(options.job_id);
-    hello.set_plan_epoch(options.plan_epoch);
-    hello.set_stage(options.stage);
-    link->upstream_ = std::make_unique<UpstreamCall>(options.upstream_address, hello,
-                                                     options.timeout, options.chunk_bytes);
-    link->upstream_->Start();
+    grpc::ChannelArguments args;
+    args.SetInt("grpc.enable_retries", 0);  // we recover at micro-batch level, not per message
+    args.SetMaxReceiveMessageSize(static_cast<int>(options.chunk_bytes) + (1 << 20));
+    link->stub_ = shardline::v1::StageLink::NewStub(
+        grpc::CreateCustomChannel(options.upstream_address, grpc::InsecureChannelCredentials(), args));
+    link->upstream_stream_ = std::make_shared<ExchangeStream>(options.timeout, options.chunk_bytes);
+    GrpcStageLink* self = link.get();
+    link->connector_ = std::thread([self] { self->ConnectUpstream(); });
   }
   return link;
 }
 
+void GrpcStageLink::ConnectUpstream() {
+  shardline::v1::StageHello hello;
+  hello.set_job_id(options_.job_id);
+  hello.set_plan_epoch(options_.plan_epoch);
+  hello.set_stage(options_.stage);
+  const absl::Time deadline = absl::Now() + options_.timeout;
+  absl::Duration backoff = absl::Milliseconds(10);
+  while (true) {
+    auto call = std::make_unique<UpstreamCall>(stub_.get(), hello, upstream_stream_);
+    call->Start();
+    // Wait until established, refused, or we are closing.
+    while (!closing_ && !call->WaitEstablished(absl::Milliseconds(50)) && !call->done()) {
+    }
+    const bool established = call->WaitEstablished(absl::ZeroDuration());
+    if (established || closing_) {
+      absl::MutexLock lock(&mu_);
+      current_ = std::move(call);
+      return;
+    }
+    const absl::Status status = call->status();
+    call->Shutdown();
+    // The upstream stage may simply not have registered its side yet.
+    if (status.code() != absl::StatusCode::kNotFound || absl::Now() + backoff > deadline) {
+      upstream_stream_->Close(status);
+      return;
+    }
+    absl::SleepFor(backoff);
+    backoff = std::min(backoff * 2, absl::Milliseconds(200));
+  }
+}
+
 GrpcStageLink::~GrpcStageLink() {
-  if (upstream_ != nullptr) upstream_->Shutdown();
+  if (upstream_stream_ != nullptr) {
+    closing_ = true;
+    upstream_stream_->Close("this stage closed its link");
+    if (connector_.joinable()) connector_.join();
+    if (current_ != nullptr) current_->Shutdown();
+  }
   if (downstream_ != nullptr) {
     downstream_->Close("the previous stage closed its link");
     options_.service->Forget(options_.job_id, options_.stage);
@@ -152,7 +219,7 @@ GrpcStageLink::~GrpcStageLink() {
 
 void GrpcStageLink::Close(const std::string& reason) {
   if (downstream_ != nullptr) downstream_->Close(reason);
-  if (upstream_ != nullptr) upstream_->stream().Close(reason);
+  if (upstream_stream_ != nullptr) upstream_stream_->Close(reason);
 }
 
 absl::Status GrpcStageLink::SendToNext(StageMessage message) {
@@ -161,13 +228,13 @@ absl::Status GrpcStageLink::SendToNext(StageMessage message) {
 }
 
 absl::StatusOr<StageMessage> GrpcStageLink::ReceiveFromPrevious() {
-  if (upstream_ == nullptr) return NoNeighbour("previous");
-  return upstream_->stream().Receive();
+  if (upstream_stream_ == nullptr) return NoNeighbour("previous");
+  return upstream_stream_->Receive();
 }
 
 absl::Status GrpcStageLink::SendToPrevious(StageMessage message) {
-  if (upstream_ == nullptr) return NoNeighbour("previous");
-  return upstream_->stream().Send(message);
+  if (upstream_stream_ == nullptr) return NoNeighbour("previous");
+  return upstream_stream_->Send(message);
 }
 
 absl::StatusOr<StageMessage> GrpcStageLink::ReceiveFromNext() {

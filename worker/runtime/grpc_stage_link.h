@@ -8,11 +8,15 @@
 #ifndef SHARDLINE_WORKER_RUNTIME_GRPC_STAGE_LINK_H_
 #define SHARDLINE_WORKER_RUNTIME_GRPC_STAGE_LINK_H_
 
+#include <atomic>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "shardline/v1/stage_link.grpc.pb.h"
 #include "worker/runtime/exchange_stream.h"
 #include "worker/runtime/stage_link.h"
 #include "worker/runtime/stage_link_service.h"
@@ -47,10 +51,18 @@ class GrpcStageLink final : public StageLink {
  private:
   class UpstreamCall;
   explicit GrpcStageLink(GrpcStageLinkOptions options);
+  // Calls the previous stage until a call is established, retrying while it
+  // answers NOT_FOUND (its worker has not registered this job yet).
+  void ConnectUpstream();
 
   const GrpcStageLinkOptions options_;
   std::shared_ptr<ExchangeStream> downstream_;  // we serve it; the next stage connects
-  std::unique_ptr<UpstreamCall> upstream_;      // we call the previous stage
+  std::unique_ptr<shardline::v1::StageLink::Stub> stub_;
+  std::shared_ptr<ExchangeStream> upstream_stream_;  // survives call retries
+  std::thread connector_;
+  std::atomic<bool> closing_{false};
+  absl::Mutex mu_;
+  std::unique_ptr<UpstreamCall> current_ ABSL_GUARDED_BY(mu_);    // established
 };
 
 }  // namespace shardline::worker::runtime

@@ -19,6 +19,9 @@ class ExchangeReactor final : public grpc::ServerBidiReactor<StageFrame, StageFr
 
   void StartFrameWrite(const StageFrame* frame) override { StartWrite(frame); }
 
+  // The hello is answered with a hello (the ack) before any data, so the
+  // downstream side knows the stream is bound and not about to be refused.
+
   void OnReadDone(bool ok) override {
     if (!ok) return End(grpc::Status::OK, "the downstream stage closed the link");
     if (stream_ == nullptr) {
@@ -31,8 +34,10 @@ class ExchangeReactor final : public grpc::ServerBidiReactor<StageFrame, StageFr
       {
         absl::MutexLock lock(&mu_);
         stream_ = std::move(*stream);
+        ack_in_flight_ = true;
       }
-      stream_->Attach(this);
+      *ack_.mutable_hello() = in_.hello();
+      StartWrite(&ack_);
     } else if (absl::Status s = stream_->FrameReceived(in_); !s.ok()) {
       return End(common::ToGrpcStatus(s), std::string(s.message()));
     }
@@ -41,7 +46,17 @@ class ExchangeReactor final : public grpc::ServerBidiReactor<StageFrame, StageFr
   }
 
   void OnWriteDone(bool ok) override {
-    stream_->FrameWritten(ok);
+    bool ack = false;
+    {
+      absl::MutexLock lock(&mu_);
+      ack = ack_in_flight_;
+      ack_in_flight_ = false;
+    }
+    if (ack) {
+      if (ok) stream_->Attach(this);
+    } else {
+      stream_->FrameWritten(ok);
+    }
     if (!ok) End(grpc::Status::OK, "the link to the downstream stage broke");
     MaybeFinish();
   }
@@ -70,7 +85,7 @@ class ExchangeReactor final : public grpc::ServerBidiReactor<StageFrame, StageFr
     {
       absl::MutexLock lock(&mu_);
       if (!ending_ || finished_) return;
-      if (stream_ != nullptr && stream_->writing()) return;  // OnWriteDone comes back here
+      if (ack_in_flight_ || (stream_ != nullptr && stream_->writing())) return;  // OnWriteDone comes back
       finished_ = true;
     }
     Finish(status_);
@@ -78,7 +93,9 @@ class ExchangeReactor final : public grpc::ServerBidiReactor<StageFrame, StageFr
 
   StageLinkService* const service_;
   StageFrame in_;
+  StageFrame ack_;
   absl::Mutex mu_;
+  bool ack_in_flight_ ABSL_GUARDED_BY(mu_) = false;
   std::shared_ptr<ExchangeStream> stream_;  // set once, under mu_, by the first read
   bool ending_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;

@@ -203,6 +203,27 @@ TEST(GrpcStageLinkTest, MalformedFramesEndTheStreamWithInvalidArgument) {
   server->server->Shutdown();
 }
 
+TEST(GrpcStageLinkTest, TheDownstreamStageMayConnectBeforeTheUpstreamOneIsReady) {
+  auto upstream = StartServer();
+  auto own = StartServer();
+  // The downstream worker got its assignment first: its link starts connecting
+  // while the upstream worker has not registered the job yet (NOT_FOUND).
+  auto link = GrpcStageLink::Create(Options(1, 2, own.get(), upstream.get()));
+  ASSERT_TRUE(link.ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  auto expectation = upstream->service->Expect("job-1", 7, 0, absl::Seconds(10), 1000);
+  StageMessage activation;
+  activation.kind = StageMessage::Kind::kActivation;
+  activation.values = {4.0f, 5.0f};
+  ASSERT_TRUE(expectation->Send(activation).ok());
+  auto received = (*link)->ReceiveFromPrevious();
+  ASSERT_TRUE(received.ok()) << received.status();
+  EXPECT_EQ(received->values, activation.values);
+  link->reset();
+  upstream->server->Shutdown();
+  own->server->Shutdown();
+}
+
 TEST(GrpcStageLinkTest, ALostUpstreamWorkerFailsTheReceiverPromptly) {
   auto upstream = StartServer();
   auto own = StartServer();

@@ -1,0 +1,191 @@
+// The real binaries, as separate processes on loopback:
+// - shardline-local with 3 workers trains exactly like shardline-train
+//   (same loss at every logged step, same weights, same held-out accuracy);
+// - a worker killed with SIGKILL mid-run fails the job within the lease and
+//   link deadlines, with a message naming the lost worker: no hang.
+#include <signal.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+#include <string>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "client/admin_client.h"
+#include "client/child_process.h"
+#include "common/file_util.h"
+#include "common/job_spec.h"
+#include "common/safetensors.h"
+#include "gtest/gtest.h"
+
+namespace shardline::client {
+namespace {
+
+namespace fs = std::filesystem;
+const std::string kBin = SHARDLINE_BIN_DIR;
+
+std::string TempDir(const std::string& name) {
+  const std::string dir = ::testing::TempDir() + "/e2e-" + name;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+std::string WriteSpec(const std::string& dir, int steps, int stages) {
+  const std::string path = dir + "/spec.json";
+  std::ofstream(path) << R"({"name": "tiny",
+    "model": {"kind": "gpt", "vocab_size": 16, "context": 12, "d_model": 32, "n_heads": 2, "n_layers": 3},
+    "data": {"kind": "addition", "digits": 2},
+    "train": {"steps": )" << steps << R"(, "global_batch": 8, "micro_batches": 4, "seed": 5, "log_every": 1,
+              "eval_examples": 200, "optimizer": {"kind": "adamw", "lr": 0.003, "warmup_steps": 2}},
+    "parallel": {"pipeline_stages": )" << stages << R"(, "schedule": "1f1b"},
+    "checkpoint": {"every_steps": 5}})";
+  return path;
+}
+
+// Runs a program to completion (bounded), returning its exit description.
+std::string RunToEnd(const std::vector<std::string>& argv, const std::string& log, int seconds) {
+  auto child = ChildProcess::Start(argv, log);
+  EXPECT_TRUE(child.ok()) << child.status();
+  std::string ended;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  while ((*child)->Running(&ended)) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      (*child)->Stop();
+      return "timed out";
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return ended;
+}
+
+// The text of a JSON number field in one metrics line ("" when absent).
+std::string Field(const std::string& line, const std::string& name) {
+  const std::string key = "\"" + name + "\": ";
+  const size_t at = line.find(key);
+  if (at == std::string::npos) return "";
+  const size_t begin = at + key.size();
+  return line.substr(begin, line.find_first_of(",}", begin) - begin);
+}
+
+std::vector<std::string> Lines(const std::string& path) {
+  absl::StatusOr<std::string> text = common::ReadFile(path);
+  EXPECT_TRUE(text.ok()) << path;
+  return absl::StrSplit(text.value_or(""), '\n', absl::SkipEmpty());
+}
+
+TEST(EndToEndTest, LocalClusterTrainsExactlyLikeTheReferenceTrainer) {
+  const std::string dir = TempDir("equivalence");
+  const std::string spec = WriteSpec(dir, 12, 3);
+  EXPECT_EQ(RunToEnd({kBin + "/shardline-train", spec, "--threads=1", "--metrics_out=" + dir + "/ref/metrics.jsonl",
+                      "--out=" + dir + "/ref.safetensors"},
+                     dir + "/train.log", 120),
+            "exited with status 0");
+  EXPECT_EQ(RunToEnd({kBin + "/shardline-local", spec, "--workers=3", "--threads_per_worker=1",
+                      "--metrics_out=" + dir + "/local/metrics.jsonl", "--out=" + dir + "/local.safetensors"},
+                     dir + "/local.log", 240),
+            "exited with status 0")
+      << common::ReadFile(dir + "/local.log").value_or("");
+  // Every record: the same step, loss (exactly), learning rate and accuracy;
+  // the grad norm to 1e-12 (its per-stage partial sums are added in another
+  // order); the measured speed differs.
+  const auto ref = Lines(dir + "/ref/metrics.jsonl"), local = Lines(dir + "/local/metrics.jsonl");
+  ASSERT_EQ(ref.size(), 13u);
+  ASSERT_EQ(local.size(), ref.size());
+  for (size_t i = 0; i < ref.size(); ++i) {
+    for (const char* field : {"step", "loss", "lr", "accuracy", "examples"}) {
+      EXPECT_EQ(Field(local[i], field), Field(ref[i], field)) << field << " in record " << i;
+    }
+    EXPECT_NEAR(std::stod(Field(local[i], "grad_norm") + "0"), std::stod(Field(ref[i], "grad_norm") + "0"),
+                1e-12 * std::stod(Field(ref[i], "grad_norm") + "1"));
+  }
+  auto a = common::ReadSafetensors(dir + "/ref.safetensors");
+  auto b = common::ReadSafetensors(dir + "/local.safetensors");
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_EQ(a->tensors.size(), b->tensors.size());
+  for (const auto& [name, tensor] : a->tensors) {
+    ASSERT_EQ(b->tensors.count(name), 1u) << name;
+    const auto x = tensor.values<float>();
+    const auto y = b->tensors.at(name).values<float>();
+    ASSERT_EQ(x.size(), y.size()) << name;
+    for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(x[i], y[i]) << name << "[" << i << "]";
+  }
+}
+
+TEST(EndToEndTest, AKilledWorkerFailsTheJobNamingIt) {
+  const std::string dir = TempDir("kill");
+  const std::string spec_path = WriteSpec(dir, 100000, 3);
+  auto coordinator = ChildProcess::Start({kBin + "/shardline-coordinator", "--listen=127.0.0.1:0",
+                                          "--state_dir=" + dir + "/state", "--port_file=" + dir + "/port",
+                                          "--lease_ms=1000"},
+                                         dir + "/coordinator.log");
+  ASSERT_TRUE(coordinator.ok());
+  std::string port;
+  for (int i = 0; i < 500 && port.empty(); ++i) {
+    port = std::string(absl::StripTrailingAsciiWhitespace(common::ReadFile(dir + "/port").value_or("")));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_FALSE(port.empty()) << common::ReadFile(dir + "/coordinator.log").value_or("");
+  const std::string address = "127.0.0.1:" + port;
+  std::vector<std::unique_ptr<ChildProcess>> workers;
+  for (int i = 0; i < 3; ++i) {
+    auto w = ChildProcess::Start({kBin + "/shardline-worker", "--coordinator=" + address, absl::StrCat("--name=w", i),
+                                  "--threads=1", "--link_timeout_ms=20000"},
+                                 absl::StrCat(dir, "/w", i, ".log"));
+    ASSERT_TRUE(w.ok());
+    workers.push_back(std::move(*w));
+  }
+  AdminClient admin(address);
+  for (int i = 0; i < 500; ++i) {
+    auto listed = admin.ListWorkers();
+    if (listed.ok() && listed->workers_size() == 3) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  auto spec = common::LoadJobSpec(spec_path);
+  ASSERT_TRUE(spec.ok());
+  auto job = admin.Submit(*spec);
+  ASSERT_TRUE(job.ok()) << job.status();
+  // Wait for training to be under way, then kill the worker of stage 1.
+  std::string victim;
+  for (int i = 0; i < 1000; ++i) {
+    auto status = admin.Get(job->job_id());
+    ASSERT_TRUE(status.ok());
+    if (status->step() >= 3) {
+      victim = status->stages(1).worker();
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_FALSE(victim.empty());
+  const int index = victim.back() - '0';
+  ::kill(workers[index]->pid(), SIGKILL);
+  const auto killed = std::chrono::steady_clock::now();
+  shardline::v1::JobStatus final_status;
+  for (int i = 0; i < 1500; ++i) {
+    auto status = admin.Get(job->job_id());
+    ASSERT_TRUE(status.ok());
+    final_status = *status;
+    if (status->state() != shardline::v1::RUNNING) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
+  EXPECT_EQ(final_status.state(), shardline::v1::FAILED) << final_status.message();
+  EXPECT_NE(final_status.message().find("worker " + victim), std::string::npos) << final_status.message();
+  EXPECT_NE(final_status.message().find("lost"), std::string::npos) << final_status.message();
+  EXPECT_LT(seconds, 10.0) << "lease 1 s: the job must fail well within the deadlines";
+  // The survivors are idle again and the coordinator still serves.
+  auto listed = admin.ListWorkers();
+  ASSERT_TRUE(listed.ok());
+  for (const auto& w : listed->workers()) {
+    if (w.name() != victim) {
+      EXPECT_EQ(w.state(), "idle") << w.name();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace shardline::client
