@@ -49,6 +49,7 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const WorkerOp
   ASSIGN_OR_RETURN(double flops, MeasureGemmFlops(*w->backend_));
   ASSIGN_OR_RETURN(int64_t memory, w->backend_->MemoryAvailable());
 
+  grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   builder.AddChannelArgument("grpc.so_reuseport", 0);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);

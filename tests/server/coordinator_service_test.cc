@@ -1,0 +1,220 @@
+// Bad input never takes the coordinator down: every malformed or stale
+// request gets a clear gRPC status and the next request is served.
+#include <grpcpp/grpcpp.h>
+
+#include <filesystem>
+
+#include "common/job_spec.h"
+#include "gtest/gtest.h"
+#include "server/admin_service.h"
+#include "server/coordinator_service.h"
+#include "server/job_manager.h"
+
+namespace shardline::server {
+namespace {
+
+using grpc::StatusCode;
+
+class CoordinatorServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string dir = ::testing::TempDir() + "/coordinator-service";
+    std::filesystem::remove_all(dir);
+    weights_ = std::move(*WeightStore::Open(dir));
+    registry_ = std::make_unique<WorkerRegistry>(absl::Seconds(30));
+    coordinator_ = std::make_unique<CoordinatorService>(*registry_);
+    jobs_ = std::make_unique<JobManager>(*registry_, *weights_,
+                                         [this](const std::string& w, shardline::v1::Assignment a) {
+                                           coordinator_->Deliver(w, std::move(a));
+                                         });
+    coordinator_->set_jobs(jobs_.get());
+    admin_ = std::make_unique<AdminService>(*jobs_, *registry_, *weights_);
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddChannelArgument("grpc.so_reuseport", 0);
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(coordinator_.get());
+    builder.RegisterService(admin_.get());
+    server_ = builder.BuildAndStart();
+    auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials());
+    worker_stub_ = shardline::v1::Coordinator::NewStub(channel);
+    admin_stub_ = shardline::v1::Admin::NewStub(channel);
+  }
+  void TearDown() override { server_->Shutdown(); }
+
+  shardline::v1::JobSpec Spec(int stages = 1) {
+    auto spec = common::ParseJobSpec(R"({"name": "t",
+      "model": {"kind": "gpt", "vocab_size": 16, "context": 12, "d_model": 16, "n_heads": 2, "n_layers": 1},
+      "data": {"kind": "addition", "digits": 2},
+      "train": {"steps": 5, "global_batch": 2, "micro_batches": 1, "seed": 1,
+                "optimizer": {"kind": "adamw", "lr": 0.01}}})");
+    spec->mutable_parallel()->set_pipeline_stages(stages);
+    return *spec;
+  }
+  grpc::Status Register(const std::string& name, std::string* id = nullptr, double flops = 1e9) {
+    grpc::ClientContext context;
+    shardline::v1::RegisterRequest request;
+    request.set_name(name);
+    request.mutable_capabilities()->set_listen_address("127.0.0.1:1");
+    request.mutable_capabilities()->set_gemm_flops(flops);
+    request.mutable_capabilities()->set_memory_bytes(int64_t{1} << 30);
+    shardline::v1::RegisterResponse response;
+    grpc::Status status = worker_stub_->Register(&context, request, &response);
+    if (id != nullptr) *id = response.worker_id();
+    return status;
+  }
+  shardline::v1::JobStatus Submit(const shardline::v1::JobSpec& spec, grpc::Status* status) {
+    grpc::ClientContext context;
+    shardline::v1::SubmitJobRequest request;
+    *request.mutable_spec() = spec;
+    shardline::v1::JobStatus response;
+    *status = admin_stub_->SubmitJob(&context, request, &response);
+    return response;
+  }
+  grpc::Status ReportStep(const shardline::v1::ReportStepRequest& r) {
+    grpc::ClientContext context;
+    shardline::v1::ReportStepResponse response;
+    return worker_stub_->ReportStep(&context, r, &response);
+  }
+  grpc::Status ReportShard(const std::vector<shardline::v1::ShardChunk>& chunks) {
+    grpc::ClientContext context;
+    shardline::v1::ReportShardResponse response;
+    auto writer = worker_stub_->ReportShard(&context, &response);
+    for (const auto& c : chunks) writer->Write(c);
+    writer->WritesDone();
+    return writer->Finish();
+  }
+  bool StillServing() {
+    grpc::ClientContext context;
+    shardline::v1::ListJobsResponse response;
+    return admin_stub_->ListJobs(&context, shardline::v1::ListJobsRequest(), &response).ok();
+  }
+
+  std::unique_ptr<WeightStore> weights_;
+  std::unique_ptr<WorkerRegistry> registry_;
+  std::unique_ptr<CoordinatorService> coordinator_;
+  std::unique_ptr<JobManager> jobs_;
+  std::unique_ptr<AdminService> admin_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<shardline::v1::Coordinator::Stub> worker_stub_;
+  std::unique_ptr<shardline::v1::Admin::Stub> admin_stub_;
+};
+
+TEST_F(CoordinatorServiceTest, InvalidSpecsAreRefusedNamingTheField) {
+  auto spec = Spec();
+  spec.mutable_model()->set_n_heads(5);
+  grpc::Status status;
+  Submit(spec, &status);
+  EXPECT_EQ(status.error_code(), StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(status.error_message().find("model.n_heads"), std::string::npos) << status.error_message();
+  spec = Spec(7);  // more stages than units
+  Submit(spec, &status);
+  EXPECT_EQ(status.error_code(), StatusCode::INVALID_ARGUMENT);
+  EXPECT_TRUE(StillServing());
+}
+
+TEST_F(CoordinatorServiceTest, UnknownJobsAreNotFound) {
+  grpc::ClientContext c1, c2, c3;
+  shardline::v1::GetJobRequest request;
+  request.set_job_id("job-404");
+  shardline::v1::JobStatus status;
+  EXPECT_EQ(admin_stub_->GetJob(&c1, request, &status).error_code(), StatusCode::NOT_FOUND);
+  EXPECT_EQ(admin_stub_->CancelJob(&c2, request, &status).error_code(), StatusCode::NOT_FOUND);
+  auto reader = admin_stub_->ExportWeights(&c3, request);
+  shardline::v1::ExportChunk chunk;
+  while (reader->Read(&chunk)) {
+  }
+  EXPECT_EQ(reader->Finish().error_code(), StatusCode::NOT_FOUND);
+  grpc::ClientContext c4;
+  auto watch = admin_stub_->WatchJob(&c4, request);
+  while (watch->Read(&status)) {
+  }
+  EXPECT_EQ(watch->Finish().error_code(), StatusCode::NOT_FOUND);
+  shardline::v1::ReportStepRequest report;
+  report.set_job_id("job-404");
+  EXPECT_EQ(ReportStep(report).error_code(), StatusCode::NOT_FOUND);
+  EXPECT_TRUE(StillServing());
+}
+
+TEST_F(CoordinatorServiceTest, WorkerRegistrationIsValidated) {
+  EXPECT_TRUE(Register("w0").ok());
+  EXPECT_EQ(Register("w0").error_code(), StatusCode::ALREADY_EXISTS);
+  EXPECT_EQ(Register("bad name!").error_code(), StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(Register("w1", nullptr, /*flops=*/0).error_code(), StatusCode::INVALID_ARGUMENT);
+  grpc::ClientContext context;
+  shardline::v1::HeartbeatRequest heartbeat;
+  heartbeat.set_worker_id("worker-99");
+  shardline::v1::HeartbeatResponse response;
+  EXPECT_EQ(worker_stub_->Heartbeat(&context, heartbeat, &response).error_code(), StatusCode::NOT_FOUND);
+  grpc::ClientContext watch_context;
+  shardline::v1::WatchAssignmentsRequest watch;
+  watch.set_worker_id("worker-99");
+  auto reader = worker_stub_->WatchAssignments(&watch_context, watch);
+  shardline::v1::Assignment assignment;
+  while (reader->Read(&assignment)) {
+  }
+  EXPECT_EQ(reader->Finish().error_code(), StatusCode::NOT_FOUND);
+  EXPECT_TRUE(StillServing());
+}
+
+TEST_F(CoordinatorServiceTest, StaleOrForeignReportsAreRefused) {
+  std::string worker;
+  ASSERT_TRUE(Register("w0", &worker).ok());
+  grpc::Status status;
+  const shardline::v1::JobStatus job = Submit(Spec(), &status);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_EQ(job.state(), shardline::v1::RUNNING);
+  shardline::v1::ReportStepRequest report;
+  report.set_job_id(job.job_id());
+  report.set_plan_epoch(job.plan_epoch());
+  report.set_worker_id(worker);
+  report.set_step(1);
+  report.set_plan_epoch(job.plan_epoch() + 1);
+  EXPECT_EQ(ReportStep(report).error_code(), StatusCode::FAILED_PRECONDITION) << "stale epoch";
+  report.set_plan_epoch(job.plan_epoch());
+  report.set_worker_id("worker-77");
+  EXPECT_EQ(ReportStep(report).error_code(), StatusCode::FAILED_PRECONDITION) << "not its stage";
+  report.set_worker_id(worker);
+  report.set_stage(3);
+  EXPECT_EQ(ReportStep(report).error_code(), StatusCode::INVALID_ARGUMENT);
+  report.set_stage(0);
+  report.set_step(99);
+  EXPECT_EQ(ReportStep(report).error_code(), StatusCode::INVALID_ARGUMENT);
+  report.set_step(1);
+  EXPECT_TRUE(ReportStep(report).ok());
+  EXPECT_TRUE(ReportStep(report).ok()) << "a retried report is fine";
+
+  shardline::v1::ShardChunk chunk;
+  auto* header = chunk.mutable_header();
+  header->set_job_id(job.job_id());
+  header->set_plan_epoch(job.plan_epoch());
+  header->set_stages(1);
+  header->set_step(1);
+  header->set_total_bytes(10);
+  chunk.set_data(std::string(10, 'x'));  // not a safetensors file
+  EXPECT_EQ(ReportShard({chunk}).error_code(), StatusCode::INVALID_ARGUMENT) << "garbage bytes";
+  header->set_total_bytes(100);
+  EXPECT_EQ(ReportShard({chunk}).error_code(), StatusCode::INVALID_ARGUMENT) << "truncated";
+  shardline::v1::ShardChunk headless;
+  headless.set_data("abc");
+  EXPECT_EQ(ReportShard({headless}).error_code(), StatusCode::INVALID_ARGUMENT) << "no header";
+  header->set_total_bytes(int64_t{1} << 40);
+  EXPECT_EQ(ReportShard({chunk}).error_code(), StatusCode::INVALID_ARGUMENT) << "absurd size";
+
+  // A stage error fails the job with the stage and worker named.
+  report.set_step(2);
+  report.set_error("the backend ran out of memory");
+  report.set_error_code(static_cast<int>(absl::StatusCode::kResourceExhausted));
+  EXPECT_TRUE(ReportStep(report).ok());
+  grpc::ClientContext context;
+  shardline::v1::GetJobRequest get;
+  get.set_job_id(job.job_id());
+  shardline::v1::JobStatus after;
+  ASSERT_TRUE(admin_stub_->GetJob(&context, get, &after).ok());
+  EXPECT_EQ(after.state(), shardline::v1::FAILED);
+  EXPECT_NE(after.message().find("stage 0 (worker w0)"), std::string::npos) << after.message();
+  EXPECT_TRUE(StillServing());
+}
+
+}  // namespace
+}  // namespace shardline::server
