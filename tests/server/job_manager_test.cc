@@ -1,0 +1,214 @@
+// The coordinator's job state machine, without gRPC: scheduling on idle
+// workers, step aggregation, success once the last shards commit, and
+// failures that name the stage or the lost worker.
+#include "server/job_manager.h"
+
+#include <filesystem>
+
+#include "common/job_spec.h"
+#include "common/safetensors.h"
+#include "gtest/gtest.h"
+
+namespace shardline::server {
+namespace {
+
+using shardline::v1::Assignment;
+using shardline::v1::JobStatus;
+
+class JobManagerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string dir = ::testing::TempDir() + "/job-manager-" +
+                            ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::filesystem::remove_all(dir);
+    weights_ = std::move(*WeightStore::Open(dir));
+    registry_ = std::make_unique<WorkerRegistry>(absl::Milliseconds(50), [this] { return now_; });
+    jobs_ = std::make_unique<JobManager>(*registry_, *weights_, [this](const std::string& w, Assignment a) {
+      delivered_.emplace_back(w, std::move(a));
+    });
+  }
+  std::string AddWorker(const std::string& name, double flops = 1e10) {
+    shardline::v1::WorkerCapabilities caps;
+    caps.set_listen_address(name + ":1");
+    caps.set_gemm_flops(flops);
+    caps.set_memory_bytes(int64_t{1} << 30);
+    auto id = registry_->Register(name, caps);
+    EXPECT_TRUE(id.ok()) << id.status();
+    jobs_->Schedule();
+    return *id;
+  }
+  shardline::v1::JobSpec Spec(int stages, int steps = 2) {
+    auto spec = common::ParseJobSpec(R"({"name": "t",
+      "model": {"kind": "gpt", "vocab_size": 16, "context": 12, "d_model": 16, "n_heads": 2, "n_layers": 2},
+      "data": {"kind": "addition", "digits": 2},
+      "train": {"steps": 2, "global_batch": 2, "micro_batches": 1, "seed": 1,
+                "optimizer": {"kind": "adamw", "lr": 0.01}}})");
+    spec->mutable_parallel()->set_pipeline_stages(stages);
+    spec->mutable_train()->set_steps(steps);
+    return *spec;
+  }
+  shardline::v1::ReportStepRequest Report(const JobStatus& job, int stage, int64_t step) {
+    shardline::v1::ReportStepRequest r;
+    r.set_job_id(job.job_id());
+    r.set_plan_epoch(job.plan_epoch());
+    r.set_stage(stage);
+    r.set_worker_id(stage_workers_.at(stage));
+    r.set_step(step);
+    r.set_loss(1.5 - 0.1 * step);
+    r.set_tokens(100);
+    r.set_step_seconds(0.5);
+    r.set_busy_seconds(0.25);
+    return r;
+  }
+  void NoteAssignments() {
+    stage_workers_.clear();
+    for (const auto& [worker, a] : delivered_) {
+      if (!a.cancel()) stage_workers_[a.stage()] = worker;
+    }
+  }
+  std::string Shard(int stage) {
+    common::SafetensorsContents c;
+    c.tensors.emplace("p" + std::to_string(stage), *common::Tensor::Zeros(common::DType::kF32, {2}));
+    return *common::SerializeSafetensors(c);
+  }
+  absl::StatusOr<bool> SendShard(const JobStatus& job, int stage, int stages, int64_t step) {
+    shardline::v1::ShardHeader h;
+    h.set_job_id(job.job_id());
+    h.set_plan_epoch(job.plan_epoch());
+    h.set_stage(stage);
+    h.set_stages(stages);
+    h.set_step(step);
+    return jobs_->ReportShard(h, Shard(stage));
+  }
+
+  absl::Time now_ = absl::FromUnixSeconds(1000);
+  std::unique_ptr<WeightStore> weights_;
+  std::unique_ptr<WorkerRegistry> registry_;
+  std::unique_ptr<JobManager> jobs_;
+  std::vector<std::pair<std::string, Assignment>> delivered_;
+  std::map<int, std::string> stage_workers_;
+};
+
+TEST_F(JobManagerTest, PendingUntilEnoughWorkersThenPlannedAndAssigned) {
+  auto job = jobs_->Submit(Spec(2));
+  ASSERT_TRUE(job.ok());
+  EXPECT_EQ(job->state(), shardline::v1::PENDING);
+  EXPECT_NE(job->message().find("waiting for 2 idle workers"), std::string::npos);
+  AddWorker("a");
+  EXPECT_EQ(jobs_->Get(job->job_id())->state(), shardline::v1::PENDING);
+  AddWorker("b", 3e10);
+  const JobStatus running = *jobs_->Get(job->job_id());
+  EXPECT_EQ(running.state(), shardline::v1::RUNNING);
+  ASSERT_EQ(delivered_.size(), 2u);
+  EXPECT_EQ(delivered_[0].second.unit_begin(), 0);
+  EXPECT_EQ(delivered_[0].second.unit_end(), delivered_[1].second.unit_begin());
+  EXPECT_EQ(delivered_[1].second.unit_end(), 4);
+  EXPECT_EQ(delivered_[1].second.upstream_address(), "a:1");
+  EXPECT_EQ(delivered_[0].second.plan_epoch(), running.plan_epoch());
+  EXPECT_EQ(registry_->Idle().size(), 0u);
+}
+
+TEST_F(JobManagerTest, StepsCompleteWhenEveryStageReportsAndTheJobSucceedsAfterTheCommit) {
+  AddWorker("a");
+  AddWorker("b");
+  const JobStatus job = *jobs_->Submit(Spec(2));
+  NoteAssignments();
+  for (int64_t step = 1; step <= 2; ++step) {
+    EXPECT_FALSE(*jobs_->ReportStep(Report(job, 1, step)));
+    EXPECT_EQ(jobs_->Get(job.job_id())->step(), step - 1) << "one stage is not a step";
+    EXPECT_FALSE(*jobs_->ReportStep(Report(job, 0, step)));
+    const JobStatus now = *jobs_->Get(job.job_id());
+    EXPECT_EQ(now.step(), step);
+    EXPECT_DOUBLE_EQ(now.loss(), 1.5 - 0.1 * step);
+    EXPECT_DOUBLE_EQ(now.tokens_per_s(), 200.0);
+    EXPECT_DOUBLE_EQ(now.stages(0).busy_fraction(), 0.5);
+  }
+  EXPECT_EQ(jobs_->Get(job.job_id())->state(), shardline::v1::RUNNING) << "weights not committed yet";
+  EXPECT_FALSE(*SendShard(job, 0, 2, 2));
+  EXPECT_TRUE(*SendShard(job, 1, 2, 2));
+  const JobStatus done = *jobs_->Get(job.job_id());
+  EXPECT_EQ(done.state(), shardline::v1::SUCCEEDED);
+  EXPECT_EQ(done.committed_step(), 2);
+  EXPECT_EQ(registry_->Idle().size(), 2u) << "workers are free again";
+  EXPECT_EQ(jobs_->Cancel(job.job_id()).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(JobManagerTest, ABrokenLinkWaitsToNameTheLostWorker) {
+  AddWorker("a");
+  AddWorker("b");
+  AddWorker("c");
+  const JobStatus job = *jobs_->Submit(Spec(3, 100));
+  NoteAssignments();
+  auto report = Report(job, 2, 5);
+  report.set_error("previous stage: the link broke");
+  report.set_error_code(static_cast<int>(absl::StatusCode::kUnavailable));
+  EXPECT_TRUE(*jobs_->ReportStep(report)) << "the reporting stage stops";
+  EXPECT_EQ(jobs_->Get(job.job_id())->state(), shardline::v1::RUNNING) << "not yet: who died?";
+  // b (stage 1) stops heartbeating; a and c go on.
+  now_ += absl::Milliseconds(40);
+  ASSERT_TRUE(registry_->Heartbeat(stage_workers_[0]).ok());
+  ASSERT_TRUE(registry_->Heartbeat(stage_workers_[2]).ok());
+  now_ += absl::Milliseconds(40);
+  const std::vector<WorkerRecord> lost = registry_->ExpireLeases();
+  ASSERT_EQ(lost.size(), 1u);
+  jobs_->WorkersLost(lost);
+  const JobStatus failed = *jobs_->Get(job.job_id());
+  EXPECT_EQ(failed.state(), shardline::v1::FAILED);
+  EXPECT_NE(failed.message().find("worker b (stage 1) was lost"), std::string::npos) << failed.message();
+  size_t cancels = 0;
+  for (const auto& [w, a] : delivered_) cancels += a.cancel();
+  EXPECT_EQ(cancels, 3u);
+}
+
+TEST_F(JobManagerTest, ABrokenLinkWithNobodyLostFailsAfterALease) {
+  AddWorker("a");
+  AddWorker("b");
+  const JobStatus job = *jobs_->Submit(Spec(2, 100));
+  NoteAssignments();
+  auto report = Report(job, 0, 3);
+  report.set_error("no message from the neighbouring stage for 1m");
+  report.set_error_code(static_cast<int>(absl::StatusCode::kDeadlineExceeded));
+  ASSERT_TRUE(jobs_->ReportStep(report).ok());
+  jobs_->Tick();
+  EXPECT_EQ(jobs_->Get(job.job_id())->state(), shardline::v1::RUNNING);
+  absl::SleepFor(absl::Milliseconds(60));  // the failure deadline uses the real clock
+  jobs_->Tick();
+  const JobStatus failed = *jobs_->Get(job.job_id());
+  EXPECT_EQ(failed.state(), shardline::v1::FAILED);
+  EXPECT_NE(failed.message().find("stage 0 (worker a) failed at step 3"), std::string::npos) << failed.message();
+}
+
+TEST_F(JobManagerTest, PlansThatDoNotFitFailTheJobWithTheReason) {
+  shardline::v1::WorkerCapabilities caps;
+  caps.set_listen_address("tiny:1");
+  caps.set_gemm_flops(1e10);
+  caps.set_memory_bytes(1000);  // bytes
+  ASSERT_TRUE(registry_->Register("tiny", caps).ok());
+  const JobStatus job = *jobs_->Submit(Spec(1));
+  EXPECT_EQ(job.state(), shardline::v1::FAILED);
+  EXPECT_NE(job.message().find("cannot plan"), std::string::npos) << job.message();
+  EXPECT_EQ(registry_->Idle().size(), 1u);
+}
+
+TEST(WorkerRegistryTest, LeasesLapseWithoutHeartbeats) {
+  absl::Time now = absl::FromUnixSeconds(0);
+  WorkerRegistry registry(absl::Seconds(3), [&] { return now; });
+  shardline::v1::WorkerCapabilities caps;
+  caps.set_listen_address("x:1");
+  caps.set_gemm_flops(1);
+  caps.set_memory_bytes(1);
+  const std::string a = *registry.Register("a", caps), b = *registry.Register("b", caps);
+  now += absl::Seconds(2);
+  ASSERT_TRUE(registry.Heartbeat(a).ok());
+  now += absl::Seconds(2);
+  const auto lost = registry.ExpireLeases();
+  ASSERT_EQ(lost.size(), 1u);
+  EXPECT_EQ(lost[0].id, b);
+  EXPECT_EQ(registry.Heartbeat(b).code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(registry.ExpireLeases().empty()) << "reported once";
+  EXPECT_TRUE(registry.Register("b", caps).ok()) << "a lost worker's name can be used again";
+  EXPECT_EQ(registry.Register("a", caps).status().code(), absl::StatusCode::kAlreadyExists);
+}
+
+}  // namespace
+}  // namespace shardline::server
