@@ -78,6 +78,7 @@ class GrpcStageLink::UpstreamCall final : public grpc::ClientBidiReactor<StageFr
       stream_->FrameWritten(ok);
     } else {
       hello_written_ = true;
+      if (ok) MaybeAttach(/*hello_done=*/true, /*ack_received=*/false);
     }
     if (release_after_write_ && !stream_->writing()) ReleaseHold();
   }
@@ -86,20 +87,24 @@ class GrpcStageLink::UpstreamCall final : public grpc::ClientBidiReactor<StageFr
     if (!ok) {
       // The call is ending. Let it (OnDone brings the status) as soon as no
       // write of ours is in flight; none starts from now on.
-      if (attached_) stream_->StopWriting();
+      bool established = false;
+      {
+        absl::MutexLock lock(&mu_);
+        ending_ = true;
+        established = established_;
+      }
+      if (established) stream_->StopWriting();
       release_after_write_ = true;
-      if (!attached_ || !stream_->writing()) ReleaseHold();  // else OnWriteDone does
+      if (!established || !stream_->writing()) ReleaseHold();  // else OnWriteDone does
       return;
     }
-    if (!attached_) {
+    if (!acked_) {
       if (!in_.has_hello()) {
         context_.TryCancel();
         return;
       }
-      attached_ = true;
-      stream_->Attach(this);
-      absl::MutexLock lock(&mu_);
-      established_ = true;
+      acked_ = true;
+      MaybeAttach(/*hello_done=*/false, /*ack_received=*/true);
     } else if (absl::Status s = stream_->FrameReceived(in_); !s.ok()) {
       context_.TryCancel();
       return;
@@ -125,6 +130,21 @@ class GrpcStageLink::UpstreamCall final : public grpc::ClientBidiReactor<StageFr
     if (!hold_released_.exchange(true)) RemoveHold();
   }
 
+  // The stream may write only once our hello is off (its write completed:
+  // one write at a time) and the upstream side has acked it; whichever of
+  // the two happens second attaches.
+  void MaybeAttach(bool hello_done, bool ack_received) {
+    {
+      absl::MutexLock lock(&mu_);
+      hello_done_ |= hello_done;
+      ack_received_ |= ack_received;
+      if (!hello_done_ || !ack_received_ || established_ || ending_) return;
+      established_ = true;
+    }
+    attached_ = true;
+    stream_->Attach(this);
+  }
+
   shardline::v1::StageLink::Stub* const stub_;
   const std::shared_ptr<ExchangeStream> stream_;
   grpc::ClientContext context_;
@@ -132,10 +152,14 @@ class GrpcStageLink::UpstreamCall final : public grpc::ClientBidiReactor<StageFr
   StageFrame in_;
   bool hello_written_ = false;  // OnWriteDone only
   std::atomic<bool> attached_{false};
+  bool acked_ = false;  // OnReadDone only
   std::atomic<bool> release_after_write_{false};
   std::atomic<bool> hold_released_{false};
   absl::Mutex mu_;
   bool established_ ABSL_GUARDED_BY(mu_) = false;
+  bool hello_done_ ABSL_GUARDED_BY(mu_) = false;
+  bool ending_ ABSL_GUARDED_BY(mu_) = false;
+  bool ack_received_ ABSL_GUARDED_BY(mu_) = false;
   bool done_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status status_ ABSL_GUARDED_BY(mu_);
 };

@@ -1,0 +1,108 @@
+// Whole jobs through the daemons (coordinator and workers in-process, real
+// gRPC on loopback): for 1 to 4 stages and both schedules, the per-step
+// losses the coordinator reports and the weights it exports equal the
+// reference trainer's; a cancelled job frees its workers.
+#include <cmath>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "client/admin_client.h"
+#include "common/safetensors.h"
+#include "gtest/gtest.h"
+#include "tests/testing/in_process_cluster.h"
+#include "tests/worker/nn/nn_test_util.h"
+#include "worker/trainer/trainer.h"
+
+namespace shardline::server {
+namespace {
+
+struct Case {
+  int stages;
+  std::string schedule;
+  int micro_batches;
+};
+
+class ClusterTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(ClusterTest, DistributedTrainingEqualsTheReference) {
+  const Case& c = GetParam();
+  auto spec = worker::testing::TinySpec(c.micro_batches, 2 * c.micro_batches);
+  spec.mutable_train()->set_steps(6);
+  spec.mutable_parallel()->set_pipeline_stages(c.stages);
+  spec.mutable_parallel()->set_schedule(c.schedule);
+  spec.mutable_checkpoint()->set_every_steps(4);
+  auto cluster = testing::InProcessCluster::Start(c.stages);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  client::AdminClient admin((*cluster)->address());
+  auto submitted = admin.Submit(spec);
+  ASSERT_TRUE(submitted.ok()) << submitted.status();
+  std::map<int64_t, double> losses;
+  auto last = admin.Watch(submitted->job_id(), [&](const shardline::v1::JobStatus& s) {
+    if (s.step() > 0) losses[s.step()] = s.loss();
+  });
+  ASSERT_TRUE(last.ok()) << last.status();
+  ASSERT_EQ(last->state(), shardline::v1::SUCCEEDED) << last->message();
+  for (const auto& stage : last->stages()) {
+    const int64_t bound = c.schedule == "1f1b" ? std::min(c.stages - stage.stage(), c.micro_batches)
+                                               : c.micro_batches;
+    EXPECT_EQ(stage.peak_slots(), bound) << "stage " << stage.stage();
+  }
+
+  auto backend = worker::testing::CpuBackend();
+  auto reference = worker::trainer::Trainer::Create(spec, *backend);
+  ASSERT_TRUE(reference.ok());
+  for (int64_t step = 1; step <= 6; ++step) {
+    auto want = (*reference)->TrainStep(step);
+    ASSERT_TRUE(want.ok());
+    ASSERT_TRUE(losses.count(step)) << "no status for step " << step;
+    EXPECT_NEAR(losses[step], want->loss, 1e-6 * std::fabs(want->loss)) << "step " << step;
+  }
+  auto exported = admin.Export(submitted->job_id());
+  ASSERT_TRUE(exported.ok()) << exported.status();
+  auto got = common::ParseSafetensors(*exported);
+  auto want = (*reference)->runtime().ExportWeights();
+  ASSERT_TRUE(got.ok() && want.ok());
+  ASSERT_EQ(got->tensors.size(), want->size());
+  for (const auto& [name, tensor] : *want) {
+    const auto a = got->tensors.at(name).values<float>();
+    const auto b = tensor.values<float>();
+    for (size_t i = 0; i < b.size(); ++i) {
+      ASSERT_NEAR(a[i], b[i], 1e-6 * std::fabs(b[i]) + 1e-12) << name << "[" << i << "]";
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Pipelines, ClusterTest,
+                         ::testing::Values(Case{1, "1f1b", 2}, Case{2, "gpipe", 3}, Case{3, "1f1b", 4},
+                                           Case{4, "1f1b", 5}, Case{4, "gpipe", 2}),
+                         [](const ::testing::TestParamInfo<Case>& info) {
+                           return absl::StrCat(info.param.stages, "stages_", info.param.schedule, "_m",
+                                               info.param.micro_batches);
+                         });
+
+TEST(ClusterCancelTest, ACancelledJobFreesItsWorkers) {
+  auto spec = worker::testing::TinySpec(2, 4);
+  spec.mutable_train()->set_steps(100000);
+  spec.mutable_parallel()->set_pipeline_stages(2);
+  auto cluster = testing::InProcessCluster::Start(2);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  client::AdminClient admin((*cluster)->address());
+  auto job = admin.Submit(spec);
+  ASSERT_TRUE(job.ok());
+  for (int i = 0; i < 500 && admin.Get(job->job_id())->step() < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  auto cancelled = admin.Cancel(job->job_id());
+  ASSERT_TRUE(cancelled.ok());
+  EXPECT_EQ(cancelled->state(), shardline::v1::CANCELLED);
+  // The same workers take the next job.
+  spec.mutable_train()->set_steps(3);
+  auto next = admin.Submit(spec);
+  ASSERT_TRUE(next.ok());
+  auto last = admin.Watch(next->job_id(), [](const auto&) {});
+  ASSERT_TRUE(last.ok());
+  EXPECT_EQ(last->state(), shardline::v1::SUCCEEDED) << last->message();
+}
+
+}  // namespace
+}  // namespace shardline::server
