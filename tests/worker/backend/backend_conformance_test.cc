@@ -18,7 +18,7 @@ using testing::AllNear;
 using testing::BackendTest;
 using testing::Download;
 using testing::RandomVector;
-using testing::ToDouble;
+using testing::AsDoubles;
 using testing::Upload;
 
 constexpr double kAtol = 1e-5;
@@ -31,8 +31,8 @@ class ConformanceTest : public BackendTest {
     const auto a = RandomVector(a_size, 1), b = RandomVector(b_size, 2), c = RandomVector(c_size, 3);
     DeviceBuffer da = Upload(backend(), a), db = Upload(backend(), b), dc = Upload(backend(), c);
     ASSERT_TRUE(backend().Gemm(shape, da.span<float>(), db.span<float>(), dc.span<float>()).ok());
-    std::vector<double> want = ToDouble(c);
-    reference::Gemm(shape, ToDouble(a), ToDouble(b), want);
+    std::vector<double> want = AsDoubles(c);
+    reference::Gemm(shape, AsDoubles(a), AsDoubles(b), want);
     EXPECT_TRUE(AllNear(Download(backend(), dc), want, 1e-4, 1e-4));
   }
 };
@@ -185,7 +185,7 @@ TEST_P(ConformanceTest, LayerNormForwardMatchesReference) {
                                     y->span<float>(), mean->span<float>(), rstd->span<float>())
                   .ok());
   std::vector<double> want_y, want_mean, want_rstd;
-  reference::LayerNorm(ToDouble(x), ToDouble(gamma), ToDouble(beta), rows, cols, 1e-5, want_y, want_mean, want_rstd);
+  reference::LayerNorm(AsDoubles(x), AsDoubles(gamma), AsDoubles(beta), rows, cols, 1e-5, want_y, want_mean, want_rstd);
   EXPECT_TRUE(AllNear(Download(backend(), *y), want_y, 1e-5, 1e-4));
   EXPECT_TRUE(AllNear(Download(backend(), *mean), want_mean, 1e-5, 1e-4));
   EXPECT_TRUE(AllNear(Download(backend(), *rstd), want_rstd, 1e-5, 1e-4));
@@ -198,7 +198,7 @@ TEST_P(ConformanceTest, CausalSoftmaxMasksTheFutureInPlace) {
   const SoftmaxShape shape{batch, t, 0.7f};
   ASSERT_TRUE(backend().CausalSoftmaxForward(shape, d.span<float>(), d.span<float>()).ok());
   const std::vector<float> got = Download(backend(), d);
-  EXPECT_TRUE(AllNear(got, reference::CausalSoftmax(ToDouble(scores), batch, t, 0.7), 1e-6, 1e-4));
+  EXPECT_TRUE(AllNear(got, reference::CausalSoftmax(AsDoubles(scores), batch, t, 0.7), 1e-6, 1e-4));
   for (int64_t row = 0; row < batch * t; ++row) {
     double sum = 0.0;
     for (int64_t j = 0; j < t; ++j) {
@@ -222,7 +222,7 @@ TEST_P(ConformanceTest, AttentionForwardMatchesReference) {
   ASSERT_TRUE(AttentionForward(backend(), shape, dqkv.span<float>(), out->span<float>(),
                                probs->span<float>())
                   .ok());
-  EXPECT_TRUE(AllNear(Download(backend(), *out), reference::Attention(shape, ToDouble(qkv)), 1e-5, 1e-4));
+  EXPECT_TRUE(AllNear(Download(backend(), *out), reference::Attention(shape, AsDoubles(qkv)), 1e-5, 1e-4));
 }
 
 TEST_P(ConformanceTest, EmbeddingGathersAndAccumulates) {
@@ -257,7 +257,7 @@ TEST_P(ConformanceTest, CrossEntropySkipsIgnoredTargets) {
                   .CrossEntropyForward(shape, dl.span<float>(), dt.span<int32_t>(),
                                        losses.span<float>())
                   .ok());
-  EXPECT_TRUE(AllNear(Download(backend(), losses), reference::CrossEntropy(ToDouble(logits), targets, 7, 50),
+  EXPECT_TRUE(AllNear(Download(backend(), losses), reference::CrossEntropy(AsDoubles(logits), targets, 7, 50),
                       1e-5, 1e-5));
 }
 

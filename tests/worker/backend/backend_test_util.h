@@ -63,7 +63,7 @@ inline ::testing::AssertionResult AllNear(const std::vector<float>& actual,
          << actual[first] << " vs " << expected[first] << " (worst error " << worst << ")";
 }
 
-inline std::vector<double> ToDouble(const std::vector<float>& v) {
+inline std::vector<double> AsDoubles(const std::vector<float>& v) {
   return std::vector<double>(v.begin(), v.end());
 }
 

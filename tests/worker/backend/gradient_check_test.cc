@@ -19,7 +19,7 @@ using testing::AllNear;
 using testing::BackendTest;
 using testing::Download;
 using testing::RandomVector;
-using testing::ToDouble;
+using testing::AsDoubles;
 using testing::Upload;
 
 constexpr double kStep = 1e-5;
@@ -61,7 +61,7 @@ TEST_P(GradientCheckTest, GeluBackwardAddsTheGradient) {
         for (size_t i = 0; i < xs.size(); ++i) sum += w[i] * reference::Gelu(xs[i]);
         return sum;
       },
-      ToDouble(x));
+      AsDoubles(x));
   for (double& g : want) g += 0.25;  // backward ops accumulate
   EXPECT_TRUE(AllNear(Download(backend(), dx), want, kAtol, kRtol));
 }
@@ -87,14 +87,14 @@ TEST_P(GradientCheckTest, LayerNormBackwardInputScaleAndShift) {
                                           mean->span<float>(), rstd->span<float>(),
                                           dy.span<float>(), dx->span<float>(),
                                           dgamma->span<float>(), dbeta->span<float>()).ok());
-  const auto wd = ToDouble(w);
+  const auto wd = AsDoubles(w);
   auto loss = [&](const std::vector<double>& xs, const std::vector<double>& g,
                   const std::vector<double>& b) {
     std::vector<double> out, m, s;
     reference::LayerNorm(xs, g, b, rows, cols, 1e-5, out, m, s);
     return Dot(wd, out);
   };
-  const auto xd = ToDouble(x), gd = ToDouble(gamma), bd = ToDouble(beta);
+  const auto xd = AsDoubles(x), gd = AsDoubles(gamma), bd = AsDoubles(beta);
   EXPECT_TRUE(AllNear(Download(backend(), *dx),
                       NumericGradient([&](const auto& v) { return loss(v, gd, bd); }, xd), kAtol,
                       kRtol));
@@ -118,10 +118,10 @@ TEST_P(GradientCheckTest, CausalSoftmaxBackward) {
   ASSERT_TRUE(backend().CausalSoftmaxForward(shape, ds.span<float>(), probs->span<float>()).ok());
   ASSERT_TRUE(backend().CausalSoftmaxBackward(shape, probs->span<float>(), dp.span<float>(),
                                               dscores->span<float>()).ok());
-  const auto wd = ToDouble(w);
+  const auto wd = AsDoubles(w);
   const auto want = NumericGradient(
       [&](const auto& v) { return Dot(wd, reference::CausalSoftmax(v, batch, t, scale)); },
-      ToDouble(s));
+      AsDoubles(s));
   EXPECT_TRUE(AllNear(Download(backend(), *dscores), want, kAtol, kRtol));
 }
 
@@ -140,9 +140,9 @@ TEST_P(GradientCheckTest, AttentionBackward) {
   ASSERT_TRUE(AttentionBackward(backend(), shape, dq.span<float>(), probs->span<float>(),
                                 dout.span<float>(), dqkv.span<float>(), scratch->span<float>())
                   .ok());
-  const auto wd = ToDouble(w);
+  const auto wd = AsDoubles(w);
   auto want = NumericGradient([&](const auto& v) { return Dot(wd, reference::Attention(shape, v)); },
-                              ToDouble(qkv));
+                              AsDoubles(qkv));
   for (double& g : want) g -= 1.0;  // dqkv started at −1 and is accumulated into
   EXPECT_TRUE(AllNear(Download(backend(), dqkv), want, kAtol, kRtol));
 }
@@ -163,7 +163,7 @@ TEST_P(GradientCheckTest, CrossEntropyBackwardWithIgnoredRows) {
         for (double l : reference::CrossEntropy(v, targets, 6, 13)) sum += grad_scale * l;
         return sum;
       },
-      ToDouble(logits));
+      AsDoubles(logits));
   EXPECT_TRUE(AllNear(Download(backend(), *dlogits), want, kAtol, kRtol));
 }
 
@@ -184,7 +184,7 @@ TEST_P(GradientCheckTest, EmbeddingBackwardWithRepeatedIds) {
         }
         return sum;
       },
-      ToDouble(table));
+      AsDoubles(table));
   EXPECT_TRUE(AllNear(Download(backend(), *dtable), want, kAtol, kRtol));
 }
 
@@ -215,7 +215,7 @@ TEST_P(GradientCheckTest, LinearLayerFromGemmAndSumRows) {
       backend().Gemm(dw_shape, ddy.span<float>(), dxv.span<float>(), dweight->span<float>()).ok());
   ASSERT_TRUE(backend().SumRows(ddy.span<float>(), dbias->span<float>(), n, out).ok());
 
-  const auto xd = ToDouble(x), wtd = ToDouble(wt), bd = ToDouble(b), wd = ToDouble(w);
+  const auto xd = AsDoubles(x), wtd = AsDoubles(wt), bd = AsDoubles(b), wd = AsDoubles(w);
   auto loss = [&](const std::vector<double>& xs, const std::vector<double>& ws,
                   const std::vector<double>& bs) {
     double sum = 0.0;
