@@ -5,6 +5,7 @@
 //   link deadlines, with a message naming the lost worker: no hang.
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -185,6 +186,71 @@ TEST(EndToEndTest, AKilledWorkerFailsTheJobNamingIt) {
       EXPECT_EQ(w.state(), "idle") << w.name();
     }
   }
+}
+
+// Processes whose command line contains every one of `needles`.
+int CountProcesses(const std::vector<std::string>& needles) {
+  int count = 0;
+  for (const auto& entry : fs::directory_iterator("/proc")) {
+    std::string cmdline = common::ReadFile(entry.path().string() + "/cmdline").value_or("");
+    std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
+    bool all = !cmdline.empty();
+    for (const auto& n : needles) all = all && cmdline.find(n) != std::string::npos;
+    count += all;
+  }
+  return count;
+}
+
+TEST(EndToEndTest, DaemonsStopCleanlyOnSigterm) {
+  const std::string dir = TempDir("sigterm");
+  auto coordinator = ChildProcess::Start({kBin + "/shardline-coordinator", "--listen=127.0.0.1:0",
+                                          "--state_dir=" + dir + "/state", "--port_file=" + dir + "/port"},
+                                         dir + "/coordinator.log");
+  ASSERT_TRUE(coordinator.ok());
+  std::string port;
+  for (int i = 0; i < 500 && port.empty(); ++i) {
+    port = std::string(absl::StripTrailingAsciiWhitespace(common::ReadFile(dir + "/port").value_or("")));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_FALSE(port.empty());
+  auto worker = ChildProcess::Start({kBin + "/shardline-worker", "--coordinator=127.0.0.1:" + port, "--name=calm",
+                                     "--threads=1", "--port_file=" + dir + "/worker.port"},
+                                    dir + "/worker.log");
+  ASSERT_TRUE(worker.ok());
+  for (int i = 0; i < 500 && !fs::exists(dir + "/worker.port"); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  for (auto* child : {worker->get(), coordinator->get()}) {
+    ::kill(child->pid(), SIGTERM);
+    std::string ended;
+    for (int i = 0; i < 500 && child->Running(&ended); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    EXPECT_EQ(ended, "exited with status 0") << child->name();
+  }
+}
+
+TEST(EndToEndTest, InterruptingTheLocalClusterCancelsAndCleansUp) {
+  const std::string dir = TempDir("interrupt");
+  const std::string spec = WriteSpec(dir, 100000, 2);
+  auto local = ChildProcess::Start({kBin + "/shardline-local", spec, "--workers=2", "--threads_per_worker=1"},
+                                   dir + "/local.log");
+  ASSERT_TRUE(local.ok());
+  bool running = false;
+  for (int i = 0; i < 1500 && !running; ++i) {
+    running = common::ReadFile(dir + "/local.log").value_or("").find("RUNNING [") != std::string::npos;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(running) << common::ReadFile(dir + "/local.log").value_or("");
+  EXPECT_EQ(CountProcesses({"shardline-worker", "--name=local-"}), 2);
+  ::kill((*local)->pid(), SIGINT);
+  std::string ended;
+  for (int i = 0; i < 1500 && (*local)->Running(&ended); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(ended, "exited with status 130");
+  EXPECT_EQ(CountProcesses({"shardline-worker", "--name=local-"}), 0) << "no daemon left behind";
+  EXPECT_EQ(CountProcesses({"shardline-coordinator", "shardline-local-"}), 0);
 }
 
 }  // namespace
