@@ -1,0 +1,292 @@
+// bench_transport: how fast tensors cross a stage link, against the wire.
+// Two processes on loopback (this one forks a receiver). For each tensor
+// size it sends `--reps` tensors and times until the receiver has acked the
+// last one, three ways in the same run:
+//   stagelink: our StageLink path (GrpcStageLink ↔ StageLinkService, chunked
+//              frames, one write in flight);
+//   tcp:       a raw TCP socket carrying the same bytes in 1 MiB writes (the ceiling);
+//   protobuf:  a plain gRPC stream, one protobuf message with a `bytes`
+//              payload per tensor (the naive baseline).
+// Channels are warmed before timing; each figure is the median of `--trials`.
+//
+//   bench_transport [--sizes=65536,...] [--reps=N] [--trials=N] [--json=FILE]
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "bench/bench_report.h"
+#include "common/init.h"
+#include "worker/runtime/grpc_stage_link.h"
+#include "worker/runtime/stage_link_service.h"
+
+ABSL_FLAG(std::string, sizes, "65536,262144,1048576,4194304,16777216,67108864", "tensor bytes");
+ABSL_FLAG(int, reps, 0, "tensors per measurement (0: enough for ~256 MiB, at least 8)");
+ABSL_FLAG(int, trials, 5, "measurements per figure (median)");
+ABSL_FLAG(std::string, json, "", "write the rows as JSON to this file");
+
+namespace shardline::bench {
+namespace {
+
+using worker::runtime::StageMessage;
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+int RepsFor(size_t bytes) {
+  if (absl::GetFlag(FLAGS_reps) > 0) return absl::GetFlag(FLAGS_reps);
+  return static_cast<int>(std::max<size_t>(8, (size_t{256} << 20) / bytes));
+}
+
+// ---- The receiver process --------------------------------------------------
+
+// Plain gRPC: reads whole-tensor frames, acks each `reps`-th with a tiny frame.
+class SinkService final : public shardline::v1::StageLink::Service {
+ public:
+  grpc::Status Exchange(grpc::ServerContext*,
+                        grpc::ServerReaderWriter<shardline::v1::StageFrame, shardline::v1::StageFrame>* stream) override {
+    shardline::v1::StageFrame frame, ack;
+    while (stream->Read(&frame)) {
+      if (frame.chunk_index() + 1 == frame.chunk_count()) stream->Write(ack);  // chunk_count carries the ack cadence
+    }
+    return grpc::Status::OK;
+  }
+};
+
+void TcpSink(int listener) {
+  while (true) {
+    const int fd = ::accept(listener, nullptr, nullptr);
+    if (fd < 0) return;
+    std::vector<char> buffer(1 << 20);
+    uint64_t expected = 0;
+    while (::recv(fd, &expected, sizeof(expected), MSG_WAITALL) == sizeof(expected)) {
+      uint64_t got = 0;
+      while (got < expected) {
+        const ssize_t n = ::recv(fd, buffer.data(), std::min<uint64_t>(buffer.size(), expected - got), 0);
+        if (n <= 0) break;
+        got += static_cast<uint64_t>(n);
+      }
+      const char ack = 1;
+      if (::send(fd, &ack, 1, 0) != 1) break;
+    }
+    ::close(fd);
+  }
+}
+
+// Serves the sinks, then acts as the downstream stage of the StageLink pair
+// (it acks every message with an empty gradient).
+int Receiver(int tcp_listener, int sink_port_pipe, int link_port_pipe) {
+  SinkService sink;
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddChannelArgument("grpc.so_reuseport", 0);
+  builder.SetMaxReceiveMessageSize(-1);
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&sink);
+  auto server = builder.BuildAndStart();
+  if (::write(sink_port_pipe, &port, sizeof(port)) != sizeof(port)) return 1;
+  std::thread tcp([tcp_listener] { TcpSink(tcp_listener); });
+  tcp.detach();
+  int link_port = 0;
+  if (::read(link_port_pipe, &link_port, sizeof(link_port)) != sizeof(link_port)) return 1;
+  const std::string stagelink_upstream = absl::StrCat("127.0.0.1:", link_port);
+  worker::runtime::GrpcStageLinkOptions options;
+  options.job_id = "bench";
+  options.plan_epoch = 1;
+  options.stage = 1;
+  options.stages = 2;
+  options.upstream_address = stagelink_upstream;
+  options.timeout = absl::Seconds(120);
+  auto link = worker::runtime::GrpcStageLink::Create(options);
+  if (!link.ok()) return 1;
+  while (true) {
+    absl::StatusOr<StageMessage> m = (*link)->ReceiveFromPrevious();
+    if (!m.ok()) break;  // the sender is done
+    StageMessage ack;
+    ack.kind = StageMessage::Kind::kGradient;
+    ack.step = m->step;
+    ack.micro_batch = m->micro_batch;
+    if (!(*link)->SendToPrevious(ack).ok()) break;
+  }
+  server->Shutdown();
+  return 0;
+}
+
+// ---- The sender ------------------------------------------------------------
+
+double MedianGbps(size_t bytes, int reps, const std::function<void()>& run_reps) {
+  std::vector<double> gbps;
+  for (int t = 0; t < absl::GetFlag(FLAGS_trials); ++t) {
+    const auto start = Clock::now();
+    run_reps();
+    gbps.push_back(static_cast<double>(bytes) * reps / Seconds(start) / 1e9);
+  }
+  std::sort(gbps.begin(), gbps.end());
+  return gbps[gbps.size() / 2];
+}
+
+int Main() {
+  std::vector<size_t> sizes;
+  for (absl::string_view s : absl::StrSplit(absl::GetFlag(FLAGS_sizes), ',', absl::SkipEmpty())) {
+    size_t n = 0;
+    if (!absl::SimpleAtoi(s, &n) || n < 4 || n > (size_t{1} << 30)) {
+      std::fprintf(stderr, "Error: bad size '%s'\n", std::string(s).c_str());
+      return 3;
+    }
+    sizes.push_back(n / 4 * 4);
+  }
+  // Fork before this process touches gRPC (gRPC does not survive a fork).
+  const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  if (::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || ::listen(listener, 4) != 0 ||
+      ::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    std::perror("tcp listen");
+    return 2;
+  }
+  int to_parent[2], to_child[2];
+  if (::pipe(to_parent) != 0 || ::pipe(to_child) != 0) return 2;
+  const pid_t child = ::fork();
+  if (child == 0) {
+    ::_exit(Receiver(listener, to_parent[1], to_child[0]));
+  }
+  ::close(listener);
+  // The StageLink upstream (us) serves; the receiver connects to it.
+  worker::runtime::StageLinkService link_service;
+  grpc::ServerBuilder builder;
+  int link_port = 0;
+  builder.AddChannelArgument("grpc.so_reuseport", 0);
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &link_port);
+  builder.RegisterService(&link_service);
+  auto link_server = builder.BuildAndStart();
+  auto downstream = link_service.Expect("bench", 1, 0, absl::Seconds(120), worker::runtime::kDefaultChunkBytes);
+  if (::write(to_child[1], &link_port, sizeof(link_port)) != sizeof(link_port)) return 2;
+  int sink_port = 0;
+  if (::read(to_parent[0], &sink_port, sizeof(sink_port)) != sizeof(sink_port)) return 2;
+
+  // TCP client.
+  const int tcp = ::socket(AF_INET, SOCK_STREAM, 0);
+  const int one = 1;
+  ::setsockopt(tcp, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  if (::connect(tcp, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    std::perror("tcp connect");
+    return 2;
+  }
+  // Plain gRPC client.
+  grpc::ChannelArguments args;
+  args.SetMaxSendMessageSize(-1);
+  args.SetMaxReceiveMessageSize(-1);
+  auto stub = shardline::v1::StageLink::NewStub(
+      grpc::CreateCustomChannel(absl::StrCat("127.0.0.1:", sink_port), grpc::InsecureChannelCredentials(), args));
+  grpc::ClientContext sink_context;
+  auto sink = stub->Exchange(&sink_context);
+
+  BenchReport report;
+  int64_t step = 0;
+  for (size_t bytes : sizes) {
+    const int reps = RepsFor(bytes);
+    StageMessage message;
+    message.kind = StageMessage::Kind::kActivation;
+    message.values.assign(bytes / 4, 0.5f);
+    auto stagelink_reps = [&] {
+      for (int r = 0; r < reps; ++r) {
+        message.step = ++step;
+        BENCH_CHECK_OK(downstream->Send(message));
+      }
+      for (int r = 0; r < reps; ++r) BENCH_CHECK_OK(downstream->Receive().status());
+    };
+    std::vector<char> data(bytes, 'x');
+    // Every path sends all `reps` tensors back to back and then waits for
+    // the receiver's per-tensor acks, so each measures streaming, not latency.
+    auto tcp_reps = [&] {
+      for (int r = 0; r < reps; ++r) {
+        const uint64_t n = bytes;
+        if (::send(tcp, &n, sizeof(n), 0) != sizeof(n)) std::abort();
+        for (size_t off = 0; off < bytes;) {
+          const ssize_t sent = ::send(tcp, data.data() + off, std::min<size_t>(1 << 20, bytes - off), 0);
+          if (sent <= 0) std::abort();
+          off += static_cast<size_t>(sent);
+        }
+      }
+      std::vector<char> acks(static_cast<size_t>(reps));
+      if (::recv(tcp, acks.data(), acks.size(), MSG_WAITALL) != static_cast<ssize_t>(acks.size())) std::abort();
+    };
+    shardline::v1::StageFrame frame;
+    frame.set_payload(std::string(bytes, 'x'));
+    frame.set_chunk_count(1);
+    auto protobuf_reps = [&] {
+      std::thread reader([&] {
+        shardline::v1::StageFrame ack;
+        for (int r = 0; r < reps; ++r) {
+          if (!sink->Read(&ack)) std::abort();
+        }
+      });
+      for (int r = 0; r < reps; ++r) {
+        if (!sink->Write(frame)) std::abort();
+      }
+      reader.join();
+    };
+    stagelink_reps();  // warm every path first
+    tcp_reps();
+    protobuf_reps();
+    const double stagelink = MedianGbps(bytes, reps, stagelink_reps);
+    const double raw = MedianGbps(bytes, reps, tcp_reps);
+    const double plain = MedianGbps(bytes, reps, protobuf_reps);
+    report.Add({{"bytes", static_cast<double>(bytes)},
+                {"reps", static_cast<double>(reps)},
+                {"stagelink_gbps", stagelink},
+                {"tcp_gbps", raw},
+                {"protobuf_gbps", plain},
+                {"stagelink_vs_tcp", stagelink / raw},
+                {"stagelink_vs_protobuf", stagelink / plain}});
+  }
+  sink->WritesDone();
+  (void)sink->Finish();
+  ::close(tcp);
+  downstream->Close("done");
+  link_service.Forget("bench", 0);
+  downstream.reset();
+  link_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  // The receiver ends when its link closes; make sure it does.
+  int status = 0;
+  bool reaped = false;
+  for (int i = 0; i < 500 && !reaped; ++i) {
+    reaped = ::waitpid(child, &status, WNOHANG) == child;
+    if (!reaped) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (!reaped) {
+    ::kill(child, SIGKILL);
+    ::waitpid(child, &status, 0);
+  }
+  std::printf("%s", report.Table().c_str());
+  if (const std::string path = absl::GetFlag(FLAGS_json); !path.empty()) BENCH_CHECK_OK(report.WriteJson(path));
+  return 0;
+}
+
+}  // namespace
+}  // namespace shardline::bench
+
+int main(int argc, char** argv) {
+  shardline::common::InitProcess(argc, argv, "stage-link throughput against raw TCP and plain gRPC");
+  return shardline::bench::Main();
+}
