@@ -165,6 +165,10 @@ void WorkerServer::RunJob(shardline::v1::Assignment a) {
   options.upstream_address = a.upstream_address();
   options.service = &link_service_;
   options.timeout = options_.link_timeout;
+  absl::StatusOr<common::DType> wire = common::ParseDType(a.spec().parallel().wire_dtype().empty()
+                                                              ? "f32"
+                                                              : a.spec().parallel().wire_dtype());
+  if (wire.ok()) options.wire = *wire;
   absl::StatusOr<std::unique_ptr<runtime::GrpcStageLink>> link = runtime::GrpcStageLink::Create(options);
   absl::Status status = link.status();
   if (link.ok()) {

@@ -23,8 +23,9 @@ absl::StatusOr<std::unique_ptr<LocalPipeline>> LocalPipeline::Create(
   const auto optimizer = worker::nn::OptimizerConfig::FromSpec(spec.train());
   ASSIGN_OR_RETURN(auto schedule, worker::runtime::ParseScheduleKind(spec.parallel().schedule()));
   const int stages = static_cast<int>(cuts.size()) + 1;
+  ASSIGN_OR_RETURN(common::DType wire, common::ParseDType(spec.parallel().wire_dtype()));
   pipeline->links_ = worker::runtime::CreateLocalStageLinks(
-      stages, static_cast<size_t>(spec.train().micro_batches()) + 2, link_timeout);
+      stages, static_cast<size_t>(spec.train().micro_batches()) + 2, link_timeout, wire);
   for (int s = 0; s < stages; ++s) {
     const int begin = s == 0 ? 0 : cuts[s - 1];
     const int end = s + 1 == stages ? config.units() : cuts[s];

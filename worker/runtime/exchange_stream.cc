@@ -5,7 +5,7 @@
 namespace shardline::worker::runtime {
 
 absl::Status ExchangeStream::Send(const StageMessage& message) {
-  std::vector<shardline::v1::StageFrame> frames = EncodeStageMessage(message, chunk_bytes_);
+  std::vector<shardline::v1::StageFrame> frames = EncodeStageMessage(message, chunk_bytes_, wire_);
   const shardline::v1::StageFrame* start = nullptr;
   FrameWriter* writer = nullptr;
   {

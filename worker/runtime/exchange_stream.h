@@ -35,8 +35,9 @@ class ExchangeStream {
   // Messages received but not yet taken; more is a misbehaving peer.
   static constexpr size_t kMaxInbox = 4096;
 
-  ExchangeStream(absl::Duration timeout, size_t chunk_bytes)
-      : timeout_(timeout), chunk_bytes_(chunk_bytes) {}
+  // Sends carry tensors at `wire` precision (f32, bf16 or f16).
+  ExchangeStream(absl::Duration timeout, size_t chunk_bytes, common::DType wire = common::DType::kF32)
+      : timeout_(timeout), chunk_bytes_(chunk_bytes), wire_(wire) {}
 
   // Stage side.
   absl::Status Send(const StageMessage& message);
@@ -67,6 +68,7 @@ class ExchangeStream {
 
   const absl::Duration timeout_;
   const size_t chunk_bytes_;
+  const common::DType wire_;
   FrameAssembler assembler_;  // used by the reactor's read callbacks only, one at a time
   absl::Mutex mu_;
   FrameWriter* writer_ ABSL_GUARDED_BY(mu_) = nullptr;

@@ -182,7 +182,7 @@ absl::StatusOr<std::unique_ptr<GrpcStageLink>> GrpcStageLink::Create(
   std::unique_ptr<GrpcStageLink> link(new GrpcStageLink(options));
   if (has_next) {
     link->downstream_ = options.service->Expect(options.job_id, options.plan_epoch, options.stage,
-                                                options.timeout, options.chunk_bytes);
+                                                options.timeout, options.chunk_bytes, options.wire);
   }
   if (has_previous) {
     grpc::ChannelArguments args;
@@ -190,7 +190,8 @@ absl::StatusOr<std::unique_ptr<GrpcStageLink>> GrpcStageLink::Create(
     args.SetMaxReceiveMessageSize(static_cast<int>(options.chunk_bytes) + (1 << 20));
     link->stub_ = shardline::v1::StageLink::NewStub(
         grpc::CreateCustomChannel(options.upstream_address, grpc::InsecureChannelCredentials(), args));
-    link->upstream_stream_ = std::make_shared<ExchangeStream>(options.timeout, options.chunk_bytes);
+    link->upstream_stream_ =
+        std::make_shared<ExchangeStream>(options.timeout, options.chunk_bytes, options.wire);
     GrpcStageLink* self = link.get();
     link->connector_ = std::thread([self] { self->ConnectUpstream(); });
   }

@@ -32,6 +32,7 @@ struct GrpcStageLinkOptions {
   StageLinkService* service = nullptr;   // this worker's service (stage < stages − 1)
   absl::Duration timeout = absl::Seconds(60);
   size_t chunk_bytes = kDefaultChunkBytes;
+  common::DType wire = common::DType::kF32;  // precision of activations and gradients on the wire
 };
 
 class GrpcStageLink final : public StageLink {

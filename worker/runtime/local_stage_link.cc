@@ -1,6 +1,7 @@
 #include "worker/runtime/local_stage_link.h"
 
 #include "absl/strings/str_cat.h"
+#include "worker/runtime/stage_frame_coding.h"
 
 namespace shardline::worker::runtime {
 namespace {
@@ -55,6 +56,7 @@ void LocalChannel::Close(const std::string& reason) {
 
 absl::Status LocalStageLink::SendToNext(StageMessage message) {
   if (to_next_ == nullptr) return NoNeighbour("next");
+  RoundToWirePrecision(message.values, wire_);
   return to_next_->Push(std::move(message));
 }
 
@@ -65,6 +67,7 @@ absl::StatusOr<StageMessage> LocalStageLink::ReceiveFromPrevious() {
 
 absl::Status LocalStageLink::SendToPrevious(StageMessage message) {
   if (to_previous_ == nullptr) return NoNeighbour("previous");
+  RoundToWirePrecision(message.values, wire_);
   return to_previous_->Push(std::move(message));
 }
 
@@ -77,7 +80,8 @@ void LocalPipelineLinks::CloseAll(const std::string& reason) {
   for (auto& channel : channels) channel->Close(reason);
 }
 
-LocalPipelineLinks CreateLocalStageLinks(int stages, size_t capacity, absl::Duration timeout) {
+LocalPipelineLinks CreateLocalStageLinks(int stages, size_t capacity, absl::Duration timeout,
+                                         common::DType wire) {
   LocalPipelineLinks out;
   // Between stage s and s+1: forward[s] carries s → s+1, backward[s] s+1 → s.
   std::vector<LocalChannel*> forward, backward;
@@ -91,7 +95,7 @@ LocalPipelineLinks CreateLocalStageLinks(int stages, size_t capacity, absl::Dura
     const bool last = s + 1 == stages, first = s == 0;
     out.links.push_back(std::make_unique<LocalStageLink>(
         last ? nullptr : forward[s], last ? nullptr : backward[s],
-        first ? nullptr : backward[s - 1], first ? nullptr : forward[s - 1]));
+        first ? nullptr : backward[s - 1], first ? nullptr : forward[s - 1], wire));
   }
   return out;
 }

@@ -13,6 +13,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/dtype.h"
 #include "worker/runtime/stage_link.h"
 
 namespace shardline::worker::runtime {
@@ -39,10 +40,11 @@ class LocalChannel {
 class LocalStageLink final : public StageLink {
  public:
   // Channels may be null where the stage has no neighbour. Not owned.
+  // Tensors sent are rounded to `wire` precision, as over a real link.
   LocalStageLink(LocalChannel* to_next, LocalChannel* from_next, LocalChannel* to_previous,
-                 LocalChannel* from_previous)
+                 LocalChannel* from_previous, common::DType wire = common::DType::kF32)
       : to_next_(to_next), from_next_(from_next), to_previous_(to_previous),
-        from_previous_(from_previous) {}
+        from_previous_(from_previous), wire_(wire) {}
 
   absl::Status SendToNext(StageMessage message) override;
   absl::StatusOr<StageMessage> ReceiveFromPrevious() override;
@@ -54,6 +56,7 @@ class LocalStageLink final : public StageLink {
   LocalChannel* const from_next_;
   LocalChannel* const to_previous_;
   LocalChannel* const from_previous_;
+  const common::DType wire_;
 };
 
 // The channels and links of a p-stage in-process pipeline.
@@ -64,7 +67,8 @@ struct LocalPipelineLinks {
   void CloseAll(const std::string& reason);
 };
 
-LocalPipelineLinks CreateLocalStageLinks(int stages, size_t capacity, absl::Duration timeout);
+LocalPipelineLinks CreateLocalStageLinks(int stages, size_t capacity, absl::Duration timeout,
+                                         common::DType wire = common::DType::kF32);
 
 }  // namespace shardline::worker::runtime
 

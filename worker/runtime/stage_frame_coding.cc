@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/half.h"
 #include "common/status_macros.h"
 
 namespace shardline::worker::runtime {
@@ -46,9 +47,23 @@ absl::Status Bad(absl::string_view what) {
 
 }  // namespace
 
-std::vector<StageFrame> EncodeStageMessage(const StageMessage& m, size_t chunk_bytes) {
-  const size_t bytes = m.values.size() * sizeof(float);
-  chunk_bytes = std::max<size_t>(chunk_bytes / sizeof(float) * sizeof(float), sizeof(float));
+std::vector<StageFrame> EncodeStageMessage(const StageMessage& m, size_t chunk_bytes,
+                                           common::DType wire) {
+  const bool narrow = wire == common::DType::kBF16 || wire == common::DType::kF16;
+  const size_t element = narrow ? 2 : sizeof(float);
+  std::vector<uint16_t> halves;
+  if (narrow) {
+    halves.resize(m.values.size());
+    if (wire == common::DType::kBF16) {
+      common::ConvertF32ToBf16(m.values.data(), halves.data(), halves.size());
+    } else {
+      common::ConvertF32ToF16(m.values.data(), halves.data(), halves.size());
+    }
+  }
+  const char* data = narrow ? reinterpret_cast<const char*>(halves.data())
+                            : reinterpret_cast<const char*>(m.values.data());
+  const size_t bytes = m.values.size() * element;
+  chunk_bytes = std::max<size_t>(chunk_bytes / element * element, element);
   const uint32_t count = static_cast<uint32_t>(std::max<size_t>(1, (bytes + chunk_bytes - 1) / chunk_bytes));
   std::vector<StageFrame> frames(count);
   for (uint32_t i = 0; i < count; ++i) {
@@ -58,7 +73,7 @@ std::vector<StageFrame> EncodeStageMessage(const StageMessage& m, size_t chunk_b
     f.set_micro_batch(m.micro_batch);
     f.set_batch(m.batch);
     f.set_t(m.t);
-    f.set_dtype(shardline::v1::DTYPE_F32);
+    f.set_dtype(static_cast<shardline::v1::DType>(common::DTypeToProto(narrow ? wire : common::DType::kF32)));
     f.set_elements(static_cast<int64_t>(m.values.size()));
     f.set_loss_scale(m.loss_scale);
     f.set_norm(m.norm);
@@ -67,7 +82,7 @@ std::vector<StageFrame> EncodeStageMessage(const StageMessage& m, size_t chunk_b
     if (i == 0) *f.mutable_targets() = {m.targets.begin(), m.targets.end()};
     const size_t begin = i * chunk_bytes, end = std::min(bytes, begin + chunk_bytes);
     if (begin < end) {
-      f.set_payload(reinterpret_cast<const char*>(m.values.data()) + begin, end - begin);
+      f.set_payload(data + begin, end - begin);
     }
   }
   return frames;
@@ -75,7 +90,11 @@ std::vector<StageFrame> EncodeStageMessage(const StageMessage& m, size_t chunk_b
 
 absl::Status FrameAssembler::Check(const StageFrame& f) {
   if (f.has_hello()) return Bad("hello after the stream started");
-  if (f.dtype() != shardline::v1::DTYPE_F32) return Bad(absl::StrCat("dtype ", f.dtype(), " is not f32"));
+  if (f.dtype() != shardline::v1::DTYPE_F32 && f.dtype() != shardline::v1::DTYPE_BF16 &&
+      f.dtype() != shardline::v1::DTYPE_F16) {
+    return Bad(absl::StrCat("dtype ", f.dtype(), " is not f32, bf16 or f16"));
+  }
+  const size_t element = f.dtype() == shardline::v1::DTYPE_F32 ? 4 : 2;
   if (f.elements() < 0 || f.elements() > kMaxFrameElements) {
     return Bad(absl::StrCat(f.elements(), " elements"));
   }
@@ -86,17 +105,17 @@ absl::Status FrameAssembler::Check(const StageFrame& f) {
   if (f.batch() < 0 || f.t() < 0 || f.batch() > (int64_t{1} << 24) || f.t() > (int64_t{1} << 24)) {
     return Bad(absl::StrCat("batch ", f.batch(), " × t ", f.t()));
   }
-  if (f.payload().size() % sizeof(float) != 0) return Bad("payload is not whole f32 values");
+  if (f.payload().size() % element != 0) return Bad("payload is not whole values");
   if (f.chunk_index() != next_chunk_) {
     return Bad(absl::StrCat("chunk ", f.chunk_index(), " arrived where ", next_chunk_, " was due"));
   }
-  if (active_ && (f.kind() != first_.kind() || f.step() != first_.step() ||
+  if (active_ && (f.kind() != first_.kind() || f.step() != first_.step() || f.dtype() != first_.dtype() ||
                   f.micro_batch() != first_.micro_batch() || f.elements() != first_.elements() ||
                   f.chunk_count() != first_.chunk_count())) {
     return Bad("chunks of one tensor disagree on its header");
   }
   if (f.chunk_index() > 0 && f.targets_size() > 0) return Bad("targets outside chunk 0");
-  const size_t total = static_cast<size_t>(f.elements()) * sizeof(float);
+  const size_t total = static_cast<size_t>(f.elements()) * element;
   if (filled_bytes_ + f.payload().size() > total) return Bad("payload larger than the tensor");
   return absl::OkStatus();
 }
@@ -119,18 +138,40 @@ absl::StatusOr<std::optional<StageMessage>> FrameAssembler::Add(const StageFrame
     message_.norm = f.norm();
     message_.targets.assign(f.targets().begin(), f.targets().end());
     message_.values.resize(static_cast<size_t>(f.elements()));
+    element_bytes_ = f.dtype() == shardline::v1::DTYPE_F32 ? 4 : 2;
+    if (element_bytes_ == 2) narrow_.resize(static_cast<size_t>(f.elements()));
   }
-  std::memcpy(reinterpret_cast<char*>(message_.values.data()) + filled_bytes_, f.payload().data(),
-              f.payload().size());
+  char* target = element_bytes_ == 4 ? reinterpret_cast<char*>(message_.values.data())
+                                     : reinterpret_cast<char*>(narrow_.data());
+  std::memcpy(target + filled_bytes_, f.payload().data(), f.payload().size());
   filled_bytes_ += f.payload().size();
   if (++next_chunk_ < f.chunk_count()) return std::optional<StageMessage>();
-  if (filled_bytes_ != message_.values.size() * sizeof(float)) {
+  if (filled_bytes_ != message_.values.size() * element_bytes_) {
     *this = FrameAssembler();
     return Bad("payload shorter than the tensor");
+  }
+  if (element_bytes_ == 2) {
+    if (first_.dtype() == shardline::v1::DTYPE_BF16) {
+      common::ConvertBf16ToF32(narrow_.data(), message_.values.data(), narrow_.size());
+    } else {
+      common::ConvertF16ToF32(narrow_.data(), message_.values.data(), narrow_.size());
+    }
   }
   StageMessage done = std::move(message_);
   *this = FrameAssembler();
   return std::optional<StageMessage>(std::move(done));
+}
+
+void RoundToWirePrecision(std::vector<float>& values, common::DType wire) {
+  if (wire != common::DType::kBF16 && wire != common::DType::kF16) return;
+  std::vector<uint16_t> halves(values.size());
+  if (wire == common::DType::kBF16) {
+    common::ConvertF32ToBf16(values.data(), halves.data(), halves.size());
+    common::ConvertBf16ToF32(halves.data(), values.data(), halves.size());
+  } else {
+    common::ConvertF32ToF16(values.data(), halves.data(), halves.size());
+    common::ConvertF16ToF32(halves.data(), values.data(), halves.size());
+  }
 }
 
 }  // namespace shardline::worker::runtime

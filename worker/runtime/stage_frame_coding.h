@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/dtype.h"
 #include "shardline/v1/stage_link.pb.h"
 #include "worker/runtime/stage_link.h"
 
@@ -17,8 +18,15 @@ inline constexpr size_t kDefaultChunkBytes = 1 << 20;
 // No tensor on a stage link may exceed this (4 GiB of f32).
 inline constexpr int64_t kMaxFrameElements = int64_t{1} << 30;
 
+// `wire` is the payload precision: f32, or bf16 / f16 (values rounded to
+// nearest even on the way; the receiver widens them back to f32 exactly).
 std::vector<shardline::v1::StageFrame> EncodeStageMessage(const StageMessage& message,
-                                                          size_t chunk_bytes = kDefaultChunkBytes);
+                                                          size_t chunk_bytes = kDefaultChunkBytes,
+                                                          common::DType wire = common::DType::kF32);
+
+// What a value becomes after a trip over a `wire`-precision link: the same
+// rounding the gRPC path applies, for links that move floats directly.
+void RoundToWirePrecision(std::vector<float>& values, common::DType wire);
 
 // Reassembles messages from frames, one message at a time. Not thread-safe.
 class FrameAssembler {
@@ -33,7 +41,9 @@ class FrameAssembler {
   shardline::v1::StageFrame first_;  // header of the message being assembled
   uint32_t next_chunk_ = 0;
   StageMessage message_;
-  size_t filled_bytes_ = 0;
+  size_t filled_bytes_ = 0;      // payload bytes received so far
+  size_t element_bytes_ = 4;     // 4 for f32, 2 for bf16 / f16
+  std::vector<uint16_t> narrow_;  // 16-bit payloads, widened when complete
 };
 
 }  // namespace shardline::worker::runtime

@@ -106,8 +106,8 @@ class ExchangeReactor final : public grpc::ServerBidiReactor<StageFrame, StageFr
 
 std::shared_ptr<ExchangeStream> StageLinkService::Expect(const std::string& job_id, uint64_t epoch,
                                                          int stage, absl::Duration timeout,
-                                                         size_t chunk_bytes) {
-  auto stream = std::make_shared<ExchangeStream>(timeout, chunk_bytes);
+                                                         size_t chunk_bytes, common::DType wire) {
+  auto stream = std::make_shared<ExchangeStream>(timeout, chunk_bytes, wire);
   absl::MutexLock lock(&mu_);
   expected_[{job_id, stage}] = Expectation{epoch, stream, false};
   return stream;

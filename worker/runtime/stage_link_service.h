@@ -27,7 +27,8 @@ class StageLinkService final : public shardline::v1::StageLink::CallbackService 
   // Stage `stage` of `job_id` at `epoch` waits for stage + 1 to connect.
   // The stream is closed when the last holder lets go of it.
   std::shared_ptr<ExchangeStream> Expect(const std::string& job_id, uint64_t epoch, int stage,
-                                         absl::Duration timeout, size_t chunk_bytes);
+                                         absl::Duration timeout, size_t chunk_bytes,
+                                         common::DType wire = common::DType::kF32);
   // Drops an expectation (the stage is done or re-planned).
   void Forget(const std::string& job_id, int stage);
 
