@@ -42,9 +42,11 @@ std::string MetricsLog::EvalJson(const EvalMetrics& m) {
                            ? absl::StrCat("\"accuracy\": ", Number(m.accuracy))
                            : absl::StrCat("\"val_loss\": ", Number(m.val_loss),
                                           ", \"bits_per_byte\": ", Number(m.bits_per_byte));
+  // train_seconds only when this process trained (not for --eval_weights).
+  const std::string seconds =
+      m.train_seconds > 0 ? absl::StrFormat(", \"train_seconds\": %.1f", m.train_seconds) : "";
   return absl::StrCat("{\"eval\": true, \"step\": ", m.step, ", ", metric, ", \"examples\": ",
-                      m.examples, ", \"train_seconds\": ", absl::StrFormat("%.1f", m.train_seconds),
-                      "}");
+                      m.examples, seconds, "}");
 }
 
 absl::Status MetricsLog::WriteLine(const std::string& line) {
