@@ -4,7 +4,9 @@
 // Reports tokens/s, pipeline efficiency (Σ stage busy time ÷ (p × step
 // time)) next to the analytic bound 1 − (p−1)/(m+p−1), the exposed
 // communication time (step time − the busiest stage's compute), peak
-// activation slots, and tokens/s relative to the single-process trainer on
+// activation slots, the process's peak resident memory (all stages; it only
+// grows, so each row includes the rows before it), and tokens/s relative to
+// the single-process trainer on
 // the same model and thread budget in the same run.
 //
 //   bench_pipeline [--stages=2,4] [--steps=N] [--threads=N] [--json=FILE]
@@ -13,6 +15,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -60,6 +63,16 @@ std::vector<int> Cuts(int units, int stages) {
   for (int s = 1; s < stages; ++s) cuts.push_back(1 + (units - 2) * s / stages);
   cuts.push_back(units);
   return cuts;
+}
+
+// The process's peak resident memory so far (VmHWM), in MiB.
+double PeakRssMiB() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
+  }
+  return 0.0;
 }
 
 double ReferenceTokensPerSecond(const shardline::v1::JobSpec& spec, int threads, int steps) {
@@ -175,6 +188,7 @@ void Measure(int p, int total_threads, int steps, BenchReport& report) {
               {"exposed_comm_ms", exposed / steps * 1e3},
               {"step_ms", wall / steps * 1e3},
               {"peak_slots", static_cast<double>(peak)},
+              {"peak_rss_mib", PeakRssMiB()},
               {"reference_tokens_per_s", reference},
               {"vs_reference", tokens / wall / reference}});
 }
