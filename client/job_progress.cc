@@ -94,10 +94,12 @@ std::string DescribeJob(const shardline::v1::JobStatus& s) {
       s.committed_step() >= 0 ? absl::StrCat("step ", s.committed_step()) : "none");
   if (!s.message().empty()) absl::StrAppend(&out, "Message:    ", s.message(), "\n");
   if (s.stages_size() > 0) {
-    std::vector<std::vector<std::string>> rows = {{"STAGE", "WORKER", "UNITS", "BUSY", "PEAK MICRO-BATCHES"}};
+    std::vector<std::vector<std::string>> rows = {
+        {"STAGE", "WORKER", "UNITS", "BUSY", "PEAK MICRO-BATCHES", "MINOR FAULTS/GIB RECEIVED"}};
     for (const auto& st : s.stages()) {
       rows.push_back({absl::StrCat(st.stage()), st.worker(), absl::StrCat("[", st.unit_begin(), ", ", st.unit_end(), ")"),
-                      absl::StrFormat("%.0f%%", 100 * st.busy_fraction()), absl::StrCat(st.peak_slots())});
+                      absl::StrFormat("%.0f%%", 100 * st.busy_fraction()), absl::StrCat(st.peak_slots()),
+                      st.minor_faults_per_gib() > 0 ? absl::StrFormat("%.0f", st.minor_faults_per_gib()) : "-"});
     }
     out += "Stages:\n" + Table(rows);
   }

@@ -226,6 +226,8 @@ absl::StatusOr<bool> JobManager::ReportStep(const shardline::v1::ReportStepReque
                                   ? report.last.busy_seconds() / report.last.step_seconds()
                                   : 0.0);
     status->set_peak_slots(report.last.peak_slots());
+    const double gib = static_cast<double>(report.last.received_bytes()) / (1 << 30);
+    status->set_minor_faults_per_gib(gib > 0 ? report.last.minor_faults() / gib : 0.0);
   }
   const auto& last = job->stages.back().last;
   job->status.set_step(r.step());

@@ -43,6 +43,7 @@ TEST_P(ClusterTest, DistributedTrainingEqualsTheReference) {
   ASSERT_TRUE(last.ok()) << last.status();
   ASSERT_EQ(last->state(), shardline::v1::SUCCEEDED) << last->message();
   for (const auto& stage : last->stages()) {
+    EXPECT_GE(stage.minor_faults_per_gib(), 0.0);
     const int64_t bound = c.schedule == "1f1b" ? std::min(c.stages - stage.stage(), c.micro_batches)
                                                : c.micro_batches;
     EXPECT_EQ(stage.peak_slots(), bound) << "stage " << stage.stage();

@@ -111,6 +111,7 @@ void ExchangeStream::Detach(const absl::Status& status) {
 }
 
 absl::Status ExchangeStream::FrameReceived(const shardline::v1::StageFrame& frame) {
+  bytes_received_.fetch_add(frame.payload().size(), std::memory_order_relaxed);
   absl::StatusOr<std::optional<StageMessage>> message = assembler_.Add(frame);
   absl::MutexLock lock(&mu_);
   if (!message.ok()) {

@@ -8,6 +8,7 @@
 #ifndef SHARDLINE_WORKER_RUNTIME_EXCHANGE_STREAM_H_
 #define SHARDLINE_WORKER_RUNTIME_EXCHANGE_STREAM_H_
 
+#include <atomic>
 #include <deque>
 #include <string>
 
@@ -61,6 +62,8 @@ class ExchangeStream {
   bool writing();
   // No write starts after this; returns whether one is still in flight.
   bool StopWriting();
+  // Payload bytes of the frames received so far.
+  uint64_t bytes_received() const { return bytes_received_.load(std::memory_order_relaxed); }
 
  private:
   // Takes the next frame to write, if no write is in flight.
@@ -69,6 +72,7 @@ class ExchangeStream {
   const absl::Duration timeout_;
   const size_t chunk_bytes_;
   const common::DType wire_;
+  std::atomic<uint64_t> bytes_received_{0};
   FrameAssembler assembler_;  // used by the reactor's read callbacks only, one at a time
   absl::Mutex mu_;
   FrameWriter* writer_ ABSL_GUARDED_BY(mu_) = nullptr;

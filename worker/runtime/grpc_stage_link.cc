@@ -242,6 +242,11 @@ GrpcStageLink::~GrpcStageLink() {
   }
 }
 
+uint64_t GrpcStageLink::BytesReceived() {
+  return (downstream_ ? downstream_->bytes_received() : 0) +
+         (upstream_stream_ ? upstream_stream_->bytes_received() : 0);
+}
+
 void GrpcStageLink::Close(const std::string& reason) {
   if (downstream_ != nullptr) downstream_->Close(reason);
   if (upstream_stream_ != nullptr) upstream_stream_->Close(reason);

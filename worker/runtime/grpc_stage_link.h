@@ -46,6 +46,7 @@ class GrpcStageLink final : public StageLink {
   absl::StatusOr<StageMessage> ReceiveFromPrevious() override;
   absl::Status SendToPrevious(StageMessage message) override;
   absl::StatusOr<StageMessage> ReceiveFromNext() override;
+  uint64_t BytesReceived() override;
   // Fails every wait, now and later, with UNAVAILABLE `reason` (cancellation).
   void Close(const std::string& reason);
 

@@ -1,5 +1,7 @@
 #include "worker/runtime/pipeline_stage.h"
 
+#include <sys/resource.h>
+
 #include <chrono>
 #include <cmath>
 
@@ -11,6 +13,14 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using Kind = StageMessage::Kind;
+
+// Minor page faults of this process so far: allocator churn on the receive
+// path shows up here (shared/docs/transport-notes.md).
+int64_t MinorFaults() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_minflt;
+}
 
 double Since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
@@ -159,6 +169,8 @@ absl::StatusOr<double> PipelineStage::ReduceGradNorm(int64_t step) {
 
 absl::StatusOr<StageStepResult> PipelineStage::RunStep(int64_t step) {
   const auto start = Clock::now();
+  const uint64_t received_before = link_.BytesReceived();
+  const int64_t faults_before = MinorFaults();
   StageStepResult result;
   result.step = step;
   std::vector<data::Batch> batches;
@@ -191,6 +203,8 @@ absl::StatusOr<StageStepResult> PipelineStage::RunStep(int64_t step) {
   result.lr = nn::LearningRate(optimizer, step);
   RETURN_IF_ERROR(runtime_.ApplyOptimizer(step, nn::ClipFactor(optimizer, result.grad_norm)));
   result.step_seconds = Since(start);
+  result.received_bytes = link_.BytesReceived() - received_before;
+  result.minor_faults = MinorFaults() - faults_before;
   return result;
 }
 

@@ -38,6 +38,8 @@ struct StageStepResult {
   double busy_seconds = 0;  // time in forward/backward compute
   double step_seconds = 0;  // wall time of the whole step on this stage
   int64_t tokens = 0;       // tokens of the step
+  uint64_t received_bytes = 0;  // link payload bytes received during the step
+  int64_t minor_faults = 0;     // minor page faults of the whole process during the step
 };
 
 class PipelineStage {

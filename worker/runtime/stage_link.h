@@ -50,6 +50,9 @@ class StageLink {
   virtual absl::StatusOr<StageMessage> ReceiveFromPrevious() = 0;
   virtual absl::Status SendToPrevious(StageMessage message) = 0;
   virtual absl::StatusOr<StageMessage> ReceiveFromNext() = 0;
+  // Payload bytes received from both neighbours so far (what crossed the wire;
+  // 0 for links that move no bytes).
+  virtual uint64_t BytesReceived() { return 0; }
 };
 
 }  // namespace shardline::worker::runtime

@@ -272,6 +272,7 @@ TEST(GrpcStageLinkTest, TheDownstreamStageMayConnectBeforeTheUpstreamOneIsReady)
   auto received = (*link)->ReceiveFromPrevious();
   ASSERT_TRUE(received.ok()) << received.status();
   EXPECT_EQ(received->values, activation.values);
+  EXPECT_EQ((*link)->BytesReceived(), 2 * sizeof(float)) << "payload bytes, for the step report";
   link->reset();
   upstream->server->Shutdown();
   own->server->Shutdown();
