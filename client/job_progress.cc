@@ -99,7 +99,7 @@ std::string DescribeJob(const shardline::v1::JobStatus& s) {
     for (const auto& st : s.stages()) {
       rows.push_back({absl::StrCat(st.stage()), st.worker(), absl::StrCat("[", st.unit_begin(), ", ", st.unit_end(), ")"),
                       absl::StrFormat("%.0f%%", 100 * st.busy_fraction()), absl::StrCat(st.peak_slots()),
-                      st.minor_faults_per_gib() > 0 ? absl::StrFormat("%.0f", st.minor_faults_per_gib()) : "-"});
+                      absl::StrFormat("%.0f", st.minor_faults_per_gib())});
     }
     out += "Stages:\n" + Table(rows);
   }
