@@ -198,12 +198,9 @@ int Main() {
     for (int n : sizes) BenchGemm(**backend, n, reps, report);
     BenchKernels(**backend, reps, report);
   }
-  std::printf("%s", report.Table().c_str());
-  if (const std::string path = absl::GetFlag(FLAGS_json); !path.empty()) {
-    if (absl::Status s = report.WriteJson(path); !s.ok()) {
-      std::fprintf(stderr, "Error: %s\n", s.ToString().c_str());
-      return 1;
-    }
+  if (absl::Status s = report.Publish(absl::GetFlag(FLAGS_json)); !s.ok()) {
+    std::fprintf(stderr, "Error: %s\n", s.ToString().c_str());
+    return 1;
   }
   return 0;
 }

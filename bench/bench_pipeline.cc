@@ -205,8 +205,7 @@ int Main() {
     }
     Measure(p, threads, std::max(1, absl::GetFlag(FLAGS_steps)), report);
   }
-  std::printf("%s", report.Table().c_str());
-  if (const std::string path = absl::GetFlag(FLAGS_json); !path.empty()) BENCH_CHECK_OK(report.WriteJson(path));
+  BENCH_CHECK_OK(report.Publish(absl::GetFlag(FLAGS_json)));
   return 0;
 }
 

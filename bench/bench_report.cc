@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
@@ -88,6 +89,11 @@ absl::Status BenchReport::WriteJson(const std::string& path) const {
   file.close();
   if (!file) return absl::DataLossError(absl::StrCat("write to ", path, " failed"));
   return absl::OkStatus();
+}
+
+absl::Status BenchReport::Publish(const std::string& json_path) const {
+  std::printf("%s", Table().c_str());
+  return json_path.empty() ? absl::OkStatus() : WriteJson(json_path);
 }
 
 double MedianSeconds(int reps, const std::function<void()>& fn) {

@@ -36,6 +36,8 @@ class BenchReport {
   // [{"key": value, ...}, ...]
   std::string Json() const;
   absl::Status WriteJson(const std::string& path) const;
+  // Prints the table to stdout and, when `json_path` is not empty, writes the JSON there.
+  absl::Status Publish(const std::string& json_path) const;
 
  private:
   std::vector<Row> rows_;

@@ -91,10 +91,7 @@ int Main() {
                 {"model_gflops", 6.0 * params * tokens / seconds / 1e9},
                 {"last_loss", loss}});
   }
-  std::printf("%s", report.Table().c_str());
-  if (const std::string path = absl::GetFlag(FLAGS_json); !path.empty()) {
-    BENCH_CHECK_OK(report.WriteJson(path));
-  }
+  BENCH_CHECK_OK(report.Publish(absl::GetFlag(FLAGS_json)));
   return 0;
 }
 

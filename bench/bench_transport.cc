@@ -278,8 +278,7 @@ int Main() {
     ::kill(child, SIGKILL);
     ::waitpid(child, &status, 0);
   }
-  std::printf("%s", report.Table().c_str());
-  if (const std::string path = absl::GetFlag(FLAGS_json); !path.empty()) BENCH_CHECK_OK(report.WriteJson(path));
+  BENCH_CHECK_OK(report.Publish(absl::GetFlag(FLAGS_json)));
   return 0;
 }
 
