@@ -108,7 +108,7 @@ void Measure(int p, int total_threads, int steps, BenchReport& report) {
     int port = 0;
     builder.AddChannelArgument("grpc.so_reuseport", 0);
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-    builder.RegisterService(services.back().get());
+    services.back()->RegisterWith(builder);
     servers.push_back(builder.BuildAndStart());
     addresses.push_back(absl::StrCat("127.0.0.1:", port));
   }

@@ -32,6 +32,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "bench/bench_report.h"
+#include "shardline/v1/stage_link.grpc.pb.h"
 #include "common/init.h"
 #include "worker/runtime/grpc_stage_link.h"
 #include "worker/runtime/stage_link_service.h"
@@ -40,6 +41,8 @@ ABSL_FLAG(std::string, sizes, "65536,262144,1048576,4194304,16777216,67108864", 
 ABSL_FLAG(int, reps, 0, "tensors per measurement (0: enough for ~256 MiB, at least 8)");
 ABSL_FLAG(int, trials, 5, "measurements per figure (median)");
 ABSL_FLAG(std::string, json, "", "write the rows as JSON to this file");
+ABSL_FLAG(int, chunk_kib, 1024, "StageLink payload KiB per frame");
+ABSL_FLAG(int, window_frames, 16, "StageLink frames the receiver lets the sender have in flight");
 
 namespace shardline::bench {
 namespace {
@@ -49,6 +52,14 @@ using Clock = std::chrono::steady_clock;
 
 double Seconds(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+worker::runtime::ExchangeOptions LinkOptions() {
+  worker::runtime::ExchangeOptions options;
+  options.timeout = absl::Seconds(120);
+  options.chunk_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_chunk_kib)) << 10;
+  options.window_frames = static_cast<uint32_t>(absl::GetFlag(FLAGS_window_frames));
+  return options;
 }
 
 int RepsFor(size_t bytes) {
@@ -114,7 +125,7 @@ int Receiver(int tcp_listener, int sink_port_pipe, int link_port_pipe) {
   options.stage = 1;
   options.stages = 2;
   options.upstream_address = stagelink_upstream;
-  options.timeout = absl::Seconds(120);
+  options.exchange = LinkOptions();
   auto link = worker::runtime::GrpcStageLink::Create(options);
   if (!link.ok()) return 1;
   while (true) {
@@ -177,9 +188,9 @@ int Main() {
   int link_port = 0;
   builder.AddChannelArgument("grpc.so_reuseport", 0);
   builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &link_port);
-  builder.RegisterService(&link_service);
+  link_service.RegisterWith(builder);
   auto link_server = builder.BuildAndStart();
-  auto downstream = link_service.Expect("bench", 1, 0, absl::Seconds(120), worker::runtime::kDefaultChunkBytes);
+  auto downstream = link_service.Expect("bench", 1, 0, LinkOptions());
   if (::write(to_child[1], &link_port, sizeof(link_port)) != sizeof(link_port)) return 2;
   int sink_port = 0;
   if (::read(to_parent[0], &sink_port, sizeof(sink_port)) != sizeof(sink_port)) return 2;
@@ -205,15 +216,19 @@ int Main() {
   int64_t step = 0;
   for (size_t bytes : sizes) {
     const int reps = RepsFor(bytes);
-    StageMessage message;
-    message.kind = StageMessage::Kind::kActivation;
-    message.values.assign(bytes / 4, 0.5f);
+    // One tensor sent `reps` times: the frames alias it, as a stage's do.
+    auto message = std::make_shared<StageMessage>();
+    message->kind = StageMessage::Kind::kActivation;
+    message->step = ++step;
+    message->values.assign(bytes / 4, 0.5f);
     auto stagelink_reps = [&] {
-      for (int r = 0; r < reps; ++r) {
-        message.step = ++step;
-        BENCH_CHECK_OK(downstream->Send(message));
-      }
-      for (int r = 0; r < reps; ++r) BENCH_CHECK_OK(downstream->Receive().status());
+      // Acks are taken as they come (a stage that stopped receiving would,
+      // by design, stop being sent to).
+      std::thread acks([&] {
+        for (int r = 0; r < reps; ++r) BENCH_CHECK_OK(downstream->Receive().status());
+      });
+      for (int r = 0; r < reps; ++r) BENCH_CHECK_OK(downstream->Send(message));
+      acks.join();
     };
     std::vector<char> data(bytes, 'x');
     // Every path sends all `reps` tensors back to back and then waits for

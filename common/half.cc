@@ -82,4 +82,12 @@ void ConvertF16ToF32(const uint16_t* src, float* dst, size_t n) {
   for (size_t i = 0; i < n; ++i) dst[i] = Float16BitsToFloat(src[i]);
 }
 
+void RoundThroughBf16(float* values, size_t n) {
+  for (size_t i = 0; i < n; ++i) values[i] = BFloat16BitsToFloat(FloatToBFloat16Bits(values[i]));
+}
+
+void RoundThroughF16(float* values, size_t n) {
+  for (size_t i = 0; i < n; ++i) values[i] = Float16BitsToFloat(FloatToFloat16Bits(values[i]));
+}
+
 }  // namespace shardline::common

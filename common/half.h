@@ -29,6 +29,10 @@ void ConvertBf16ToF32(const uint16_t* src, float* dst, size_t n);
 void ConvertF32ToF16(const float* src, uint16_t* dst, size_t n);
 void ConvertF16ToF32(const uint16_t* src, float* dst, size_t n);
 
+// In place, what each value becomes after a trip through bf16 / f16.
+void RoundThroughBf16(float* values, size_t n);
+void RoundThroughF16(float* values, size_t n);
+
 }  // namespace shardline::common
 
 #endif  // SHARDLINE_COMMON_HALF_H_

@@ -22,6 +22,8 @@ ABSL_FLAG(std::string, device, "auto", "auto (cuda:0 when present, else cpu), cp
 ABSL_FLAG(std::string, name, "", "unique worker name (required)");
 ABSL_FLAG(int, threads, 0, "CPU compute threads (0 = all cores)");
 ABSL_FLAG(int64_t, link_timeout_ms, 60000, "a neighbour silent this long fails the step");
+ABSL_FLAG(int64_t, link_chunk_kib, 1024, "payload KiB per stage-link frame (4 to 16384)");
+ABSL_FLAG(int32_t, link_window_frames, 16, "frames a neighbour may send ahead of this stage (1 to 4096)");
 ABSL_FLAG(std::string, port_file, "", "write the StageLink port here once registered");
 
 namespace {
@@ -44,7 +46,15 @@ int main(int argc, char** argv) {
   }
   options.name = absl::GetFlag(FLAGS_name);
   options.threads = absl::GetFlag(FLAGS_threads);
-  options.link_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_link_timeout_ms));
+  options.link.timeout = absl::Milliseconds(absl::GetFlag(FLAGS_link_timeout_ms));
+  const int64_t chunk_kib = absl::GetFlag(FLAGS_link_chunk_kib);
+  const int32_t window = absl::GetFlag(FLAGS_link_window_frames);
+  if (chunk_kib < 4 || chunk_kib > 16384 || window < 1 || window > 4096) {
+    std::fprintf(stderr, "Error: --link_chunk_kib must be within [4, 16384] and --link_window_frames within [1, 4096]\n");
+    return 3;
+  }
+  options.link.chunk_bytes = static_cast<size_t>(chunk_kib) << 10;
+  options.link.window_frames = static_cast<uint32_t>(window);
   auto worker = shardline::worker::WorkerServer::Start(options);
   if (!worker.ok()) {
     std::fprintf(stderr, "Error: %s\n", std::string(worker.status().message()).c_str());

@@ -54,7 +54,7 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const WorkerOp
   builder.AddChannelArgument("grpc.so_reuseport", 0);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &w->port_);
-  builder.RegisterService(&w->link_service_);
+  w->link_service_.RegisterWith(builder);
   w->server_ = builder.BuildAndStart();
   if (w->server_ == nullptr || w->port_ == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen));
@@ -164,11 +164,14 @@ void WorkerServer::RunJob(shardline::v1::Assignment a) {
   options.stages = a.stages();
   options.upstream_address = a.upstream_address();
   options.service = &link_service_;
-  options.timeout = options_.link_timeout;
+  options.exchange = options_.link;
   absl::StatusOr<common::DType> wire = common::ParseDType(a.spec().parallel().wire_dtype().empty()
                                                               ? "f32"
                                                               : a.spec().parallel().wire_dtype());
-  if (wire.ok()) options.wire = *wire;
+  if (wire.ok()) options.exchange.wire = *wire;
+  // Enough waiting room that no two neighbours can both wait on a full
+  // buffer under either schedule (1F1B needs about half the stage count).
+  options.exchange.max_waiting = std::max<size_t>(8, static_cast<size_t>(a.stages()));
   absl::StatusOr<std::unique_ptr<runtime::GrpcStageLink>> link = runtime::GrpcStageLink::Create(options);
   absl::Status status = link.status();
   if (link.ok()) {

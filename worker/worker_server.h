@@ -33,7 +33,9 @@ struct WorkerOptions {
   std::string name;
   int threads = 0;
   absl::Duration rpc_deadline = absl::Seconds(10);
-  absl::Duration link_timeout = absl::Seconds(60);
+  // Stage links: timeout, chunk size and flow-control window (the wire
+  // precision and the waiting bound come from each job).
+  runtime::ExchangeOptions link;
 };
 
 // f32 GEMM FLOP/s of `backend` on 1024³ (median of a few runs).

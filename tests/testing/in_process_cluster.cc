@@ -45,7 +45,7 @@ absl::StatusOr<std::unique_ptr<InProcessCluster>> InProcessCluster::Start(int wo
     options.coordinator = c->address_;
     options.name = absl::StrCat("t", i);
     options.threads = 1;
-    options.link_timeout = absl::Seconds(30);
+    options.link.timeout = absl::Seconds(30);
     ASSIGN_OR_RETURN(auto w, worker::WorkerServer::Start(options));
     c->workers_.push_back(std::move(w));
   }

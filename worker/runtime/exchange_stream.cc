@@ -1,17 +1,34 @@
 #include "worker/runtime/exchange_stream.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
+#include "common/tensor_coding.h"
 
 namespace shardline::worker::runtime {
 
-absl::Status ExchangeStream::Send(const StageMessage& message) {
-  std::vector<shardline::v1::StageFrame> frames = EncodeStageMessage(message, chunk_bytes_, wire_);
-  const shardline::v1::StageFrame* start = nullptr;
+// More credit than this in hand is a confused peer.
+constexpr uint32_t kMaxCredit = 1u << 24;
+
+absl::Status ExchangeStream::Send(std::shared_ptr<const StageMessage> message) {
+  // Encoding only builds headers; the frames alias the message's values.
+  std::vector<grpc::ByteBuffer> frames = EncodeStageMessage(std::move(message), options_.chunk_bytes, options_.wire);
+  const grpc::ByteBuffer* start = nullptr;
   FrameWriter* writer = nullptr;
   {
     absl::MutexLock lock(&mu_);
+    auto room = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+      return queued_messages_ < options_.max_waiting || !closed_.ok();
+    };
+    if (!mu_.AwaitWithTimeout(absl::Condition(&room), options_.timeout)) {
+      return absl::DeadlineExceededError(absl::StrCat("the neighbouring stage took nothing for ",
+                                                      absl::FormatDuration(options_.timeout)));
+    }
     if (!closed_.ok()) return closed_;
-    for (auto& f : frames) outbox_.push_back(std::move(f));
+    for (size_t i = 0; i < frames.size(); ++i) {
+      outbox_.push_back(Outgoing{std::move(frames[i]), i + 1 == frames.size()});
+    }
+    ++queued_messages_;
     start = NextWrite();
     writer = writer_;
   }
@@ -21,22 +38,35 @@ absl::Status ExchangeStream::Send(const StageMessage& message) {
   return absl::OkStatus();
 }
 
-const shardline::v1::StageFrame* ExchangeStream::NextWrite() {
-  if (writing_ || stop_writes_ || writer_ == nullptr || outbox_.empty() || !closed_.ok()) {
-    return nullptr;
+const grpc::ByteBuffer* ExchangeStream::NextWrite() {
+  if (writing_ || stop_writes_ || writer_ == nullptr || !closed_.ok()) return nullptr;
+  if (grant_pending_ > 0) {
+    shardline::v1::StageFrame grant;
+    grant.set_credit(grant_pending_);
+    grant_pending_ = 0;
+    grant_frame_ = common::EncodeFrame(grant);
+    writing_ = writing_grant_ = true;
+    return &grant_frame_;
   }
+  if (outbox_.empty() || send_credit_ == 0) return nullptr;
+  --send_credit_;
   writing_ = true;
-  return &outbox_.front();  // deque::push_back keeps references to existing elements
+  return &outbox_.front().frame;  // deque::push_back keeps references to existing elements
 }
 
 void ExchangeStream::FrameWritten(bool ok) {
-  const shardline::v1::StageFrame* next = nullptr;
+  const grpc::ByteBuffer* next = nullptr;
   FrameWriter* writer = nullptr;
   {
     absl::MutexLock lock(&mu_);
     writing_ = false;
-    if (!outbox_.empty()) outbox_.pop_front();
-    if (!ok && closed_.ok()) closed_ = absl::UnavailableError("the link to the neighbouring stage broke");
+    if (writing_grant_) {
+      writing_grant_ = false;
+    } else if (!outbox_.empty()) {
+      if (outbox_.front().ends_message && queued_messages_ > 0) --queued_messages_;
+      outbox_.pop_front();  // gRPC lets go of the payload when it is done with the bytes
+    }
+    if (!ok) CloseLocked(absl::UnavailableError("the link to the neighbouring stage broke"));
     next = NextWrite();
     writer = writer_;
   }
@@ -55,16 +85,35 @@ bool ExchangeStream::writing() {
 }
 
 absl::StatusOr<StageMessage> ExchangeStream::Receive() {
-  absl::MutexLock lock(&mu_);
-  auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return !inbox_.empty() || !closed_.ok(); };
-  if (!mu_.AwaitWithTimeout(absl::Condition(&ready), timeout_)) {
-    return absl::DeadlineExceededError(absl::StrCat("no message from the neighbouring stage for ",
-                                                    absl::FormatDuration(timeout_)));
+  const grpc::ByteBuffer* start = nullptr;
+  FrameWriter* writer = nullptr;
+  StageMessage message;
+  {
+    absl::MutexLock lock(&mu_);
+    auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return !inbox_.empty() || !closed_.ok(); };
+    if (!mu_.AwaitWithTimeout(absl::Condition(&ready), options_.timeout)) {
+      return absl::DeadlineExceededError(absl::StrCat("no message from the neighbouring stage for ",
+                                                      absl::FormatDuration(options_.timeout)));
+    }
+    if (inbox_.empty()) return closed_;
+    message = std::move(inbox_.front());
+    inbox_.pop_front();
+    MaybeGrant();
+    start = NextWrite();
+    writer = writer_;
   }
-  if (inbox_.empty()) return closed_;
-  StageMessage message = std::move(inbox_.front());
-  inbox_.pop_front();
+  if (start != nullptr) writer->StartFrameWrite(start);
   return message;
+}
+
+void ExchangeStream::MaybeGrant() {
+  // Grants go out in batches of half the window (one small write per several
+  // frames); the peer keeps the other half to go on with meanwhile.
+  const uint32_t batch = std::max<uint32_t>(1, options_.window_frames / 2);
+  if (owed_ < batch || inbox_.size() >= options_.max_waiting) return;
+  grant_pending_ += owed_;
+  peer_credit_ += owed_;
+  owed_ = 0;
 }
 
 absl::Status ExchangeStream::AwaitConnected() {
@@ -72,12 +121,11 @@ absl::Status ExchangeStream::AwaitConnected() {
   auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
     return writer_ != nullptr || !closed_.ok();
   };
-  if (!mu_.AwaitWithTimeout(absl::Condition(&ready), timeout_)) {
+  if (!mu_.AwaitWithTimeout(absl::Condition(&ready), options_.timeout)) {
     return absl::DeadlineExceededError(absl::StrCat("the neighbouring stage did not connect within ",
-                                                    absl::FormatDuration(timeout_)));
+                                                    absl::FormatDuration(options_.timeout)));
   }
-  if (!closed_.ok()) return closed_;
-  return absl::OkStatus();
+  return closed_;
 }
 
 void ExchangeStream::Close(const std::string& reason) {
@@ -86,7 +134,15 @@ void ExchangeStream::Close(const std::string& reason) {
 
 void ExchangeStream::Close(const absl::Status& status) {
   absl::MutexLock lock(&mu_);
-  if (closed_.ok()) closed_ = status.ok() ? absl::UnavailableError("link closed") : status;
+  CloseLocked(status.ok() ? absl::UnavailableError("link closed") : status);
+}
+
+void ExchangeStream::CloseLocked(const absl::Status& status) {
+  if (!closed_.ok()) return;
+  closed_ = status;
+  // Nothing queued will be written now: let the messages go.
+  if (!writing_) outbox_.clear();
+  queued_messages_ = 0;
 }
 
 bool ExchangeStream::closed() {
@@ -94,11 +150,17 @@ bool ExchangeStream::closed() {
   return !closed_.ok();
 }
 
-void ExchangeStream::Attach(FrameWriter* writer) {
-  const shardline::v1::StageFrame* start = nullptr;
+size_t ExchangeStream::peak_waiting_received() {
+  absl::MutexLock lock(&mu_);
+  return peak_inbox_;
+}
+
+void ExchangeStream::Attach(FrameWriter* writer, uint32_t peer_credit) {
+  const grpc::ByteBuffer* start = nullptr;
   {
     absl::MutexLock lock(&mu_);
     writer_ = writer;
+    send_credit_ = std::min(peer_credit, kMaxCredit);
     start = NextWrite();
   }
   if (start != nullptr) writer->StartFrameWrite(start);
@@ -107,25 +169,63 @@ void ExchangeStream::Attach(FrameWriter* writer) {
 void ExchangeStream::Detach(const absl::Status& status) {
   absl::MutexLock lock(&mu_);
   writer_ = nullptr;
-  if (closed_.ok()) closed_ = status.ok() ? absl::UnavailableError("link ended") : status;
+  CloseLocked(status.ok() ? absl::UnavailableError("link ended") : status);
+  outbox_.clear();
 }
 
-absl::Status ExchangeStream::FrameReceived(const shardline::v1::StageFrame& frame) {
-  bytes_received_.fetch_add(frame.payload().size(), std::memory_order_relaxed);
-  absl::StatusOr<std::optional<StageMessage>> message = assembler_.Add(frame);
-  absl::MutexLock lock(&mu_);
-  if (!message.ok()) {
-    if (closed_.ok()) closed_ = message.status();
-    return message.status();
+absl::Status ExchangeStream::FrameReceived(const grpc::ByteBuffer& bytes) {
+  absl::StatusOr<common::DecodedFrame> frame = common::DecodeFrame(bytes);
+  absl::Status status = frame.status();
+  const shardline::v1::StageFrame* header = frame.ok() ? &frame->header() : nullptr;
+  if (status.ok() && header->has_hello()) {
+    status = absl::InvalidArgumentError("malformed stage frame: hello after the stream started");
   }
-  if (!message->has_value()) return absl::OkStatus();
-  if (inbox_.size() >= kMaxInbox) {
-    if (closed_.ok()) {
-      closed_ = absl::ResourceExhaustedError("the neighbouring stage sent more than it may have in flight");
+  const bool grant_only = status.ok() && header->kind() == shardline::v1::StageFrame::KIND_UNSPECIFIED &&
+                          frame->payload_bytes() == 0;
+  // 1. Credit: take the peer's grant, charge its data frame against ours.
+  const grpc::ByteBuffer* start = nullptr;
+  FrameWriter* writer = nullptr;
+  {
+    absl::MutexLock lock(&mu_);
+    if (status.ok() && send_credit_ + uint64_t{header->credit()} > kMaxCredit) {
+      status = absl::InvalidArgumentError("the neighbouring stage granted more credit than it may");
     }
-    return closed_;
+    if (status.ok() && !grant_only && peer_credit_ == 0) {
+      status = absl::ResourceExhaustedError("the neighbouring stage sent a frame it had no credit for");
+    }
+    if (!status.ok()) {
+      CloseLocked(status);
+      return status;
+    }
+    send_credit_ += header->credit();
+    if (!grant_only) {
+      --peer_credit_;
+      ++owed_;
+    }
+    start = NextWrite();  // a grant may let a data frame go
+    writer = writer_;
   }
-  inbox_.push_back(std::move(**message));
+  if (start != nullptr) writer->StartFrameWrite(start);
+  if (grant_only) return absl::OkStatus();
+
+  // 2. Data: copy it into its message (no lock held: only this reactor assembles).
+  bytes_received_.fetch_add(frame->payload_bytes(), std::memory_order_relaxed);
+  absl::StatusOr<std::optional<StageMessage>> message = assembler_.Add(*frame);
+  {
+    absl::MutexLock lock(&mu_);
+    if (!message.ok()) {
+      CloseLocked(message.status());
+      return message.status();
+    }
+    if (message->has_value()) {
+      inbox_.push_back(std::move(**message));
+      peak_inbox_ = std::max(peak_inbox_, inbox_.size());
+    }
+    MaybeGrant();
+    start = NextWrite();
+    writer = writer_;
+  }
+  if (start != nullptr) writer->StartFrameWrite(start);
   return absl::OkStatus();
 }
 

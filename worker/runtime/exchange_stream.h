@@ -1,26 +1,45 @@
 // ExchangeStream is one Exchange stream between two neighbouring stages as
-// the stage thread sees it, whichever side opened it: Send encodes a message
-// into frames and queues them for the gRPC reactor to write one at a time;
-// Receive waits (with a deadline) for the next complete message that the
-// reactor assembled from incoming frames. Close ends it with a reason that
-// every later call returns. The reactor side talks to it through
-// FrameWriter, so this file stays free of gRPC. Thread-safe.
+// the stage thread sees it, whichever side opened it: Send splits a message
+// into frames that alias its values and queues them for the gRPC reactor to
+// write one at a time; Receive waits (with a deadline) for the next complete
+// message that the reactor assembled from incoming frames. Close ends it with
+// a reason that every later call returns. The reactor side talks to it
+// through FrameWriter, so this file knows nothing of reactors.
+//
+// Memory is bounded on both sides whatever the speeds of the two stages:
+//   - Send waits while `max_waiting` messages are queued and not yet written;
+//   - a data frame is written only under credit the peer granted (the
+//     protocol in stage_link.proto); we grant a frame back once it is copied
+//     into its message and fewer than `max_waiting` complete messages wait
+//     for the stage, so at most `window_frames` frames plus `max_waiting`
+//     messages are ever held for a slow stage.
+// Thread-safe.
 #ifndef SHARDLINE_WORKER_RUNTIME_EXCHANGE_STREAM_H_
 #define SHARDLINE_WORKER_RUNTIME_EXCHANGE_STREAM_H_
 
+#include <grpcpp/support/byte_buffer.h>
+
 #include <atomic>
 #include <deque>
+#include <memory>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "shardline/v1/stage_link.pb.h"
 #include "worker/runtime/stage_frame_coding.h"
 #include "worker/runtime/stage_link.h"
 
 namespace shardline::worker::runtime {
+
+struct ExchangeOptions {
+  absl::Duration timeout = absl::Seconds(60);  // for every wait of the stage thread
+  size_t chunk_bytes = kDefaultChunkBytes;     // payload bytes per data frame
+  common::DType wire = common::DType::kF32;    // precision of tensors sent
+  uint32_t window_frames = 16;                 // data frames the peer may send ahead of us
+  size_t max_waiting = 8;                      // messages queued to send, or received and not taken
+};
 
 // Implemented by the reactor that owns the wire. StartFrameWrite is called
 // with at most one frame in flight; the reactor answers with
@@ -28,20 +47,16 @@ namespace shardline::worker::runtime {
 class FrameWriter {
  public:
   virtual ~FrameWriter() = default;
-  virtual void StartFrameWrite(const shardline::v1::StageFrame* frame) = 0;
+  virtual void StartFrameWrite(const grpc::ByteBuffer* frame) = 0;
 };
 
 class ExchangeStream {
  public:
-  // Messages received but not yet taken; more is a misbehaving peer.
-  static constexpr size_t kMaxInbox = 4096;
-
-  // Sends carry tensors at `wire` precision (f32, bf16 or f16).
-  ExchangeStream(absl::Duration timeout, size_t chunk_bytes, common::DType wire = common::DType::kF32)
-      : timeout_(timeout), chunk_bytes_(chunk_bytes), wire_(wire) {}
+  explicit ExchangeStream(const ExchangeOptions& options)
+      : options_(options), peer_credit_(options.window_frames) {}
 
   // Stage side.
-  absl::Status Send(const StageMessage& message);
+  absl::Status Send(std::shared_ptr<const StageMessage> message);
   absl::StatusOr<StageMessage> Receive();
   // Waits until a reactor is attached (the peer connected), up to the timeout.
   absl::Status AwaitConnected();
@@ -50,36 +65,56 @@ class ExchangeStream {
   void Close(const absl::Status& status);
   bool closed();
 
-  // Reactor side. Attach before the first write; Detach once the reactor
-  // will write no more (it calls nothing after that).
-  void Attach(FrameWriter* writer);
+  // Reactor side. Our hello (or ack) grants the peer `window_frames()`;
+  // Attach, with the peer's grant, before the first write; Detach once the
+  // reactor will write no more (it calls nothing after that).
+  uint32_t window_frames() const { return options_.window_frames; }
+  void Attach(FrameWriter* writer, uint32_t peer_credit);
   void Detach(const absl::Status& status);
-  // A frame arrived; INVALID_ARGUMENT or RESOURCE_EXHAUSTED end the stream.
-  absl::Status FrameReceived(const shardline::v1::StageFrame& frame);
+  // A frame arrived after the hellos. INVALID_ARGUMENT (malformed) or
+  // RESOURCE_EXHAUSTED (sent without credit) end the stream.
+  absl::Status FrameReceived(const grpc::ByteBuffer& frame);
   // The frame given to StartFrameWrite is on the wire (ok) or lost (!ok).
   void FrameWritten(bool ok);
   // True while a write is in flight (the reactor must not finish then).
   bool writing();
   // No write starts after this; returns whether one is still in flight.
   bool StopWriting();
+
   // Payload bytes of the frames received so far.
   uint64_t bytes_received() const { return bytes_received_.load(std::memory_order_relaxed); }
+  // Most complete messages that ever waited for the stage at once.
+  size_t peak_waiting_received();
 
  private:
-  // Takes the next frame to write, if no write is in flight.
-  const shardline::v1::StageFrame* NextWrite() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  struct Outgoing {
+    grpc::ByteBuffer frame;
+    bool ends_message = false;
+  };
+  // The next frame to write, if none is in flight: a pending grant first,
+  // then a data frame if the peer granted credit.
+  const grpc::ByteBuffer* NextWrite() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Grants back the frames we hold credit for, if the stage keeps up.
+  void MaybeGrant() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void CloseLocked(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  const absl::Duration timeout_;
-  const size_t chunk_bytes_;
-  const common::DType wire_;
+  const ExchangeOptions options_;
   std::atomic<uint64_t> bytes_received_{0};
   FrameAssembler assembler_;  // used by the reactor's read callbacks only, one at a time
   absl::Mutex mu_;
   FrameWriter* writer_ ABSL_GUARDED_BY(mu_) = nullptr;
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool writing_grant_ ABSL_GUARDED_BY(mu_) = false;  // the write in flight is grant_frame_
   bool stop_writes_ ABSL_GUARDED_BY(mu_) = false;
-  std::deque<shardline::v1::StageFrame> outbox_ ABSL_GUARDED_BY(mu_);
+  std::deque<Outgoing> outbox_ ABSL_GUARDED_BY(mu_);
+  size_t queued_messages_ ABSL_GUARDED_BY(mu_) = 0;  // messages with frames in outbox_
+  uint32_t send_credit_ ABSL_GUARDED_BY(mu_) = 0;    // data frames the peer lets us write
+  uint32_t peer_credit_ ABSL_GUARDED_BY(mu_);        // data frames we let the peer write
+  uint32_t owed_ ABSL_GUARDED_BY(mu_) = 0;           // received frames not yet granted back
+  uint32_t grant_pending_ ABSL_GUARDED_BY(mu_) = 0;  // granted, not yet written
+  grpc::ByteBuffer grant_frame_ ABSL_GUARDED_BY(mu_);
   std::deque<StageMessage> inbox_ ABSL_GUARDED_BY(mu_);
+  size_t peak_inbox_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status closed_ ABSL_GUARDED_BY(mu_);  // not OK once closed
 };
 

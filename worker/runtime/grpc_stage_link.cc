@@ -1,5 +1,6 @@
 #include "worker/runtime/grpc_stage_link.h"
 
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
@@ -8,12 +9,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "common/grpc_status.h"
-#include "shardline/v1/stage_link.grpc.pb.h"
+#include "common/tensor_coding.h"
 
 namespace shardline::worker::runtime {
 namespace {
 
-using shardline::v1::StageFrame;
 
 absl::Status NoNeighbour(absl::string_view side) {
   return absl::FailedPreconditionError(absl::StrCat("this stage has no ", side, " stage"));
@@ -21,24 +21,40 @@ absl::Status NoNeighbour(absl::string_view side) {
 
 }  // namespace
 
+grpc::ChannelArguments StageLinkChannelArguments() {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_ENABLE_RETRIES, 0);  // we recover at micro-batch level, not per message
+  args.SetMaxReceiveMessageSize(StageLinkMaxFrameBytes());
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 30'000);  // the worker servers permit it
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10'000);
+  return args;
+}
+
+int StageLinkMaxFrameBytes() {
+  return static_cast<int>(kMaxChunkBytes + common::kMaxFrameHeaderBytes);
+}
+
 // One Exchange call to the previous stage. The hello goes out first; the
 // shared ExchangeStream is attached (and may write) only once the upstream
 // side has answered with its ack. A call refused before that (the upstream
 // stage has not registered yet) leaves the stream untouched, so that the
 // link can try again. A hold keeps the call open while the stage thread may
 // still start writes.
-class GrpcStageLink::UpstreamCall final : public grpc::ClientBidiReactor<StageFrame, StageFrame>,
+class GrpcStageLink::UpstreamCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>,
                                           public FrameWriter {
  public:
-  UpstreamCall(shardline::v1::StageLink::Stub* stub, const shardline::v1::StageHello& hello,
+  UpstreamCall(grpc::GenericStub* stub, const shardline::v1::StageHello& hello,
                std::shared_ptr<ExchangeStream> stream)
       : stub_(stub), stream_(std::move(stream)) {
-    *hello_.mutable_hello() = hello;
+    shardline::v1::StageFrame frame;
+    *frame.mutable_hello() = hello;
+    frame.set_credit(stream_->window_frames());
+    hello_ = common::EncodeFrame(frame);
     context_.set_wait_for_ready(true);  // the upstream worker may start after us
   }
 
   void Start() {
-    stub_->async()->Exchange(&context_, this);
+    stub_->PrepareBidiStreamingCall(&context_, StageLinkService::kExchangeMethod, grpc::StubOptions(), this);
     StartWrite(&hello_);
     StartRead(&in_);
     AddHold();
@@ -71,7 +87,7 @@ class GrpcStageLink::UpstreamCall final : public grpc::ClientBidiReactor<StageFr
     mu_.Await(absl::Condition(&done_));
   }
 
-  void StartFrameWrite(const StageFrame* frame) override { StartWrite(frame); }
+  void StartFrameWrite(const grpc::ByteBuffer* frame) override { StartWrite(frame); }
 
   void OnWriteDone(bool ok) override {
     if (hello_written_) {
@@ -99,11 +115,13 @@ class GrpcStageLink::UpstreamCall final : public grpc::ClientBidiReactor<StageFr
       return;
     }
     if (!acked_) {
-      if (!in_.has_hello()) {
+      absl::StatusOr<common::DecodedFrame> ack = common::DecodeFrame(in_);
+      if (!ack.ok() || !ack->header().has_hello() || ack->header().credit() == 0) {
         context_.TryCancel();
         return;
       }
       acked_ = true;
+      peer_credit_ = ack->header().credit();
       MaybeAttach(/*hello_done=*/false, /*ack_received=*/true);
     } else if (absl::Status s = stream_->FrameReceived(in_); !s.ok()) {
       context_.TryCancel();
@@ -142,14 +160,15 @@ class GrpcStageLink::UpstreamCall final : public grpc::ClientBidiReactor<StageFr
       established_ = true;
     }
     attached_ = true;
-    stream_->Attach(this);
+    stream_->Attach(this, peer_credit_);
   }
 
-  shardline::v1::StageLink::Stub* const stub_;
+  grpc::GenericStub* const stub_;
   const std::shared_ptr<ExchangeStream> stream_;
   grpc::ClientContext context_;
-  StageFrame hello_;
-  StageFrame in_;
+  grpc::ByteBuffer hello_;
+  grpc::ByteBuffer in_;
+  std::atomic<uint32_t> peer_credit_{0};  // the ack's grant
   bool hello_written_ = false;  // OnWriteDone only
   std::atomic<bool> attached_{false};
   bool acked_ = false;  // OnReadDone only
@@ -180,18 +199,21 @@ absl::StatusOr<std::unique_ptr<GrpcStageLink>> GrpcStageLink::Create(
     return absl::InvalidArgumentError("a stage with a previous stage needs its address");
   }
   std::unique_ptr<GrpcStageLink> link(new GrpcStageLink(options));
+  if (options.exchange.chunk_bytes < kMinChunkBytes || options.exchange.chunk_bytes > kMaxChunkBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("chunk of ", options.exchange.chunk_bytes,
+                                                   " bytes; it must be within [", kMinChunkBytes, ", ",
+                                                   kMaxChunkBytes, "]"));
+  }
+  if (options.exchange.window_frames < 1 || options.exchange.max_waiting < 1) {
+    return absl::InvalidArgumentError("a link needs a window of at least one frame and one waiting message");
+  }
   if (has_next) {
-    link->downstream_ = options.service->Expect(options.job_id, options.plan_epoch, options.stage,
-                                                options.timeout, options.chunk_bytes, options.wire);
+    link->downstream_ = options.service->Expect(options.job_id, options.plan_epoch, options.stage, options.exchange);
   }
   if (has_previous) {
-    grpc::ChannelArguments args;
-    args.SetInt("grpc.enable_retries", 0);  // we recover at micro-batch level, not per message
-    args.SetMaxReceiveMessageSize(static_cast<int>(options.chunk_bytes) + (1 << 20));
-    link->stub_ = shardline::v1::StageLink::NewStub(
-        grpc::CreateCustomChannel(options.upstream_address, grpc::InsecureChannelCredentials(), args));
-    link->upstream_stream_ =
-        std::make_shared<ExchangeStream>(options.timeout, options.chunk_bytes, options.wire);
+    link->stub_ = std::make_unique<grpc::GenericStub>(
+        grpc::CreateCustomChannel(options.upstream_address, grpc::InsecureChannelCredentials(), StageLinkChannelArguments()));
+    link->upstream_stream_ = std::make_shared<ExchangeStream>(options.exchange);
     GrpcStageLink* self = link.get();
     link->connector_ = std::thread([self] { self->ConnectUpstream(); });
   }
@@ -203,7 +225,7 @@ void GrpcStageLink::ConnectUpstream() {
   hello.set_job_id(options_.job_id);
   hello.set_plan_epoch(options_.plan_epoch);
   hello.set_stage(options_.stage);
-  const absl::Time deadline = absl::Now() + options_.timeout;
+  const absl::Time deadline = absl::Now() + options_.exchange.timeout;
   absl::Duration backoff = absl::Milliseconds(10);
   while (true) {
     auto call = std::make_unique<UpstreamCall>(stub_.get(), hello, upstream_stream_);
@@ -254,7 +276,7 @@ void GrpcStageLink::Close(const std::string& reason) {
 
 absl::Status GrpcStageLink::SendToNext(StageMessage message) {
   if (downstream_ == nullptr) return NoNeighbour("next");
-  return downstream_->Send(message);
+  return downstream_->Send(std::make_shared<const StageMessage>(std::move(message)));
 }
 
 absl::StatusOr<StageMessage> GrpcStageLink::ReceiveFromPrevious() {
@@ -264,7 +286,7 @@ absl::StatusOr<StageMessage> GrpcStageLink::ReceiveFromPrevious() {
 
 absl::Status GrpcStageLink::SendToPrevious(StageMessage message) {
   if (upstream_stream_ == nullptr) return NoNeighbour("previous");
-  return upstream_stream_->Send(message);
+  return upstream_stream_->Send(std::make_shared<const StageMessage>(std::move(message)));
 }
 
 absl::StatusOr<StageMessage> GrpcStageLink::ReceiveFromNext() {

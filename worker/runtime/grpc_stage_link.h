@@ -2,9 +2,10 @@
 // client of that worker's StageLink.Exchange (it connects and says hello with
 // job, plan epoch and its stage); to the next stage it is the server side,
 // through the local StageLinkService. Messages are chunked frames
-// (stage_frame_coding.h), one write in flight per stream; every wait has the
-// link's timeout, so a dead neighbour becomes UNAVAILABLE or
-// DEADLINE_EXCEEDED, never a hang. Thread-safe as StageLink requires.
+// (stage_frame_coding.h) written under the peer's credit, one write in
+// flight per stream (exchange_stream.h); every wait has the link's timeout,
+// so a dead neighbour becomes UNAVAILABLE or DEADLINE_EXCEEDED, never a
+// hang. Thread-safe as StageLink requires.
 #ifndef SHARDLINE_WORKER_RUNTIME_GRPC_STAGE_LINK_H_
 #define SHARDLINE_WORKER_RUNTIME_GRPC_STAGE_LINK_H_
 
@@ -16,7 +17,9 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "shardline/v1/stage_link.grpc.pb.h"
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/support/channel_arguments.h>
+
 #include "worker/runtime/exchange_stream.h"
 #include "worker/runtime/stage_link.h"
 #include "worker/runtime/stage_link_service.h"
@@ -30,10 +33,14 @@ struct GrpcStageLinkOptions {
   int stages = 1;
   std::string upstream_address;          // the previous stage's worker (stage > 0)
   StageLinkService* service = nullptr;   // this worker's service (stage < stages − 1)
-  absl::Duration timeout = absl::Seconds(60);
-  size_t chunk_bytes = kDefaultChunkBytes;
-  common::DType wire = common::DType::kF32;  // precision of activations and gradients on the wire
+  ExchangeOptions exchange;               // timeout, chunk size, wire precision, flow control
 };
+
+// The arguments of every channel to a StageLink server: no retries (we
+// recover at micro-batch level), frames up to the largest chunk, keepalive.
+grpc::ChannelArguments StageLinkChannelArguments();
+// The largest frame a StageLink peer accepts (servers set it too).
+int StageLinkMaxFrameBytes();
 
 class GrpcStageLink final : public StageLink {
  public:
@@ -59,7 +66,7 @@ class GrpcStageLink final : public StageLink {
 
   const GrpcStageLinkOptions options_;
   std::shared_ptr<ExchangeStream> downstream_;  // we serve it; the next stage connects
-  std::unique_ptr<shardline::v1::StageLink::Stub> stub_;
+  std::unique_ptr<grpc::GenericStub> stub_;
   std::shared_ptr<ExchangeStream> upstream_stream_;  // survives call retries
   std::thread connector_;
   std::atomic<bool> closing_{false};

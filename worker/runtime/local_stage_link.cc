@@ -1,13 +1,19 @@
 #include "worker/runtime/local_stage_link.h"
 
 #include "absl/strings/str_cat.h"
-#include "worker/runtime/stage_frame_coding.h"
+#include "common/half.h"
 
 namespace shardline::worker::runtime {
 namespace {
 
 absl::Status NoNeighbour(absl::string_view side) {
   return absl::FailedPreconditionError(absl::StrCat("this stage has no ", side, " stage"));
+}
+
+// What a value becomes after a trip over a `wire`-precision link.
+void RoundToWirePrecision(std::vector<float>& values, common::DType wire) {
+  if (wire == common::DType::kBF16) common::RoundThroughBf16(values.data(), values.size());
+  if (wire == common::DType::kF16) common::RoundThroughF16(values.data(), values.size());
 }
 
 }  // namespace

@@ -47,48 +47,51 @@ absl::Status Bad(absl::string_view what) {
 
 }  // namespace
 
-std::vector<StageFrame> EncodeStageMessage(const StageMessage& m, size_t chunk_bytes,
-                                           common::DType wire) {
+std::vector<grpc::ByteBuffer> EncodeStageMessage(std::shared_ptr<const StageMessage> message,
+                                                 size_t chunk_bytes, common::DType wire) {
+  const StageMessage& m = *message;
   const bool narrow = wire == common::DType::kBF16 || wire == common::DType::kF16;
   const size_t element = narrow ? 2 : sizeof(float);
-  std::vector<uint16_t> halves;
+  std::shared_ptr<const void> owner = message;
+  const char* data = reinterpret_cast<const char*>(m.values.data());
   if (narrow) {
-    halves.resize(m.values.size());
+    auto halves = std::make_shared<std::vector<uint16_t>>(m.values.size());
     if (wire == common::DType::kBF16) {
-      common::ConvertF32ToBf16(m.values.data(), halves.data(), halves.size());
+      common::ConvertF32ToBf16(m.values.data(), halves->data(), halves->size());
     } else {
-      common::ConvertF32ToF16(m.values.data(), halves.data(), halves.size());
+      common::ConvertF32ToF16(m.values.data(), halves->data(), halves->size());
     }
+    data = reinterpret_cast<const char*>(halves->data());
+    owner = std::move(halves);
   }
-  const char* data = narrow ? reinterpret_cast<const char*>(halves.data())
-                            : reinterpret_cast<const char*>(m.values.data());
   const size_t bytes = m.values.size() * element;
   chunk_bytes = std::max<size_t>(chunk_bytes / element * element, element);
   const uint32_t count = static_cast<uint32_t>(std::max<size_t>(1, (bytes + chunk_bytes - 1) / chunk_bytes));
-  std::vector<StageFrame> frames(count);
+  StageFrame header;
+  header.set_kind(ToWire(m.kind));
+  header.set_step(m.step);
+  header.set_micro_batch(m.micro_batch);
+  header.set_batch(m.batch);
+  header.set_t(m.t);
+  header.set_dtype(static_cast<shardline::v1::DType>(common::DTypeToProto(narrow ? wire : common::DType::kF32)));
+  header.set_elements(static_cast<int64_t>(m.values.size()));
+  header.set_loss_scale(m.loss_scale);
+  header.set_norm(m.norm);
+  header.set_chunk_count(count);
+  *header.mutable_targets() = {m.targets.begin(), m.targets.end()};
+  std::vector<grpc::ByteBuffer> frames;
+  frames.reserve(count);
   for (uint32_t i = 0; i < count; ++i) {
-    StageFrame& f = frames[i];
-    f.set_kind(ToWire(m.kind));
-    f.set_step(m.step);
-    f.set_micro_batch(m.micro_batch);
-    f.set_batch(m.batch);
-    f.set_t(m.t);
-    f.set_dtype(static_cast<shardline::v1::DType>(common::DTypeToProto(narrow ? wire : common::DType::kF32)));
-    f.set_elements(static_cast<int64_t>(m.values.size()));
-    f.set_loss_scale(m.loss_scale);
-    f.set_norm(m.norm);
-    f.set_chunk_index(i);
-    f.set_chunk_count(count);
-    if (i == 0) *f.mutable_targets() = {m.targets.begin(), m.targets.end()};
+    header.set_chunk_index(i);
+    if (i == 1) header.clear_targets();
     const size_t begin = i * chunk_bytes, end = std::min(bytes, begin + chunk_bytes);
-    if (begin < end) {
-      f.set_payload(data + begin, end - begin);
-    }
+    frames.push_back(common::EncodeFrame(header, data + begin, end > begin ? end - begin : 0, owner));
   }
   return frames;
 }
 
-absl::Status FrameAssembler::Check(const StageFrame& f) {
+absl::Status FrameAssembler::Check(const common::DecodedFrame& frame) {
+  const StageFrame& f = frame.header();
   if (f.has_hello()) return Bad("hello after the stream started");
   if (f.dtype() != shardline::v1::DTYPE_F32 && f.dtype() != shardline::v1::DTYPE_BF16 &&
       f.dtype() != shardline::v1::DTYPE_F16) {
@@ -105,7 +108,7 @@ absl::Status FrameAssembler::Check(const StageFrame& f) {
   if (f.batch() < 0 || f.t() < 0 || f.batch() > (int64_t{1} << 24) || f.t() > (int64_t{1} << 24)) {
     return Bad(absl::StrCat("batch ", f.batch(), " × t ", f.t()));
   }
-  if (f.payload().size() % element != 0) return Bad("payload is not whole values");
+  if (frame.payload_bytes() % element != 0) return Bad("payload is not whole values");
   if (f.chunk_index() != next_chunk_) {
     return Bad(absl::StrCat("chunk ", f.chunk_index(), " arrived where ", next_chunk_, " was due"));
   }
@@ -116,12 +119,13 @@ absl::Status FrameAssembler::Check(const StageFrame& f) {
   }
   if (f.chunk_index() > 0 && f.targets_size() > 0) return Bad("targets outside chunk 0");
   const size_t total = static_cast<size_t>(f.elements()) * element;
-  if (filled_bytes_ + f.payload().size() > total) return Bad("payload larger than the tensor");
+  if (filled_bytes_ + frame.payload_bytes() > total) return Bad("payload larger than the tensor");
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::optional<StageMessage>> FrameAssembler::Add(const StageFrame& f) {
-  if (absl::Status s = Check(f); !s.ok()) {
+absl::StatusOr<std::optional<StageMessage>> FrameAssembler::Add(const common::DecodedFrame& frame) {
+  const StageFrame& f = frame.header();
+  if (absl::Status s = Check(frame); !s.ok()) {
     *this = FrameAssembler();
     return s;
   }
@@ -129,7 +133,6 @@ absl::StatusOr<std::optional<StageMessage>> FrameAssembler::Add(const StageFrame
     ASSIGN_OR_RETURN(message_.kind, FromWire(f.kind()));
     active_ = true;
     first_ = f;
-    first_.clear_payload();
     message_.step = f.step();
     message_.micro_batch = f.micro_batch();
     message_.batch = f.batch();
@@ -143,8 +146,8 @@ absl::StatusOr<std::optional<StageMessage>> FrameAssembler::Add(const StageFrame
   }
   char* target = element_bytes_ == 4 ? reinterpret_cast<char*>(message_.values.data())
                                      : reinterpret_cast<char*>(narrow_.data());
-  std::memcpy(target + filled_bytes_, f.payload().data(), f.payload().size());
-  filled_bytes_ += f.payload().size();
+  frame.CopyPayloadTo(target + filled_bytes_);  // the one copy on the receiving side
+  filled_bytes_ += frame.payload_bytes();
   if (++next_chunk_ < f.chunk_count()) return std::optional<StageMessage>();
   if (filled_bytes_ != message_.values.size() * element_bytes_) {
     *this = FrameAssembler();
@@ -160,18 +163,6 @@ absl::StatusOr<std::optional<StageMessage>> FrameAssembler::Add(const StageFrame
   StageMessage done = std::move(message_);
   *this = FrameAssembler();
   return std::optional<StageMessage>(std::move(done));
-}
-
-void RoundToWirePrecision(std::vector<float>& values, common::DType wire) {
-  if (wire != common::DType::kBF16 && wire != common::DType::kF16) return;
-  std::vector<uint16_t> halves(values.size());
-  if (wire == common::DType::kBF16) {
-    common::ConvertF32ToBf16(values.data(), halves.data(), halves.size());
-    common::ConvertBf16ToF32(halves.data(), values.data(), halves.size());
-  } else {
-    common::ConvertF32ToF16(values.data(), halves.data(), halves.size());
-    common::ConvertF16ToF32(halves.data(), values.data(), halves.size());
-  }
 }
 
 }  // namespace shardline::worker::runtime

@@ -1,42 +1,47 @@
-// The only place that knows how a StageMessage travels as StageFrames
-// (proto/shardline/v1/stage_link.proto): splitting into chunks, and putting
-// them back together with every field checked.
+// How a StageMessage travels as StageFrames (proto/shardline/v1/stage_link.proto):
+// split into chunks whose payloads alias the message's values (the bytes of
+// one frame are common/tensor_coding's business), and put back together with
+// every field checked, each payload copied once into the message it belongs to.
 #ifndef SHARDLINE_WORKER_RUNTIME_STAGE_FRAME_CODING_H_
 #define SHARDLINE_WORKER_RUNTIME_STAGE_FRAME_CODING_H_
 
+#include <grpcpp/support/byte_buffer.h>
+
+#include <memory>
 #include <optional>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "common/dtype.h"
+#include "common/tensor_coding.h"
 #include "shardline/v1/stage_link.pb.h"
 #include "worker/runtime/stage_link.h"
 
 namespace shardline::worker::runtime {
 
 inline constexpr size_t kDefaultChunkBytes = 1 << 20;
+inline constexpr size_t kMinChunkBytes = 256;
+inline constexpr size_t kMaxChunkBytes = 16 << 20;
 // No tensor on a stage link may exceed this (4 GiB of f32).
 inline constexpr int64_t kMaxFrameElements = int64_t{1} << 30;
 
-// `wire` is the payload precision: f32, or bf16 / f16 (values rounded to
-// nearest even on the way; the receiver widens them back to f32 exactly).
-std::vector<shardline::v1::StageFrame> EncodeStageMessage(const StageMessage& message,
-                                                          size_t chunk_bytes = kDefaultChunkBytes,
-                                                          common::DType wire = common::DType::kF32);
+// `wire` is the payload precision: f32 (the frames alias message->values, so
+// the message stays alive until the last frame is written), or bf16 / f16
+// (values rounded to nearest even into a buffer the frames own; the
+// receiver widens them back to f32 exactly).
+std::vector<grpc::ByteBuffer> EncodeStageMessage(std::shared_ptr<const StageMessage> message,
+                                                 size_t chunk_bytes = kDefaultChunkBytes,
+                                                 common::DType wire = common::DType::kF32);
 
-// What a value becomes after a trip over a `wire`-precision link: the same
-// rounding the gRPC path applies, for links that move floats directly.
-void RoundToWirePrecision(std::vector<float>& values, common::DType wire);
-
-// Reassembles messages from frames, one message at a time. Not thread-safe.
+// Reassembles messages from data frames, one message at a time. Not thread-safe.
 class FrameAssembler {
  public:
   // The complete message once its last chunk arrives, nullopt before that.
   // INVALID_ARGUMENT for a malformed frame; the assembler is then reset.
-  absl::StatusOr<std::optional<StageMessage>> Add(const shardline::v1::StageFrame& frame);
+  absl::StatusOr<std::optional<StageMessage>> Add(const common::DecodedFrame& frame);
 
  private:
-  absl::Status Check(const shardline::v1::StageFrame& frame);
+  absl::Status Check(const common::DecodedFrame& frame);
   bool active_ = false;
   shardline::v1::StageFrame first_;  // header of the message being assembled
   uint32_t next_chunk_ = 0;

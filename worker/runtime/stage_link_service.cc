@@ -2,45 +2,51 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
+#include "common/tensor_coding.h"
 
 namespace shardline::worker::runtime {
 namespace {
-
-using shardline::v1::StageFrame;
 
 // One downstream neighbour's stream. Reads frames into the bound
 // ExchangeStream and writes what the stage sends. Finishes once the peer is
 // gone, a frame is malformed or the stage closed the stream, and never while
 // a write is in flight.
-class ExchangeReactor final : public grpc::ServerBidiReactor<StageFrame, StageFrame>,
-                              public FrameWriter {
+class ExchangeReactor final : public grpc::ServerGenericBidiReactor, public FrameWriter {
  public:
   explicit ExchangeReactor(StageLinkService* service) : service_(service) { StartRead(&in_); }
 
-  void StartFrameWrite(const StageFrame* frame) override { StartWrite(frame); }
+  void StartFrameWrite(const grpc::ByteBuffer* frame) override { StartWrite(frame); }
 
-  // The hello is answered with a hello (the ack) before any data, so the
-  // downstream side knows the stream is bound and not about to be refused.
-
+  // The hello is answered with a hello (the ack, carrying our grant) before
+  // any data, so the downstream side knows the stream is bound and not about
+  // to be refused.
   void OnReadDone(bool ok) override {
     if (!ok) return End(grpc::Status::OK, "the downstream stage closed the link");
     if (stream_ == nullptr) {
-      if (!in_.has_hello()) {
-        return End(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "the first frame must be a hello"),
-                   "");
+      absl::StatusOr<common::DecodedFrame> hello = common::DecodeFrame(in_);
+      if (!hello.ok() || !hello->header().has_hello()) {
+        return End(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "the first frame must be a hello"), "");
       }
-      absl::StatusOr<std::shared_ptr<ExchangeStream>> stream = service_->Bind(in_.hello());
+      if (hello->header().credit() == 0) {
+        return End(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "the hello grants no credit"), "");
+      }
+      absl::StatusOr<std::shared_ptr<ExchangeStream>> stream = service_->Bind(hello->header().hello());
       if (!stream.ok()) return End(common::ToGrpcStatus(stream.status()), "");
+      shardline::v1::StageFrame ack;
+      *ack.mutable_hello() = hello->header().hello();
+      ack.set_credit((*stream)->window_frames());
       {
         absl::MutexLock lock(&mu_);
         stream_ = std::move(*stream);
+        peer_credit_ = hello->header().credit();
         ack_in_flight_ = true;
       }
-      *ack_.mutable_hello() = in_.hello();
+      ack_ = common::EncodeFrame(ack);
       StartWrite(&ack_);
     } else if (absl::Status s = stream_->FrameReceived(in_); !s.ok()) {
       return End(common::ToGrpcStatus(s), std::string(s.message()));
     }
+    in_.Clear();
     if (stream_->closed()) return End(grpc::Status::OK, "");
     StartRead(&in_);
   }
@@ -53,7 +59,7 @@ class ExchangeReactor final : public grpc::ServerBidiReactor<StageFrame, StageFr
       ack_in_flight_ = false;
     }
     if (ack) {
-      if (ok) stream_->Attach(this);
+      if (ok) stream_->Attach(this, peer_credit_);
     } else {
       stream_->FrameWritten(ok);
     }
@@ -92,22 +98,36 @@ class ExchangeReactor final : public grpc::ServerBidiReactor<StageFrame, StageFr
   }
 
   StageLinkService* const service_;
-  StageFrame in_;
-  StageFrame ack_;
+  grpc::ByteBuffer in_;
+  grpc::ByteBuffer ack_;
   absl::Mutex mu_;
   bool ack_in_flight_ ABSL_GUARDED_BY(mu_) = false;
   std::shared_ptr<ExchangeStream> stream_;  // set once, under mu_, by the first read
+  uint32_t peer_credit_ = 0;                // granted by the hello; set with stream_
   bool ending_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   grpc::Status status_;
 };
 
+// Any other method on this server.
+class UnimplementedReactor final : public grpc::ServerGenericBidiReactor {
+ public:
+  explicit UnimplementedReactor(const std::string& method) {
+    Finish(grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "no method " + method + " here"));
+  }
+  void OnDone() override { delete this; }
+};
+
 }  // namespace
 
+void StageLinkService::RegisterWith(grpc::ServerBuilder& builder) {
+  builder.SetMaxReceiveMessageSize(static_cast<int>(kMaxChunkBytes + common::kMaxFrameHeaderBytes));
+  builder.RegisterCallbackGenericService(this);
+}
+
 std::shared_ptr<ExchangeStream> StageLinkService::Expect(const std::string& job_id, uint64_t epoch,
-                                                         int stage, absl::Duration timeout,
-                                                         size_t chunk_bytes, common::DType wire) {
-  auto stream = std::make_shared<ExchangeStream>(timeout, chunk_bytes, wire);
+                                                         int stage, const ExchangeOptions& options) {
+  auto stream = std::make_shared<ExchangeStream>(options);
   absl::MutexLock lock(&mu_);
   expected_[{job_id, stage}] = Expectation{epoch, stream, false};
   return stream;
@@ -138,8 +158,8 @@ absl::StatusOr<std::shared_ptr<ExchangeStream>> StageLinkService::Bind(
   return stream;
 }
 
-grpc::ServerBidiReactor<StageFrame, StageFrame>* StageLinkService::Exchange(
-    grpc::CallbackServerContext* context) {
+grpc::ServerGenericBidiReactor* StageLinkService::CreateReactor(grpc::GenericCallbackServerContext* context) {
+  if (context->method() != kExchangeMethod) return new UnimplementedReactor(context->method());
   return new ExchangeReactor(this);
 }
 

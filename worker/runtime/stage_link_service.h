@@ -5,35 +5,43 @@
 // it, anything else is refused with a status that says why (unknown job or
 // stage: NOT_FOUND; another epoch: FAILED_PRECONDITION; a second stream for
 // the same stage: ALREADY_EXISTS). Malformed frames end their stream with
-// INVALID_ARGUMENT; the service keeps serving. Thread-safe.
+// INVALID_ARGUMENT; the service keeps serving. It is gRPC's generic service
+// (frames are ByteBuffers, see common/tensor_coding.h), so a server can have
+// only this one; other methods are answered UNIMPLEMENTED. Thread-safe.
 #ifndef SHARDLINE_WORKER_RUNTIME_STAGE_LINK_SERVICE_H_
 #define SHARDLINE_WORKER_RUNTIME_STAGE_LINK_SERVICE_H_
+
+#include <grpcpp/generic/async_generic_service.h>
+#include <grpcpp/server_builder.h>
 
 #include <map>
 #include <memory>
 #include <string>
-#include <tuple>
+#include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "shardline/v1/stage_link.grpc.pb.h"
+#include "shardline/v1/stage_link.pb.h"
 #include "worker/runtime/exchange_stream.h"
 
 namespace shardline::worker::runtime {
 
-class StageLinkService final : public shardline::v1::StageLink::CallbackService {
+class StageLinkService final : public grpc::CallbackGenericService {
  public:
+  static constexpr char kExchangeMethod[] = "/shardline.v1.StageLink/Exchange";
+
+  // Serves this on `builder`'s server, accepting frames up to the largest chunk.
+  void RegisterWith(grpc::ServerBuilder& builder);
+
   // Stage `stage` of `job_id` at `epoch` waits for stage + 1 to connect.
   // The stream is closed when the last holder lets go of it.
   std::shared_ptr<ExchangeStream> Expect(const std::string& job_id, uint64_t epoch, int stage,
-                                         absl::Duration timeout, size_t chunk_bytes,
-                                         common::DType wire = common::DType::kF32);
+                                         const ExchangeOptions& options);
   // Drops an expectation (the stage is done or re-planned).
   void Forget(const std::string& job_id, int stage);
 
-  grpc::ServerBidiReactor<shardline::v1::StageFrame, shardline::v1::StageFrame>* Exchange(
-      grpc::CallbackServerContext* context) override;
+  grpc::ServerGenericBidiReactor* CreateReactor(grpc::GenericCallbackServerContext* context) override;
 
   // For the reactor: the stream the hello asks for, now bound.
   absl::StatusOr<std::shared_ptr<ExchangeStream>> Bind(const shardline::v1::StageHello& hello);

@@ -1,8 +1,9 @@
 // Stage links over gRPC on loopback: a 3-stage pipeline whose stages talk
 // through StageLink.Exchange must train exactly like the reference trainer,
 // with tensors split into many chunks; bad peers (stale epoch, unknown job,
-// a second connection, malformed frames) get a clear status and the service
-// keeps serving; a dead upstream worker fails the step promptly.
+// a second connection, malformed frames, frames beyond their credit) get a
+// clear status and the service keeps serving; a slow receiver holds a fast
+// sender to bounded memory; a dead upstream worker fails the step promptly.
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
@@ -11,10 +12,12 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tests/worker/nn/nn_test_util.h"
+#include "shardline/v1/coordinator.grpc.pb.h"
+#include "shardline/v1/stage_link.grpc.pb.h"
+#include "tests/testing/local_pipeline.h"
 #include "worker/runtime/grpc_stage_link.h"
 #include "worker/runtime/pipeline_stage.h"
 #include "worker/runtime/stage_link_service.h"
-#include "tests/testing/local_pipeline.h"
 #include "worker/trainer/trainer.h"
 
 namespace shardline::worker::runtime {
@@ -34,11 +37,18 @@ std::unique_ptr<Server> StartServer() {
   int port = 0;
   builder.AddChannelArgument("grpc.so_reuseport", 0);
   builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(s->service.get());
+  s->service->RegisterWith(builder);
   s->server = builder.BuildAndStart();
   EXPECT_NE(port, 0);
   s->address = absl::StrCat("127.0.0.1:", port);
   return s;
+}
+
+ExchangeOptions Exchange(absl::Duration timeout) {
+  ExchangeOptions o;
+  o.timeout = timeout;
+  o.chunk_bytes = 1000;  // force many chunks per tensor
+  return o;
 }
 
 GrpcStageLinkOptions Options(int stage, int stages, Server* own, Server* upstream,
@@ -50,8 +60,7 @@ GrpcStageLinkOptions Options(int stage, int stages, Server* own, Server* upstrea
   o.stages = stages;
   o.service = own->service.get();
   if (upstream != nullptr) o.upstream_address = upstream->address;
-  o.timeout = timeout;
-  o.chunk_bytes = 1000;  // force many chunks per tensor
+  o.exchange = Exchange(timeout);
   return o;
 }
 
@@ -122,7 +131,7 @@ std::vector<double> GrpcPipelineLosses(const shardline::v1::JobSpec& spec, commo
     }
     runtimes.push_back(std::move(*runtime));
     GrpcStageLinkOptions options = Options(s, 3, servers[s].get(), s ? servers[s - 1].get() : nullptr);
-    options.wire = wire;
+    options.exchange.wire = wire;
     auto link = GrpcStageLink::Create(options);
     if (!link.ok()) {
       ADD_FAILURE() << link.status();
@@ -182,12 +191,13 @@ StageFrame Hello(const std::string& job, uint64_t epoch, int stage) {
   f.mutable_hello()->set_job_id(job);
   f.mutable_hello()->set_plan_epoch(epoch);
   f.mutable_hello()->set_stage(stage);
+  f.set_credit(4);
   return f;
 }
 
 TEST(GrpcStageLinkTest, WrongPeersGetClearStatusesAndTheServiceKeepsServing) {
   auto server = StartServer();
-  auto stream = server->service->Expect("job-1", 7, 0, absl::Seconds(5), 1000);
+  auto stream = server->service->Expect("job-1", 7, 0, Exchange(absl::Seconds(5)));
 
   RawPeer unknown_job(server->address);
   unknown_job.Write(Hello("job-2", 7, 1));
@@ -231,12 +241,98 @@ TEST(GrpcStageLinkTest, WrongPeersGetClearStatusesAndTheServiceKeepsServing) {
   server->server->Shutdown();
 }
 
+TEST(GrpcStageLinkTest, OtherMethodsAreUnimplementedAndTheServiceKeepsServing) {
+  auto server = StartServer();
+  auto stub = shardline::v1::Coordinator::NewStub(
+      grpc::CreateChannel(server->address, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  shardline::v1::RegisterResponse response;
+  EXPECT_EQ(stub->Register(&context, {}, &response).error_code(), grpc::StatusCode::UNIMPLEMENTED);
+  auto stream = server->service->Expect("job-1", 7, 0, Exchange(absl::Seconds(5)));
+  RawPeer no_credit(server->address);
+  StageFrame hello = Hello("job-1", 7, 1);
+  hello.clear_credit();
+  no_credit.Write(hello);
+  EXPECT_EQ(no_credit.Finish().error_code(), grpc::StatusCode::INVALID_ARGUMENT) << "a hello must grant credit";
+  server->server->Shutdown();
+}
+
+// Single-frame gradients from a raw peer that ignores the credit it was given.
+TEST(GrpcStageLinkTest, AFrameBeyondTheGrantedCreditEndsTheStream) {
+  auto server = StartServer();
+  ExchangeOptions options = Exchange(absl::Seconds(5));
+  options.window_frames = 2;
+  options.max_waiting = 1;  // the stage takes nothing: no credit comes back
+  auto stream = server->service->Expect("job-1", 7, 0, options);
+  RawPeer greedy(server->address);
+  ASSERT_TRUE(greedy.Write(Hello("job-1", 7, 1)));
+  StageFrame gradient;
+  gradient.set_kind(StageFrame::GRADIENT);
+  gradient.set_dtype(shardline::v1::DTYPE_F32);
+  gradient.set_chunk_count(1);
+  for (int i = 0; i < 3; ++i) greedy.Write(gradient);
+  EXPECT_EQ(greedy.Finish().error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  // What arrived under credit is still there; then the reason.
+  EXPECT_TRUE(stream->Receive().ok());
+  EXPECT_TRUE(stream->Receive().ok());
+  EXPECT_EQ(stream->Receive().status().code(), absl::StatusCode::kResourceExhausted);
+  server->server->Shutdown();
+}
+
+// A sender much faster than its receiver: what either side holds stays
+// bounded (the sender's Send waits, then times out), nothing is lost or
+// reordered, and a message far larger than the credit window still flows.
+TEST(GrpcStageLinkTest, ASlowReceiverBoundsWhatAFastSenderMayQueue) {
+  auto server = StartServer();
+  ExchangeOptions options = Exchange(absl::Milliseconds(300));
+  options.chunk_bytes = 4096;
+  options.window_frames = 2;
+  options.max_waiting = 3;
+  auto receiver = server->service->Expect("job-1", 7, 0, options);
+  GrpcStageLinkOptions sender_options = Options(1, 2, server.get(), server.get());
+  sender_options.exchange = options;
+  auto sender = GrpcStageLink::Create(sender_options);
+  ASSERT_TRUE(sender.ok());
+
+  auto gradient = [](int i, size_t floats) {
+    StageMessage m;
+    m.kind = StageMessage::Kind::kGradient;
+    m.step = i;
+    m.values.assign(floats, static_cast<float>(i));
+    return m;
+  };
+  int sent = 0;
+  absl::Status status;
+  while (sent < 100 && (status = (*sender)->SendToPrevious(gradient(sent, 1000))).ok()) ++sent;
+  EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
+  // The receiver holds at most max_waiting messages plus a window of frames;
+  // the sender queues at most max_waiting more.
+  EXPECT_GE(sent, 3);
+  EXPECT_LE(sent, 2 * 3 + 2);
+  EXPECT_LE(receiver->peak_waiting_received(), 3u + 2u);
+  for (int i = 0; i < sent; ++i) {
+    auto m = receiver->Receive();
+    ASSERT_TRUE(m.ok()) << "message " << i << ": " << m.status();
+    EXPECT_EQ(m->step, i);
+    EXPECT_EQ(m->values, gradient(i, 1000).values);
+  }
+  // 400 KiB in 4 KiB frames through a window of 2: the grants keep it going.
+  const StageMessage large = gradient(sent, 100'000);
+  ASSERT_TRUE((*sender)->SendToPrevious(large).ok());
+  auto m = receiver->Receive();
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->values, large.values);
+  sender->reset();
+  server->server->Shutdown();
+}
+
 TEST(GrpcStageLinkTest, MalformedFramesEndTheStreamWithInvalidArgument) {
   auto server = StartServer();
   for (int variant = 0; variant < 4; ++variant) {
     SCOPED_TRACE(variant);
     const std::string job = absl::StrCat("bad-", variant);
-    auto stream = server->service->Expect(job, 1, 0, absl::Seconds(5), 1000);
+    auto stream = server->service->Expect(job, 1, 0, Exchange(absl::Seconds(5)));
     RawPeer peer(server->address);
     ASSERT_TRUE(peer.Write(Hello(job, 1, 1)));
     StageFrame f;
@@ -264,11 +360,11 @@ TEST(GrpcStageLinkTest, TheDownstreamStageMayConnectBeforeTheUpstreamOneIsReady)
   auto link = GrpcStageLink::Create(Options(1, 2, own.get(), upstream.get()));
   ASSERT_TRUE(link.ok());
   std::this_thread::sleep_for(std::chrono::milliseconds(150));
-  auto expectation = upstream->service->Expect("job-1", 7, 0, absl::Seconds(10), 1000);
+  auto expectation = upstream->service->Expect("job-1", 7, 0, Exchange(absl::Seconds(10)));
   StageMessage activation;
   activation.kind = StageMessage::Kind::kActivation;
   activation.values = {4.0f, 5.0f};
-  ASSERT_TRUE(expectation->Send(activation).ok());
+  ASSERT_TRUE(expectation->Send(std::make_shared<StageMessage>(activation)).ok());
   auto received = (*link)->ReceiveFromPrevious();
   ASSERT_TRUE(received.ok()) << received.status();
   EXPECT_EQ(received->values, activation.values);
@@ -281,7 +377,7 @@ TEST(GrpcStageLinkTest, TheDownstreamStageMayConnectBeforeTheUpstreamOneIsReady)
 TEST(GrpcStageLinkTest, ALostUpstreamWorkerFailsTheReceiverPromptly) {
   auto upstream = StartServer();
   auto own = StartServer();
-  auto expectation = upstream->service->Expect("job-1", 7, 0, absl::Seconds(30), 1000);
+  auto expectation = upstream->service->Expect("job-1", 7, 0, Exchange(absl::Seconds(30)));
   auto link = GrpcStageLink::Create(Options(1, 2, own.get(), upstream.get()));
   ASSERT_TRUE(link.ok());
   StageMessage hello_traffic;

@@ -2,10 +2,13 @@
 
 #include <cmath>
 
+#include "common/half.h"
 #include "gtest/gtest.h"
 
 namespace shardline::worker::runtime {
 namespace {
+
+using shardline::v1::StageFrame;
 
 StageMessage Message(size_t n) {
   StageMessage m;
@@ -20,13 +23,19 @@ StageMessage Message(size_t n) {
   return m;
 }
 
+absl::StatusOr<std::optional<StageMessage>> Add(FrameAssembler& assembler, const grpc::ByteBuffer& frame) {
+  absl::StatusOr<common::DecodedFrame> decoded = common::DecodeFrame(frame);
+  if (!decoded.ok()) return decoded.status();
+  return assembler.Add(*decoded);
+}
+
 StageMessage RoundTrip(const StageMessage& m, size_t chunk_bytes, common::DType wire, size_t* frames = nullptr) {
   FrameAssembler assembler;
-  const auto encoded = EncodeStageMessage(m, chunk_bytes, wire);
+  const auto encoded = EncodeStageMessage(std::make_shared<StageMessage>(m), chunk_bytes, wire);
   if (frames != nullptr) *frames = encoded.size();
   std::optional<StageMessage> out;
   for (size_t i = 0; i < encoded.size(); ++i) {
-    auto added = assembler.Add(encoded[i]);
+    auto added = Add(assembler, encoded[i]);
     EXPECT_TRUE(added.ok()) << added.status();
     EXPECT_EQ(added->has_value(), i + 1 == encoded.size());
     if (added->has_value()) out = std::move(**added);
@@ -48,7 +57,24 @@ TEST(StageFrameCodingTest, F32RoundTripsExactlyInChunks) {
   EXPECT_TRUE(RoundTrip(Message(0), 256, common::DType::kF32).values.empty());
 }
 
-TEST(StageFrameCodingTest, HalfPrecisionWiresHalveTheBytesAndRoundLikeTheLocalLinks) {
+TEST(StageFrameCodingTest, F32FramesAliasTheMessageUntilTheyAreDropped) {
+  auto m = std::make_shared<StageMessage>(Message(1000));
+  std::weak_ptr<StageMessage> watch = m;
+  const float* values = m->values.data();
+  auto frames = EncodeStageMessage(std::move(m), 1024, common::DType::kF32);
+  ASSERT_EQ(frames.size(), 4u);
+  std::vector<grpc::Slice> slices;
+  ASSERT_TRUE(frames[1].Dump(&slices).ok());
+  ASSERT_EQ(slices.size(), 2u);
+  EXPECT_EQ(static_cast<const void*>(slices[1].begin()), static_cast<const void*>(values + 256));
+  slices.clear();
+  frames.pop_back();
+  EXPECT_FALSE(watch.expired());
+  frames.clear();
+  EXPECT_TRUE(watch.expired());
+}
+
+TEST(StageFrameCodingTest, HalfPrecisionWiresHalveTheBytesAndRoundToNearestEven) {
   for (common::DType wire : {common::DType::kBF16, common::DType::kF16}) {
     SCOPED_TRACE(common::DTypeName(wire));
     const StageMessage m = Message(1000);
@@ -56,7 +82,8 @@ TEST(StageFrameCodingTest, HalfPrecisionWiresHalveTheBytesAndRoundLikeTheLocalLi
     const StageMessage back = RoundTrip(m, 256, wire, &frames);
     EXPECT_EQ(frames, 8u) << "2000 bytes";
     std::vector<float> expected = m.values;
-    RoundToWirePrecision(expected, wire);
+    if (wire == common::DType::kBF16) common::RoundThroughBf16(expected.data(), expected.size());
+    if (wire == common::DType::kF16) common::RoundThroughF16(expected.data(), expected.size());
     EXPECT_EQ(back.values, expected);
     EXPECT_NE(back.values, m.values) << "the values really were rounded";
     for (size_t i = 0; i < m.values.size(); ++i) {
@@ -65,23 +92,39 @@ TEST(StageFrameCodingTest, HalfPrecisionWiresHalveTheBytesAndRoundLikeTheLocalLi
   }
 }
 
-TEST(StageFrameCodingTest, InconsistentChunksAreRejected) {
-  auto frames = EncodeStageMessage(Message(100), 64, common::DType::kF32);
-  ASSERT_GT(frames.size(), 2u);
+grpc::ByteBuffer Frame(StageFrame header, size_t payload_bytes) {
+  auto payload = std::make_shared<std::string>(payload_bytes, '\0');
+  return common::EncodeFrame(header, payload->data(), payload->size(), payload);
+}
+
+StageFrame Header(uint32_t index, uint32_t count, int64_t elements) {
+  StageFrame f;
+  f.set_kind(StageFrame::GRADIENT);
+  f.set_dtype(shardline::v1::DTYPE_F32);
+  f.set_elements(elements);
+  f.set_chunk_index(index);
+  f.set_chunk_count(count);
+  return f;
+}
+
+TEST(StageFrameCodingTest, InconsistentChunksAreRejectedAndTheAssemblerStartsOver) {
   FrameAssembler assembler;
-  ASSERT_TRUE(assembler.Add(frames[0]).ok());
-  frames[1].set_dtype(shardline::v1::DTYPE_BF16);
-  EXPECT_EQ(assembler.Add(frames[1]).status().code(), absl::StatusCode::kInvalidArgument)
+  ASSERT_TRUE(Add(assembler, Frame(Header(0, 2, 4), 8)).ok());
+  StageFrame other_dtype = Header(1, 2, 4);
+  other_dtype.set_dtype(shardline::v1::DTYPE_BF16);
+  EXPECT_EQ(Add(assembler, Frame(other_dtype, 4)).status().code(), absl::StatusCode::kInvalidArgument)
       << "a tensor's chunks must share one dtype";
-  // The assembler starts over cleanly after an error.
-  auto again = EncodeStageMessage(Message(10), 1 << 20, common::DType::kF32);
-  auto added = assembler.Add(again[0]);
-  ASSERT_TRUE(added.ok());
-  EXPECT_TRUE(added->has_value());
-  shardline::v1::StageFrame odd = again[0];
-  odd.set_payload(std::string(7, '\0'));
-  odd.set_elements(2);
-  EXPECT_FALSE(assembler.Add(odd).ok()) << "payload not whole values";
+  auto whole = Add(assembler, Frame(Header(0, 1, 2), 8));
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  EXPECT_TRUE(whole->has_value());
+  EXPECT_FALSE(Add(assembler, Frame(Header(0, 1, 2), 7)).ok()) << "payload not whole values";
+  EXPECT_FALSE(Add(assembler, Frame(Header(0, 1, 2), 12)).ok()) << "payload larger than the tensor";
+  EXPECT_FALSE(Add(assembler, Frame(Header(0, 1, 2), 4)).ok()) << "payload shorter than the tensor";
+  EXPECT_FALSE(Add(assembler, Frame(Header(1, 2, 4), 8)).ok()) << "chunk 1 before chunk 0";
+  StageFrame late_targets = Header(1, 2, 4);
+  ASSERT_TRUE(Add(assembler, Frame(Header(0, 2, 4), 8)).ok());
+  late_targets.add_targets(1);
+  EXPECT_FALSE(Add(assembler, Frame(late_targets, 8)).ok()) << "targets outside chunk 0";
 }
 
 }  // namespace
