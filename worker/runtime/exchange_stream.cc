@@ -11,6 +11,7 @@ namespace shardline::worker::runtime {
 constexpr uint32_t kMaxCredit = 1u << 24;
 
 absl::Status ExchangeStream::Send(std::shared_ptr<const StageMessage> message) {
+  const size_t bytes = message->values.size() * sizeof(float);
   // Encoding only builds headers; the frames alias the message's values.
   std::vector<grpc::ByteBuffer> frames = EncodeStageMessage(std::move(message), options_.chunk_bytes, options_.wire);
   const grpc::ByteBuffer* start = nullptr;
@@ -26,9 +27,11 @@ absl::Status ExchangeStream::Send(std::shared_ptr<const StageMessage> message) {
     }
     if (!closed_.ok()) return closed_;
     for (size_t i = 0; i < frames.size(); ++i) {
-      outbox_.push_back(Outgoing{std::move(frames[i]), i + 1 == frames.size()});
+      const bool last = i + 1 == frames.size();
+      outbox_.push_back(Outgoing{std::move(frames[i]), last ? bytes : 0, last});
     }
     ++queued_messages_;
+    Hold(bytes);
     start = NextWrite();
     writer = writer_;
   }
@@ -63,7 +66,10 @@ void ExchangeStream::FrameWritten(bool ok) {
     if (writing_grant_) {
       writing_grant_ = false;
     } else if (!outbox_.empty()) {
-      if (outbox_.front().ends_message && queued_messages_ > 0) --queued_messages_;
+      if (outbox_.front().ends_message && queued_messages_ > 0) {
+        --queued_messages_;
+        held_bytes_ -= std::min(held_bytes_, outbox_.front().message_bytes);
+      }
       outbox_.pop_front();  // gRPC lets go of the payload when it is done with the bytes
     }
     if (!ok) CloseLocked(absl::UnavailableError("the link to the neighbouring stage broke"));
@@ -98,6 +104,7 @@ absl::StatusOr<StageMessage> ExchangeStream::Receive() {
     if (inbox_.empty()) return closed_;
     message = std::move(inbox_.front());
     inbox_.pop_front();
+    held_bytes_ -= std::min(held_bytes_, message.values.size() * sizeof(float));
     MaybeGrant();
     start = NextWrite();
     writer = writer_;
@@ -148,6 +155,16 @@ void ExchangeStream::CloseLocked(const absl::Status& status) {
 bool ExchangeStream::closed() {
   absl::MutexLock lock(&mu_);
   return !closed_.ok();
+}
+
+void ExchangeStream::Hold(size_t bytes) {
+  held_bytes_ += bytes;
+  peak_held_bytes_ = std::max(peak_held_bytes_, held_bytes_);
+}
+
+size_t ExchangeStream::peak_held_bytes() {
+  absl::MutexLock lock(&mu_);
+  return peak_held_bytes_;
 }
 
 size_t ExchangeStream::peak_waiting_received() {
@@ -218,6 +235,7 @@ absl::Status ExchangeStream::FrameReceived(const grpc::ByteBuffer& bytes) {
       return message.status();
     }
     if (message->has_value()) {
+      Hold((*message)->values.size() * sizeof(float));
       inbox_.push_back(std::move(**message));
       peak_inbox_ = std::max(peak_inbox_, inbox_.size());
     }

@@ -85,10 +85,14 @@ class ExchangeStream {
   uint64_t bytes_received() const { return bytes_received_.load(std::memory_order_relaxed); }
   // Most complete messages that ever waited for the stage at once.
   size_t peak_waiting_received();
+  // Most tensor bytes this stream ever held at once: messages queued to
+  // send and not yet written, plus received ones the stage has not taken.
+  size_t peak_held_bytes();
 
  private:
   struct Outgoing {
     grpc::ByteBuffer frame;
+    size_t message_bytes = 0;  // on a message's last frame: its tensor bytes
     bool ends_message = false;
   };
   // The next frame to write, if none is in flight: a pending grant first,
@@ -97,6 +101,7 @@ class ExchangeStream {
   // Grants back the frames we hold credit for, if the stage keeps up.
   void MaybeGrant() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CloseLocked(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Hold(size_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const ExchangeOptions options_;
   std::atomic<uint64_t> bytes_received_{0};
@@ -115,6 +120,8 @@ class ExchangeStream {
   grpc::ByteBuffer grant_frame_ ABSL_GUARDED_BY(mu_);
   std::deque<StageMessage> inbox_ ABSL_GUARDED_BY(mu_);
   size_t peak_inbox_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t held_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t peak_held_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status closed_ ABSL_GUARDED_BY(mu_);  // not OK once closed
 };
 

@@ -269,6 +269,11 @@ uint64_t GrpcStageLink::BytesReceived() {
          (upstream_stream_ ? upstream_stream_->bytes_received() : 0);
 }
 
+uint64_t GrpcStageLink::PeakHeldBytes() {
+  return (downstream_ ? downstream_->peak_held_bytes() : 0) +
+         (upstream_stream_ ? upstream_stream_->peak_held_bytes() : 0);
+}
+
 void GrpcStageLink::Close(const std::string& reason) {
   if (downstream_ != nullptr) downstream_->Close(reason);
   if (upstream_stream_ != nullptr) upstream_stream_->Close(reason);

@@ -54,6 +54,7 @@ class GrpcStageLink final : public StageLink {
   absl::Status SendToPrevious(StageMessage message) override;
   absl::StatusOr<StageMessage> ReceiveFromNext() override;
   uint64_t BytesReceived() override;
+  uint64_t PeakHeldBytes() override;
   // Fails every wait, now and later, with UNAVAILABLE `reason` (cancellation).
   void Close(const std::string& reason);
 
