@@ -102,7 +102,32 @@ else
   failed=1
 fi
 
-cat "$bench_log" "$out/bench_train.log" 2>/dev/null
+# Pinned vs pageable copies, a D2H copy under running GEMMs, and GPU → wire →
+# GPU hops of 16 and 64 MiB checked byte for byte.
+transport_log=$out/bench_gpu_transport.log
+if timeout 180 "$work/bin/bench_gpu_transport" --json="$out/bench_gpu_transport.json" \
+     >"$transport_log" 2>&1; then
+  figure=$(python3 - "$out/bench_gpu_transport.json" <<'PY'
+import json, sys
+rows = {(r["check"], r["bytes"]): r for r in json.load(open(sys.argv[1]))}
+parts = []
+for (check, size), r in sorted(rows.items()):
+    if check.startswith("copy_"):
+        parts.append(f"{check[5:]} H2D {r['h2d_gbps']:.1f} / D2H {r['d2h_gbps']:.1f} GB/s")
+    elif check == "d2h_under_gemm":
+        parts.append(f"D2H under GEMM overlap {r['overlap']:.2f}")
+    else:
+        parts.append(f"hop {size / 2**20:.0f} MiB {r['hop_gbps']:.2f} GB/s")
+print("; ".join(parts))
+PY
+)
+  rows+=("bench_gpu_transport|PASS|$figure")
+else
+  rows+=("bench_gpu_transport|FAIL|see bench_gpu_transport.log")
+  failed=1
+fi
+
+cat "$bench_log" "$out/bench_train.log" "$transport_log" 2>/dev/null
 echo
 echo "== Shardline GPU check (commit $(cat "$bundle/commit" 2>/dev/null || echo ?)) =="
 echo "device: ${device:-none found}   driver: ${driver:-?}"
