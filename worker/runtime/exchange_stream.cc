@@ -14,12 +14,15 @@ absl::Status ExchangeStream::Send(std::shared_ptr<const StageMessage> message) {
   const size_t bytes = message->values.size() * sizeof(float);
   // Encoding only builds headers; the frames alias the message's values.
   std::vector<grpc::ByteBuffer> frames = EncodeStageMessage(std::move(message), options_.chunk_bytes, options_.wire);
-  const grpc::ByteBuffer* start = nullptr;
-  FrameWriter* writer = nullptr;
+  Write start;
   {
     absl::MutexLock lock(&mu_);
-    auto room = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-      return queued_messages_ < options_.max_waiting || !closed_.ok();
+    // A full queue is waited on until half of it has drained, so that a
+    // sender ahead of the wire wakes once per several messages, not each.
+    const size_t resume_at = queued_messages_ < options_.max_waiting ? options_.max_waiting
+                                                                      : (options_.max_waiting + 1) / 2;
+    auto room = [this, resume_at]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+      return queued_messages_ < resume_at || !closed_.ok();
     };
     if (!mu_.AwaitWithTimeout(absl::Condition(&room), options_.timeout)) {
       return absl::DeadlineExceededError(absl::StrCat("the neighbouring stage took nothing for ",
@@ -33,33 +36,38 @@ absl::Status ExchangeStream::Send(std::shared_ptr<const StageMessage> message) {
     ++queued_messages_;
     Hold(bytes);
     start = NextWrite();
-    writer = writer_;
   }
   // Outside the lock: the reactor may answer on another thread at once.
-  // While writing_ is set the reactor cannot finish, so `writer` stays alive.
-  if (start != nullptr) writer->StartFrameWrite(start);
+  // While writing_ is set the reactor cannot finish, so the writer stays alive.
+  start.Start();
   return absl::OkStatus();
 }
 
-const grpc::ByteBuffer* ExchangeStream::NextWrite() {
-  if (writing_ || stop_writes_ || writer_ == nullptr || !closed_.ok()) return nullptr;
+ExchangeStream::Write ExchangeStream::NextWrite() {
+  if (writing_ || stop_writes_ || writer_ == nullptr || !closed_.ok()) return {};
   if (grant_pending_ > 0) {
     shardline::v1::StageFrame grant;
     grant.set_credit(grant_pending_);
     grant_pending_ = 0;
     grant_frame_ = common::EncodeFrame(grant);
     writing_ = writing_grant_ = true;
-    return &grant_frame_;
+    return {writer_, &grant_frame_, false};
   }
-  if (outbox_.empty() || send_credit_ == 0) return nullptr;
+  if (outbox_.empty() || send_credit_ == 0) return {};
   --send_credit_;
   writing_ = true;
-  return &outbox_.front().frame;  // deque::push_back keeps references to existing elements
+  // gRPC may hold a write back to coalesce it with the next only when that
+  // next one is sure to follow at once: queued, with credit to go.
+  const bool more = outbox_.size() > 1 && send_credit_ > 0;
+  return {writer_, &outbox_.front().frame, more};  // deque::push_back keeps references
+}
+
+void ExchangeStream::Write::Start() const {
+  if (frame != nullptr) writer->StartFrameWrite(frame, more_follows);
 }
 
 void ExchangeStream::FrameWritten(bool ok) {
-  const grpc::ByteBuffer* next = nullptr;
-  FrameWriter* writer = nullptr;
+  Write next;
   {
     absl::MutexLock lock(&mu_);
     writing_ = false;
@@ -74,9 +82,8 @@ void ExchangeStream::FrameWritten(bool ok) {
     }
     if (!ok) CloseLocked(absl::UnavailableError("the link to the neighbouring stage broke"));
     next = NextWrite();
-    writer = writer_;
   }
-  if (next != nullptr) writer->StartFrameWrite(next);
+  next.Start();
 }
 
 bool ExchangeStream::StopWriting() {
@@ -91,8 +98,7 @@ bool ExchangeStream::writing() {
 }
 
 absl::StatusOr<StageMessage> ExchangeStream::Receive() {
-  const grpc::ByteBuffer* start = nullptr;
-  FrameWriter* writer = nullptr;
+  Write start;
   StageMessage message;
   {
     absl::MutexLock lock(&mu_);
@@ -107,9 +113,8 @@ absl::StatusOr<StageMessage> ExchangeStream::Receive() {
     held_bytes_ -= std::min(held_bytes_, message.values.size() * sizeof(float));
     MaybeGrant();
     start = NextWrite();
-    writer = writer_;
   }
-  if (start != nullptr) writer->StartFrameWrite(start);
+  start.Start();
   return message;
 }
 
@@ -173,14 +178,14 @@ size_t ExchangeStream::peak_waiting_received() {
 }
 
 void ExchangeStream::Attach(FrameWriter* writer, uint32_t peer_credit) {
-  const grpc::ByteBuffer* start = nullptr;
+  Write start;
   {
     absl::MutexLock lock(&mu_);
     writer_ = writer;
     send_credit_ = std::min(peer_credit, kMaxCredit);
     start = NextWrite();
   }
-  if (start != nullptr) writer->StartFrameWrite(start);
+  start.Start();
 }
 
 void ExchangeStream::Detach(const absl::Status& status) {
@@ -200,8 +205,7 @@ absl::Status ExchangeStream::FrameReceived(const grpc::ByteBuffer& bytes) {
   const bool grant_only = status.ok() && header->kind() == shardline::v1::StageFrame::KIND_UNSPECIFIED &&
                           frame->payload_bytes() == 0;
   // 1. Credit: take the peer's grant, charge its data frame against ours.
-  const grpc::ByteBuffer* start = nullptr;
-  FrameWriter* writer = nullptr;
+  Write start;
   {
     absl::MutexLock lock(&mu_);
     if (status.ok() && send_credit_ + uint64_t{header->credit()} > kMaxCredit) {
@@ -220,9 +224,8 @@ absl::Status ExchangeStream::FrameReceived(const grpc::ByteBuffer& bytes) {
       ++owed_;
     }
     start = NextWrite();  // a grant may let a data frame go
-    writer = writer_;
   }
-  if (start != nullptr) writer->StartFrameWrite(start);
+  start.Start();
   if (grant_only) return absl::OkStatus();
 
   // 2. Data: copy it into its message (no lock held: only this reactor assembles).
@@ -241,9 +244,8 @@ absl::Status ExchangeStream::FrameReceived(const grpc::ByteBuffer& bytes) {
     }
     MaybeGrant();
     start = NextWrite();
-    writer = writer_;
   }
-  if (start != nullptr) writer->StartFrameWrite(start);
+  start.Start();
   return absl::OkStatus();
 }
 

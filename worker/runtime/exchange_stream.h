@@ -43,11 +43,12 @@ struct ExchangeOptions {
 
 // Implemented by the reactor that owns the wire. StartFrameWrite is called
 // with at most one frame in flight; the reactor answers with
-// ExchangeStream::FrameWritten.
+// ExchangeStream::FrameWritten. `more_follows`: another write comes right
+// after this one, so gRPC may coalesce them (its buffer hint).
 class FrameWriter {
  public:
   virtual ~FrameWriter() = default;
-  virtual void StartFrameWrite(const grpc::ByteBuffer* frame) = 0;
+  virtual void StartFrameWrite(const grpc::ByteBuffer* frame, bool more_follows) = 0;
 };
 
 class ExchangeStream {
@@ -95,9 +96,17 @@ class ExchangeStream {
     size_t message_bytes = 0;  // on a message's last frame: its tensor bytes
     bool ends_message = false;
   };
+  // A write to start once the lock is released (the reactor may answer on
+  // another thread at once); empty when there is none.
+  struct Write {
+    FrameWriter* writer = nullptr;
+    const grpc::ByteBuffer* frame = nullptr;
+    bool more_follows = false;
+    void Start() const;
+  };
   // The next frame to write, if none is in flight: a pending grant first,
   // then a data frame if the peer granted credit.
-  const grpc::ByteBuffer* NextWrite() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Write NextWrite() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Grants back the frames we hold credit for, if the stage keeps up.
   void MaybeGrant() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CloseLocked(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -87,7 +87,9 @@ class GrpcStageLink::UpstreamCall final : public grpc::ClientBidiReactor<grpc::B
     mu_.Await(absl::Condition(&done_));
   }
 
-  void StartFrameWrite(const grpc::ByteBuffer* frame) override { StartWrite(frame); }
+  void StartFrameWrite(const grpc::ByteBuffer* frame, bool more_follows) override {
+    StartWrite(frame, more_follows ? grpc::WriteOptions().set_buffer_hint() : grpc::WriteOptions());
+  }
 
   void OnWriteDone(bool ok) override {
     if (hello_written_) {

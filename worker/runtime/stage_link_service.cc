@@ -15,7 +15,9 @@ class ExchangeReactor final : public grpc::ServerGenericBidiReactor, public Fram
  public:
   explicit ExchangeReactor(StageLinkService* service) : service_(service) { StartRead(&in_); }
 
-  void StartFrameWrite(const grpc::ByteBuffer* frame) override { StartWrite(frame); }
+  void StartFrameWrite(const grpc::ByteBuffer* frame, bool more_follows) override {
+    StartWrite(frame, more_follows ? grpc::WriteOptions().set_buffer_hint() : grpc::WriteOptions());
+  }
 
   // The hello is answered with a hello (the ack, carrying our grant) before
   // any data, so the downstream side knows the stream is bound and not about
