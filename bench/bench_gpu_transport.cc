@@ -194,7 +194,7 @@ bool MeasureHop(BenchReport& report, size_t bytes) {
     StageMessage message;
     message.kind = StageMessage::Kind::kActivation;
     message.step = t + 1;
-    message.values.resize(n);
+    message.values = worker::runtime::HostBuffer::Zeros(n);
     CUDA_OK(cudaMemcpy(message.values.data(), from, bytes, cudaMemcpyDeviceToHost));
     BENCH_CHECK_OK(sender->Send(std::make_shared<const StageMessage>(std::move(message))));
     absl::StatusOr<StageMessage> received = (*receiver)->ReceiveFromPrevious();

@@ -133,6 +133,7 @@ void Measure(int p, int total_threads, int steps, BenchReport& report) {
     options.stages = p;
     options.service = services[s].get();
     if (s > 0) options.upstream_address = addresses[s - 1];
+    options.staging_slot_bytes = worker::runtime::LargestLinkTensorBytes(spec);
     auto link = worker::runtime::GrpcStageLink::Create(options);
     BENCH_CHECK_OK(link.status());
     links.push_back(std::move(*link));

@@ -2,8 +2,9 @@
 // Two processes on loopback (this one forks a receiver). For each tensor
 // size it sends `--reps` tensors and times until the receiver has acked the
 // last one, three ways in the same run:
-//   stagelink: our StageLink path (GrpcStageLink ↔ StageLinkService, chunked
-//              frames, one write in flight);
+//   stagelink: our StageLink path (GrpcStageLink ↔ StageLinkService: frames
+//              aliasing the tensor, one write in flight under the receiver's
+//              credit, received into staging slots);
 //   tcp:       a raw TCP socket carrying the same bytes in 1 MiB writes (the ceiling);
 //   protobuf:  a plain gRPC stream, one protobuf message with a `bytes`
 //              payload per tensor (the naive baseline).
@@ -104,7 +105,7 @@ void TcpSink(int listener) {
 
 // Serves the sinks, then acts as the downstream stage of the StageLink pair
 // (it acks every message with an empty gradient).
-int Receiver(int tcp_listener, int sink_port_pipe, int link_port_pipe) {
+int Receiver(int tcp_listener, int sink_port_pipe, int link_port_pipe, size_t largest) {
   SinkService sink;
   grpc::ServerBuilder builder;
   int port = 0;
@@ -126,6 +127,7 @@ int Receiver(int tcp_listener, int sink_port_pipe, int link_port_pipe) {
   options.stages = 2;
   options.upstream_address = stagelink_upstream;
   options.exchange = LinkOptions();
+  options.staging_slot_bytes = largest;  // as a worker sizes them for its job
   auto link = worker::runtime::GrpcStageLink::Create(options);
   if (!link.ok()) return 1;
   while (true) {
@@ -179,7 +181,7 @@ int Main() {
   if (::pipe(to_parent) != 0 || ::pipe(to_child) != 0) return 2;
   const pid_t child = ::fork();
   if (child == 0) {
-    ::_exit(Receiver(listener, to_parent[1], to_child[0]));
+    ::_exit(Receiver(listener, to_parent[1], to_child[0], *std::max_element(sizes.begin(), sizes.end())));
   }
   ::close(listener);
   // The StageLink upstream (us) serves; the receiver connects to it.
@@ -220,7 +222,7 @@ int Main() {
     auto message = std::make_shared<StageMessage>();
     message->kind = StageMessage::Kind::kActivation;
     message->step = ++step;
-    message->values.assign(bytes / 4, 0.5f);
+    message->values = std::vector<float>(bytes / 4, 0.5f);
     auto stagelink_reps = [&] {
       // Acks are taken as they come (a stage that stopped receiving would,
       // by design, stop being sent to).

@@ -9,6 +9,7 @@
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "worker/backend/backend_factory.h"
+#include "worker/runtime/pipeline_stage.h"
 #include "worker/stage_job.h"
 
 namespace shardline::worker {
@@ -172,6 +173,8 @@ void WorkerServer::RunJob(shardline::v1::Assignment a) {
   // Enough waiting room that no two neighbours can both wait on a full
   // buffer under either schedule (1F1B needs about half the stage count).
   options.exchange.max_waiting = std::max<size_t>(8, static_cast<size_t>(a.stages()));
+  options.staging_slot_bytes = runtime::LargestLinkTensorBytes(a.spec());
+  options.staging_memory = runtime::HostStagingMemory(*backend_);
   absl::StatusOr<std::unique_ptr<runtime::GrpcStageLink>> link = runtime::GrpcStageLink::Create(options);
   absl::Status status = link.status();
   if (link.ok()) {

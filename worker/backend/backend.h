@@ -51,6 +51,14 @@ class Backend {
   // device memory), for planning.
   virtual absl::StatusOr<int64_t> MemoryAvailable() = 0;
 
+  // Host memory for tensors on their way between this device and the
+  // network (stage-link staging slots): page-locked on CUDA devices, so
+  // copies to and from it run at the bus's speed; 64-byte aligned heap
+  // memory here. Allocated rarely (once per job), never on a hot path.
+  virtual absl::StatusOr<void*> AllocateHostStaging(size_t bytes);
+  virtual void FreeHostStaging(void* memory);
+  virtual bool host_staging_pinned() const { return false; }
+
   // ---- Memory ----
   // Uninitialised memory; RESOURCE_EXHAUSTED when the device is full.
   virtual absl::StatusOr<DeviceBuffer> Allocate(size_t bytes) = 0;

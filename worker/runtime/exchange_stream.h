@@ -30,6 +30,7 @@
 #include "absl/time/time.h"
 #include "worker/runtime/stage_frame_coding.h"
 #include "worker/runtime/stage_link.h"
+#include "worker/runtime/staging_pool.h"
 
 namespace shardline::worker::runtime {
 
@@ -39,6 +40,7 @@ struct ExchangeOptions {
   common::DType wire = common::DType::kF32;    // precision of tensors sent
   uint32_t window_frames = 16;                 // data frames the peer may send ahead of us
   size_t max_waiting = 8;                      // messages queued to send, or received and not taken
+  std::shared_ptr<StagingPool> receive_pool;   // where received tensors go when it has room
 };
 
 // Implemented by the reactor that owns the wire. StartFrameWrite is called
@@ -54,7 +56,7 @@ class FrameWriter {
 class ExchangeStream {
  public:
   explicit ExchangeStream(const ExchangeOptions& options)
-      : options_(options), peer_credit_(options.window_frames) {}
+      : options_(options), assembler_(options.receive_pool), peer_credit_(options.window_frames) {}
 
   // Stage side.
   absl::Status Send(std::shared_ptr<const StageMessage> message);

@@ -5,10 +5,12 @@
 
 #include <atomic>
 #include <thread>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "common/grpc_status.h"
+#include "common/status_macros.h"
 #include "common/tensor_coding.h"
 
 namespace shardline::worker::runtime {
@@ -209,13 +211,29 @@ absl::StatusOr<std::unique_ptr<GrpcStageLink>> GrpcStageLink::Create(
   if (options.exchange.window_frames < 1 || options.exchange.max_waiting < 1) {
     return absl::InvalidArgumentError("a link needs a window of at least one frame and one waiting message");
   }
+  if (options.staging_slot_bytes > 0) {
+    const int send_slots = static_cast<int>(options.exchange.max_waiting) + 2;
+    const int receive_slots = static_cast<int>(options.exchange.max_waiting) + 3;
+    const size_t bytes = options.staging_slot_bytes;
+    for (auto [wanted, pool, slots] : {std::tuple{has_next, &link->send_next_, send_slots},
+                                       std::tuple{has_next, &link->receive_next_, receive_slots},
+                                       std::tuple{has_previous, &link->send_previous_, send_slots},
+                                       std::tuple{has_previous, &link->receive_previous_, receive_slots}}) {
+      if (!wanted) continue;
+      ASSIGN_OR_RETURN(*pool, StagingPool::Create(bytes, slots, options.staging_memory));
+    }
+  }
   if (has_next) {
-    link->downstream_ = options.service->Expect(options.job_id, options.plan_epoch, options.stage, options.exchange);
+    ExchangeOptions exchange = options.exchange;
+    exchange.receive_pool = link->receive_next_;
+    link->downstream_ = options.service->Expect(options.job_id, options.plan_epoch, options.stage, exchange);
   }
   if (has_previous) {
     link->stub_ = std::make_unique<grpc::GenericStub>(
         grpc::CreateCustomChannel(options.upstream_address, grpc::InsecureChannelCredentials(), StageLinkChannelArguments()));
-    link->upstream_stream_ = std::make_shared<ExchangeStream>(options.exchange);
+    ExchangeOptions exchange = options.exchange;
+    exchange.receive_pool = link->receive_previous_;
+    link->upstream_stream_ = std::make_shared<ExchangeStream>(exchange);
     GrpcStageLink* self = link.get();
     link->connector_ = std::thread([self] { self->ConnectUpstream(); });
   }
@@ -274,6 +292,22 @@ uint64_t GrpcStageLink::BytesReceived() {
 uint64_t GrpcStageLink::PeakHeldBytes() {
   return (downstream_ ? downstream_->peak_held_bytes() : 0) +
          (upstream_stream_ ? upstream_stream_->peak_held_bytes() : 0);
+}
+
+absl::StatusOr<HostBuffer> GrpcStageLink::OutgoingBuffer(StageMessage::Kind kind, size_t elements) {
+  const bool backwards = kind == StageMessage::Kind::kGradient || kind == StageMessage::Kind::kNormTotal;
+  const std::shared_ptr<StagingPool>& pool = backwards ? send_previous_ : send_next_;
+  if (pool == nullptr || elements * sizeof(float) > pool->slot_bytes()) return HostBuffer::Zeros(elements);
+  ASSIGN_OR_RETURN(StagingSlot slot, pool->Acquire(options_.exchange.timeout));
+  return HostBuffer(std::move(slot), elements);
+}
+
+int GrpcStageLink::PeakStagingSlots() {
+  int peak = 0;
+  for (const auto* pool : {&send_next_, &send_previous_, &receive_next_, &receive_previous_}) {
+    if (*pool != nullptr) peak += (*pool)->peak_in_use();
+  }
+  return peak;
 }
 
 void GrpcStageLink::Close(const std::string& reason) {

@@ -34,6 +34,11 @@ struct GrpcStageLinkOptions {
   std::string upstream_address;          // the previous stage's worker (stage > 0)
   StageLinkService* service = nullptr;   // this worker's service (stage < stages − 1)
   ExchangeOptions exchange;               // timeout, chunk size, wire precision, flow control
+  // Staging slots for the tensors this link moves, allocated at Create:
+  // per direction, max_waiting + 2 for sending and max_waiting + 3 for
+  // receiving. 0: none (tensors live on the heap). Larger tensors use the heap.
+  size_t staging_slot_bytes = 0;
+  HostMemory staging_memory = PlainHostMemory();  // pinned on CUDA workers
 };
 
 // The arguments of every channel to a StageLink server: no retries (we
@@ -55,6 +60,9 @@ class GrpcStageLink final : public StageLink {
   absl::StatusOr<StageMessage> ReceiveFromNext() override;
   uint64_t BytesReceived() override;
   uint64_t PeakHeldBytes() override;
+  absl::StatusOr<HostBuffer> OutgoingBuffer(StageMessage::Kind kind, size_t elements) override;
+  // Most staging slots in use at once, all pools together.
+  int PeakStagingSlots();
   // Fails every wait, now and later, with UNAVAILABLE `reason` (cancellation).
   void Close(const std::string& reason);
 
@@ -69,6 +77,8 @@ class GrpcStageLink final : public StageLink {
   std::shared_ptr<ExchangeStream> downstream_;  // we serve it; the next stage connects
   std::unique_ptr<grpc::GenericStub> stub_;
   std::shared_ptr<ExchangeStream> upstream_stream_;  // survives call retries
+  std::shared_ptr<StagingPool> send_next_, send_previous_;        // slots for outgoing tensors
+  std::shared_ptr<StagingPool> receive_next_, receive_previous_;  // slots for incoming tensors
   std::thread connector_;
   std::atomic<bool> closing_{false};
   absl::Mutex mu_;

@@ -11,7 +11,7 @@ absl::Status NoNeighbour(absl::string_view side) {
 }
 
 // What a value becomes after a trip over a `wire`-precision link.
-void RoundToWirePrecision(std::vector<float>& values, common::DType wire) {
+void RoundToWirePrecision(HostBuffer& values, common::DType wire) {
   if (wire == common::DType::kBF16) common::RoundThroughBf16(values.data(), values.size());
   if (wire == common::DType::kF16) common::RoundThroughF16(values.data(), values.size());
 }

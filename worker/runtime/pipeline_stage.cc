@@ -2,6 +2,7 @@
 
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 
@@ -27,6 +28,13 @@ double Since(Clock::time_point start) {
 }
 
 }  // namespace
+
+size_t LargestLinkTensorBytes(const shardline::v1::JobSpec& spec) {
+  const int64_t micro_batches = std::max<int64_t>(1, spec.train().micro_batches());
+  const int64_t sequences = (spec.train().global_batch() + micro_batches - 1) / micro_batches;
+  return static_cast<size_t>(std::max<int64_t>(1, sequences * spec.model().context() * spec.model().d_model())) *
+         sizeof(float);
+}
 
 absl::StatusOr<std::unique_ptr<PipelineStage>> PipelineStage::Create(
     ShardRuntime& runtime, const data::DataSource* data, StageLink& link,
@@ -91,12 +99,13 @@ absl::Status PipelineStage::Forward(int64_t step, int k, const std::vector<data:
   if (runtime_.is_last()) in.targets = received.targets;
   result.tokens += in.batch * in.t;
 
-  const auto start = Clock::now();
+  HostBuffer output;  // written by the forward pass, sent as it is
   if (!runtime_.is_last()) {
-    output_.resize(static_cast<size_t>(in.batch * in.t * runtime_.output_width()));
+    ASSIGN_OR_RETURN(output, link_.OutgoingBuffer(Kind::kActivation,
+                                                  static_cast<size_t>(in.batch * in.t * runtime_.output_width())));
   }
-  RETURN_IF_ERROR(runtime_.Forward(k, in, runtime_.is_last() ? absl::Span<float>()
-                                                              : absl::Span<float>(output_)));
+  const auto start = Clock::now();
+  RETURN_IF_ERROR(runtime_.Forward(k, in, output.span()));
   result.busy_seconds += Since(start);
   if (runtime_.is_last()) {
     ASSIGN_OR_RETURN(double loss, runtime_.Loss(k));
@@ -109,7 +118,7 @@ absl::Status PipelineStage::Forward(int64_t step, int k, const std::vector<data:
   out.micro_batch = k;
   out.batch = in.batch;
   out.t = in.t;
-  out.values = output_;
+  out.values = std::move(output);
   out.targets = std::move(received.targets);
   out.loss_scale = received.loss_scale;
   return link_.SendToNext(std::move(out));
@@ -120,21 +129,21 @@ absl::Status PipelineStage::Backward(int64_t step, int k, StageStepResult& resul
   if (!runtime_.is_last()) {
     ASSIGN_OR_RETURN(gradient, Expect(link_.ReceiveFromNext(), Kind::kGradient, step, k));
   }
-  const auto start = Clock::now();
+  HostBuffer grad_input;  // written by the backward pass, sent as it is
   if (!runtime_.is_first()) {
     ASSIGN_OR_RETURN(int64_t tokens, runtime_.SlotTokens(k));
-    grad_input_.resize(static_cast<size_t>(tokens * runtime_.input_width()));
+    ASSIGN_OR_RETURN(grad_input, link_.OutgoingBuffer(Kind::kGradient,
+                                                      static_cast<size_t>(tokens * runtime_.input_width())));
   }
-  RETURN_IF_ERROR(runtime_.Backward(k, gradient.values,
-                                    runtime_.is_first() ? absl::Span<float>()
-                                                        : absl::Span<float>(grad_input_)));
+  const auto start = Clock::now();
+  RETURN_IF_ERROR(runtime_.Backward(k, gradient.values, grad_input.span()));
   result.busy_seconds += Since(start);
   if (runtime_.is_first()) return absl::OkStatus();
   StageMessage out;
   out.kind = Kind::kGradient;
   out.step = step;
   out.micro_batch = k;
-  out.values = grad_input_;
+  out.values = std::move(grad_input);
   return link_.SendToPrevious(std::move(out));
 }
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "shardline/v1/job.pb.h"
 #include "worker/data/data_source.h"
 #include "worker/runtime/pipeline_schedule.h"
 #include "worker/runtime/shard_runtime.h"
@@ -41,6 +42,11 @@ struct StageStepResult {
   uint64_t received_bytes = 0;  // link payload bytes received during the step
   int64_t minor_faults = 0;     // minor page faults of the whole process during the step
 };
+
+// The most bytes one stage-link tensor of `spec`'s jobs holds (a
+// micro-batch's activations or gradients, f32 in host memory): the size of
+// the links' staging slots.
+size_t LargestLinkTensorBytes(const shardline::v1::JobSpec& spec);
 
 class PipelineStage {
  public:
@@ -72,7 +78,6 @@ class PipelineStage {
   StageLink& link_;
   const PipelineStageOptions options_;
   const std::vector<PipelineAction> schedule_;
-  std::vector<float> output_, grad_input_;  // reused host buffers
 };
 
 }  // namespace shardline::worker::runtime

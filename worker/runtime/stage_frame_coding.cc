@@ -126,7 +126,7 @@ absl::Status FrameAssembler::Check(const common::DecodedFrame& frame) {
 absl::StatusOr<std::optional<StageMessage>> FrameAssembler::Add(const common::DecodedFrame& frame) {
   const StageFrame& f = frame.header();
   if (absl::Status s = Check(frame); !s.ok()) {
-    *this = FrameAssembler();
+    Reset();
     return s;
   }
   if (!active_) {
@@ -140,7 +140,7 @@ absl::StatusOr<std::optional<StageMessage>> FrameAssembler::Add(const common::De
     message_.loss_scale = f.loss_scale();
     message_.norm = f.norm();
     message_.targets.assign(f.targets().begin(), f.targets().end());
-    message_.values.resize(static_cast<size_t>(f.elements()));
+    message_.values = Destination(static_cast<size_t>(f.elements()));
     element_bytes_ = f.dtype() == shardline::v1::DTYPE_F32 ? 4 : 2;
     if (element_bytes_ == 2) narrow_.resize(static_cast<size_t>(f.elements()));
   }
@@ -150,7 +150,7 @@ absl::StatusOr<std::optional<StageMessage>> FrameAssembler::Add(const common::De
   filled_bytes_ += frame.payload_bytes();
   if (++next_chunk_ < f.chunk_count()) return std::optional<StageMessage>();
   if (filled_bytes_ != message_.values.size() * element_bytes_) {
-    *this = FrameAssembler();
+    Reset();
     return Bad("payload shorter than the tensor");
   }
   if (element_bytes_ == 2) {
@@ -161,8 +161,27 @@ absl::StatusOr<std::optional<StageMessage>> FrameAssembler::Add(const common::De
     }
   }
   StageMessage done = std::move(message_);
-  *this = FrameAssembler();
+  Reset();
   return std::optional<StageMessage>(std::move(done));
+}
+
+HostBuffer FrameAssembler::Destination(size_t elements) {
+  if (pool_ != nullptr && elements * sizeof(float) <= pool_->slot_bytes()) {
+    // Never waits: the reactor's thread must not block. A full pool means
+    // the stage holds many messages; the heap takes the rest.
+    if (std::optional<StagingSlot> slot = pool_->TryAcquire()) return HostBuffer(std::move(*slot), elements);
+  }
+  return HostBuffer::Zeros(elements);
+}
+
+void FrameAssembler::Reset() {
+  active_ = false;
+  first_.Clear();
+  next_chunk_ = 0;
+  message_ = StageMessage();
+  filled_bytes_ = 0;
+  element_bytes_ = 4;
+  narrow_.clear();
 }
 
 }  // namespace shardline::worker::runtime

@@ -16,6 +16,7 @@
 #include "common/tensor_coding.h"
 #include "shardline/v1/stage_link.pb.h"
 #include "worker/runtime/stage_link.h"
+#include "worker/runtime/staging_pool.h"
 
 namespace shardline::worker::runtime {
 
@@ -33,15 +34,22 @@ std::vector<grpc::ByteBuffer> EncodeStageMessage(std::shared_ptr<const StageMess
                                                  size_t chunk_bytes = kDefaultChunkBytes,
                                                  common::DType wire = common::DType::kF32);
 
-// Reassembles messages from data frames, one message at a time. Not thread-safe.
+// Reassembles messages from data frames, one message at a time, each
+// payload copied once into the message's tensor: a slot of `pool` when one
+// is free and large enough, the heap otherwise. Not thread-safe.
 class FrameAssembler {
  public:
+  explicit FrameAssembler(std::shared_ptr<StagingPool> pool = nullptr) : pool_(std::move(pool)) {}
+
   // The complete message once its last chunk arrives, nullopt before that.
   // INVALID_ARGUMENT for a malformed frame; the assembler is then reset.
   absl::StatusOr<std::optional<StageMessage>> Add(const common::DecodedFrame& frame);
 
  private:
   absl::Status Check(const common::DecodedFrame& frame);
+  HostBuffer Destination(size_t elements);
+  void Reset();
+  const std::shared_ptr<StagingPool> pool_;
   bool active_ = false;
   shardline::v1::StageFrame first_;  // header of the message being assembled
   uint32_t next_chunk_ = 0;

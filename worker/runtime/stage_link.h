@@ -5,8 +5,8 @@
 // make the receiving order equal to the sending order, and the receiver
 // checks every message against what it expects.
 //
-// Implementations: LocalStageLink (in-process, tests) and, later, the gRPC
-// StageLink service. A link is used by one stage thread; implementations
+// Implementations: LocalStageLink (in-process, tests) and GrpcStageLink
+// (the StageLink service between workers). A link is used by one stage thread; implementations
 // must make Send and Receive on the two directions safe to call from it
 // while the peer's thread does the same.
 #ifndef SHARDLINE_WORKER_RUNTIME_STAGE_LINK_H_
@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "worker/runtime/host_buffer.h"
 
 namespace shardline::worker::runtime {
 
@@ -32,7 +33,7 @@ struct StageMessage {
   int micro_batch = 0;
   int64_t batch = 0;                // sequences (activations)
   int64_t t = 0;                    // tokens per sequence (activations)
-  std::vector<float> values;        // activations or gradients, [batch·t·width]
+  HostBuffer values;                // activations or gradients, [batch·t·width]
   std::vector<int32_t> targets;     // activations: [batch·t], carried to the last stage
   float loss_scale = 0.0f;          // activations: 1 / scored tokens in the step
   double norm = 0.0;                // norm messages
@@ -50,6 +51,13 @@ class StageLink {
   virtual absl::StatusOr<StageMessage> ReceiveFromPrevious() = 0;
   virtual absl::Status SendToPrevious(StageMessage message) = 0;
   virtual absl::StatusOr<StageMessage> ReceiveFromNext() = 0;
+  // Where to put a tensor of `elements` floats that will be sent as a
+  // message of `kind`: a staging slot of the link when it has them (waiting
+  // for one to come free, up to the link's timeout), the heap otherwise.
+  // The values are unspecified; the caller fills them all.
+  virtual absl::StatusOr<HostBuffer> OutgoingBuffer(StageMessage::Kind /*kind*/, size_t elements) {
+    return HostBuffer::Zeros(elements);
+  }
   // Payload bytes received from both neighbours so far (what crossed the wire;
   // 0 for links that move no bytes).
   virtual uint64_t BytesReceived() { return 0; }

@@ -132,6 +132,7 @@ std::vector<double> GrpcPipelineLosses(const shardline::v1::JobSpec& spec, commo
     runtimes.push_back(std::move(*runtime));
     GrpcStageLinkOptions options = Options(s, 3, servers[s].get(), s ? servers[s - 1].get() : nullptr);
     options.exchange.wire = wire;
+    options.staging_slot_bytes = LargestLinkTensorBytes(spec);
     auto link = GrpcStageLink::Create(options);
     if (!link.ok()) {
       ADD_FAILURE() << link.status();
@@ -299,7 +300,7 @@ TEST(GrpcStageLinkTest, ASlowReceiverBoundsWhatAFastSenderMayQueue) {
     StageMessage m;
     m.kind = StageMessage::Kind::kGradient;
     m.step = i;
-    m.values.assign(floats, static_cast<float>(i));
+    m.values = std::vector<float>(floats, static_cast<float>(i));
     return m;
   };
   int sent = 0;
@@ -324,6 +325,55 @@ TEST(GrpcStageLinkTest, ASlowReceiverBoundsWhatAFastSenderMayQueue) {
   ASSERT_TRUE(m.ok()) << m.status();
   EXPECT_EQ(m->values, large.values);
   sender->reset();
+  server->server->Shutdown();
+}
+
+// Tensors a stage sends are written into the link's staging slots and go
+// out without a copy; received ones land in the receiver's slots; slots come
+// back once written or dropped; a tensor too large for a slot uses the heap.
+TEST(GrpcStageLinkTest, TensorsTravelThroughStagingSlotsThatComeBack) {
+  auto server = StartServer();
+  ExchangeOptions receiving = Exchange(absl::Seconds(5));
+  auto receive_pool = StagingPool::Create(4096, 4, PlainHostMemory());
+  ASSERT_TRUE(receive_pool.ok());
+  receiving.receive_pool = *receive_pool;
+  auto receiver = server->service->Expect("job-1", 7, 0, receiving);
+  GrpcStageLinkOptions options = Options(1, 2, server.get(), server.get(), 7, absl::Seconds(2));
+  options.staging_slot_bytes = 4096;
+  auto link = GrpcStageLink::Create(options);
+  ASSERT_TRUE(link.ok());
+  for (int i = 0; i < 40; ++i) {  // more than the link's slots: they must come back
+    absl::StatusOr<HostBuffer> values = (*link)->OutgoingBuffer(StageMessage::Kind::kGradient, 1000);
+    ASSERT_TRUE(values.ok()) << "message " << i << ": " << values.status();
+    EXPECT_TRUE(values->staged());
+    for (size_t j = 0; j < values->size(); ++j) (*values)[j] = static_cast<float>(i * j);
+    StageMessage gradient;
+    gradient.kind = StageMessage::Kind::kGradient;
+    gradient.step = i;
+    gradient.values = std::move(*values);
+    const HostBuffer sent = gradient.values;
+    ASSERT_TRUE((*link)->SendToPrevious(std::move(gradient)).ok());
+    auto received = receiver->Receive();
+    ASSERT_TRUE(received.ok()) << received.status();
+    EXPECT_TRUE(received->values.staged());
+    EXPECT_EQ(received->values, sent);
+  }
+  EXPECT_GE((*link)->PeakStagingSlots(), 1);
+  EXPECT_EQ((*receive_pool)->free_slots(), 4) << "every received slot was let go";
+
+  absl::StatusOr<HostBuffer> large = (*link)->OutgoingBuffer(StageMessage::Kind::kGradient, 2000);
+  ASSERT_TRUE(large.ok());
+  EXPECT_FALSE(large->staged()) << "8000 bytes do not fit a 4096-byte slot";
+  for (size_t j = 0; j < large->size(); ++j) (*large)[j] = static_cast<float>(j);
+  StageMessage gradient;
+  gradient.kind = StageMessage::Kind::kGradient;
+  gradient.values = *large;
+  ASSERT_TRUE((*link)->SendToPrevious(gradient).ok());
+  auto received = receiver->Receive();
+  ASSERT_TRUE(received.ok()) << received.status();
+  EXPECT_FALSE(received->values.staged());
+  EXPECT_EQ(received->values, *large);
+  link->reset();
   server->server->Shutdown();
 }
 

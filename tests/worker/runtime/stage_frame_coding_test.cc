@@ -19,7 +19,9 @@ StageMessage Message(size_t n) {
   m.t = 5;
   m.targets = {1, -1, 4};
   m.loss_scale = 0.25f;
-  for (size_t i = 0; i < n; ++i) m.values.push_back(std::sin(static_cast<float>(i)) * 1000.0f + 1e-3f * i);
+  std::vector<float> values;
+  for (size_t i = 0; i < n; ++i) values.push_back(std::sin(static_cast<float>(i)) * 1000.0f + 1e-3f * i);
+  m.values = std::move(values);
   return m;
 }
 
@@ -81,7 +83,7 @@ TEST(StageFrameCodingTest, HalfPrecisionWiresHalveTheBytesAndRoundToNearestEven)
     size_t frames = 0;
     const StageMessage back = RoundTrip(m, 256, wire, &frames);
     EXPECT_EQ(frames, 8u) << "2000 bytes";
-    std::vector<float> expected = m.values;
+    std::vector<float> expected = m.values.ToVector();
     if (wire == common::DType::kBF16) common::RoundThroughBf16(expected.data(), expected.size());
     if (wire == common::DType::kF16) common::RoundThroughF16(expected.data(), expected.size());
     EXPECT_EQ(back.values, expected);

@@ -3,11 +3,13 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
+#include "glog/logging.h"
 #include "worker/backend/cuda/cuda_kernels.h"
 
 namespace shardline::worker {
@@ -145,14 +147,27 @@ absl::StatusOr<int64_t> CudaBackend::MemoryAvailable() {
   return static_cast<int64_t>(free_bytes);
 }
 
+absl::StatusOr<void*> CudaBackend::AllocateHostStaging(size_t bytes) {
+  void* memory = nullptr;
+  // Portable: pinned for every device and context of this process.
+  CUDA_RETURN_IF_ERROR(cudaHostAlloc(&memory, std::max<size_t>(bytes, 1), cudaHostAllocPortable));
+  return memory;
+}
+
+void CudaBackend::FreeHostStaging(void* memory) {
+  if (cudaError_t e = cudaFreeHost(memory); e != cudaSuccess) {
+    LOG(WARNING) << "cudaFreeHost: " << cudaGetErrorString(e);
+  }
+}
+
 absl::Status CudaBackend::Synchronize() {
   CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
   return CheckKernelErrors();
 }
 
 absl::Status CudaBackend::CopyToDeviceImpl(const void* src, void* dst, size_t bytes) {
-  // Synchronous, so the caller may reuse `src` at once whatever memory it is.
-  // The asynchronous path through pinned staging buffers is the StagingPool's.
+  // Synchronous, so the caller may reuse `src` at once whatever memory it is
+  // (from a pinned staging slot the copy runs at the bus's speed).
   CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
   CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
   return absl::OkStatus();

@@ -36,6 +36,9 @@ class CudaBackend final : public Backend {
   absl::StatusOr<DeviceBuffer> Allocate(size_t bytes) override;
   absl::Status Synchronize() override;
   absl::StatusOr<int64_t> MemoryAvailable() override;
+  absl::StatusOr<void*> AllocateHostStaging(size_t bytes) override;
+  void FreeHostStaging(void* memory) override;
+  bool host_staging_pinned() const override { return true; }
 
  protected:
   absl::Status CopyToDeviceImpl(const void* src, void* dst, size_t bytes) override;
