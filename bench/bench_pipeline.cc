@@ -4,8 +4,9 @@
 // Reports tokens/s, pipeline efficiency (Σ stage busy time ÷ (p × step
 // time)) next to the analytic bound 1 − (p−1)/(m+p−1), the exposed
 // communication time (step time − the busiest stage's compute), peak
-// activation slots and peak tensor bytes held by one stage's links (the
-// credit window bounds them, whatever the stages' speeds), the process's
+// activation slots, the peak tensor bytes held by one stage's links and
+// the most staging slots it used (the credit window and the pools bound
+// them, whatever the stages' speeds), the process's
 // peak resident memory (all stages; it only grows, so each row includes the
 // rows before it), and tokens/s relative to the single-process trainer on
 // the same model and thread budget in the same run.
@@ -175,7 +176,11 @@ void Measure(int p, int total_threads, int steps, BenchReport& report) {
     exposed += seconds - most;
   }
   uint64_t link_peak = 0;
-  for (const auto& link : links) link_peak = std::max(link_peak, link->PeakHeldBytes());
+  int staging_peak = 0;
+  for (const auto& link : links) {
+    link_peak = std::max(link_peak, link->PeakHeldBytes());
+    staging_peak = std::max(staging_peak, link->PeakStagingSlots());
+  }
   links.clear();
   for (auto& server : servers) server->Shutdown();
   const int m = spec.train().micro_batches();
@@ -193,6 +198,7 @@ void Measure(int p, int total_threads, int steps, BenchReport& report) {
               {"step_ms", wall / steps * 1e3},
               {"peak_slots", static_cast<double>(peak)},
               {"link_peak_mib", static_cast<double>(link_peak) / (1 << 20)},
+              {"staging_slots_peak", static_cast<double>(staging_peak)},
               {"peak_rss_mib", PeakRssMiB()},
               {"reference_tokens_per_s", reference},
               {"vs_reference", tokens / wall / reference}});
