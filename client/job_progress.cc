@@ -95,10 +95,11 @@ std::string DescribeJob(const shardline::v1::JobStatus& s) {
   if (!s.message().empty()) absl::StrAppend(&out, "Message:    ", s.message(), "\n");
   if (s.stages_size() > 0) {
     std::vector<std::vector<std::string>> rows = {
-        {"STAGE", "WORKER", "UNITS", "BUSY", "PEAK MICRO-BATCHES", "MINOR FAULTS/GIB RECEIVED"}};
+        {"STAGE", "WORKER", "UNITS", "BUSY", "PEAK MICRO-BATCHES", "LINK PEAK MIB", "MINOR FAULTS/GIB RECEIVED"}};
     for (const auto& st : s.stages()) {
       rows.push_back({absl::StrCat(st.stage()), st.worker(), absl::StrCat("[", st.unit_begin(), ", ", st.unit_end(), ")"),
                       absl::StrFormat("%.0f%%", 100 * st.busy_fraction()), absl::StrCat(st.peak_slots()),
+                      absl::StrFormat("%.1f", static_cast<double>(st.link_peak_bytes()) / (1 << 20)),
                       absl::StrFormat("%.0f", st.minor_faults_per_gib())});
     }
     out += "Stages:\n" + Table(rows);

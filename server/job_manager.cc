@@ -228,6 +228,7 @@ absl::StatusOr<bool> JobManager::ReportStep(const shardline::v1::ReportStepReque
     status->set_peak_slots(report.last.peak_slots());
     const double gib = static_cast<double>(report.last.received_bytes()) / (1 << 30);
     status->set_minor_faults_per_gib(gib > 0 ? report.last.minor_faults() / gib : 0.0);
+    status->set_link_peak_bytes(report.last.link_peak_bytes());
   }
   const auto& last = job->stages.back().last;
   job->status.set_step(r.step());

@@ -98,6 +98,7 @@ absl::Status RunStageJob(const shardline::v1::Assignment& a, const std::string& 
     r.set_peak_slots(static_cast<int64_t>(result->peak_slots));
     r.set_received_bytes(static_cast<int64_t>(result->received_bytes));
     r.set_minor_faults(result->minor_faults);
+    r.set_link_peak_bytes(static_cast<int64_t>(result->link_peak_bytes));
     ASSIGN_OR_RETURN(bool stop, reporter.ReportStep(r));
     if (stop) return absl::CancelledError("the coordinator stopped the job");
     if ((every > 0 && step % every == 0) || step == total) {

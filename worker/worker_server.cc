@@ -53,7 +53,6 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const WorkerOp
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   builder.AddChannelArgument("grpc.so_reuseport", 0);
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &w->port_);
   w->link_service_.RegisterWith(builder);
   w->server_ = builder.BuildAndStart();

@@ -11,6 +11,7 @@
 #include "gtest/gtest.h"
 #include "tests/testing/in_process_cluster.h"
 #include "tests/worker/nn/nn_test_util.h"
+#include "worker/runtime/pipeline_stage.h"
 #include "worker/trainer/trainer.h"
 
 namespace shardline::server {
@@ -42,8 +43,18 @@ TEST_P(ClusterTest, DistributedTrainingEqualsTheReference) {
   });
   ASSERT_TRUE(last.ok()) << last.status();
   ASSERT_EQ(last->state(), shardline::v1::SUCCEEDED) << last->message();
+  // What a stage's links held: at least one micro-batch's tensor, at most
+  // what credits and queues allow both neighbours (docs/protocol.md).
+  const uint64_t tensor = worker::runtime::LargestLinkTensorBytes(spec);
+  const uint64_t most = 2 * (2 * 8 + 16) * tensor;  // max_waiting 8, window 16 frames of ≥ 1 tensor each
   for (const auto& stage : last->stages()) {
     EXPECT_GE(stage.minor_faults_per_gib(), 0.0);
+    if (c.stages > 1) {
+      EXPECT_GT(stage.link_peak_bytes(), 0) << "stage " << stage.stage();
+      EXPECT_LE(static_cast<uint64_t>(stage.link_peak_bytes()), most) << "stage " << stage.stage();
+    } else {
+      EXPECT_EQ(stage.link_peak_bytes(), 0) << "a single stage has no links";
+    }
     const int64_t bound = c.schedule == "1f1b" ? std::min(c.stages - stage.stage(), c.micro_batches)
                                                : c.micro_batches;
     EXPECT_EQ(stage.peak_slots(), bound) << "stage " << stage.stage();

@@ -27,8 +27,12 @@ grpc::ChannelArguments StageLinkChannelArguments() {
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_ENABLE_RETRIES, 0);  // we recover at micro-batch level, not per message
   args.SetMaxReceiveMessageSize(StageLinkMaxFrameBytes());
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 30'000);  // the worker servers permit it
+  // A dead neighbour's connection is noticed within ~40 s even while a long
+  // step sends nothing (the link timeout catches it too); the servers permit
+  // these pings (StageLinkService::RegisterWith).
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 30'000);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10'000);
+  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);  // keep pinging while idle
   return args;
 }
 

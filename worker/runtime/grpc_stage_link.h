@@ -42,7 +42,8 @@ struct GrpcStageLinkOptions {
 };
 
 // The arguments of every channel to a StageLink server: no retries (we
-// recover at micro-batch level), frames up to the largest chunk, keepalive.
+// recover at micro-batch level), frames up to the largest chunk, keepalive
+// pings every 30 s, idle or not.
 grpc::ChannelArguments StageLinkChannelArguments();
 // The largest frame a StageLink peer accepts (servers set it too).
 int StageLinkMaxFrameBytes();

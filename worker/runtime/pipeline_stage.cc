@@ -214,6 +214,7 @@ absl::StatusOr<StageStepResult> PipelineStage::RunStep(int64_t step) {
   result.step_seconds = Since(start);
   result.received_bytes = link_.BytesReceived() - received_before;
   result.minor_faults = MinorFaults() - faults_before;
+  result.link_peak_bytes = link_.PeakHeldBytes();
   return result;
 }
 

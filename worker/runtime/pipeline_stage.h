@@ -41,6 +41,7 @@ struct StageStepResult {
   int64_t tokens = 0;       // tokens of the step
   uint64_t received_bytes = 0;  // link payload bytes received during the step
   int64_t minor_faults = 0;     // minor page faults of the whole process during the step
+  uint64_t link_peak_bytes = 0;  // most tensor bytes the links held at once, so far
 };
 
 // The most bytes one stage-link tensor of `spec`'s jobs holds (a

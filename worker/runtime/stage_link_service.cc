@@ -124,6 +124,10 @@ class UnimplementedReactor final : public grpc::ServerGenericBidiReactor {
 
 void StageLinkService::RegisterWith(grpc::ServerBuilder& builder) {
   builder.SetMaxReceiveMessageSize(static_cast<int>(kMaxChunkBytes + common::kMaxFrameHeaderBytes));
+  // The links' keepalive pings (every 30 s, idle or not) are welcome: the
+  // default policy would answer them with GOAWAY after a quiet minute.
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10'000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   builder.RegisterCallbackGenericService(this);
 }
 

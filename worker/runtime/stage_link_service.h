@@ -31,7 +31,8 @@ class StageLinkService final : public grpc::CallbackGenericService {
  public:
   static constexpr char kExchangeMethod[] = "/shardline.v1.StageLink/Exchange";
 
-  // Serves this on `builder`'s server, accepting frames up to the largest chunk.
+  // Serves this on `builder`'s server, accepting frames up to the largest
+  // chunk and the links' keepalive pings.
   void RegisterWith(grpc::ServerBuilder& builder);
 
   // Stage `stage` of `job_id` at `epoch` waits for stage + 1 to connect.
