@@ -8,14 +8,12 @@
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/notification.h"
 #include "common/grpc_status.h"
 #include "common/status_macros.h"
 #include "common/tensor_coding.h"
 
 namespace shardline::worker::runtime {
 namespace {
-
 
 absl::Status NoNeighbour(absl::string_view side) {
   return absl::FailedPreconditionError(absl::StrCat("this stage has no ", side, " stage"));
