@@ -1,0 +1,60 @@
+#include "client/job_progress.h"
+
+#include <string>
+
+#include "absl/strings/str_split.h"
+#include "gtest/gtest.h"
+
+namespace shardline::client {
+namespace {
+
+shardline::v1::JobStatus Running() {
+  shardline::v1::JobStatus s;
+  s.set_job_id("job-7");
+  s.set_name("addition");
+  s.set_state(shardline::v1::RUNNING);
+  s.set_step(300);
+  s.set_total_steps(1200);
+  s.set_loss(0.123456);
+  s.set_tokens_per_s(16234);
+  s.set_committed_step(200);
+  for (int i = 0; i < 2; ++i) {
+    auto* st = s.add_stages();
+    st->set_stage(i);
+    st->set_worker(i == 0 ? "gpu-a" : "cpu-long-name");
+    st->set_unit_begin(i * 3);
+    st->set_unit_end(i * 3 + 3);
+    st->set_busy_fraction(i == 0 ? 0.5 : 0.875);
+    st->set_peak_slots(2 - i);
+    st->set_link_peak_bytes(i == 0 ? 3 << 19 : 0);  // 1.5 MiB
+    st->set_minor_faults_per_gib(1234.4);
+  }
+  return s;
+}
+
+TEST(JobProgressTest, TheProgressLineShowsTheBarLossRateAndBusyStages) {
+  EXPECT_EQ(ProgressLine(Running()),
+            "job-7 RUNNING [#####---------------] 300/1200  loss 0.1235  16.2k tok/s  busy 50% 88%");
+  shardline::v1::JobStatus pending;
+  pending.set_job_id("job-8");
+  pending.set_state(shardline::v1::PENDING);
+  pending.set_total_steps(10);
+  pending.set_message("waiting for 3 idle workers");
+  EXPECT_EQ(ProgressLine(pending), "job-8 PENDING [--------------------] 0/10  (waiting for 3 idle workers)");
+}
+
+TEST(JobProgressTest, DescribeShowsOneAlignedRowPerStage) {
+  const std::string text = DescribeJob(Running());
+  EXPECT_NE(text.find("Committed:  step 200"), std::string::npos) << text;
+  const std::vector<std::string> lines = absl::StrSplit(text, '\n');
+  size_t header = 0;
+  while (header < lines.size() && lines[header].rfind("STAGE", 0) != 0) ++header;
+  ASSERT_LT(header + 2, lines.size()) << text;
+  EXPECT_EQ(lines[header],
+            "STAGE  WORKER         UNITS   BUSY  PEAK MICRO-BATCHES  LINK PEAK MIB  MINOR FAULTS/GIB RECEIVED");
+  EXPECT_EQ(lines[header + 1], "0      gpu-a          [0, 3)  50%   2                   1.5            1234");
+  EXPECT_EQ(lines[header + 2], "1      cpu-long-name  [3, 6)  88%   1                   0.0            1234");
+}
+
+}  // namespace
+}  // namespace shardline::client
