@@ -24,6 +24,8 @@ ABSL_FLAG(int, threads, 0, "CPU compute threads (0 = all cores)");
 ABSL_FLAG(int64_t, link_timeout_ms, 60000, "a neighbour silent this long fails the step");
 ABSL_FLAG(int64_t, link_chunk_kib, 1024, "payload KiB per stage-link frame (4 to 16384)");
 ABSL_FLAG(int32_t, link_window_frames, 16, "frames a neighbour may send ahead of this stage (1 to 4096)");
+ABSL_FLAG(int64_t, link_staging_mib, 512,
+          "host memory for one stage's link staging slots (pinned on CUDA); 0: none");
 ABSL_FLAG(std::string, port_file, "", "write the StageLink port here once registered");
 
 namespace {
@@ -55,6 +57,12 @@ int main(int argc, char** argv) {
   }
   options.link.chunk_bytes = static_cast<size_t>(chunk_kib) << 10;
   options.link.window_frames = static_cast<uint32_t>(window);
+  const int64_t staging_mib = absl::GetFlag(FLAGS_link_staging_mib);
+  if (staging_mib < 0 || staging_mib > (int64_t{1} << 20)) {
+    std::fprintf(stderr, "Error: --link_staging_mib must be within [0, 1048576]\n");
+    return 3;
+  }
+  options.link_staging_bytes = static_cast<size_t>(staging_mib) << 20;
   auto worker = shardline::worker::WorkerServer::Start(options);
   if (!worker.ok()) {
     std::fprintf(stderr, "Error: %s\n", std::string(worker.status().message()).c_str());

@@ -174,6 +174,7 @@ void WorkerServer::RunJob(shardline::v1::Assignment a) {
   options.exchange.max_waiting = std::max<size_t>(8, static_cast<size_t>(a.stages()));
   options.staging_slot_bytes = runtime::LargestLinkTensorBytes(a.spec());
   options.staging_memory = runtime::HostStagingMemory(*backend_);
+  options.staging_budget_bytes = options_.link_staging_bytes;
   absl::StatusOr<std::unique_ptr<runtime::GrpcStageLink>> link = runtime::GrpcStageLink::Create(options);
   absl::Status status = link.status();
   if (link.ok()) {

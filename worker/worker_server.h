@@ -36,6 +36,7 @@ struct WorkerOptions {
   // Stage links: timeout, chunk size and flow-control window (the wire
   // precision and the waiting bound come from each job).
   runtime::ExchangeOptions link;
+  size_t link_staging_bytes = size_t{512} << 20;  // staging slots of one stage's links, at most
 };
 
 // f32 GEMM FLOP/s of `backend` on 1024³ (median of a few runs).

@@ -3,7 +3,9 @@
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <atomic>
+#include <optional>
 #include <thread>
 #include <tuple>
 
@@ -11,6 +13,7 @@
 #include "common/grpc_status.h"
 #include "common/status_macros.h"
 #include "common/tensor_coding.h"
+#include "glog/logging.h"
 
 namespace shardline::worker::runtime {
 namespace {
@@ -213,18 +216,7 @@ absl::StatusOr<std::unique_ptr<GrpcStageLink>> GrpcStageLink::Create(
   if (options.exchange.window_frames < 1 || options.exchange.max_waiting < 1) {
     return absl::InvalidArgumentError("a link needs a window of at least one frame and one waiting message");
   }
-  if (options.staging_slot_bytes > 0) {
-    const int send_slots = static_cast<int>(options.exchange.max_waiting) + 2;
-    const int receive_slots = static_cast<int>(options.exchange.max_waiting) + 3;
-    const size_t bytes = options.staging_slot_bytes;
-    for (auto [wanted, pool, slots] : {std::tuple{has_next, &link->send_next_, send_slots},
-                                       std::tuple{has_next, &link->receive_next_, receive_slots},
-                                       std::tuple{has_previous, &link->send_previous_, send_slots},
-                                       std::tuple{has_previous, &link->receive_previous_, receive_slots}}) {
-      if (!wanted) continue;
-      ASSIGN_OR_RETURN(*pool, StagingPool::Create(bytes, slots, options.staging_memory));
-    }
-  }
+  RETURN_IF_ERROR(link->CreateStagingPools(has_next, has_previous));
   if (has_next) {
     ExchangeOptions exchange = options.exchange;
     exchange.receive_pool = link->receive_next_;
@@ -240,6 +232,32 @@ absl::StatusOr<std::unique_ptr<GrpcStageLink>> GrpcStageLink::Create(
     link->connector_ = std::thread([self] { self->ConnectUpstream(); });
   }
   return link;
+}
+
+absl::Status GrpcStageLink::CreateStagingPools(bool has_next, bool has_previous) {
+  const size_t bytes = options_.staging_slot_bytes;
+  const int neighbours = int{has_next} + int{has_previous};
+  if (bytes == 0 || neighbours == 0) return absl::OkStatus();
+  const size_t wanted_send = options_.exchange.max_waiting + 2, wanted_receive = options_.exchange.max_waiting + 3;
+  const size_t wanted = neighbours * (wanted_send + wanted_receive) * bytes;
+  const size_t budget = options_.staging_budget_bytes;
+  // Over budget: every pool shrinks by the same factor, to one slot at least.
+  const double scale = wanted <= budget ? 1.0 : static_cast<double>(budget) / static_cast<double>(wanted);
+  const int send_slots = std::max(1, static_cast<int>(wanted_send * scale));
+  const int receive_slots = std::max(1, static_cast<int>(wanted_receive * scale));
+  if (neighbours * (send_slots + receive_slots) * bytes > budget) {
+    LOG(WARNING) << "job " << options_.job_id << " stage " << options_.stage << ": staging slots of " << bytes
+                 << " bytes do not fit the budget of " << budget << " bytes; tensors stay on the heap";
+    return absl::OkStatus();
+  }
+  for (auto [needed, pool, slots] : {std::tuple{has_next, &send_next_, send_slots},
+                                     std::tuple{has_next, &receive_next_, receive_slots},
+                                     std::tuple{has_previous, &send_previous_, send_slots},
+                                     std::tuple{has_previous, &receive_previous_, receive_slots}}) {
+    if (!needed) continue;
+    ASSIGN_OR_RETURN(*pool, StagingPool::Create(bytes, slots, options_.staging_memory));
+  }
+  return absl::OkStatus();
 }
 
 void GrpcStageLink::ConnectUpstream() {
@@ -296,12 +314,14 @@ uint64_t GrpcStageLink::PeakHeldBytes() {
          (upstream_stream_ ? upstream_stream_->peak_held_bytes() : 0);
 }
 
-absl::StatusOr<HostBuffer> GrpcStageLink::OutgoingBuffer(StageMessage::Kind kind, size_t elements) {
+HostBuffer GrpcStageLink::OutgoingBuffer(StageMessage::Kind kind, size_t elements) {
   const bool backwards = kind == StageMessage::Kind::kGradient || kind == StageMessage::Kind::kNormTotal;
   const std::shared_ptr<StagingPool>& pool = backwards ? send_previous_ : send_next_;
-  if (pool == nullptr || elements * sizeof(float) > pool->slot_bytes()) return HostBuffer::Zeros(elements);
-  ASSIGN_OR_RETURN(StagingSlot slot, pool->Acquire(options_.exchange.timeout));
-  return HostBuffer(std::move(slot), elements);
+  if (pool != nullptr && elements * sizeof(float) <= pool->slot_bytes()) {
+    // Never waits: Send's bounded queue is what holds a stage back.
+    if (std::optional<StagingSlot> slot = pool->TryAcquire()) return HostBuffer(std::move(*slot), elements);
+  }
+  return HostBuffer::Zeros(elements);
 }
 
 int GrpcStageLink::PeakStagingSlots() {

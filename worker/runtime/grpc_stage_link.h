@@ -35,9 +35,13 @@ struct GrpcStageLinkOptions {
   StageLinkService* service = nullptr;   // this worker's service (stage < stages − 1)
   ExchangeOptions exchange;               // timeout, chunk size, wire precision, flow control
   // Staging slots for the tensors this link moves, allocated at Create:
-  // per direction, max_waiting + 2 for sending and max_waiting + 3 for
-  // receiving. 0: none (tensors live on the heap). Larger tensors use the heap.
+  // per neighbour, max_waiting + 2 for sending and max_waiting + 3 for
+  // receiving, fewer (at least one per pool) when that would exceed
+  // `staging_budget_bytes`, none when even that would. 0: none. Tensors
+  // larger than a slot, or sent or received while every slot is in use, live
+  // on the heap: slots speed the path up, the queues bound its memory.
   size_t staging_slot_bytes = 0;
+  size_t staging_budget_bytes = size_t{512} << 20;
   HostMemory staging_memory = PlainHostMemory();  // pinned on CUDA workers
 };
 
@@ -61,7 +65,7 @@ class GrpcStageLink final : public StageLink {
   absl::StatusOr<StageMessage> ReceiveFromNext() override;
   uint64_t BytesReceived() override;
   uint64_t PeakHeldBytes() override;
-  absl::StatusOr<HostBuffer> OutgoingBuffer(StageMessage::Kind kind, size_t elements) override;
+  HostBuffer OutgoingBuffer(StageMessage::Kind kind, size_t elements) override;
   // Most staging slots in use at once, all pools together.
   int PeakStagingSlots();
   // Fails every wait, now and later, with UNAVAILABLE `reason` (cancellation).
@@ -70,6 +74,7 @@ class GrpcStageLink final : public StageLink {
  private:
   class UpstreamCall;
   explicit GrpcStageLink(GrpcStageLinkOptions options);
+  absl::Status CreateStagingPools(bool has_next, bool has_previous);
   // Calls the previous stage until a call is established, retrying while it
   // answers NOT_FOUND (its worker has not registered this job yet).
   void ConnectUpstream();

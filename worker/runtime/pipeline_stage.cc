@@ -101,8 +101,7 @@ absl::Status PipelineStage::Forward(int64_t step, int k, const std::vector<data:
 
   HostBuffer output;  // written by the forward pass, sent as it is
   if (!runtime_.is_last()) {
-    ASSIGN_OR_RETURN(output, link_.OutgoingBuffer(Kind::kActivation,
-                                                  static_cast<size_t>(in.batch * in.t * runtime_.output_width())));
+    output = link_.OutgoingBuffer(Kind::kActivation, static_cast<size_t>(in.batch * in.t * runtime_.output_width()));
   }
   const auto start = Clock::now();
   RETURN_IF_ERROR(runtime_.Forward(k, in, output.span()));
@@ -132,8 +131,7 @@ absl::Status PipelineStage::Backward(int64_t step, int k, StageStepResult& resul
   HostBuffer grad_input;  // written by the backward pass, sent as it is
   if (!runtime_.is_first()) {
     ASSIGN_OR_RETURN(int64_t tokens, runtime_.SlotTokens(k));
-    ASSIGN_OR_RETURN(grad_input, link_.OutgoingBuffer(Kind::kGradient,
-                                                      static_cast<size_t>(tokens * runtime_.input_width())));
+    grad_input = link_.OutgoingBuffer(Kind::kGradient, static_cast<size_t>(tokens * runtime_.input_width()));
   }
   const auto start = Clock::now();
   RETURN_IF_ERROR(runtime_.Backward(k, gradient.values, grad_input.span()));

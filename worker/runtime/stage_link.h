@@ -52,10 +52,9 @@ class StageLink {
   virtual absl::Status SendToPrevious(StageMessage message) = 0;
   virtual absl::StatusOr<StageMessage> ReceiveFromNext() = 0;
   // Where to put a tensor of `elements` floats that will be sent as a
-  // message of `kind`: a staging slot of the link when it has them (waiting
-  // for one to come free, up to the link's timeout), the heap otherwise.
-  // The values are unspecified; the caller fills them all.
-  virtual absl::StatusOr<HostBuffer> OutgoingBuffer(StageMessage::Kind /*kind*/, size_t elements) {
+  // message of `kind`: a free staging slot of the link when it has one, the
+  // heap otherwise. The values are unspecified; the caller fills them all.
+  virtual HostBuffer OutgoingBuffer(StageMessage::Kind /*kind*/, size_t elements) {
     return HostBuffer::Zeros(elements);
   }
   // Payload bytes received from both neighbours so far (what crossed the wire;

@@ -343,14 +343,13 @@ TEST(GrpcStageLinkTest, TensorsTravelThroughStagingSlotsThatComeBack) {
   auto link = GrpcStageLink::Create(options);
   ASSERT_TRUE(link.ok());
   for (int i = 0; i < 40; ++i) {  // more than the link's slots: they must come back
-    absl::StatusOr<HostBuffer> values = (*link)->OutgoingBuffer(StageMessage::Kind::kGradient, 1000);
-    ASSERT_TRUE(values.ok()) << "message " << i << ": " << values.status();
-    EXPECT_TRUE(values->staged());
-    for (size_t j = 0; j < values->size(); ++j) (*values)[j] = static_cast<float>(i * j);
+    HostBuffer values = (*link)->OutgoingBuffer(StageMessage::Kind::kGradient, 1000);
+    EXPECT_TRUE(values.staged()) << "message " << i;
+    for (size_t j = 0; j < values.size(); ++j) values[j] = static_cast<float>(i * j);
     StageMessage gradient;
     gradient.kind = StageMessage::Kind::kGradient;
     gradient.step = i;
-    gradient.values = std::move(*values);
+    gradient.values = std::move(values);
     const HostBuffer sent = gradient.values;
     ASSERT_TRUE((*link)->SendToPrevious(std::move(gradient)).ok());
     auto received = receiver->Receive();
@@ -361,19 +360,56 @@ TEST(GrpcStageLinkTest, TensorsTravelThroughStagingSlotsThatComeBack) {
   EXPECT_GE((*link)->PeakStagingSlots(), 1);
   EXPECT_EQ((*receive_pool)->free_slots(), 4) << "every received slot was let go";
 
-  absl::StatusOr<HostBuffer> large = (*link)->OutgoingBuffer(StageMessage::Kind::kGradient, 2000);
-  ASSERT_TRUE(large.ok());
-  EXPECT_FALSE(large->staged()) << "8000 bytes do not fit a 4096-byte slot";
-  for (size_t j = 0; j < large->size(); ++j) (*large)[j] = static_cast<float>(j);
+  HostBuffer large = (*link)->OutgoingBuffer(StageMessage::Kind::kGradient, 2000);
+  EXPECT_FALSE(large.staged()) << "8000 bytes do not fit a 4096-byte slot";
+  for (size_t j = 0; j < large.size(); ++j) large[j] = static_cast<float>(j);
   StageMessage gradient;
   gradient.kind = StageMessage::Kind::kGradient;
-  gradient.values = *large;
+  gradient.values = large;
   ASSERT_TRUE((*link)->SendToPrevious(gradient).ok());
   auto received = receiver->Receive();
   ASSERT_TRUE(received.ok()) << received.status();
   EXPECT_FALSE(received->values.staged());
-  EXPECT_EQ(received->values, *large);
+  EXPECT_EQ(received->values, large);
   link->reset();
+  server->server->Shutdown();
+}
+
+// A budget smaller than the pools would like shrinks them; when every slot
+// is taken, or none fits the budget at all, tensors use the heap and still
+// travel.
+TEST(GrpcStageLinkTest, AStagingBudgetShrinksThePoolsAndTheHeapTakesTheRest) {
+  auto server = StartServer();
+  auto receiver = server->service->Expect("job-1", 7, 0, Exchange(absl::Seconds(5)));
+  GrpcStageLinkOptions options = Options(1, 2, server.get(), server.get());
+  options.staging_slot_bytes = 4096;
+  options.staging_budget_bytes = 4 * 4096;  // room for 4 of the 21 slots one neighbour wants
+  auto link = GrpcStageLink::Create(options);
+  ASSERT_TRUE(link.ok()) << link.status();
+  HostBuffer first = (*link)->OutgoingBuffer(StageMessage::Kind::kGradient, 1000);
+  HostBuffer second = (*link)->OutgoingBuffer(StageMessage::Kind::kGradient, 1000);
+  EXPECT_TRUE(first.staged());
+  EXPECT_FALSE(second.staged()) << "the one sending slot is taken";
+  for (HostBuffer* values : {&first, &second}) {
+    for (size_t j = 0; j < values->size(); ++j) (*values)[j] = static_cast<float>(j);
+    StageMessage gradient;
+    gradient.kind = StageMessage::Kind::kGradient;
+    gradient.values = std::move(*values);
+    ASSERT_TRUE((*link)->SendToPrevious(std::move(gradient)).ok());
+    auto received = receiver->Receive();
+    ASSERT_TRUE(received.ok()) << received.status();
+    EXPECT_EQ(received->values.size(), 1000u);
+    EXPECT_EQ(received->values[999], 999.0f);
+  }
+  link->reset();
+
+  options.job_id = "job-2";
+  options.staging_budget_bytes = 4096;  // not even one slot per pool
+  auto no_slots = GrpcStageLink::Create(options);
+  ASSERT_TRUE(no_slots.ok()) << no_slots.status();
+  EXPECT_FALSE((*no_slots)->OutgoingBuffer(StageMessage::Kind::kGradient, 1000).staged());
+  EXPECT_EQ((*no_slots)->PeakStagingSlots(), 0);
+  no_slots->reset();
   server->server->Shutdown();
 }
 
