@@ -77,17 +77,6 @@ StagingSlot StagingPool::Take() {
   return StagingSlot(shared_from_this(), memory);
 }
 
-absl::StatusOr<StagingSlot> StagingPool::Acquire(absl::Duration timeout) {
-  absl::MutexLock lock(&mu_);
-  auto available = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return !free_.empty(); };
-  if (!mu_.AwaitWithTimeout(absl::Condition(&available), timeout)) {
-    return absl::DeadlineExceededError(absl::StrCat("no staging slot came free within ",
-                                                    absl::FormatDuration(timeout), " (all ", slots(),
-                                                    " hold tensors on their way)"));
-  }
-  return Take();
-}
-
 std::optional<StagingSlot> StagingPool::TryAcquire() {
   absl::MutexLock lock(&mu_);
   if (free_.empty()) return std::nullopt;

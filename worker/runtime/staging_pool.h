@@ -17,7 +17,6 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "absl/time/time.h"
 #include "worker/backend/backend.h"
 
 namespace shardline::worker::runtime {
@@ -62,9 +61,8 @@ class StagingPool : public std::enable_shared_from_this<StagingPool> {
                                                              HostMemory memory);
   ~StagingPool();
 
-  // A free slot, waiting up to `timeout` for one (DEADLINE_EXCEEDED).
-  absl::StatusOr<StagingSlot> Acquire(absl::Duration timeout);
-  // A free slot if there is one now.
+  // A free slot if there is one now (callers never wait for one: the heap
+  // takes a tensor that finds the pool empty).
   std::optional<StagingSlot> TryAcquire();
 
   size_t slot_bytes() const { return slot_bytes_; }
