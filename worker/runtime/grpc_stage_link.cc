@@ -4,16 +4,14 @@
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
-#include <atomic>
 #include <optional>
-#include <thread>
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
-#include "common/grpc_status.h"
 #include "common/status_macros.h"
 #include "common/tensor_coding.h"
 #include "glog/logging.h"
+#include "worker/runtime/upstream_exchange_call.h"
 
 namespace shardline::worker::runtime {
 namespace {
@@ -40,157 +38,6 @@ grpc::ChannelArguments StageLinkChannelArguments() {
 int StageLinkMaxFrameBytes() {
   return static_cast<int>(kMaxChunkBytes + common::kMaxFrameHeaderBytes);
 }
-
-// One Exchange call to the previous stage. The hello goes out first; the
-// shared ExchangeStream is attached (and may write) only once the upstream
-// side has answered with its ack. A call refused before that (the upstream
-// stage has not registered yet) leaves the stream untouched, so that the
-// link can try again. A hold keeps the call open while the stage thread may
-// still start writes.
-class GrpcStageLink::UpstreamCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>,
-                                          public FrameWriter {
- public:
-  UpstreamCall(grpc::GenericStub* stub, const shardline::v1::StageHello& hello,
-               std::shared_ptr<ExchangeStream> stream)
-      : stub_(stub), stream_(std::move(stream)) {
-    shardline::v1::StageFrame frame;
-    *frame.mutable_hello() = hello;
-    frame.set_credit(stream_->window_frames());
-    hello_ = common::EncodeFrame(frame);
-    context_.set_wait_for_ready(true);  // the upstream worker may start after us
-  }
-
-  void Start() {
-    stub_->PrepareBidiStreamingCall(&context_, StageLinkService::kExchangeMethod, grpc::StubOptions(), this);
-    StartWrite(&hello_);
-    StartRead(&in_);
-    AddHold();
-    StartCall();
-  }
-
-  // Blocks until the call is established (true) or over (false; see status()).
-  bool WaitEstablished(absl::Duration timeout) {
-    absl::MutexLock lock(&mu_);
-    auto settled = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return established_ || done_; };
-    mu_.AwaitWithTimeout(absl::Condition(&settled), timeout);
-    return established_;
-  }
-  bool done() {
-    absl::MutexLock lock(&mu_);
-    return done_;
-  }
-  // Why the call ended (once done()).
-  absl::Status status() {
-    absl::MutexLock lock(&mu_);
-    return status_;
-  }
-
-  // Stops the call and waits until gRPC is done with this object.
-  void Shutdown() {
-    context_.TryCancel();
-    while (stream_->writing()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    ReleaseHold();
-    absl::MutexLock lock(&mu_);
-    mu_.Await(absl::Condition(&done_));
-  }
-
-  void StartFrameWrite(const grpc::ByteBuffer* frame, bool more_follows) override {
-    StartWrite(frame, more_follows ? grpc::WriteOptions().set_buffer_hint() : grpc::WriteOptions());
-  }
-
-  void OnWriteDone(bool ok) override {
-    if (hello_written_) {
-      stream_->FrameWritten(ok);
-    } else {
-      hello_written_ = true;
-      if (ok) MaybeAttach(/*hello_done=*/true, /*ack_received=*/false);
-    }
-    if (release_after_write_ && !stream_->writing()) ReleaseHold();
-  }
-
-  void OnReadDone(bool ok) override {
-    if (!ok) {
-      // The call is ending. Let it (OnDone brings the status) as soon as no
-      // write of ours is in flight; none starts from now on.
-      bool established = false;
-      {
-        absl::MutexLock lock(&mu_);
-        ending_ = true;
-        established = established_;
-      }
-      if (established) stream_->StopWriting();
-      release_after_write_ = true;
-      if (!established || !stream_->writing()) ReleaseHold();  // else OnWriteDone does
-      return;
-    }
-    if (!acked_) {
-      absl::StatusOr<common::DecodedFrame> ack = common::DecodeFrame(in_);
-      if (!ack.ok() || !ack->header().has_hello() || ack->header().credit() == 0) {
-        context_.TryCancel();
-        return;
-      }
-      acked_ = true;
-      peer_credit_ = ack->header().credit();
-      MaybeAttach(/*hello_done=*/false, /*ack_received=*/true);
-    } else if (absl::Status s = stream_->FrameReceived(in_); !s.ok()) {
-      context_.TryCancel();
-      return;
-    }
-    StartRead(&in_);
-  }
-
-  void OnDone(const grpc::Status& status) override {
-    absl::Status s = common::FromGrpcStatus(status);
-    if (s.ok() || s.code() == absl::StatusCode::kCancelled) {
-      s = absl::UnavailableError("the previous stage closed the link");
-    } else {
-      s = absl::Status(s.code(), absl::StrCat("previous stage: ", s.message()));
-    }
-    if (attached_) stream_->Detach(s);
-    absl::MutexLock lock(&mu_);
-    status_ = s;
-    done_ = true;
-  }
-
- private:
-  void ReleaseHold() {
-    if (!hold_released_.exchange(true)) RemoveHold();
-  }
-
-  // The stream may write only once our hello is off (its write completed:
-  // one write at a time) and the upstream side has acked it; whichever of
-  // the two happens second attaches.
-  void MaybeAttach(bool hello_done, bool ack_received) {
-    {
-      absl::MutexLock lock(&mu_);
-      hello_done_ |= hello_done;
-      ack_received_ |= ack_received;
-      if (!hello_done_ || !ack_received_ || established_ || ending_) return;
-      established_ = true;
-    }
-    attached_ = true;
-    stream_->Attach(this, peer_credit_);
-  }
-
-  grpc::GenericStub* const stub_;
-  const std::shared_ptr<ExchangeStream> stream_;
-  grpc::ClientContext context_;
-  grpc::ByteBuffer hello_;
-  grpc::ByteBuffer in_;
-  std::atomic<uint32_t> peer_credit_{0};  // the ack's grant
-  bool hello_written_ = false;  // OnWriteDone only
-  std::atomic<bool> attached_{false};
-  bool acked_ = false;  // OnReadDone only
-  std::atomic<bool> release_after_write_{false};
-  std::atomic<bool> hold_released_{false};
-  absl::Mutex mu_;
-  bool established_ ABSL_GUARDED_BY(mu_) = false;
-  bool hello_done_ ABSL_GUARDED_BY(mu_) = false;
-  bool ending_ ABSL_GUARDED_BY(mu_) = false;
-  bool ack_received_ ABSL_GUARDED_BY(mu_) = false;
-  bool done_ ABSL_GUARDED_BY(mu_) = false;
-  absl::Status status_ ABSL_GUARDED_BY(mu_);
-};
 
 GrpcStageLink::GrpcStageLink(GrpcStageLinkOptions options) : options_(std::move(options)) {}
 
@@ -268,7 +115,7 @@ void GrpcStageLink::ConnectUpstream() {
   const absl::Time deadline = absl::Now() + options_.exchange.timeout;
   absl::Duration backoff = absl::Milliseconds(10);
   while (true) {
-    auto call = std::make_unique<UpstreamCall>(stub_.get(), hello, upstream_stream_);
+    auto call = std::make_unique<UpstreamExchangeCall>(stub_.get(), hello, upstream_stream_);
     call->Start();
     // Wait until established, refused, or we are closing.
     while (!closing_ && !call->WaitEstablished(absl::Milliseconds(50)) && !call->done()) {

@@ -5,9 +5,13 @@
 // (stage_frame_coding.h) written under the peer's credit, one write in
 // flight per stream (exchange_stream.h); every wait has the link's timeout,
 // so a dead neighbour becomes UNAVAILABLE or DEADLINE_EXCEEDED, never a
-// hang. Thread-safe as StageLink requires.
+// hang. Tensors sent and received live in the link's staging slots
+// (staging_pool.h) when a slot is free. Thread-safe as StageLink requires.
 #ifndef SHARDLINE_WORKER_RUNTIME_GRPC_STAGE_LINK_H_
 #define SHARDLINE_WORKER_RUNTIME_GRPC_STAGE_LINK_H_
+
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/support/channel_arguments.h>
 
 #include <atomic>
 #include <memory>
@@ -17,12 +21,10 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include <grpcpp/generic/generic_stub.h>
-#include <grpcpp/support/channel_arguments.h>
-
 #include "worker/runtime/exchange_stream.h"
 #include "worker/runtime/stage_link.h"
 #include "worker/runtime/stage_link_service.h"
+#include "worker/runtime/upstream_exchange_call.h"
 
 namespace shardline::worker::runtime {
 
@@ -72,7 +74,6 @@ class GrpcStageLink final : public StageLink {
   void Close(const std::string& reason);
 
  private:
-  class UpstreamCall;
   explicit GrpcStageLink(GrpcStageLinkOptions options);
   absl::Status CreateStagingPools(bool has_next, bool has_previous);
   // Calls the previous stage until a call is established, retrying while it
@@ -88,7 +89,7 @@ class GrpcStageLink final : public StageLink {
   std::thread connector_;
   std::atomic<bool> closing_{false};
   absl::Mutex mu_;
-  std::unique_ptr<UpstreamCall> current_ ABSL_GUARDED_BY(mu_);    // established
+  std::unique_ptr<UpstreamExchangeCall> current_ ABSL_GUARDED_BY(mu_);    // established
 };
 
 }  // namespace shardline::worker::runtime
