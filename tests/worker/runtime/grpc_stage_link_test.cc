@@ -278,6 +278,15 @@ TEST(GrpcStageLinkTest, AFrameBeyondTheGrantedCreditEndsTheStream) {
   EXPECT_TRUE(stream->Receive().ok());
   EXPECT_TRUE(stream->Receive().ok());
   EXPECT_EQ(stream->Receive().status().code(), absl::StatusCode::kResourceExhausted);
+
+  // Granting absurd credit is a confused peer too.
+  auto second = server->service->Expect("job-2", 7, 0, options);
+  RawPeer generous(server->address);
+  ASSERT_TRUE(generous.Write(Hello("job-2", 7, 1)));
+  StageFrame grant;
+  grant.set_credit(1u << 31);
+  generous.Write(grant);
+  EXPECT_EQ(generous.Finish().error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   server->server->Shutdown();
 }
 
