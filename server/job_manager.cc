@@ -236,6 +236,8 @@ absl::StatusOr<bool> JobManager::ReportStep(const shardline::v1::ReportStepReque
   job->status.set_lr(last.lr());
   job->status.set_grad_norm(last.grad_norm());
   job->status.set_tokens_per_s(slowest > 0 ? last.tokens() / slowest : 0.0);
+  job->recent_steps.push_back(job->status);
+  if (job->recent_steps.size() > kRecentSteps) job->recent_steps.pop_front();
   Publish(*job);
   MaybeSucceed(*job);
   return false;
@@ -323,6 +325,9 @@ absl::Status JobManager::Watch(const std::string& job_id,
                                std::shared_ptr<StreamMailbox<shardline::v1::JobStatus>> mailbox) {
   absl::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(Job * job, Find(job_id));
+  for (const shardline::v1::JobStatus& past : job->recent_steps) {
+    if (past.step() < job->status.step()) mailbox->Push(past);  // the current step comes with the status now
+  }
   mailbox->Push(job->status);
   if (!Ended(*job)) job->watchers.push_back(std::move(mailbox));
   return absl::OkStatus();

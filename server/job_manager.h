@@ -5,10 +5,12 @@
 // its weights are committed, and FAILS (naming the stage and worker) when a
 // stage reports an error or a worker's lease lapses. Every message from a
 // worker is checked against the job's current epoch and plan. Watchers get
-// the job's status after every change. Thread-safe.
+// the statuses of the last completed steps, then the job's status after
+// every change. Thread-safe.
 #ifndef SHARDLINE_SERVER_JOB_MANAGER_H_
 #define SHARDLINE_SERVER_JOB_MANAGER_H_
 
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -61,7 +63,10 @@ class JobManager {
   void Tick();
   // Plans and assigns pending jobs that now have enough idle workers.
   void Schedule();
-  // Streams the job's status to `mailbox` now and after every change.
+  // Streams to `mailbox` the job's status as each of its last kRecentSteps
+  // completed steps ended (so that a watcher subscribing after a job started
+  // still sees every recent step), then its status now and after every change.
+  static constexpr size_t kRecentSteps = 256;
   absl::Status Watch(const std::string& job_id,
                      std::shared_ptr<StreamMailbox<shardline::v1::JobStatus>> mailbox);
 
@@ -76,6 +81,7 @@ class JobManager {
     std::vector<std::string> workers;  // worker id per stage
     std::vector<StageReport> stages;
     std::vector<std::shared_ptr<StreamMailbox<shardline::v1::JobStatus>>> watchers;
+    std::deque<shardline::v1::JobStatus> recent_steps;  // as each of the last steps ended
     // A stage lost its link: usually a neighbour died. Wait up to a lease for
     // the registry to name the lost worker before failing with this message.
     std::string pending_failure;

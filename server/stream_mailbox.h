@@ -2,7 +2,9 @@
 // one gRPC server-streaming reactor: Push queues a message and starts a write
 // when none is in flight; the reactor reports each finished write. The
 // reactor cannot finish while a write is in flight, so Push never touches a
-// finished reactor. Thread-safe.
+// finished reactor. A subscriber that falls more than kMaxQueued messages
+// behind loses the oldest it has not been sent (it still gets the latest).
+// Thread-safe.
 #ifndef SHARDLINE_SERVER_STREAM_MAILBOX_H_
 #define SHARDLINE_SERVER_STREAM_MAILBOX_H_
 
@@ -17,6 +19,8 @@ namespace shardline::server {
 template <typename T>
 class StreamMailbox {
  public:
+  static constexpr size_t kMaxQueued = 1024;
+
   using StartWrite = std::function<void(const T*)>;
 
   // The reactor attaches once it can write, and detaches in OnDone.
@@ -42,6 +46,8 @@ class StreamMailbox {
       absl::MutexLock lock(&mu_);
       if (closed_) return false;
       queue_.push_back(std::move(message));
+      // The front may be in flight; drop the oldest message behind it.
+      if (queue_.size() > kMaxQueued) queue_.erase(queue_.begin() + (writing_ ? 1 : 0));
       next = NextLocked();
       start = start_write_;
     }

@@ -190,6 +190,51 @@ TEST_F(JobManagerTest, PlansThatDoNotFitFailTheJobWithTheReason) {
   EXPECT_EQ(registry_->Idle().size(), 1u);
 }
 
+// Drains a mailbox the way a reactor would, one write at a time.
+template <typename T>
+std::vector<T> Drain(StreamMailbox<T>& mailbox) {
+  std::vector<T> got;
+  const T* pending = nullptr;
+  mailbox.Attach([&pending](const T* message) { pending = message; });
+  while (pending != nullptr) {
+    got.push_back(*pending);
+    pending = nullptr;
+    mailbox.Written(true);
+  }
+  return got;
+}
+
+TEST_F(JobManagerTest, AWatcherSubscribingLateStillSeesEveryRecentStep) {
+  AddWorker("a");
+  AddWorker("b");
+  const JobStatus job = *jobs_->Submit(Spec(2, 5));
+  NoteAssignments();
+  for (int64_t step = 1; step <= 3; ++step) {
+    ASSERT_FALSE(*jobs_->ReportStep(Report(job, 0, step)));
+    ASSERT_FALSE(*jobs_->ReportStep(Report(job, 1, step)));
+  }
+  auto mailbox = std::make_shared<StreamMailbox<JobStatus>>();
+  ASSERT_TRUE(jobs_->Watch(job.job_id(), mailbox).ok());
+  ASSERT_FALSE(*jobs_->ReportStep(Report(job, 0, 4)));
+  ASSERT_FALSE(*jobs_->ReportStep(Report(job, 1, 4)));
+  const std::vector<JobStatus> seen = Drain(*mailbox);
+  ASSERT_EQ(seen.size(), 4u);
+  for (int64_t step = 1; step <= 4; ++step) {
+    EXPECT_EQ(seen[step - 1].step(), step);
+    EXPECT_DOUBLE_EQ(seen[step - 1].loss(), 1.5 - 0.1 * step);
+  }
+}
+
+TEST(StreamMailboxTest, ASubscriberFarBehindLosesTheOldestMessagesNotTheLatest) {
+  StreamMailbox<int> mailbox;
+  const int pushed = static_cast<int>(StreamMailbox<int>::kMaxQueued) + 500;
+  for (int i = 0; i < pushed; ++i) ASSERT_TRUE(mailbox.Push(i));
+  const std::vector<int> got = Drain(mailbox);
+  ASSERT_EQ(got.size(), StreamMailbox<int>::kMaxQueued);
+  EXPECT_EQ(got.front(), 500);
+  EXPECT_EQ(got.back(), pushed - 1);
+}
+
 TEST(WorkerRegistryTest, LeasesLapseWithoutHeartbeats) {
   absl::Time now = absl::FromUnixSeconds(0);
   WorkerRegistry registry(absl::Seconds(3), [&] { return now; });
