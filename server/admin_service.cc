@@ -12,6 +12,9 @@ namespace {
 using common::ToGrpcStatus;
 using shardline::v1::JobStatus;
 
+// A watcher this far behind loses the oldest statuses it has not been sent.
+constexpr size_t kMaxQueuedStatuses = 1024;
+
 grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* context, const absl::Status& status) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(ToGrpcStatus(status));
@@ -77,7 +80,7 @@ grpc::ServerUnaryReactor* AdminService::ListJobs(grpc::CallbackServerContext* co
 
 grpc::ServerWriteReactor<JobStatus>* AdminService::WatchJob(grpc::CallbackServerContext* context,
                                                             const shardline::v1::GetJobRequest* request) {
-  auto mailbox = std::make_shared<StreamMailbox<JobStatus>>();
+  auto mailbox = std::make_shared<StreamMailbox<JobStatus>>(kMaxQueuedStatuses);
   if (absl::Status s = jobs_.Watch(request->job_id(), mailbox); !s.ok()) {
     return new RejectedWriter<JobStatus>(ToGrpcStatus(s));
   }

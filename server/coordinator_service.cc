@@ -73,7 +73,9 @@ std::shared_ptr<StreamMailbox<shardline::v1::Assignment>> CoordinatorService::Ma
     const std::string& worker_id) {
   absl::MutexLock lock(&mu_);
   auto& mailbox = mailboxes_[worker_id];
-  if (mailbox == nullptr) mailbox = std::make_shared<StreamMailbox<shardline::v1::Assignment>>();
+  if (mailbox == nullptr) {
+    mailbox = std::make_shared<StreamMailbox<shardline::v1::Assignment>>(StreamMailbox<shardline::v1::Assignment>::kUnlimited);
+  }
   return mailbox;
 }
 
@@ -88,7 +90,8 @@ grpc::ServerUnaryReactor* CoordinatorService::Register(grpc::CallbackServerConte
   if (!id.ok()) return Done(context, id.status());
   {
     absl::MutexLock lock(&mu_);
-    mailboxes_[*id] = std::make_shared<StreamMailbox<shardline::v1::Assignment>>();
+    mailboxes_[*id] = std::make_shared<StreamMailbox<shardline::v1::Assignment>>(
+        StreamMailbox<shardline::v1::Assignment>::kUnlimited);
   }
   response->set_worker_id(*id);
   response->set_lease_ms(absl::ToInt64Milliseconds(registry_.lease()));

@@ -2,12 +2,14 @@
 // one gRPC server-streaming reactor: Push queues a message and starts a write
 // when none is in flight; the reactor reports each finished write. The
 // reactor cannot finish while a write is in flight, so Push never touches a
-// finished reactor. A subscriber that falls more than kMaxQueued messages
-// behind loses the oldest it has not been sent (it still gets the latest).
-// Thread-safe.
+// finished reactor. A mailbox made with a limit drops, past that many queued
+// messages, the oldest it has not sent (a status stream: the subscriber
+// still gets the latest); one without keeps everything (assignments: a
+// worker gets at most two per job). Thread-safe.
 #ifndef SHARDLINE_SERVER_STREAM_MAILBOX_H_
 #define SHARDLINE_SERVER_STREAM_MAILBOX_H_
 
+#include <algorithm>
 #include <deque>
 #include <functional>
 
@@ -19,7 +21,8 @@ namespace shardline::server {
 template <typename T>
 class StreamMailbox {
  public:
-  static constexpr size_t kMaxQueued = 1024;
+  static constexpr size_t kUnlimited = 0;
+  explicit StreamMailbox(size_t max_queued) : max_queued_(max_queued) {}
 
   using StartWrite = std::function<void(const T*)>;
 
@@ -47,7 +50,9 @@ class StreamMailbox {
       if (closed_) return false;
       queue_.push_back(std::move(message));
       // The front may be in flight; drop the oldest message behind it.
-      if (queue_.size() > kMaxQueued) queue_.erase(queue_.begin() + (writing_ ? 1 : 0));
+      if (max_queued_ != kUnlimited && queue_.size() > std::max<size_t>(max_queued_, 2)) {
+        queue_.erase(queue_.begin() + (writing_ ? 1 : 0));
+      }
       next = NextLocked();
       start = start_write_;
     }
@@ -86,6 +91,7 @@ class StreamMailbox {
     return &queue_.front();
   }
 
+  const size_t max_queued_;
   absl::Mutex mu_;
   std::deque<T> queue_ ABSL_GUARDED_BY(mu_);
   StartWrite start_write_ ABSL_GUARDED_BY(mu_);

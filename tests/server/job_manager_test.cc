@@ -213,7 +213,7 @@ TEST_F(JobManagerTest, AWatcherSubscribingLateStillSeesEveryRecentStep) {
     ASSERT_FALSE(*jobs_->ReportStep(Report(job, 0, step)));
     ASSERT_FALSE(*jobs_->ReportStep(Report(job, 1, step)));
   }
-  auto mailbox = std::make_shared<StreamMailbox<JobStatus>>();
+  auto mailbox = std::make_shared<StreamMailbox<JobStatus>>(StreamMailbox<JobStatus>::kUnlimited);
   ASSERT_TRUE(jobs_->Watch(job.job_id(), mailbox).ok());
   ASSERT_FALSE(*jobs_->ReportStep(Report(job, 0, 4)));
   ASSERT_FALSE(*jobs_->ReportStep(Report(job, 1, 4)));
@@ -226,13 +226,16 @@ TEST_F(JobManagerTest, AWatcherSubscribingLateStillSeesEveryRecentStep) {
 }
 
 TEST(StreamMailboxTest, ASubscriberFarBehindLosesTheOldestMessagesNotTheLatest) {
-  StreamMailbox<int> mailbox;
-  const int pushed = static_cast<int>(StreamMailbox<int>::kMaxQueued) + 500;
-  for (int i = 0; i < pushed; ++i) ASSERT_TRUE(mailbox.Push(i));
+  StreamMailbox<int> mailbox(100);
+  for (int i = 0; i < 600; ++i) ASSERT_TRUE(mailbox.Push(i));
   const std::vector<int> got = Drain(mailbox);
-  ASSERT_EQ(got.size(), StreamMailbox<int>::kMaxQueued);
+  ASSERT_EQ(got.size(), 100u);
   EXPECT_EQ(got.front(), 500);
-  EXPECT_EQ(got.back(), pushed - 1);
+  EXPECT_EQ(got.back(), 599);
+
+  StreamMailbox<int> everything(StreamMailbox<int>::kUnlimited);
+  for (int i = 0; i < 600; ++i) ASSERT_TRUE(everything.Push(i));
+  EXPECT_EQ(Drain(everything).size(), 600u);
 }
 
 TEST(WorkerRegistryTest, LeasesLapseWithoutHeartbeats) {
