@@ -32,6 +32,7 @@ grpc::ChannelArguments StageLinkChannelArguments() {
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 30'000);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10'000);
   args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);  // keep pinging while idle
+  args.SetInt(GRPC_ARG_HTTP2_WRITE_BUFFER_SIZE, kStageLinkWriteBufferBytes);
   return args;
 }
 

@@ -128,6 +128,7 @@ void StageLinkService::RegisterWith(grpc::ServerBuilder& builder) {
   // default policy would answer them with GOAWAY after a quiet minute.
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10'000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_WRITE_BUFFER_SIZE, kStageLinkWriteBufferBytes);
   builder.RegisterCallbackGenericService(this);
 }
 
