@@ -11,6 +11,7 @@
 // Channels are warmed before timing; each figure is the median of `--trials`.
 //
 //   bench_transport [--sizes=65536,...] [--reps=N] [--trials=N] [--json=FILE]
+//                   [--chunk_kib=N] [--window_frames=N] [--wire=f32|bf16|f16]
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -34,6 +35,7 @@
 #include "absl/strings/str_split.h"
 #include "bench/bench_report.h"
 #include "shardline/v1/stage_link.grpc.pb.h"
+#include "common/dtype.h"
 #include "common/init.h"
 #include "worker/runtime/grpc_stage_link.h"
 #include "worker/runtime/stage_link_service.h"
@@ -44,6 +46,7 @@ ABSL_FLAG(int, trials, 5, "measurements per figure (median)");
 ABSL_FLAG(std::string, json, "", "write the rows as JSON to this file");
 ABSL_FLAG(int, chunk_kib, 1024, "StageLink payload KiB per frame");
 ABSL_FLAG(int, window_frames, 16, "StageLink frames the receiver lets the sender have in flight");
+ABSL_FLAG(std::string, wire, "f32", "StageLink wire precision: f32, bf16 or f16 (GB/s count f32 bytes)");
 
 namespace shardline::bench {
 namespace {
@@ -60,6 +63,9 @@ worker::runtime::ExchangeOptions LinkOptions() {
   options.timeout = absl::Seconds(120);
   options.chunk_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_chunk_kib)) << 10;
   options.window_frames = static_cast<uint32_t>(absl::GetFlag(FLAGS_window_frames));
+  absl::StatusOr<common::DType> wire = common::ParseDType(absl::GetFlag(FLAGS_wire));
+  BENCH_CHECK_OK(wire.status());
+  options.wire = *wire;
   return options;
 }
 

@@ -1,7 +1,8 @@
 // IEEE binary16 (f16) and bfloat16 (bf16) storage types and their conversion
 // to and from float. Conversion to the narrow types rounds to nearest, ties to
 // even, as the CUDA intrinsics __float2half_rn / __float2bfloat16_rn do, so the
-// CPU and CUDA backends agree bit for bit on finite values. NaN stays NaN.
+// CPU and CUDA backends agree bit for bit on finite values. NaN stays NaN
+// (a signalling f16 NaN widens to a quiet one, as IEEE and F16C have it).
 #ifndef SHARDLINE_COMMON_HALF_H_
 #define SHARDLINE_COMMON_HALF_H_
 
@@ -28,6 +29,13 @@ void ConvertF32ToBf16(const float* src, uint16_t* dst, size_t n);
 void ConvertBf16ToF32(const uint16_t* src, float* dst, size_t n);
 void ConvertF32ToF16(const float* src, uint16_t* dst, size_t n);
 void ConvertF16ToF32(const uint16_t* src, float* dst, size_t n);
+
+namespace internal {
+// The portable f16 loops that Convert*F16* fall back on where the CPU lacks
+// F16C (and use for the last few values); for tests.
+void F32ToF16Portable(const float* src, uint16_t* dst, size_t n);
+void F16ToF32Portable(const uint16_t* src, float* dst, size_t n);
+}  // namespace internal
 
 // In place, what each value becomes after a trip through bf16 / f16.
 void RoundThroughBf16(float* values, size_t n);

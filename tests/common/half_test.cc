@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -13,6 +14,12 @@ float FromBits(uint32_t bits) {
   float f;
   std::memcpy(&f, &bits, 4);
   return f;
+}
+
+uint32_t Bits(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  return bits;
 }
 
 TEST(HalfTest, EveryFiniteF16RoundTripsExactly) {
@@ -60,20 +67,45 @@ TEST(HalfTest, Bf16RoundsToNearestEvenAndKeepsNaN) {
   EXPECT_EQ(FloatToBFloat16Bits(std::numeric_limits<float>::infinity()), 0x7f80);
 }
 
-TEST(HalfTest, ArrayConversionsAgreeWithScalarOnes) {
-  const float src[] = {0.1f, -2.5f, 1e-5f, 3e4f, -7.0f};
-  uint16_t h[5], b[5];
-  float back[5];
-  ConvertF32ToF16(src, h, 5);
-  ConvertF32ToBf16(src, b, 5);
-  ConvertF16ToF32(h, back, 5);
-  for (int i = 0; i < 5; ++i) {
-    EXPECT_EQ(h[i], FloatToFloat16Bits(src[i]));
-    EXPECT_EQ(b[i], FloatToBFloat16Bits(src[i]));
-    EXPECT_EQ(back[i], Float16BitsToFloat(h[i]));
+// The array forms are separate code (F16C instructions where the CPU has
+// them, else branch-free vectorised loops): bit for bit the scalar
+// conversions, both paths, on every 16-bit pattern and on a sweep of float
+// patterns that includes every threshold of the f16 rounding.
+TEST(HalfTest, ArrayConversionsAgreeWithScalarOnesBitForBit) {
+  std::vector<uint16_t> halves(65536);
+  for (uint32_t i = 0; i < 65536; ++i) halves[i] = static_cast<uint16_t>(i);
+  std::vector<float> widened(halves.size());
+  for (auto convert : {&ConvertF16ToF32, &internal::F16ToF32Portable}) {
+    convert(halves.data(), widened.data(), halves.size());
+    for (uint32_t i = 0; i < 65536; ++i) {
+      ASSERT_EQ(Bits(widened[i]), Bits(Float16BitsToFloat(halves[i]))) << "f16 " << i;
+    }
   }
-  ConvertBf16ToF32(b, back, 5);
-  for (int i = 0; i < 5; ++i) EXPECT_NEAR(back[i], src[i], std::fabs(src[i]) / 128);
+  ConvertBf16ToF32(halves.data(), widened.data(), halves.size());
+  for (uint32_t i = 0; i < 65536; ++i) {
+    ASSERT_EQ(Bits(widened[i]), Bits(BFloat16BitsToFloat(halves[i]))) << "bf16 " << i;
+  }
+
+  std::vector<uint32_t> patterns;
+  for (uint64_t x = 0; x <= 0xffffffffu; x += 4093) patterns.push_back(static_cast<uint32_t>(x));
+  for (uint32_t edge : {0x00000000u, 0x00000001u, 0x007fffffu, 0x00800000u, 0x33000000u, 0x33000001u,
+                        0x387fefffu, 0x387ff000u, 0x38800000u, 0x477fefffu, 0x477ff000u, 0x477ff001u,
+                        0x7f7fffffu, 0x7f800000u, 0x7f800001u, 0x7fc00000u, 0x7fffffffu}) {
+    for (uint32_t sign : {0u, 0x80000000u}) {
+      for (int d = -2; d <= 2; ++d) patterns.push_back((edge | sign) + static_cast<uint32_t>(d));
+    }
+  }
+  std::vector<float> floats(patterns.size() + 3);  // a length no vector width divides
+  for (size_t i = 0; i < patterns.size(); ++i) floats[i] = FromBits(patterns[i]);
+  std::vector<uint16_t> f16(floats.size()), portable(floats.size()), bf16(floats.size());
+  ConvertF32ToF16(floats.data(), f16.data(), floats.size());
+  internal::F32ToF16Portable(floats.data(), portable.data(), floats.size());
+  ConvertF32ToBf16(floats.data(), bf16.data(), floats.size());
+  for (size_t i = 0; i < floats.size(); ++i) {
+    ASSERT_EQ(f16[i], FloatToFloat16Bits(floats[i])) << std::hex << "f32 bits 0x" << Bits(floats[i]);
+    ASSERT_EQ(portable[i], f16[i]) << std::hex << "f32 bits 0x" << Bits(floats[i]);
+    ASSERT_EQ(bf16[i], FloatToBFloat16Bits(floats[i])) << std::hex << "f32 bits 0x" << Bits(floats[i]);
+  }
 }
 
 }  // namespace

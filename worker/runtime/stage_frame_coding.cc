@@ -55,13 +55,14 @@ std::vector<grpc::ByteBuffer> EncodeStageMessage(std::shared_ptr<const StageMess
   std::shared_ptr<const void> owner = message;
   const char* data = reinterpret_cast<const char*>(m.values.data());
   if (narrow) {
-    auto halves = std::make_shared<std::vector<uint16_t>>(m.values.size());
+    // Not zero-filled first: every value is written by the conversion.
+    std::shared_ptr<uint16_t[]> halves(new uint16_t[std::max<size_t>(m.values.size(), 1)]);
     if (wire == common::DType::kBF16) {
-      common::ConvertF32ToBf16(m.values.data(), halves->data(), halves->size());
+      common::ConvertF32ToBf16(m.values.data(), halves.get(), m.values.size());
     } else {
-      common::ConvertF32ToF16(m.values.data(), halves->data(), halves->size());
+      common::ConvertF32ToF16(m.values.data(), halves.get(), m.values.size());
     }
-    data = reinterpret_cast<const char*>(halves->data());
+    data = reinterpret_cast<const char*>(halves.get());
     owner = std::move(halves);
   }
   const size_t bytes = m.values.size() * element;
@@ -142,23 +143,28 @@ absl::StatusOr<std::optional<StageMessage>> FrameAssembler::Add(const common::De
     message_.targets.assign(f.targets().begin(), f.targets().end());
     message_.values = Destination(static_cast<size_t>(f.elements()));
     element_bytes_ = f.dtype() == shardline::v1::DTYPE_F32 ? 4 : 2;
-    if (element_bytes_ == 2) narrow_.resize(static_cast<size_t>(f.elements()));
   }
-  char* target = element_bytes_ == 4 ? reinterpret_cast<char*>(message_.values.data())
-                                     : reinterpret_cast<char*>(narrow_.data());
-  frame.CopyPayloadTo(target + filled_bytes_);  // the one copy on the receiving side
+  if (element_bytes_ == 4) {
+    // The one copy on the receiving side: straight into the tensor.
+    frame.CopyPayloadTo(reinterpret_cast<char*>(message_.values.data()) + filled_bytes_);
+  } else {
+    // 16-bit payloads are widened chunk by chunk, as they arrive (chunks
+    // hold whole values; Check saw to it), through one chunk-sized scratch.
+    const size_t count = frame.payload_bytes() / 2;
+    if (narrow_.size() < count) narrow_.resize(count);
+    frame.CopyPayloadTo(narrow_.data());
+    float* out = message_.values.data() + filled_bytes_ / 2;
+    if (first_.dtype() == shardline::v1::DTYPE_BF16) {
+      common::ConvertBf16ToF32(narrow_.data(), out, count);
+    } else {
+      common::ConvertF16ToF32(narrow_.data(), out, count);
+    }
+  }
   filled_bytes_ += frame.payload_bytes();
   if (++next_chunk_ < f.chunk_count()) return std::optional<StageMessage>();
   if (filled_bytes_ != message_.values.size() * element_bytes_) {
     Reset();
     return Bad("payload shorter than the tensor");
-  }
-  if (element_bytes_ == 2) {
-    if (first_.dtype() == shardline::v1::DTYPE_BF16) {
-      common::ConvertBf16ToF32(narrow_.data(), message_.values.data(), narrow_.size());
-    } else {
-      common::ConvertF16ToF32(narrow_.data(), message_.values.data(), narrow_.size());
-    }
   }
   StageMessage done = std::move(message_);
   Reset();
@@ -180,8 +186,7 @@ void FrameAssembler::Reset() {
   next_chunk_ = 0;
   message_ = StageMessage();
   filled_bytes_ = 0;
-  element_bytes_ = 4;
-  narrow_.clear();
+  element_bytes_ = 4;  // narrow_ stays: the scratch is reused
 }
 
 }  // namespace shardline::worker::runtime

@@ -56,7 +56,7 @@ class FrameAssembler {
   StageMessage message_;
   size_t filled_bytes_ = 0;      // payload bytes received so far
   size_t element_bytes_ = 4;     // 4 for f32, 2 for bf16 / f16
-  std::vector<uint16_t> narrow_;  // 16-bit payloads, widened when complete
+  std::vector<uint16_t> narrow_;  // scratch for one 16-bit chunk on its way to the tensor
 };
 
 }  // namespace shardline::worker::runtime
