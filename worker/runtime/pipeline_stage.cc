@@ -61,15 +61,18 @@ absl::StatusOr<std::unique_ptr<PipelineStage>> PipelineStage::Create(
 
 absl::StatusOr<StageMessage> PipelineStage::Expect(absl::StatusOr<StageMessage> message,
                                                    Kind kind, int64_t step, int micro_batch) {
+  StageMessage wanted;
+  wanted.kind = kind;
+  wanted.step = step;
+  wanted.micro_batch = micro_batch;
   if (!message.ok()) {
+    const bool from_previous = kind == Kind::kActivation || kind == Kind::kNormPartial;
     return absl::Status(message.status().code(),
-                        absl::StrCat("stage ", options_.stage, ": ", message.status().message()));
+                        absl::StrCat("stage ", options_.stage, " waiting for the ", DescribeMessage(wanted),
+                                     " from stage ", options_.stage + (from_previous ? -1 : 1), ": ",
+                                     message.status().message()));
   }
   if (message->kind != kind || message->step != step || message->micro_batch != micro_batch) {
-    StageMessage wanted;
-    wanted.kind = kind;
-    wanted.step = step;
-    wanted.micro_batch = micro_batch;
     return absl::FailedPreconditionError(absl::StrCat("stage ", options_.stage, " expected ",
                                                       DescribeMessage(wanted), ", got ",
                                                       DescribeMessage(*message)));

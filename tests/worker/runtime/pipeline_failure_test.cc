@@ -38,6 +38,10 @@ void RunWithoutMiddleStage(absl::Duration link_timeout, absl::Duration kill_afte
   if (expected == absl::StatusCode::kUnavailable) {
     EXPECT_NE(first.status().message().find("w1"), std::string::npos) << first.status();
   }
+  // The last stage says what it waited for, and from whom.
+  EXPECT_NE(last.status().message().find("stage 2 waiting for the activation of step 1 micro-batch 0 from stage 1"),
+            std::string::npos)
+      << last.status();
   EXPECT_LT(seconds, absl::ToDoubleSeconds(link_timeout) + 5.0);
   // The failed step freed its activations.
   EXPECT_EQ((*pipeline)->runtime(0).slots_held(), 0u);
