@@ -68,7 +68,7 @@ class GrpcStageLink final : public StageLink {
   uint64_t BytesReceived() override;
   uint64_t PeakHeldBytes() override;
   HostBuffer OutgoingBuffer(StageMessage::Kind kind, size_t elements) override;
-  // Most staging slots in use at once, all pools together.
+  // The most slots each staging pool had in use at once, summed over the pools.
   int PeakStagingSlots();
   // Fails every wait, now and later, with UNAVAILABLE `reason` (cancellation).
   void Close(const std::string& reason);
