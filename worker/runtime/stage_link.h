@@ -60,9 +60,9 @@ class StageLink {
   // Payload bytes received from both neighbours so far (what crossed the wire;
   // 0 for links that move no bytes).
   virtual uint64_t BytesReceived() { return 0; }
-  // Most tensor bytes the link held at once, both neighbours together:
-  // messages queued to send and received ones not yet taken (0 for links
-  // that hold none of their own).
+  // The most tensor bytes the link held at once towards each neighbour,
+  // summed over the neighbours: messages queued to send and received ones
+  // not yet taken (0 for links that hold none of their own).
   virtual uint64_t PeakHeldBytes() { return 0; }
 };
 
