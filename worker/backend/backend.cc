@@ -10,13 +10,13 @@
 
 namespace shardline::worker {
 
-absl::StatusOr<void*> Backend::AllocateHostStaging(size_t bytes) {
+absl::StatusOr<void*> Backend::AllocatePlainHost(size_t bytes) {
   void* memory = std::aligned_alloc(64, (std::max<size_t>(bytes, 1) + 63) / 64 * 64);
   if (memory == nullptr) return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", bytes, " host bytes"));
   return memory;
 }
 
-void Backend::FreeHostStaging(void* memory) { std::free(memory); }
+void Backend::FreePlainHost(void* memory) { std::free(memory); }
 namespace {
 
 constexpr int64_t kMaxBlasDim = std::numeric_limits<int32_t>::max();

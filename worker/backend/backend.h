@@ -55,8 +55,11 @@ class Backend {
   // network (stage-link staging slots): page-locked on CUDA devices, so
   // copies to and from it run at the bus's speed; 64-byte aligned heap
   // memory here. Allocated rarely (once per job), never on a hot path.
-  virtual absl::StatusOr<void*> AllocateHostStaging(size_t bytes);
-  virtual void FreeHostStaging(void* memory);
+  virtual absl::StatusOr<void*> AllocateHostStaging(size_t bytes) { return AllocatePlainHost(bytes); }
+  virtual void FreeHostStaging(void* memory) { FreePlainHost(memory); }
+  // The plain kind, for callers without a backend too.
+  static absl::StatusOr<void*> AllocatePlainHost(size_t bytes);
+  static void FreePlainHost(void* memory);
   virtual bool host_staging_pinned() const { return false; }
 
   // ---- Memory ----

@@ -1,19 +1,13 @@
 #include "worker/runtime/staging_pool.h"
 
-#include <cstdlib>
-
 #include "absl/strings/str_cat.h"
 
 namespace shardline::worker::runtime {
 
 HostMemory PlainHostMemory() {
   HostMemory memory;
-  memory.allocate = [](size_t bytes) -> absl::StatusOr<void*> {
-    void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
-    if (p == nullptr) return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", bytes, " bytes"));
-    return p;
-  };
-  memory.release = [](void* p) { std::free(p); };
+  memory.allocate = &Backend::AllocatePlainHost;
+  memory.release = &Backend::FreePlainHost;
   return memory;
 }
 
