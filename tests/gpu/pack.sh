@@ -12,8 +12,9 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 build=${SHARDLINE_GPU_BUILD_DIR:-$root/build-gpu}
 out=$root/.gpu-bundle
-binaries=(backend_conformance_test backend_errors_test gradient_check_test bench_backend
-          bench_train bench_gpu_transport shardline-train)
+binaries=(backend_conformance_test backend_errors_test gradient_check_test
+          worker_pipeline_equivalence_test bench_backend bench_train bench_gpu_transport
+          shardline-train)
 
 bash "$root/deploy/install-deps.sh"
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DSHARDLINE_CUDA=ON \

@@ -47,7 +47,10 @@ run_suite() {
   rows+=("$name|$result|passed ${passed:-0}, failed ${failed_n:-0}, skipped ${skipped:-0}")
 }
 
-for suite in backend_conformance_test backend_errors_test gradient_check_test; do
+# worker_pipeline_equivalence_test: four stages on cuda:0 against the
+# reference trainer on cuda:0 (the asynchronous copies and the stage sender).
+for suite in backend_conformance_test backend_errors_test gradient_check_test \
+             worker_pipeline_equivalence_test; do
   run_suite "$suite"
 done
 

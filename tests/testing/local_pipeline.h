@@ -1,5 +1,5 @@
-// LocalPipeline runs a p-stage pipeline inside the test process: one CPU
-// backend, ShardRuntime and PipelineStage per stage, LocalStageLinks between
+// LocalPipeline runs a p-stage pipeline inside the test process: one
+// backend (CPU unless told), ShardRuntime and PipelineStage per stage, LocalStageLinks between
 // them, one thread per stage for each step. Tests use it to check the
 // pipeline against the reference trainer without any networking.
 #ifndef SHARDLINE_TESTS_TESTING_LOCAL_PIPELINE_H_
@@ -24,10 +24,11 @@ namespace shardline::testing {
 
 class LocalPipeline {
  public:
-  // `cuts` are the first unit of stages 1..p−1 (p = cuts.size() + 1).
+  // `cuts` are the first unit of stages 1..p−1 (p = cuts.size() + 1). Every
+  // stage gets a backend of its own on `device` ("cpu", "cuda:N").
   static absl::StatusOr<std::unique_ptr<LocalPipeline>> Create(
       const shardline::v1::JobSpec& spec, const std::vector<int>& cuts,
-      absl::Duration link_timeout = absl::Seconds(30));
+      absl::Duration link_timeout = absl::Seconds(30), const std::string& device = "cpu");
 
   // Runs one step on every stage concurrently; the results by stage, or the
   // first error (with its stage) once every stage has returned.

@@ -114,6 +114,31 @@ absl::Status Backend::CopyToHostBytes(const void* src, size_t src_bytes, void* d
   return CopyToHostImpl(src, dst, src_bytes);
 }
 
+absl::StatusOr<HostTransfer> Backend::CopyToHostAsyncBytes(const void* src, size_t src_bytes,
+                                                           void* dst, size_t dst_bytes) {
+  if (src_bytes == 0) return HostTransfer();
+  RETURN_IF_ERROR(CheckCopy("CopyToHostAsync", src, src_bytes, dst, dst_bytes));
+  return CopyToHostAsyncImpl(src, dst, src_bytes);
+}
+
+absl::StatusOr<HostTransfer> Backend::CopyToDeviceAsyncBytes(const void* src, size_t src_bytes,
+                                                             void* dst, size_t dst_bytes) {
+  if (src_bytes == 0) return HostTransfer();
+  RETURN_IF_ERROR(CheckCopy("CopyToDeviceAsync", src, src_bytes, dst, dst_bytes));
+  return CopyToDeviceAsyncImpl(src, dst, src_bytes);
+}
+
+absl::StatusOr<HostTransfer> Backend::CopyToHostAsyncImpl(const void* src, void* dst, size_t bytes) {
+  RETURN_IF_ERROR(CopyToHostImpl(src, dst, bytes));
+  return HostTransfer();
+}
+
+absl::StatusOr<HostTransfer> Backend::CopyToDeviceAsyncImpl(const void* src, void* dst,
+                                                            size_t bytes) {
+  RETURN_IF_ERROR(CopyToDeviceImpl(src, dst, bytes));
+  return HostTransfer();
+}
+
 absl::Status Backend::CopyOnDeviceBytes(const void* src, size_t src_bytes, void* dst,
                                         size_t dst_bytes) {
   if (src_bytes == 0) return absl::OkStatus();

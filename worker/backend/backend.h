@@ -10,7 +10,8 @@
 //   lengths, null data) and returns INVALID_ARGUMENT without touching memory
 //   when they are wrong. Validation lives here, once, for every backend.
 // - Work may run asynchronously on the backend's stream, in call order.
-//   CopyToHost, SumOfSquares and Synchronize wait for it. Errors found while
+//   CopyToHost, SumOfSquares and Synchronize wait for it; CopyToHostAsync and
+//   CopyToDeviceAsync do not (they return a HostTransfer to wait on). Errors found while
 //   the work runs (a CUDA failure, a token id out of range on the GPU) are
 //   reported by the next of those calls.
 // - Backward ops ADD into every gradient they produce (dx, dweight, dbias),
@@ -33,6 +34,7 @@
 #include "worker/backend/backend_types.h"
 #include "worker/backend/device_buffer.h"
 #include "worker/backend/device_span.h"
+#include "worker/backend/host_transfer.h"
 
 namespace shardline::worker {
 
@@ -84,6 +86,30 @@ class Backend {
   absl::Status Fill(DeviceSpan<float> x, float value);
   // Waits for all queued work and reports any error it raised.
   virtual absl::Status Synchronize() = 0;
+
+  // ---- Copies that overlap compute (the stage links' staging) ----
+  // Queues a copy of `src` into host memory `dst` that starts once the work
+  // queued so far has run and runs on a copy engine of its own, alongside
+  // the work queued after it; returns without waiting. `src` must keep its
+  // values until the transfer is done: work that overwrites it is queued
+  // after AwaitOnDevice(transfer). From page-locked memory
+  // (AllocateHostStaging) the copy runs at the bus's speed. Errors of the
+  // kernels before it (a token id out of range) are reported by the next
+  // CopyToHost, SumOfSquares or Synchronize, not by the transfer.
+  template <typename T>
+  absl::StatusOr<HostTransfer> CopyToHostAsync(DeviceSpan<const T> src, absl::Span<T> dst) {
+    return CopyToHostAsyncBytes(src.data(), src.size() * sizeof(T), dst.data(), dst.size() * sizeof(T));
+  }
+  // Queues a copy of host `src` into `dst` in order with the other work
+  // (work queued after it sees the values); returns without waiting. `src`
+  // must stay allocated and unchanged until the transfer is done.
+  template <typename T>
+  absl::StatusOr<HostTransfer> CopyToDeviceAsync(absl::Span<const T> src, DeviceSpan<T> dst) {
+    return CopyToDeviceAsyncBytes(src.data(), src.size() * sizeof(T), dst.data(), dst.size() * sizeof(T));
+  }
+  // Work queued from now on starts only after `transfer` has finished. The
+  // host waits only on backends that run work as it is queued (the CPU).
+  virtual absl::Status AwaitOnDevice(const HostTransfer& transfer) { return transfer.Wait(); }
 
   // ---- Dense algebra ----
   absl::Status Gemm(const GemmShape& shape, DeviceSpan<const float> a, DeviceSpan<const float> b,
@@ -161,6 +187,10 @@ class Backend {
   virtual absl::Status CopyToDeviceImpl(const void* src, void* dst, size_t bytes) = 0;
   virtual absl::Status CopyToHostImpl(const void* src, void* dst, size_t bytes) = 0;
   virtual absl::Status CopyOnDeviceImpl(const void* src, void* dst, size_t bytes) = 0;
+  // By default the asynchronous copies are the synchronous ones, done when
+  // they return.
+  virtual absl::StatusOr<HostTransfer> CopyToHostAsyncImpl(const void* src, void* dst, size_t bytes);
+  virtual absl::StatusOr<HostTransfer> CopyToDeviceAsyncImpl(const void* src, void* dst, size_t bytes);
   virtual absl::Status FillImpl(float* x, size_t n, float value) = 0;
   virtual absl::Status GemmImpl(const GemmShape& shape, const float* a, const float* b,
                                 float* c) = 0;
@@ -205,6 +235,10 @@ class Backend {
   absl::Status CopyToDeviceBytes(const void* src, size_t src_bytes, void* dst, size_t dst_bytes);
   absl::Status CopyToHostBytes(const void* src, size_t src_bytes, void* dst, size_t dst_bytes);
   absl::Status CopyOnDeviceBytes(const void* src, size_t src_bytes, void* dst, size_t dst_bytes);
+  absl::StatusOr<HostTransfer> CopyToHostAsyncBytes(const void* src, size_t src_bytes, void* dst,
+                                                     size_t dst_bytes);
+  absl::StatusOr<HostTransfer> CopyToDeviceAsyncBytes(const void* src, size_t src_bytes, void* dst,
+                                                       size_t dst_bytes);
 };
 
 }  // namespace shardline::worker

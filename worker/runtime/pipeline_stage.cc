@@ -80,6 +80,19 @@ absl::StatusOr<StageMessage> PipelineStage::Expect(absl::StatusOr<StageMessage> 
   return message;
 }
 
+void PipelineStage::KeepUntilRead(HostTransfer read, StageMessage message) {
+  if (read.done()) return;  // the message is freed here
+  uploads_.push_back({std::move(read), std::move(message)});
+}
+
+void PipelineStage::ReleaseUploads(bool wait) {
+  while (!uploads_.empty() && (wait || uploads_.front().read.done())) {
+    // A failed copy is reported by the device's next synchronising call.
+    (void)uploads_.front().read.Wait();
+    uploads_.pop_front();
+  }
+}
+
 absl::Status PipelineStage::Forward(int64_t step, int k, const std::vector<data::Batch>& batches,
                                     float loss_scale, StageStepResult& result) {
   ShardRuntime::Inputs in;
@@ -107,11 +120,12 @@ absl::Status PipelineStage::Forward(int64_t step, int k, const std::vector<data:
     output = link_.OutgoingBuffer(Kind::kActivation, static_cast<size_t>(in.batch * in.t * runtime_.output_width()));
   }
   const auto start = Clock::now();
-  RETURN_IF_ERROR(runtime_.Forward(k, in, output.span()));
+  ASSIGN_OR_RETURN(ShardRuntime::EdgeTransfers edge, runtime_.ForwardAsync(k, in, output.span()));
   result.busy_seconds += Since(start);
   if (runtime_.is_last()) {
     ASSIGN_OR_RETURN(double loss, runtime_.Loss(k));
     result.loss += loss;
+    KeepUntilRead(std::move(edge.inputs_read), std::move(received));
     return absl::OkStatus();
   }
   StageMessage out;
@@ -121,9 +135,10 @@ absl::Status PipelineStage::Forward(int64_t step, int k, const std::vector<data:
   out.batch = in.batch;
   out.t = in.t;
   out.values = std::move(output);
-  out.targets = std::move(received.targets);
+  out.targets = std::move(received.targets);  // not read by the device: only the last stage's are
   out.loss_scale = received.loss_scale;
-  return link_.SendToNext(std::move(out));
+  KeepUntilRead(std::move(edge.inputs_read), std::move(received));
+  return sender_.Send(StageSender::Direction::kNext, std::move(out), std::move(edge.output_written));
 }
 
 absl::Status PipelineStage::Backward(int64_t step, int k, StageStepResult& result) {
@@ -137,15 +152,18 @@ absl::Status PipelineStage::Backward(int64_t step, int k, StageStepResult& resul
     grad_input = link_.OutgoingBuffer(Kind::kGradient, static_cast<size_t>(tokens * runtime_.input_width()));
   }
   const auto start = Clock::now();
-  RETURN_IF_ERROR(runtime_.Backward(k, gradient.values, grad_input.span()));
+  ASSIGN_OR_RETURN(ShardRuntime::EdgeTransfers edge,
+                   runtime_.BackwardAsync(k, gradient.values, grad_input.span()));
   result.busy_seconds += Since(start);
+  KeepUntilRead(std::move(edge.inputs_read), std::move(gradient));
   if (runtime_.is_first()) return absl::OkStatus();
   StageMessage out;
   out.kind = Kind::kGradient;
   out.step = step;
   out.micro_batch = k;
   out.values = std::move(grad_input);
-  return link_.SendToPrevious(std::move(out));
+  return sender_.Send(StageSender::Direction::kPrevious, std::move(out),
+                      std::move(edge.output_written));
 }
 
 absl::StatusOr<double> PipelineStage::ReduceGradNorm(int64_t step) {
@@ -163,7 +181,7 @@ absl::StatusOr<double> PipelineStage::ReduceGradNorm(int64_t step) {
     out.kind = Kind::kNormPartial;
     out.step = step;
     out.norm = partial;
-    RETURN_IF_ERROR(link_.SendToNext(std::move(out)));
+    RETURN_IF_ERROR(sender_.Send(StageSender::Direction::kNext, std::move(out)));
     ASSIGN_OR_RETURN(StageMessage back, Expect(link_.ReceiveFromNext(), Kind::kNormTotal, step, 0));
     total = back.norm;
   }
@@ -172,7 +190,7 @@ absl::StatusOr<double> PipelineStage::ReduceGradNorm(int64_t step) {
     out.kind = Kind::kNormTotal;
     out.step = step;
     out.norm = total;
-    RETURN_IF_ERROR(link_.SendToPrevious(std::move(out)));
+    RETURN_IF_ERROR(sender_.Send(StageSender::Direction::kPrevious, std::move(out)));
   }
   return total;
 }
@@ -197,14 +215,20 @@ absl::StatusOr<StageStepResult> PipelineStage::RunStep(int64_t step) {
   }
   RETURN_IF_ERROR(runtime_.ZeroGrads());
   runtime_.ResetPeakSlots();
-  for (const PipelineAction& action : schedule_) {
-    const absl::Status status = action.type == PipelineAction::Type::kForward
-                                    ? Forward(step, action.micro_batch, batches, loss_scale, result)
-                                    : Backward(step, action.micro_batch, result);
-    if (!status.ok()) {
-      for (int k = 0; k < options_.micro_batches; ++k) runtime_.Discard(k);
-      return status;
+  absl::Status status = [&]() -> absl::Status {
+    for (const PipelineAction& action : schedule_) {
+      ReleaseUploads(/*wait=*/false);
+      RETURN_IF_ERROR(action.type == PipelineAction::Type::kForward
+                          ? Forward(step, action.micro_batch, batches, loss_scale, result)
+                          : Backward(step, action.micro_batch, result));
     }
+    return absl::OkStatus();
+  }();
+  // The device reads the batches' ids and the kept messages until then.
+  ReleaseUploads(/*wait=*/true);
+  if (!status.ok()) {
+    for (int k = 0; k < options_.micro_batches; ++k) runtime_.Discard(k);
+    return status;
   }
   result.peak_slots = runtime_.peak_slots_held();
   ASSIGN_OR_RETURN(double squared, ReduceGradNorm(step));
@@ -212,6 +236,7 @@ absl::StatusOr<StageStepResult> PipelineStage::RunStep(int64_t step) {
   const nn::OptimizerConfig& optimizer = runtime_.optimizer_config();
   result.lr = nn::LearningRate(optimizer, step);
   RETURN_IF_ERROR(runtime_.ApplyOptimizer(step, nn::ClipFactor(optimizer, result.grad_norm)));
+  RETURN_IF_ERROR(sender_.Flush());
   result.step_seconds = Since(start);
   result.received_bytes = link_.BytesReceived() - received_before;
   result.minor_faults = MinorFaults() - faults_before;

@@ -6,11 +6,17 @@
 // optimizer step. Stage 0 owns the data source; the last stage computes the
 // loss. With the same spec, every stage's arithmetic is the reference
 // trainer's, micro-batch by micro-batch, so the losses and weights match it.
-// Not thread-safe: one thread per stage.
+//
+// The stage never waits for its device to copy a tensor: outputs go to the
+// host asynchronously and a StageSender sends each once it is written, and
+// received tensors are kept until their copy to the device is done, so on a
+// GPU the next micro-batch's work is queued while the last one's output is
+// in transit. Not thread-safe: one thread per stage.
 #ifndef SHARDLINE_WORKER_RUNTIME_PIPELINE_STAGE_H_
 #define SHARDLINE_WORKER_RUNTIME_PIPELINE_STAGE_H_
 
 #include <cstdint>
+#include <deque>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -19,6 +25,7 @@
 #include "worker/runtime/pipeline_schedule.h"
 #include "worker/runtime/shard_runtime.h"
 #include "worker/runtime/stage_link.h"
+#include "worker/runtime/stage_sender.h"
 
 namespace shardline::worker::runtime {
 
@@ -36,7 +43,7 @@ struct StageStepResult {
   double grad_norm = 0.0;   // global, over every stage
   double lr = 0.0;
   size_t peak_slots = 0;    // most micro-batches of activations held at once
-  double busy_seconds = 0;  // time in forward/backward compute
+  double busy_seconds = 0;  // time in forward/backward compute (GPU: queueing it)
   double step_seconds = 0;  // wall time of the whole step on this stage
   int64_t tokens = 0;       // tokens of the step
   uint64_t received_bytes = 0;  // link payload bytes received during the step
@@ -66,19 +73,31 @@ class PipelineStage {
   PipelineStage(ShardRuntime& runtime, const data::DataSource* data, StageLink& link,
                 PipelineStageOptions options, std::vector<PipelineAction> schedule)
       : runtime_(runtime), data_(data), link_(link), options_(options),
-        schedule_(std::move(schedule)) {}
+        schedule_(std::move(schedule)), sender_(link) {}
+  // A received message whose tensor the device is still reading.
+  struct Upload {
+    HostTransfer read;
+    StageMessage message;
+  };
   absl::Status Forward(int64_t step, int k, const std::vector<data::Batch>& batches,
                        float loss_scale, StageStepResult& result);
   absl::Status Backward(int64_t step, int k, StageStepResult& result);
   absl::StatusOr<double> ReduceGradNorm(int64_t step);
   absl::StatusOr<StageMessage> Expect(absl::StatusOr<StageMessage> message,
                                       StageMessage::Kind kind, int64_t step, int micro_batch);
+  // Keeps `message` until `read` is done.
+  void KeepUntilRead(HostTransfer read, StageMessage message);
+  // Drops the kept messages whose copies are done; all of them, waiting,
+  // when `wait`. Copies finish in the order they were queued.
+  void ReleaseUploads(bool wait);
 
   ShardRuntime& runtime_;
   const data::DataSource* const data_;
   StageLink& link_;
   const PipelineStageOptions options_;
   const std::vector<PipelineAction> schedule_;
+  StageSender sender_;
+  std::deque<Upload> uploads_;
 };
 
 }  // namespace shardline::worker::runtime

@@ -79,6 +79,17 @@ nn::MicroBatch ShardRuntime::MicroBatchOf(int slot, Slot& s) {
 }
 
 absl::Status ShardRuntime::Forward(int slot, const Inputs& in, absl::Span<float> output) {
+  return ForwardImpl(slot, in, output, /*wait=*/true).status();
+}
+
+absl::StatusOr<ShardRuntime::EdgeTransfers> ShardRuntime::ForwardAsync(int slot, const Inputs& in,
+                                                                       absl::Span<float> output) {
+  return ForwardImpl(slot, in, output, /*wait=*/false);
+}
+
+absl::StatusOr<ShardRuntime::EdgeTransfers> ShardRuntime::ForwardImpl(int slot, const Inputs& in,
+                                                                      absl::Span<float> output,
+                                                                      bool wait) {
   RETURN_IF_ERROR(CheckInputs(in));
   const int64_t rows = in.batch * in.t;
   if (!output.empty() && static_cast<int64_t>(output.size()) != rows * output_width()) {
@@ -90,20 +101,29 @@ absl::Status ShardRuntime::Forward(int slot, const Inputs& in, absl::Span<float>
   s->loss_scale = in.loss_scale;
   s->has_targets = !in.targets.empty();
   s->loss = 0.0;
+  EdgeTransfers edge;
+  // Host → device copies; asynchronous ones are queued in order, so the last
+  // one's completion covers them all.
+  auto upload = [&](auto src, auto dst) -> absl::Status {
+    if (wait) return backend_.CopyToDevice(src, dst);
+    ASSIGN_OR_RETURN(edge.inputs_read, backend_.CopyToDeviceAsync(src, dst));
+    return absl::OkStatus();
+  };
   absl::Status status = [&]() -> absl::Status {
+    // A recycled slot's output may still be on its way to the host.
+    RETURN_IF_ERROR(backend_.AwaitOnDevice(std::exchange(s->output_read, HostTransfer())));
     if (is_first()) {
       RETURN_IF_ERROR(nn::EnsureFloats(backend_, s->ids, static_cast<size_t>(rows)));
-      RETURN_IF_ERROR(backend_.CopyToDevice(in.ids, Prefix<int32_t>(s->ids, rows)));
+      RETURN_IF_ERROR(upload(in.ids, Prefix<int32_t>(s->ids, rows)));
     }
     if (s->has_targets) {
       RETURN_IF_ERROR(nn::EnsureFloats(backend_, s->targets, static_cast<size_t>(rows)));
-      RETURN_IF_ERROR(backend_.CopyToDevice(in.targets, Prefix<int32_t>(s->targets, rows)));
+      RETURN_IF_ERROR(upload(in.targets, Prefix<int32_t>(s->targets, rows)));
     }
     s->acts.resize(layers_.size() + 1);
     if (!is_first()) {
       RETURN_IF_ERROR(nn::EnsureFloats(backend_, s->acts[0], in.activations.size()));
-      RETURN_IF_ERROR(backend_.CopyToDevice(in.activations,
-                                            Prefix<float>(s->acts[0], rows * input_width())));
+      RETURN_IF_ERROR(upload(in.activations, Prefix<float>(s->acts[0], rows * input_width())));
     }
     const nn::MicroBatch mb = MicroBatchOf(slot, *s);
     for (size_t i = 0; i < layers_.size(); ++i) {
@@ -120,17 +140,21 @@ absl::Status ShardRuntime::Forward(int slot, const Inputs& in, absl::Span<float>
       RETURN_IF_ERROR(layer.Forward(mb, x, y));
     }
     if (!output.empty()) {
-      RETURN_IF_ERROR(backend_.CopyToHost(
-          DeviceSpan<const float>(Prefix<float>(s->acts.back(), rows * output_width())), output));
+      const DeviceSpan<const float> y = Prefix<float>(s->acts.back(), rows * output_width());
+      if (wait) return backend_.CopyToHost(y, output);
+      ASSIGN_OR_RETURN(edge.output_written, backend_.CopyToHostAsync(y, output));
+      s->output_read = edge.output_written;
     }
     return absl::OkStatus();
   }();
   if (!status.ok()) {
+    // The inputs must outlive every copy queued from them.
+    (void)edge.inputs_read.Wait();
     Discard(slot);
     return status;
   }
   peak_slots_ = std::max(peak_slots_, slots_.live());
-  return absl::OkStatus();
+  return edge;
 }
 
 absl::StatusOr<double> ShardRuntime::Loss(int slot) {
@@ -143,6 +167,16 @@ absl::StatusOr<double> ShardRuntime::Loss(int slot) {
 
 absl::Status ShardRuntime::Backward(int slot, absl::Span<const float> grad_output,
                                     absl::Span<float> grad_input) {
+  return BackwardImpl(slot, grad_output, grad_input, /*wait=*/true).status();
+}
+
+absl::StatusOr<ShardRuntime::EdgeTransfers> ShardRuntime::BackwardAsync(
+    int slot, absl::Span<const float> grad_output, absl::Span<float> grad_input) {
+  return BackwardImpl(slot, grad_output, grad_input, /*wait=*/false);
+}
+
+absl::StatusOr<ShardRuntime::EdgeTransfers> ShardRuntime::BackwardImpl(
+    int slot, absl::Span<const float> grad_output, absl::Span<float> grad_input, bool wait) {
   ASSIGN_OR_RETURN(Slot * s, slots_.Find(slot));
   const int64_t rows = s->batch * s->t;
   if (is_last() && !grad_output.empty()) {
@@ -154,31 +188,52 @@ absl::Status ShardRuntime::Backward(int slot, absl::Span<const float> grad_outpu
   if (!is_first() && static_cast<int64_t>(grad_input.size()) != rows * input_width()) {
     return SizeError("grad_input", grad_input.size(), rows * input_width());
   }
-  DeviceBuffer* dy_buffer = &grad_a_;
-  DeviceBuffer* dx_buffer = &grad_b_;
-  DeviceSpan<const float> dy;
-  if (!is_last()) {
-    RETURN_IF_ERROR(nn::EnsureFloats(backend_, *dy_buffer, grad_output.size()));
-    RETURN_IF_ERROR(backend_.CopyToDevice(grad_output,
-                                          Prefix<float>(*dy_buffer, rows * output_width())));
-    dy = Prefix<float>(*dy_buffer, rows * output_width());
-  }
-  const nn::MicroBatch mb = MicroBatchOf(slot, *s);
-  for (size_t i = layers_.size(); i-- > 0;) {
-    nn::Layer& layer = *layers_[i];
-    DeviceSpan<float> dx;
-    if (layer.input_width() > 0) {
-      const int64_t n = rows * layer.input_width();
-      RETURN_IF_ERROR(nn::EnsureFloats(backend_, *dx_buffer, static_cast<size_t>(n)));
-      dx = Prefix<float>(*dx_buffer, n);
+  EdgeTransfers edge;
+  absl::Status status = [&]() -> absl::Status {
+    DeviceBuffer* dy_buffer = &grad_a_;
+    DeviceBuffer* dx_buffer = &grad_b_;
+    DeviceSpan<const float> dy;
+    if (!is_last()) {
+      RETURN_IF_ERROR(nn::EnsureFloats(backend_, *dy_buffer, grad_output.size()));
+      const DeviceSpan<float> dst = Prefix<float>(*dy_buffer, rows * output_width());
+      if (wait) {
+        RETURN_IF_ERROR(backend_.CopyToDevice(grad_output, dst));
+      } else {
+        ASSIGN_OR_RETURN(edge.inputs_read, backend_.CopyToDeviceAsync(grad_output, dst));
+      }
+      dy = dst;
     }
-    RETURN_IF_ERROR(layer.Backward(mb, Prefix<float>(s->acts[i], rows * layer.input_width()), dy, dx));
-    dy = dx;
-    std::swap(dy_buffer, dx_buffer);
+    // The stage's input gradient goes to one of two buffers in turn, so the
+    // copy of the last one to the host overlaps this backward pass.
+    GradIn& out = grad_in_[grad_in_next_];
+    grad_in_next_ ^= 1;
+    const nn::MicroBatch mb = MicroBatchOf(slot, *s);
+    for (size_t i = layers_.size(); i-- > 0;) {
+      nn::Layer& layer = *layers_[i];
+      DeviceSpan<float> dx;
+      if (layer.input_width() > 0) {
+        const int64_t n = rows * layer.input_width();
+        DeviceBuffer& target = i == 0 ? out.buffer : *dx_buffer;
+        if (i == 0) RETURN_IF_ERROR(backend_.AwaitOnDevice(std::exchange(out.read, HostTransfer())));
+        RETURN_IF_ERROR(nn::EnsureFloats(backend_, target, static_cast<size_t>(n)));
+        dx = Prefix<float>(target, n);
+      }
+      RETURN_IF_ERROR(layer.Backward(mb, Prefix<float>(s->acts[i], rows * layer.input_width()), dy, dx));
+      dy = dx;
+      std::swap(dy_buffer, dx_buffer);
+    }
+    if (is_first()) return absl::OkStatus();
+    if (wait) return backend_.CopyToHost(dy, grad_input);
+    ASSIGN_OR_RETURN(edge.output_written, backend_.CopyToHostAsync(dy, grad_input));
+    out.read = edge.output_written;
+    return absl::OkStatus();
+  }();
+  if (!status.ok()) {
+    (void)edge.inputs_read.Wait();  // grad_output must outlive its copy
+    return status;
   }
-  if (!is_first()) RETURN_IF_ERROR(backend_.CopyToHost(dy, grad_input));
   slots_.Release(slot);
-  return absl::OkStatus();
+  return edge;
 }
 
 absl::StatusOr<int64_t> ShardRuntime::SlotTokens(int slot) {

@@ -63,6 +63,22 @@ class ShardRuntime {
   // receives the gradient of its input (stages after the first).
   absl::Status Backward(int slot, absl::Span<const float> grad_output,
                         absl::Span<float> grad_input = {});
+  // What ForwardAsync and BackwardAsync queued at the runtime's edge: the
+  // host inputs (ids, targets, activations; grad_output) may be released or
+  // reused once `inputs_read` is done, and the host output holds its values
+  // once `output_written` is done.
+  struct EdgeTransfers {
+    HostTransfer inputs_read;
+    HostTransfer output_written;
+  };
+  // Forward and Backward that queue the work and return without waiting for
+  // the device: the output's copy to the host runs alongside the work queued
+  // after it (on a GPU: the next micro-batch's). The caller keeps the input
+  // memory and the output memory as they are until the transfers are done.
+  // On the CPU backend everything has run when they return.
+  absl::StatusOr<EdgeTransfers> ForwardAsync(int slot, const Inputs& inputs, absl::Span<float> output);
+  absl::StatusOr<EdgeTransfers> BackwardAsync(int slot, absl::Span<const float> grad_output,
+                                              absl::Span<float> grad_input);
   // Tokens (batch·t) of a held slot; FAILED_PRECONDITION if it is not held.
   absl::StatusOr<int64_t> SlotTokens(int slot);
   // Frees a slot without a backward pass (evaluation).
@@ -101,6 +117,13 @@ class ShardRuntime {
     double loss = 0.0;
     DeviceBuffer ids, targets;
     std::vector<DeviceBuffer> acts;  // acts[i]: input of layer i; acts.back(): output
+    HostTransfer output_read;        // the output's copy to the host, until the slot is reused
+  };
+  // One of the two buffers the stage's input gradient is written to in turn,
+  // and the copy to the host that last read it.
+  struct GradIn {
+    DeviceBuffer buffer;
+    HostTransfer read;
   };
 
   ShardRuntime(Backend& backend, const nn::ModelConfig& config, int begin, int end,
@@ -108,6 +131,12 @@ class ShardRuntime {
       : backend_(backend), config_(config), unit_begin_(begin), unit_end_(end),
         optimizer_(backend, optimizer) {}
   nn::MicroBatch MicroBatchOf(int slot, Slot& s);
+  // `wait`: the synchronous edge copies (Forward, Backward); otherwise the
+  // asynchronous ones, returned.
+  absl::StatusOr<EdgeTransfers> ForwardImpl(int slot, const Inputs& inputs, absl::Span<float> output,
+                                            bool wait);
+  absl::StatusOr<EdgeTransfers> BackwardImpl(int slot, absl::Span<const float> grad_output,
+                                             absl::Span<float> grad_input, bool wait);
   absl::Status CheckInputs(const Inputs& inputs) const;
 
   Backend& backend_;
@@ -118,6 +147,8 @@ class ShardRuntime {
   nn::SlotStore<Slot> slots_;
   size_t peak_slots_ = 0;
   DeviceBuffer grad_a_, grad_b_;  // ping-pong gradients between layers in Backward
+  GradIn grad_in_[2];
+  int grad_in_next_ = 0;
 };
 
 }  // namespace shardline::worker::runtime

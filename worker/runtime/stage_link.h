@@ -6,9 +6,10 @@
 // checks every message against what it expects.
 //
 // Implementations: LocalStageLink (in-process, tests) and GrpcStageLink
-// (the StageLink service between workers). A link is used by one stage thread; implementations
-// must make Send and Receive on the two directions safe to call from it
-// while the peer's thread does the same.
+// (the StageLink service between workers). A link serves one stage: its
+// thread receives, and sends either itself or through its StageSender's
+// thread. Implementations make every method safe to call from those threads
+// at once, while the peer's threads do the same.
 #ifndef SHARDLINE_WORKER_RUNTIME_STAGE_LINK_H_
 #define SHARDLINE_WORKER_RUNTIME_STAGE_LINK_H_
 

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tests/testing/local_pipeline.h"
+#include "tests/worker/backend/backend_test_util.h"
 #include "tests/worker/nn/nn_test_util.h"
 #include "worker/trainer/trainer.h"
 
@@ -84,6 +85,50 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{{1, 2, 3}, "1f1b", 5}, Case{{1, 2, 3}, "gpipe", 3},
                       Case{{1, 2, 3}, "1f1b", 1}),
     [](const ::testing::TestParamInfo<Case>& info) { return Name(info.param); });
+
+// The same on every backend built: four stages, each with a backend of its
+// own on one device, against the reference trainer on that device. On CUDA
+// this checks the asynchronous edge (copy stream, events, the stage sender,
+// buffers kept until the device has read them) end to end.
+class PipelineOnDeviceTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(PipelineOnDeviceTest, FourStagesMatchTheReferenceTrainerOnTheSameDevice) {
+  if (GetParam() != "cpu" && CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device on this machine";
+  auto spec = testing::TinySpec(/*micro_batches=*/8, /*global_batch=*/64);
+  spec.mutable_model()->set_d_model(256);
+  spec.mutable_model()->set_n_heads(4);
+  spec.mutable_parallel()->set_pipeline_stages(4);
+  spec.mutable_parallel()->set_schedule("1f1b");
+  auto backend = CreateBackend(GetParam(), {1});
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  auto reference = trainer::Trainer::Create(spec, **backend);
+  ASSERT_TRUE(reference.ok()) << reference.status();
+  auto pipeline = shardline::testing::LocalPipeline::Create(spec, {1, 2, 3}, absl::Seconds(60), GetParam());
+  ASSERT_TRUE(pipeline.ok()) << pipeline.status();
+  constexpr double kDeviceRelative = 1e-5;
+  for (int step = 1; step <= kSteps; ++step) {
+    auto want = (*reference)->TrainStep(step);
+    ASSERT_TRUE(want.ok()) << want.status();
+    auto got = (*pipeline)->RunStep(step);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_NEAR(got->back().loss, want->loss, kDeviceRelative * std::fabs(want->loss)) << "step " << step;
+  }
+  auto want_weights = (*reference)->runtime().ExportWeights();
+  auto got_weights = (*pipeline)->ExportWeights();
+  ASSERT_TRUE(want_weights.ok() && got_weights.ok());
+  ASSERT_EQ(got_weights->size(), want_weights->size());
+  for (const auto& [name, want] : *want_weights) {
+    const common::Tensor& got = got_weights->at(name);
+    const auto a = got.values<float>(), b = want.values<float>();
+    ASSERT_EQ(a.size(), b.size()) << name;
+    for (size_t i = 0; i < a.size(); ++i) {
+      ASSERT_NEAR(a[i], b[i], kDeviceRelative * std::fabs(b[i]) + 1e-9) << name << "[" << i << "]";
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, PipelineOnDeviceTest,
+                         ::testing::ValuesIn(testing::BackendsUnderTest()), testing::BackendTestName);
 
 }  // namespace
 }  // namespace shardline::worker::runtime

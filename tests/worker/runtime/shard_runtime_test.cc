@@ -97,6 +97,48 @@ TEST_F(ShardRuntimeTest, TwoStagesChainedMatchOneRuntimeExactly) {
   EXPECT_EQ(got, expected);
 }
 
+// The asynchronous edge (what pipeline stages use) computes exactly what the
+// synchronous one does, micro-batch by micro-batch, with several in flight:
+// a middle stage, so both the activation and the gradient edges are copied.
+TEST_F(ShardRuntimeTest, AsyncEdgesMatchSynchronousOnesWithSeveralMicroBatchesInFlight) {
+  auto sync = Make(1, 3), async = Make(1, 3);
+  const int64_t rows = batch_.batch * batch_.t;
+  const size_t in_n = static_cast<size_t>(rows * sync->input_width());
+  const size_t out_n = static_cast<size_t>(rows * sync->output_width());
+  constexpr int kMicroBatches = 3;
+  std::vector<std::vector<float>> acts(kMicroBatches), grads(kMicroBatches);
+  std::vector<std::vector<float>> out_sync(kMicroBatches, std::vector<float>(out_n));
+  std::vector<std::vector<float>> out_async = out_sync;
+  std::vector<std::vector<float>> gin_sync(kMicroBatches, std::vector<float>(in_n));
+  std::vector<std::vector<float>> gin_async = gin_sync;
+  std::vector<ShardRuntime::EdgeTransfers> transfers;
+  for (int k = 0; k < kMicroBatches; ++k) {
+    acts[k].resize(in_n);
+    grads[k].resize(out_n);
+    for (size_t i = 0; i < in_n; ++i) acts[k][i] = std::sin(0.01f * static_cast<float>(i + 97 * k));
+    for (size_t i = 0; i < out_n; ++i) grads[k][i] = std::cos(0.02f * static_cast<float>(i + 31 * k));
+    ShardRuntime::Inputs in{batch_.batch, batch_.t, {}, {}, 0.25f, acts[k]};
+    ASSERT_TRUE(sync->Forward(k, in, absl::Span<float>(out_sync[k])).ok());
+    auto edge = async->ForwardAsync(k, in, absl::Span<float>(out_async[k]));
+    ASSERT_TRUE(edge.ok()) << edge.status();
+    transfers.push_back(*edge);
+  }
+  for (int k = 0; k < kMicroBatches; ++k) {
+    ASSERT_TRUE(sync->Backward(k, grads[k], absl::Span<float>(gin_sync[k])).ok());
+    auto edge = async->BackwardAsync(k, grads[k], absl::Span<float>(gin_async[k]));
+    ASSERT_TRUE(edge.ok()) << edge.status();
+    transfers.push_back(*edge);
+  }
+  for (const auto& t : transfers) {
+    ASSERT_TRUE(t.inputs_read.Wait().ok());
+    ASSERT_TRUE(t.output_written.Wait().ok());
+  }
+  EXPECT_EQ(async->slots_held(), 0u);
+  EXPECT_EQ(out_async, out_sync);
+  EXPECT_EQ(gin_async, gin_sync);
+  EXPECT_EQ(Grads(*async), Grads(*sync));
+}
+
 TEST_F(ShardRuntimeTest, CountsHeldMicroBatches) {
   auto runtime = Make(0, config_.units());
   for (int k = 0; k < 3; ++k) ASSERT_TRUE(runtime->Forward(k, Inputs(batch_, 0.1f)).ok());

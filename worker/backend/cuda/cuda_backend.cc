@@ -4,6 +4,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <memory>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -50,6 +51,26 @@ absl::Status CublasError(cublasStatus_t status, const char* expr, const char* fi
 
 cublasOperation_t Op(bool transpose) { return transpose ? CUBLAS_OP_T : CUBLAS_OP_N; }
 
+// A transfer in flight: an event recorded after the copy. Wait() may run on
+// any thread, so it binds that thread to the event's device first.
+class EventCompletion final : public HostTransfer::Completion {
+ public:
+  EventCompletion(cudaEvent_t event, int device) : event_(event), device_(device) {}
+  ~EventCompletion() override { cudaEventDestroy(event_); }  // safe while pending
+
+  absl::Status Wait() override {
+    CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+    CUDA_RETURN_IF_ERROR(cudaEventSynchronize(event_));
+    return absl::OkStatus();
+  }
+  bool Done() override { return cudaEventQuery(event_) != cudaErrorNotReady; }
+  void* native_handle() override { return event_; }
+
+ private:
+  const cudaEvent_t event_;
+  const int device_;
+};
+
 }  // namespace
 
 int CudaBackend::DeviceCount() {
@@ -89,6 +110,13 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(int device) {
   backend->cublas_owner_.reset(handle);
   backend->cublas_ = handle;
   CUBLAS_RETURN_IF_ERROR(cublasSetStream(handle, stream));
+  cudaStream_t copy_stream = nullptr;
+  CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&copy_stream, cudaStreamNonBlocking));
+  backend->copy_stream_owner_.reset(copy_stream);
+  backend->copy_stream_ = copy_stream;
+  cudaEvent_t queued = nullptr;
+  CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&queued, cudaEventDisableTiming));
+  backend->queued_owner_.reset(queued);
   // Plain FP32 GEMMs (no TF32): the CPU oracle is the reference.
   CUBLAS_RETURN_IF_ERROR(cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH));
   CUBLAS_RETURN_IF_ERROR(cublasGetVersion(handle, &cublas_version));
@@ -110,9 +138,12 @@ void CudaBackend::StreamDeleter::operator()(CUstream_st* stream) const {
 
 void CudaBackend::CublasDeleter::operator()(cublasContext* handle) const { cublasDestroy(handle); }
 
+void CudaBackend::EventDeleter::operator()(CUevent_st* event) const { cudaEventDestroy(event); }
+
 CudaBackend::~CudaBackend() {
-  // Queued kernels may still use the buffers the members free.
+  // Queued kernels and copies may still use the buffers the members free.
   if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+  if (copy_stream_ != nullptr) cudaStreamSynchronize(copy_stream_);
 }
 
 std::string CudaBackend::name() const { return absl::StrCat("cuda:", device_); }
@@ -177,6 +208,39 @@ absl::Status CudaBackend::CopyToHostImpl(const void* src, void* dst, size_t byte
   CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
   CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
   return CheckKernelErrors();
+}
+
+absl::StatusOr<HostTransfer> CudaBackend::RecordTransfer(CUstream_st* stream) {
+  cudaEvent_t event = nullptr;
+  CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+  auto completion = std::make_shared<EventCompletion>(event, device_);
+  CUDA_RETURN_IF_ERROR(cudaEventRecord(event, stream));
+  return HostTransfer(std::move(completion));
+}
+
+absl::StatusOr<HostTransfer> CudaBackend::CopyToHostAsyncImpl(const void* src, void* dst,
+                                                              size_t bytes) {
+  // The copy stream starts after the work queued so far; the compute stream
+  // goes on with what is queued next.
+  CUDA_RETURN_IF_ERROR(cudaEventRecord(queued_owner_.get(), stream_));
+  CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(copy_stream_, queued_owner_.get(), 0));
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, copy_stream_));
+  return RecordTransfer(copy_stream_);
+}
+
+absl::StatusOr<HostTransfer> CudaBackend::CopyToDeviceAsyncImpl(const void* src, void* dst,
+                                                                size_t bytes) {
+  // On the compute stream: the work after it reads `dst`, and the work
+  // before it may still read what `dst` held.
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
+  return RecordTransfer(stream_);
+}
+
+absl::Status CudaBackend::AwaitOnDevice(const HostTransfer& transfer) {
+  if (transfer.native_handle() == nullptr) return absl::OkStatus();
+  CUDA_RETURN_IF_ERROR(
+      cudaStreamWaitEvent(stream_, static_cast<cudaEvent_t>(transfer.native_handle()), 0));
+  return absl::OkStatus();
 }
 
 absl::Status CudaBackend::CopyOnDeviceImpl(const void* src, void* dst, size_t bytes) {

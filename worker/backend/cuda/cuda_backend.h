@@ -1,8 +1,11 @@
 // CudaBackend runs every Backend operation on one NVIDIA GPU: GEMMs through
 // cuBLAS (FP32, no TF32, so results track the CPU oracle), everything else
 // through the kernels in cuda_kernels.h. All work is queued on one stream the
-// backend owns; copies to the host and Synchronize() wait for it. Errors carry
-// the CUDA error name and the file:line that saw them.
+// backend owns; copies to the host and Synchronize() wait for it. The
+// asynchronous host copies use a second stream (a copy engine) and events:
+// a copy to the host waits on the device for the work before it and runs
+// alongside the work after it. Errors carry the CUDA error name and the
+// file:line that saw them.
 //
 // This header keeps CUDA's own headers out of its includers (the stream and
 // handle are forward-declared), so only worker/backend/cuda/ compiles against
@@ -17,6 +20,7 @@
 #include "worker/backend/backend.h"
 
 struct CUstream_st;
+struct CUevent_st;
 struct cublasContext;
 
 namespace shardline::worker {
@@ -39,11 +43,15 @@ class CudaBackend final : public Backend {
   absl::StatusOr<void*> AllocateHostStaging(size_t bytes) override;
   void FreeHostStaging(void* memory) override;
   bool host_staging_pinned() const override { return true; }
+  absl::Status AwaitOnDevice(const HostTransfer& transfer) override;
 
  protected:
   absl::Status CopyToDeviceImpl(const void* src, void* dst, size_t bytes) override;
   absl::Status CopyToHostImpl(const void* src, void* dst, size_t bytes) override;
   absl::Status CopyOnDeviceImpl(const void* src, void* dst, size_t bytes) override;
+  absl::StatusOr<HostTransfer> CopyToHostAsyncImpl(const void* src, void* dst, size_t bytes) override;
+  absl::StatusOr<HostTransfer> CopyToDeviceAsyncImpl(const void* src, void* dst,
+                                                      size_t bytes) override;
   absl::Status FillImpl(float* x, size_t n, float value) override;
   absl::Status GemmImpl(const GemmShape& shape, const float* a, const float* b, float* c) override;
   absl::Status AxpyImpl(float alpha, const float* x, float* y, size_t n) override;
@@ -95,6 +103,11 @@ class CudaBackend final : public Backend {
   struct CublasDeleter {
     void operator()(cublasContext* handle) const;
   };
+  struct EventDeleter {
+    void operator()(CUevent_st* event) const;
+  };
+  // A fresh event recorded on `stream`, as a transfer's completion.
+  absl::StatusOr<HostTransfer> RecordTransfer(CUstream_st* stream);
 
   const int device_;
   std::string description_;
@@ -102,7 +115,12 @@ class CudaBackend final : public Backend {
   // drains the stream before anything is released.
   std::unique_ptr<CUstream_st, StreamDeleter> stream_owner_;
   std::unique_ptr<cublasContext, CublasDeleter> cublas_owner_;
-  CUstream_st* stream_ = nullptr;    // == stream_owner_.get()
+  std::unique_ptr<CUstream_st, StreamDeleter> copy_stream_owner_;
+  // Recorded on stream_ before each copy to the host; the copy stream waits
+  // on it (a wait sees the record made before it, so one event serves all).
+  std::unique_ptr<CUevent_st, EventDeleter> queued_owner_;
+  CUstream_st* stream_ = nullptr;       // == stream_owner_.get()
+  CUstream_st* copy_stream_ = nullptr;  // == copy_stream_owner_.get()
   cublasContext* cublas_ = nullptr;  // == cublas_owner_.get()
   // Device scratch allocated once: the kernels' error word and the partial
   // sums of SumOfSquares.

@@ -1,0 +1,194 @@
+// StageSender: messages go to the link in the order given, each only once its
+// tensor's transfer is done; ready ones go at once on the caller's thread;
+// failures of a transfer or of the link come back from the next Send/Flush
+// and drop what was queued; the queue is bounded; destruction waits for the
+// transfers that still write into queued messages.
+#include "worker/runtime/stage_sender.h"
+
+#include <atomic>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "gtest/gtest.h"
+
+namespace shardline::worker::runtime {
+namespace {
+
+// A transfer the test finishes by hand.
+class ManualCompletion final : public HostTransfer::Completion {
+ public:
+  void Finish(absl::Status status = absl::OkStatus()) {
+    absl::MutexLock lock(&mu_);
+    status_ = std::move(status);
+    done_ = true;
+  }
+  absl::Status Wait() override {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(&done_));
+    return status_;
+  }
+  bool Done() override {
+    absl::MutexLock lock(&mu_);
+    return done_;
+  }
+  void* native_handle() override { return nullptr; }
+
+ private:
+  absl::Mutex mu_;
+  bool done_ = false;
+  absl::Status status_;
+};
+
+struct Sent {
+  bool to_next;
+  int micro_batch;
+  std::thread::id thread;
+};
+
+// Records what is sent; fails every send once `fail` is set.
+class RecordingLink final : public StageLink {
+ public:
+  absl::Status SendToNext(StageMessage m) override { return Record(true, m); }
+  absl::Status SendToPrevious(StageMessage m) override { return Record(false, m); }
+  absl::StatusOr<StageMessage> ReceiveFromPrevious() override { return absl::UnimplementedError(""); }
+  absl::StatusOr<StageMessage> ReceiveFromNext() override { return absl::UnimplementedError(""); }
+
+  std::vector<Sent> sent() {
+    absl::MutexLock lock(&mu_);
+    return sent_;
+  }
+  std::vector<int> micro_batches() {
+    std::vector<int> out;
+    for (const Sent& s : sent()) out.push_back(s.micro_batch);
+    return out;
+  }
+  std::atomic<bool> fail{false};
+
+ private:
+  absl::Status Record(bool to_next, const StageMessage& m) {
+    if (fail) return absl::UnavailableError("peer gone");
+    absl::MutexLock lock(&mu_);
+    sent_.push_back({to_next, m.micro_batch, std::this_thread::get_id()});
+    return absl::OkStatus();
+  }
+  absl::Mutex mu_;
+  std::vector<Sent> sent_;
+};
+
+StageMessage Message(int micro_batch) {
+  StageMessage m;
+  m.kind = StageMessage::Kind::kActivation;
+  m.micro_batch = micro_batch;
+  m.values = HostBuffer::Zeros(16);
+  return m;
+}
+
+using Direction = StageSender::Direction;
+
+TEST(StageSenderTest, ReadyMessagesGoOutAtOnceOnTheCallersThread) {
+  RecordingLink link;
+  StageSender sender(link);
+  ASSERT_TRUE(sender.Send(Direction::kNext, Message(0)).ok());
+  ASSERT_TRUE(sender.Send(Direction::kPrevious, Message(1), HostTransfer()).ok());
+  const std::vector<Sent> sent = link.sent();  // no Flush: already there
+  ASSERT_EQ(sent.size(), 2u);
+  EXPECT_TRUE(sent[0].to_next);
+  EXPECT_FALSE(sent[1].to_next);
+  EXPECT_EQ(sent[0].thread, std::this_thread::get_id());
+  EXPECT_EQ(sent[1].thread, std::this_thread::get_id());
+}
+
+TEST(StageSenderTest, WaitsForEachTransferAndKeepsTheOrder) {
+  RecordingLink link;
+  StageSender sender(link);
+  auto first = std::make_shared<ManualCompletion>();
+  auto third = std::make_shared<ManualCompletion>();
+  ASSERT_TRUE(sender.Send(Direction::kNext, Message(0), HostTransfer(first)).ok());
+  // Ready, but queued behind the first: it must not overtake it.
+  ASSERT_TRUE(sender.Send(Direction::kNext, Message(1)).ok());
+  ASSERT_TRUE(sender.Send(Direction::kPrevious, Message(2), HostTransfer(third)).ok());
+  third->Finish();
+  absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_TRUE(link.sent().empty()) << "sent before the first message's tensor was written";
+  first->Finish();
+  ASSERT_TRUE(sender.Flush().ok());
+  EXPECT_EQ(link.micro_batches(), (std::vector<int>{0, 1, 2}));
+  for (const Sent& s : link.sent()) EXPECT_NE(s.thread, std::this_thread::get_id());
+  // Idle again: a ready message goes out at once.
+  ASSERT_TRUE(sender.Send(Direction::kNext, Message(3)).ok());
+  EXPECT_EQ(link.micro_batches(), (std::vector<int>{0, 1, 2, 3}));
+}
+
+TEST(StageSenderTest, AFailedTransferIsReportedAndNothingAfterItIsSent) {
+  RecordingLink link;
+  StageSender sender(link);
+  auto broken = std::make_shared<ManualCompletion>();
+  ASSERT_TRUE(sender.Send(Direction::kNext, Message(0), HostTransfer(broken)).ok());
+  ASSERT_TRUE(sender.Send(Direction::kNext, Message(1)).ok());
+  broken->Finish(absl::InternalError("copy failed"));
+  const absl::Status flushed = sender.Flush();
+  EXPECT_EQ(flushed.code(), absl::StatusCode::kInternal);
+  EXPECT_NE(flushed.message().find("copy failed"), std::string::npos);
+  EXPECT_TRUE(link.sent().empty());
+  EXPECT_EQ(sender.Send(Direction::kNext, Message(2)).code(), absl::StatusCode::kInternal);
+  EXPECT_TRUE(link.sent().empty());
+}
+
+TEST(StageSenderTest, ALinkFailureIsReturnedAndSticks) {
+  RecordingLink link;
+  StageSender sender(link);
+  link.fail = true;
+  EXPECT_EQ(sender.Send(Direction::kNext, Message(0)).code(), absl::StatusCode::kUnavailable);
+  link.fail = false;
+  EXPECT_EQ(sender.Send(Direction::kNext, Message(1)).code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(sender.Flush().code(), absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(link.sent().empty());
+}
+
+TEST(StageSenderTest, SendBlocksWhileTheQueueIsFull) {
+  RecordingLink link;
+  StageSender sender(link, /*max_queued=*/1);
+  auto first = std::make_shared<ManualCompletion>();
+  ASSERT_TRUE(sender.Send(Direction::kNext, Message(0), HostTransfer(first)).ok());
+  // The sender's thread may have taken the first message off the queue
+  // (it then waits for its transfer): queue a second to be sure it is full.
+  auto second = std::make_shared<ManualCompletion>();
+  std::atomic<int> returned{0};
+  std::thread producer([&] {
+    EXPECT_TRUE(sender.Send(Direction::kNext, Message(1), HostTransfer(second)).ok());
+    returned++;
+    EXPECT_TRUE(sender.Send(Direction::kNext, Message(2)).ok());
+    returned++;
+  });
+  absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_LE(returned.load(), 1) << "three messages queued past a bound of one";
+  first->Finish();
+  second->Finish();
+  producer.join();
+  EXPECT_EQ(returned.load(), 2);
+  ASSERT_TRUE(sender.Flush().ok());
+  EXPECT_EQ(link.micro_batches(), (std::vector<int>{0, 1, 2}));
+}
+
+TEST(StageSenderTest, DestructionWaitsForTransfersStillWritingQueuedMessages) {
+  RecordingLink link;
+  auto pending = std::make_shared<ManualCompletion>();
+  auto sender = std::make_unique<StageSender>(link);
+  ASSERT_TRUE(sender->Send(Direction::kNext, Message(0), HostTransfer(pending)).ok());
+  absl::Notification destroyed;
+  std::thread destroyer([&] {
+    sender.reset();
+    destroyed.Notify();
+  });
+  EXPECT_FALSE(destroyed.WaitForNotificationWithTimeout(absl::Milliseconds(50)))
+      << "destroyed a message the device was still writing";
+  pending->Finish();
+  destroyer.join();
+  EXPECT_TRUE(link.sent().empty()) << "a sender being destroyed drops what it holds";
+}
+
+}  // namespace
+}  // namespace shardline::worker::runtime
