@@ -65,6 +65,9 @@ absl::Status RunStageJob(const shardline::v1::Assignment& a, const std::string& 
   }
   absl::StatusOr<runtime::ScheduleKind> schedule = runtime::ParseScheduleKind(spec.parallel().schedule());
   if (status.ok()) status = schedule.status();
+  absl::StatusOr<common::DType> wire =
+      common::ParseDType(spec.parallel().wire_dtype().empty() ? "f32" : spec.parallel().wire_dtype());
+  if (status.ok()) status = wire.status();
   if (status.ok()) {
     const auto config = nn::ModelConfig::FromSpec(spec.model());
     auto created = runtime::ShardRuntime::Create(backend, config, a.unit_begin(), a.unit_end(),
@@ -75,7 +78,8 @@ absl::Status RunStageJob(const shardline::v1::Assignment& a, const std::string& 
   }
   if (status.ok()) {
     runtime::PipelineStageOptions options{*schedule, a.stages(), a.stage(),
-                                          spec.train().micro_batches(), spec.train().global_batch()};
+                                          spec.train().micro_batches(), spec.train().global_batch(),
+                                          *wire};
     auto created = runtime::PipelineStage::Create(*runtime, data.get(), link, options);
     status = created.status();
     if (created.ok()) stage = std::move(*created);

@@ -165,10 +165,6 @@ void WorkerServer::RunJob(shardline::v1::Assignment a) {
   options.upstream_address = a.upstream_address();
   options.service = &link_service_;
   options.exchange = options_.link;
-  absl::StatusOr<common::DType> wire = common::ParseDType(a.spec().parallel().wire_dtype().empty()
-                                                              ? "f32"
-                                                              : a.spec().parallel().wire_dtype());
-  if (wire.ok()) options.exchange.wire = *wire;
   // Enough waiting room that no two neighbours can both wait on a full
   // buffer under either schedule (1F1B needs about half the stage count).
   options.exchange.max_waiting = std::max<size_t>(8, static_cast<size_t>(a.stages()));

@@ -26,7 +26,7 @@ absl::StatusOr<std::unique_ptr<LocalPipeline>> LocalPipeline::Create(
   const int stages = static_cast<int>(cuts.size()) + 1;
   ASSIGN_OR_RETURN(common::DType wire, common::ParseDType(spec.parallel().wire_dtype()));
   pipeline->links_ = worker::runtime::CreateLocalStageLinks(
-      stages, static_cast<size_t>(spec.train().micro_batches()) + 2, link_timeout, wire);
+      stages, static_cast<size_t>(spec.train().micro_batches()) + 2, link_timeout);
   for (int s = 0; s < stages; ++s) {
     const int begin = s == 0 ? 0 : cuts[s - 1];
     const int end = s + 1 == stages ? config.units() : cuts[s];
@@ -34,7 +34,7 @@ absl::StatusOr<std::unique_ptr<LocalPipeline>> LocalPipeline::Create(
     ASSIGN_OR_RETURN(auto runtime, ShardRuntime::Create(*backend, config, begin, end,
                                                         spec.train().seed(), optimizer));
     PipelineStageOptions options{schedule, stages, s, spec.train().micro_batches(),
-                                 spec.train().global_batch()};
+                                 spec.train().global_batch(), wire};
     ASSIGN_OR_RETURN(auto stage, PipelineStage::Create(*runtime, pipeline->data_.get(),
                                                        *pipeline->links_.links[s], options));
     pipeline->backends_.push_back(std::move(backend));

@@ -37,7 +37,6 @@ namespace shardline::worker::runtime {
 struct ExchangeOptions {
   absl::Duration timeout = absl::Seconds(60);  // for every wait of the stage thread
   size_t chunk_bytes = kDefaultChunkBytes;     // payload bytes per data frame
-  common::DType wire = common::DType::kF32;    // precision of tensors sent
   uint32_t window_frames = 16;                 // data frames the peer may send ahead of us
   size_t max_waiting = 8;                      // messages queued to send, or received and not taken
   std::shared_ptr<StagingPool> receive_pool;   // where received tensors go when it has room

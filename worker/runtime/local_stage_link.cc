@@ -1,19 +1,12 @@
 #include "worker/runtime/local_stage_link.h"
 
 #include "absl/strings/str_cat.h"
-#include "common/half.h"
 
 namespace shardline::worker::runtime {
 namespace {
 
 absl::Status NoNeighbour(absl::string_view side) {
   return absl::FailedPreconditionError(absl::StrCat("this stage has no ", side, " stage"));
-}
-
-// What a value becomes after a trip over a `wire`-precision link.
-void RoundToWirePrecision(HostBuffer& values, common::DType wire) {
-  if (wire == common::DType::kBF16) common::RoundThroughBf16(values.data(), values.size());
-  if (wire == common::DType::kF16) common::RoundThroughF16(values.data(), values.size());
 }
 
 }  // namespace
@@ -62,7 +55,6 @@ void LocalChannel::Close(const std::string& reason) {
 
 absl::Status LocalStageLink::SendToNext(StageMessage message) {
   if (to_next_ == nullptr) return NoNeighbour("next");
-  RoundToWirePrecision(message.values, wire_);
   return to_next_->Push(std::move(message));
 }
 
@@ -73,7 +65,6 @@ absl::StatusOr<StageMessage> LocalStageLink::ReceiveFromPrevious() {
 
 absl::Status LocalStageLink::SendToPrevious(StageMessage message) {
   if (to_previous_ == nullptr) return NoNeighbour("previous");
-  RoundToWirePrecision(message.values, wire_);
   return to_previous_->Push(std::move(message));
 }
 
@@ -86,8 +77,7 @@ void LocalPipelineLinks::CloseAll(const std::string& reason) {
   for (auto& channel : channels) channel->Close(reason);
 }
 
-LocalPipelineLinks CreateLocalStageLinks(int stages, size_t capacity, absl::Duration timeout,
-                                         common::DType wire) {
+LocalPipelineLinks CreateLocalStageLinks(int stages, size_t capacity, absl::Duration timeout) {
   LocalPipelineLinks out;
   // Between stage s and s+1: forward[s] carries s → s+1, backward[s] s+1 → s.
   std::vector<LocalChannel*> forward, backward;
@@ -101,7 +91,7 @@ LocalPipelineLinks CreateLocalStageLinks(int stages, size_t capacity, absl::Dura
     const bool last = s + 1 == stages, first = s == 0;
     out.links.push_back(std::make_unique<LocalStageLink>(
         last ? nullptr : forward[s], last ? nullptr : backward[s],
-        first ? nullptr : backward[s - 1], first ? nullptr : forward[s - 1], wire));
+        first ? nullptr : backward[s - 1], first ? nullptr : forward[s - 1]));
   }
   return out;
 }

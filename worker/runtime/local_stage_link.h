@@ -40,11 +40,10 @@ class LocalChannel {
 class LocalStageLink final : public StageLink {
  public:
   // Channels may be null where the stage has no neighbour. Not owned.
-  // Tensors sent are rounded to `wire` precision, as over a real link.
   LocalStageLink(LocalChannel* to_next, LocalChannel* from_next, LocalChannel* to_previous,
-                 LocalChannel* from_previous, common::DType wire = common::DType::kF32)
+                 LocalChannel* from_previous)
       : to_next_(to_next), from_next_(from_next), to_previous_(to_previous),
-        from_previous_(from_previous), wire_(wire) {}
+        from_previous_(from_previous) {}
 
   absl::Status SendToNext(StageMessage message) override;
   absl::StatusOr<StageMessage> ReceiveFromPrevious() override;
@@ -56,7 +55,6 @@ class LocalStageLink final : public StageLink {
   LocalChannel* const from_next_;
   LocalChannel* const to_previous_;
   LocalChannel* const from_previous_;
-  const common::DType wire_;
 };
 
 // The channels and links of a p-stage in-process pipeline.
@@ -67,8 +65,7 @@ struct LocalPipelineLinks {
   void CloseAll(const std::string& reason);
 };
 
-LocalPipelineLinks CreateLocalStageLinks(int stages, size_t capacity, absl::Duration timeout,
-                                         common::DType wire = common::DType::kF32);
+LocalPipelineLinks CreateLocalStageLinks(int stages, size_t capacity, absl::Duration timeout);
 
 }  // namespace shardline::worker::runtime
 

@@ -52,6 +52,7 @@ absl::StatusOr<std::unique_ptr<PipelineStage>> PipelineStage::Create(
   if (options.global_batch % options.micro_batches != 0) {
     return absl::InvalidArgumentError("micro_batches must divide global_batch");
   }
+  RETURN_IF_ERROR(runtime.set_edge_dtype(options.wire));
   ASSIGN_OR_RETURN(std::vector<PipelineAction> schedule,
                    BuildSchedule(options.schedule, options.stages, options.stage,
                                  options.micro_batches));
@@ -76,6 +77,13 @@ absl::StatusOr<StageMessage> PipelineStage::Expect(absl::StatusOr<StageMessage> 
     return absl::FailedPreconditionError(absl::StrCat("stage ", options_.stage, " expected ",
                                                       DescribeMessage(wanted), ", got ",
                                                       DescribeMessage(*message)));
+  }
+  const bool tensor = kind == Kind::kActivation || kind == Kind::kGradient;
+  if (tensor && message->dtype != options_.wire) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "stage ", options_.stage, " got the ", DescribeMessage(*message), " in ",
+        common::DTypeName(message->dtype), ", the job's wire precision is ",
+        common::DTypeName(options_.wire)));
   }
   return message;
 }
@@ -135,6 +143,7 @@ absl::Status PipelineStage::Forward(int64_t step, int k, const std::vector<data:
   out.batch = in.batch;
   out.t = in.t;
   out.values = std::move(output);
+  out.dtype = options_.wire;
   out.targets = std::move(received.targets);  // not read by the device: only the last stage's are
   out.loss_scale = received.loss_scale;
   KeepUntilRead(std::move(edge.inputs_read), std::move(received));
@@ -162,6 +171,7 @@ absl::Status PipelineStage::Backward(int64_t step, int k, StageStepResult& resul
   out.step = step;
   out.micro_batch = k;
   out.values = std::move(grad_input);
+  out.dtype = options_.wire;
   return sender_.Send(StageSender::Direction::kPrevious, std::move(out),
                       std::move(edge.output_written));
 }

@@ -35,6 +35,9 @@ struct PipelineStageOptions {
   int stage = 0;
   int micro_batches = 1;
   int64_t global_batch = 1;
+  // Precision of the activations and gradients sent (parallel.wire_dtype):
+  // converted on the stage's device before the copy to the host.
+  common::DType wire = common::DType::kF32;
 };
 
 struct StageStepResult {

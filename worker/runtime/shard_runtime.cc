@@ -78,6 +78,60 @@ nn::MicroBatch ShardRuntime::MicroBatchOf(int slot, Slot& s) {
   return mb;
 }
 
+absl::Status ShardRuntime::set_edge_dtype(common::DType dtype) {
+  if (dtype != common::DType::kF32 && dtype != common::DType::kBF16 && dtype != common::DType::kF16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("edge precision must be f32, bf16 or f16, got ", common::DTypeName(dtype)));
+  }
+  edge_dtype_ = dtype;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<HostTransfer> ShardRuntime::UploadEdge(absl::Span<const float> host,
+                                                      DeviceSpan<float> dst, bool wait) {
+  if (edge_dtype_ == common::DType::kF32) {
+    if (wait) {
+      RETURN_IF_ERROR(backend_.CopyToDevice(host, dst));
+      return HostTransfer();
+    }
+    return backend_.CopyToDeviceAsync(host, dst);
+  }
+  // The host holds host.size() 16-bit values: half the bytes cross the bus,
+  // and the device widens them.
+  const absl::Span<const uint16_t> halves(reinterpret_cast<const uint16_t*>(host.data()), host.size());
+  RETURN_IF_ERROR(nn::EnsureFloats(backend_, narrow_in_, (host.size() + 1) / 2));
+  const DeviceSpan<uint16_t> staged = narrow_in_.span<uint16_t>().subspan(0, host.size());
+  HostTransfer transfer;
+  if (wait) {
+    RETURN_IF_ERROR(backend_.CopyToDevice(halves, staged));
+  } else {
+    ASSIGN_OR_RETURN(transfer, backend_.CopyToDeviceAsync(halves, staged));
+  }
+  RETURN_IF_ERROR(backend_.ConvertToF32(DeviceSpan<const uint16_t>(staged), edge_dtype_, dst));
+  return transfer;
+}
+
+absl::StatusOr<HostTransfer> ShardRuntime::DownloadEdge(DeviceSpan<const float> src, DeviceBuffer& narrow,
+                                                        absl::Span<float> host, bool wait) {
+  if (edge_dtype_ == common::DType::kF32) {
+    if (wait) {
+      RETURN_IF_ERROR(backend_.CopyToHost(src, host));
+      return HostTransfer();
+    }
+    return backend_.CopyToHostAsync(src, host);
+  }
+  // Narrowed on the device, so half the bytes cross the bus.
+  RETURN_IF_ERROR(nn::EnsureFloats(backend_, narrow, (src.size() + 1) / 2));
+  const DeviceSpan<uint16_t> narrowed = narrow.span<uint16_t>().subspan(0, src.size());
+  RETURN_IF_ERROR(backend_.ConvertFromF32(src, edge_dtype_, narrowed));
+  const absl::Span<uint16_t> halves(reinterpret_cast<uint16_t*>(host.data()), host.size());
+  if (wait) {
+    RETURN_IF_ERROR(backend_.CopyToHost(DeviceSpan<const uint16_t>(narrowed), halves));
+    return HostTransfer();
+  }
+  return backend_.CopyToHostAsync(DeviceSpan<const uint16_t>(narrowed), halves);
+}
+
 absl::Status ShardRuntime::Forward(int slot, const Inputs& in, absl::Span<float> output) {
   return ForwardImpl(slot, in, output, /*wait=*/true).status();
 }
@@ -123,7 +177,9 @@ absl::StatusOr<ShardRuntime::EdgeTransfers> ShardRuntime::ForwardImpl(int slot, 
     s->acts.resize(layers_.size() + 1);
     if (!is_first()) {
       RETURN_IF_ERROR(nn::EnsureFloats(backend_, s->acts[0], in.activations.size()));
-      RETURN_IF_ERROR(upload(in.activations, Prefix<float>(s->acts[0], rows * input_width())));
+      ASSIGN_OR_RETURN(HostTransfer read,
+                       UploadEdge(in.activations, Prefix<float>(s->acts[0], rows * input_width()), wait));
+      if (!wait) edge.inputs_read = std::move(read);
     }
     const nn::MicroBatch mb = MicroBatchOf(slot, *s);
     for (size_t i = 0; i < layers_.size(); ++i) {
@@ -141,8 +197,7 @@ absl::StatusOr<ShardRuntime::EdgeTransfers> ShardRuntime::ForwardImpl(int slot, 
     }
     if (!output.empty()) {
       const DeviceSpan<const float> y = Prefix<float>(s->acts.back(), rows * output_width());
-      if (wait) return backend_.CopyToHost(y, output);
-      ASSIGN_OR_RETURN(edge.output_written, backend_.CopyToHostAsync(y, output));
+      ASSIGN_OR_RETURN(edge.output_written, DownloadEdge(y, s->narrow_output, output, wait));
       s->output_read = edge.output_written;
     }
     return absl::OkStatus();
@@ -196,11 +251,7 @@ absl::StatusOr<ShardRuntime::EdgeTransfers> ShardRuntime::BackwardImpl(
     if (!is_last()) {
       RETURN_IF_ERROR(nn::EnsureFloats(backend_, *dy_buffer, grad_output.size()));
       const DeviceSpan<float> dst = Prefix<float>(*dy_buffer, rows * output_width());
-      if (wait) {
-        RETURN_IF_ERROR(backend_.CopyToDevice(grad_output, dst));
-      } else {
-        ASSIGN_OR_RETURN(edge.inputs_read, backend_.CopyToDeviceAsync(grad_output, dst));
-      }
+      ASSIGN_OR_RETURN(edge.inputs_read, UploadEdge(grad_output, dst, wait));
       dy = dst;
     }
     // The stage's input gradient goes to one of two buffers in turn, so the
@@ -223,8 +274,7 @@ absl::StatusOr<ShardRuntime::EdgeTransfers> ShardRuntime::BackwardImpl(
       std::swap(dy_buffer, dx_buffer);
     }
     if (is_first()) return absl::OkStatus();
-    if (wait) return backend_.CopyToHost(dy, grad_input);
-    ASSIGN_OR_RETURN(edge.output_written, backend_.CopyToHostAsync(dy, grad_input));
+    ASSIGN_OR_RETURN(edge.output_written, DownloadEdge(dy, out.narrow, grad_input, wait));
     out.read = edge.output_written;
     return absl::OkStatus();
   }();

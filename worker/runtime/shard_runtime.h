@@ -17,6 +17,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "common/dtype.h"
 #include "common/tensor.h"
 #include "worker/backend/backend.h"
 #include "worker/nn/layer.h"
@@ -51,6 +52,14 @@ class ShardRuntime {
   int unit_end() const { return unit_end_; }
   int64_t input_width() const;   // floats per token in (0 on the first stage)
   int64_t output_width() const;  // floats per token out (vocab on the last stage: logits)
+
+  // Precision of the stage's edge tensors on the host (input activations,
+  // the output, grad_output, grad_input): f32 (the default), or bf16 / f16,
+  // in which case a host tensor of n elements holds n 16-bit values at the
+  // start of its n-float buffer, converted on the device (round to nearest
+  // even), so half the bytes cross the bus. Ids and targets stay i32.
+  absl::Status set_edge_dtype(common::DType dtype);
+  common::DType edge_dtype() const { return edge_dtype_; }
 
   // Runs the forward pass of micro-batch `slot`. When `output` is not empty it
   // receives the stage's output ([batch·t·output_width]: activations, or
@@ -117,12 +126,14 @@ class ShardRuntime {
     double loss = 0.0;
     DeviceBuffer ids, targets;
     std::vector<DeviceBuffer> acts;  // acts[i]: input of layer i; acts.back(): output
+    DeviceBuffer narrow_output;      // the output at a 16-bit edge precision
     HostTransfer output_read;        // the output's copy to the host, until the slot is reused
   };
   // One of the two buffers the stage's input gradient is written to in turn,
   // and the copy to the host that last read it.
   struct GradIn {
     DeviceBuffer buffer;
+    DeviceBuffer narrow;  // at a 16-bit edge precision
     HostTransfer read;
   };
 
@@ -137,6 +148,12 @@ class ShardRuntime {
                                             bool wait);
   absl::StatusOr<EdgeTransfers> BackwardImpl(int slot, absl::Span<const float> grad_output,
                                              absl::Span<float> grad_input, bool wait);
+  // One edge tensor between the host (at edge_dtype_) and the device (f32);
+  // `narrow` is the device buffer a 16-bit download is converted into. The
+  // transfer is done at once when `wait`.
+  absl::StatusOr<HostTransfer> UploadEdge(absl::Span<const float> host, DeviceSpan<float> dst, bool wait);
+  absl::StatusOr<HostTransfer> DownloadEdge(DeviceSpan<const float> src, DeviceBuffer& narrow,
+                                            absl::Span<float> host, bool wait);
   absl::Status CheckInputs(const Inputs& inputs) const;
 
   Backend& backend_;
@@ -149,6 +166,8 @@ class ShardRuntime {
   DeviceBuffer grad_a_, grad_b_;  // ping-pong gradients between layers in Backward
   GradIn grad_in_[2];
   int grad_in_next_ = 0;
+  common::DType edge_dtype_ = common::DType::kF32;
+  DeviceBuffer narrow_in_;  // a 16-bit edge tensor on its way in, before widening
 };
 
 }  // namespace shardline::worker::runtime

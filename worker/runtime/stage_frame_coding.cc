@@ -4,7 +4,6 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "common/half.h"
 #include "common/status_macros.h"
 
 namespace shardline::worker::runtime {
@@ -48,23 +47,11 @@ absl::Status Bad(absl::string_view what) {
 }  // namespace
 
 std::vector<grpc::ByteBuffer> EncodeStageMessage(std::shared_ptr<const StageMessage> message,
-                                                 size_t chunk_bytes, common::DType wire) {
+                                                 size_t chunk_bytes) {
   const StageMessage& m = *message;
-  const bool narrow = wire == common::DType::kBF16 || wire == common::DType::kF16;
-  const size_t element = narrow ? 2 : sizeof(float);
-  std::shared_ptr<const void> owner = message;
+  const size_t element = common::DTypeSize(m.dtype);
   const char* data = reinterpret_cast<const char*>(m.values.data());
-  if (narrow) {
-    // Not zero-filled first: every value is written by the conversion.
-    std::shared_ptr<uint16_t[]> halves(new uint16_t[std::max<size_t>(m.values.size(), 1)]);
-    if (wire == common::DType::kBF16) {
-      common::ConvertF32ToBf16(m.values.data(), halves.get(), m.values.size());
-    } else {
-      common::ConvertF32ToF16(m.values.data(), halves.get(), m.values.size());
-    }
-    data = reinterpret_cast<const char*>(halves.get());
-    owner = std::move(halves);
-  }
+  std::shared_ptr<const void> owner = message;
   const size_t bytes = m.values.size() * element;
   chunk_bytes = std::max<size_t>(chunk_bytes / element * element, element);
   const uint32_t count = static_cast<uint32_t>(std::max<size_t>(1, (bytes + chunk_bytes - 1) / chunk_bytes));
@@ -74,7 +61,7 @@ std::vector<grpc::ByteBuffer> EncodeStageMessage(std::shared_ptr<const StageMess
   header.set_micro_batch(m.micro_batch);
   header.set_batch(m.batch);
   header.set_t(m.t);
-  header.set_dtype(static_cast<shardline::v1::DType>(common::DTypeToProto(narrow ? wire : common::DType::kF32)));
+  header.set_dtype(static_cast<shardline::v1::DType>(common::DTypeToProto(m.dtype)));
   header.set_elements(static_cast<int64_t>(m.values.size()));
   header.set_loss_scale(m.loss_scale);
   header.set_norm(m.norm);
@@ -142,24 +129,14 @@ absl::StatusOr<std::optional<StageMessage>> FrameAssembler::Add(const common::De
     message_.norm = f.norm();
     message_.targets.assign(f.targets().begin(), f.targets().end());
     message_.values = Destination(static_cast<size_t>(f.elements()));
-    element_bytes_ = f.dtype() == shardline::v1::DTYPE_F32 ? 4 : 2;
+    message_.dtype = f.dtype() == shardline::v1::DTYPE_F32  ? common::DType::kF32
+                     : f.dtype() == shardline::v1::DTYPE_BF16 ? common::DType::kBF16
+                                                               : common::DType::kF16;
+    element_bytes_ = common::DTypeSize(message_.dtype);
   }
-  if (element_bytes_ == 4) {
-    // The one copy on the receiving side: straight into the tensor.
-    frame.CopyPayloadTo(reinterpret_cast<char*>(message_.values.data()) + filled_bytes_);
-  } else {
-    // 16-bit payloads are widened chunk by chunk, as they arrive (chunks
-    // hold whole values; Check saw to it), through one chunk-sized scratch.
-    const size_t count = frame.payload_bytes() / 2;
-    if (narrow_.size() < count) narrow_.resize(count);
-    frame.CopyPayloadTo(narrow_.data());
-    float* out = message_.values.data() + filled_bytes_ / 2;
-    if (first_.dtype() == shardline::v1::DTYPE_BF16) {
-      common::ConvertBf16ToF32(narrow_.data(), out, count);
-    } else {
-      common::ConvertF16ToF32(narrow_.data(), out, count);
-    }
-  }
+  // The one copy on the receiving side: straight into the tensor, 16-bit
+  // values as they are (the stage's device widens them).
+  frame.CopyPayloadTo(reinterpret_cast<char*>(message_.values.data()) + filled_bytes_);
   filled_bytes_ += frame.payload_bytes();
   if (++next_chunk_ < f.chunk_count()) return std::optional<StageMessage>();
   if (filled_bytes_ != message_.values.size() * element_bytes_) {
@@ -186,7 +163,7 @@ void FrameAssembler::Reset() {
   next_chunk_ = 0;
   message_ = StageMessage();
   filled_bytes_ = 0;
-  element_bytes_ = 4;  // narrow_ stays: the scratch is reused
+  element_bytes_ = 4;
 }
 
 }  // namespace shardline::worker::runtime

@@ -26,17 +26,16 @@ inline constexpr size_t kMaxChunkBytes = 16 << 20;
 // No tensor on a stage link may exceed this (4 GiB of f32).
 inline constexpr int64_t kMaxFrameElements = int64_t{1} << 30;
 
-// `wire` is the payload precision: f32 (the frames alias message->values, so
-// the message stays alive until the last frame is written), or bf16 / f16
-// (values rounded to nearest even into a buffer the frames own; the
-// receiver widens them back to f32 exactly).
+// The payload is message->values as they are, message->dtype (f32, or the
+// 16-bit values of a bf16 / f16 wire): the frames alias them, so the message
+// stays alive until the last frame is written.
 std::vector<grpc::ByteBuffer> EncodeStageMessage(std::shared_ptr<const StageMessage> message,
-                                                 size_t chunk_bytes = kDefaultChunkBytes,
-                                                 common::DType wire = common::DType::kF32);
+                                                 size_t chunk_bytes = kDefaultChunkBytes);
 
 // Reassembles messages from data frames, one message at a time, each
-// payload copied once into the message's tensor: a slot of `pool` when one
-// is free and large enough, the heap otherwise. Not thread-safe.
+// payload copied once into the message's tensor (an n-float buffer whatever
+// the frames' dtype, which the message keeps): a slot of `pool` when one is
+// free and large enough, the heap otherwise. Not thread-safe.
 class FrameAssembler {
  public:
   explicit FrameAssembler(std::shared_ptr<StagingPool> pool = nullptr) : pool_(std::move(pool)) {}
@@ -56,7 +55,6 @@ class FrameAssembler {
   StageMessage message_;
   size_t filled_bytes_ = 0;      // payload bytes received so far
   size_t element_bytes_ = 4;     // 4 for f32, 2 for bf16 / f16
-  std::vector<uint16_t> narrow_;  // scratch for one 16-bit chunk on its way to the tensor
 };
 
 }  // namespace shardline::worker::runtime

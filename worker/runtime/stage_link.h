@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/dtype.h"
 #include "worker/runtime/host_buffer.h"
 
 namespace shardline::worker::runtime {
@@ -35,6 +36,10 @@ struct StageMessage {
   int64_t batch = 0;                // sequences (activations)
   int64_t t = 0;                    // tokens per sequence (activations)
   HostBuffer values;                // activations or gradients, [batch·t·width]
+  // What `values` holds: f32, or bf16 / f16 (the wire precision), as
+  // values.size() 16-bit values at the start of the buffer. Stages convert on
+  // their device; links move the bytes as they are.
+  common::DType dtype = common::DType::kF32;
   std::vector<int32_t> targets;     // activations: [batch·t], carried to the last stage
   float loss_scale = 0.0f;          // activations: 1 / scored tokens in the step
   double norm = 0.0;                // norm messages

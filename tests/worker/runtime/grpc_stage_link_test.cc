@@ -87,7 +87,6 @@ std::vector<double> GrpcPipelineLosses(const shardline::v1::JobSpec& spec, commo
     }
     runtimes.push_back(std::move(*runtime));
     GrpcStageLinkOptions options = Options(s, 3, servers[s].get(), s ? servers[s - 1].get() : nullptr);
-    options.exchange.wire = wire;
     options.staging_slot_bytes = LargestLinkTensorBytes(spec);
     auto link = GrpcStageLink::Create(options);
     if (!link.ok()) {
@@ -96,7 +95,7 @@ std::vector<double> GrpcPipelineLosses(const shardline::v1::JobSpec& spec, commo
     }
     links.push_back(std::move(*link));
     auto stage = PipelineStage::Create(*runtimes[s], data->get(), *links[s],
-                                       {ScheduleKind::kOneFOneB, 3, s, 3, 6});
+                                       {ScheduleKind::kOneFOneB, 3, s, 3, 6, wire});
     if (!stage.ok()) {
       ADD_FAILURE() << stage.status();
       return {};

@@ -74,5 +74,27 @@ TEST(PipelineFailureTest, AFailingStageStopsTheOthers) {
   EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 10.0);
 }
 
+// A neighbour at another wire precision (a mixed-up deployment) is refused
+// by name, not misread.
+TEST(PipelineFailureTest, ATensorAtAnotherWirePrecisionIsRefused) {
+  auto spec = testing::TinySpec(4, 8);
+  auto pipeline = shardline::testing::LocalPipeline::Create(spec, {2}, absl::Seconds(5));
+  ASSERT_TRUE(pipeline.ok()) << pipeline.status();
+  StageMessage m;
+  m.kind = StageMessage::Kind::kActivation;
+  m.step = 1;
+  m.micro_batch = 0;
+  m.batch = 2;
+  m.t = 9;
+  m.values = HostBuffer::Zeros(2 * 9 * 16);
+  m.dtype = common::DType::kBF16;
+  ASSERT_TRUE((*pipeline)->links().channels[0]->Push(std::move(m)).ok());  // stage 0 → 1
+  auto result = (*pipeline)->stage(1).RunStep(1);
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kFailedPrecondition) << result.status();
+  EXPECT_NE(result.status().message().find("in bf16, the job's wire precision is f32"), std::string::npos)
+      << result.status();
+}
+
 }  // namespace
 }  // namespace shardline::worker::runtime
