@@ -212,7 +212,9 @@ absl::Status CudaBackend::CopyToHostImpl(const void* src, void* dst, size_t byte
 
 absl::StatusOr<HostTransfer> CudaBackend::RecordTransfer(CUstream_st* stream) {
   cudaEvent_t event = nullptr;
-  CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+  // Blocking: the thread that waits for a transfer (a stage's sender) sleeps
+  // instead of spinning on a core the host's networking needs.
+  CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&event, cudaEventDisableTiming | cudaEventBlockingSync));
   auto completion = std::make_shared<EventCompletion>(event, device_);
   CUDA_RETURN_IF_ERROR(cudaEventRecord(event, stream));
   return HostTransfer(std::move(completion));
