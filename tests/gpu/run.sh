@@ -105,8 +105,9 @@ else
   failed=1
 fi
 
-# Pinned vs pageable copies, a D2H copy under running GEMMs, and GPU → wire →
-# GPU hops of 16 and 64 MiB checked byte for byte.
+# Pinned vs pageable copies, a D2H copy under running GEMMs (raw CUDA, and our
+# Backend's CopyToHostAsync with GEMMs queued behind it), and GPU → wire → GPU
+# hops of 16 and 64 MiB checked byte for byte.
 transport_log=$out/bench_gpu_transport.log
 if timeout 180 "$work/bin/bench_gpu_transport" --json="$out/bench_gpu_transport.json" \
      >"$transport_log" 2>&1; then
@@ -119,6 +120,8 @@ for (check, size), r in sorted(rows.items()):
         parts.append(f"{check[5:]} H2D {r['h2d_gbps']:.1f} / D2H {r['d2h_gbps']:.1f} GB/s")
     elif check == "d2h_under_gemm":
         parts.append(f"D2H under GEMM overlap {r['overlap']:.2f}")
+    elif check == "backend_d2h_under_gemm":
+        parts.append(f"Backend CopyToHostAsync under GEMM overlap {r['overlap']:.2f}")
     else:
         parts.append(f"hop {size / 2**20:.0f} MiB {r['hop_gbps']:.2f} GB/s")
 print("; ".join(parts))
