@@ -18,6 +18,12 @@ using worker::runtime::StageStepResult;
 absl::StatusOr<std::unique_ptr<LocalPipeline>> LocalPipeline::Create(
     const shardline::v1::JobSpec& spec, const std::vector<int>& cuts, absl::Duration link_timeout,
     const std::string& device) {
+  return Create(spec, cuts, link_timeout, [&device] { return worker::CreateBackend(device, {1}); });
+}
+
+absl::StatusOr<std::unique_ptr<LocalPipeline>> LocalPipeline::Create(
+    const shardline::v1::JobSpec& spec, const std::vector<int>& cuts, absl::Duration link_timeout,
+    const BackendMaker& make_backend) {
   std::unique_ptr<LocalPipeline> pipeline(new LocalPipeline());
   ASSIGN_OR_RETURN(pipeline->data_, worker::data::CreateDataSource(spec));
   const auto config = worker::nn::ModelConfig::FromSpec(spec.model());
@@ -30,7 +36,7 @@ absl::StatusOr<std::unique_ptr<LocalPipeline>> LocalPipeline::Create(
   for (int s = 0; s < stages; ++s) {
     const int begin = s == 0 ? 0 : cuts[s - 1];
     const int end = s + 1 == stages ? config.units() : cuts[s];
-    ASSIGN_OR_RETURN(auto backend, worker::CreateBackend(device, {1}));
+    ASSIGN_OR_RETURN(std::unique_ptr<worker::Backend> backend, make_backend());
     ASSIGN_OR_RETURN(auto runtime, ShardRuntime::Create(*backend, config, begin, end,
                                                         spec.train().seed(), optimizer));
     PipelineStageOptions options{schedule, stages, s, spec.train().micro_batches(),

@@ -5,6 +5,7 @@
 #ifndef SHARDLINE_TESTS_TESTING_LOCAL_PIPELINE_H_
 #define SHARDLINE_TESTS_TESTING_LOCAL_PIPELINE_H_
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -24,11 +25,17 @@ namespace shardline::testing {
 
 class LocalPipeline {
  public:
+  using BackendMaker = std::function<absl::StatusOr<std::unique_ptr<worker::Backend>>()>;
+
   // `cuts` are the first unit of stages 1..p−1 (p = cuts.size() + 1). Every
   // stage gets a backend of its own on `device` ("cpu", "cuda:N").
   static absl::StatusOr<std::unique_ptr<LocalPipeline>> Create(
       const shardline::v1::JobSpec& spec, const std::vector<int>& cuts,
       absl::Duration link_timeout = absl::Seconds(30), const std::string& device = "cpu");
+  // The same with each stage's backend made by `make_backend`.
+  static absl::StatusOr<std::unique_ptr<LocalPipeline>> Create(
+      const shardline::v1::JobSpec& spec, const std::vector<int>& cuts, absl::Duration link_timeout,
+      const BackendMaker& make_backend);
 
   // Runs one step on every stage concurrently; the results by stage, or the
   // first error (with its stage) once every stage has returned.

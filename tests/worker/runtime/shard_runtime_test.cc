@@ -7,6 +7,7 @@
 
 #include "common/half.h"
 #include "gtest/gtest.h"
+#include "tests/testing/deferred_copy_backend.h"
 #include "tests/worker/nn/nn_test_util.h"
 #include "worker/data/data_source.h"
 
@@ -139,6 +140,61 @@ TEST_F(ShardRuntimeTest, AsyncEdgesMatchSynchronousOnesWithSeveralMicroBatchesIn
   EXPECT_EQ(out_async, out_sync);
   EXPECT_EQ(gin_async, gin_sync);
   EXPECT_EQ(Grads(*async), Grads(*sync));
+}
+
+// On a device whose copies to the host finish later, memory a copy still
+// reads is not overwritten: a recycled micro-batch slot waits for its last
+// output's copy, and the input gradient buffer of two passes ago for its copy.
+TEST_F(ShardRuntimeTest, PendingCopiesToTheHostSurviveTheReuseOfTheirMemory) {
+  shardline::testing::DeferredCopyBackend late(absl::Milliseconds(20));
+  auto made = ShardRuntime::Create(late, config_, 1, 3, 5, nn::OptimizerConfig::FromSpec(spec_.train()));
+  ASSERT_TRUE(made.ok()) << made.status();
+  auto async = std::move(*made);
+  auto sync = Make(1, 3);
+  const int64_t rows = batch_.batch * batch_.t;
+  const size_t in_n = static_cast<size_t>(rows * sync->input_width());
+  const size_t out_n = static_cast<size_t>(rows * sync->output_width());
+  auto input = [&](int k) {
+    std::vector<float> v(in_n);
+    for (size_t i = 0; i < in_n; ++i) v[i] = std::sin(0.05f * static_cast<float>(i) + static_cast<float>(k));
+    return v;
+  };
+  std::vector<std::vector<float>> acts;
+  for (int k = 0; k < 5; ++k) acts.push_back(input(k));
+  auto in = [&](int k) { return ShardRuntime::Inputs{batch_.batch, batch_.t, {}, {}, 0.5f, acts[k]}; };
+
+  // Slot 0's storage goes to slot 1 while slot 0's output is on its way out.
+  std::vector<float> want0(out_n), want1(out_n), got0(out_n), got1(out_n);
+  ASSERT_TRUE(sync->Forward(0, in(0), absl::Span<float>(want0)).ok());
+  ASSERT_TRUE(sync->Forward(1, in(1), absl::Span<float>(want1)).ok());
+  auto f0 = async->ForwardAsync(0, in(0), absl::Span<float>(got0));
+  ASSERT_TRUE(f0.ok()) << f0.status();
+  async->Discard(0);
+  auto f1 = async->ForwardAsync(1, in(1), absl::Span<float>(got1));
+  ASSERT_TRUE(f1.ok()) << f1.status();
+  ASSERT_TRUE(f0->output_written.Wait().ok() && f1->output_written.Wait().ok());
+  EXPECT_EQ(got0, want0);
+  EXPECT_EQ(got1, want1);
+
+  // Three backward passes in a row: the third writes the buffer whose copy
+  // the first queued.
+  std::vector<float> grad(out_n);
+  for (size_t i = 0; i < out_n; ++i) grad[i] = 1e-2f * std::cos(0.03f * static_cast<float>(i));
+  for (int k = 2; k < 5; ++k) {
+    ASSERT_TRUE(sync->Forward(k, in(k)).ok());
+    ASSERT_TRUE(async->ForwardAsync(k, in(k), {}).ok());
+  }
+  std::vector<std::vector<float>> want_gin(5, std::vector<float>(in_n)), got_gin = want_gin;
+  std::vector<HostTransfer> copies;
+  for (int k = 2; k < 5; ++k) {
+    ASSERT_TRUE(sync->Backward(k, grad, absl::Span<float>(want_gin[k])).ok());
+    auto b = async->BackwardAsync(k, grad, absl::Span<float>(got_gin[k]));
+    ASSERT_TRUE(b.ok()) << b.status();
+    copies.push_back(b->output_written);
+  }
+  for (const HostTransfer& c : copies) ASSERT_TRUE(c.Wait().ok());
+  EXPECT_EQ(got_gin, want_gin);
+  EXPECT_GT(late.deferred_copies(), 0);
 }
 
 // A 16-bit edge: the runtime takes and gives 16-bit values (packed at the

@@ -13,34 +13,12 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
+#include "tests/testing/manual_completion.h"
 
 namespace shardline::worker::runtime {
 namespace {
 
-// A transfer the test finishes by hand.
-class ManualCompletion final : public HostTransfer::Completion {
- public:
-  void Finish(absl::Status status = absl::OkStatus()) {
-    absl::MutexLock lock(&mu_);
-    status_ = std::move(status);
-    done_ = true;
-  }
-  absl::Status Wait() override {
-    absl::MutexLock lock(&mu_);
-    mu_.Await(absl::Condition(&done_));
-    return status_;
-  }
-  bool Done() override {
-    absl::MutexLock lock(&mu_);
-    return done_;
-  }
-  void* native_handle() override { return nullptr; }
-
- private:
-  absl::Mutex mu_;
-  bool done_ = false;
-  absl::Status status_;
-};
+using shardline::testing::ManualCompletion;
 
 struct Sent {
   bool to_next;

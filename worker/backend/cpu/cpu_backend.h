@@ -2,7 +2,9 @@
 // interface of OpenBLAS, everything else through the loops in cpu_kernels.h.
 // It is the reference oracle the CUDA backend is tested against. Work runs
 // synchronously on the calling thread (plus OpenBLAS' own threads), so
-// Synchronize() has nothing to wait for. Not thread-safe.
+// Synchronize() has nothing to wait for. Not thread-safe. Tests derive from
+// it to emulate a device whose copies finish later
+// (tests/testing/deferred_copy_backend.h).
 //
 // OpenBLAS' thread count is process-wide: Create() sets it from `threads`
 // (0 = leave OpenBLAS' default), so two CpuBackends in one process share it.
@@ -17,7 +19,7 @@
 
 namespace shardline::worker {
 
-class CpuBackend final : public Backend {
+class CpuBackend : public Backend {
  public:
   static absl::StatusOr<std::unique_ptr<CpuBackend>> Create(int threads);
 
@@ -70,8 +72,7 @@ class CpuBackend final : public Backend {
   absl::Status ConvertToF32Impl(const uint16_t* src, common::DType dtype, float* dst,
                                 size_t n) override;
 
- private:
-  CpuBackend() = default;
+  CpuBackend() = default;  // OpenBLAS' thread count as it is
 };
 
 }  // namespace shardline::worker

@@ -1,0 +1,60 @@
+// DeferredCopyBackend is the CPU backend with a copy engine of its own, as a
+// GPU has: CopyToHostAsync copies on a background thread some time later,
+// and CopyToDeviceAsync copies at once but reports the host memory free only
+// later. A pipeline run on it checks, without a GPU, the protocol a CUDA
+// stage follows: nothing reads a tensor on the host before its copy is done,
+// nothing overwrites device memory a copy still reads (AwaitOnDevice), and
+// host memory a copy reads stays alive until the copy is done.
+#ifndef SHARDLINE_TESTS_TESTING_DEFERRED_COPY_BACKEND_H_
+#define SHARDLINE_TESTS_TESTING_DEFERRED_COPY_BACKEND_H_
+
+#include <deque>
+#include <memory>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "tests/testing/manual_completion.h"
+#include "worker/backend/cpu/cpu_backend.h"
+
+namespace shardline::testing {
+
+class DeferredCopyBackend final : public worker::CpuBackend {
+ public:
+  // Each copy finishes `delay` after it was queued, in queueing order.
+  explicit DeferredCopyBackend(absl::Duration delay);
+  // Finishes the copies still queued.
+  ~DeferredCopyBackend() override;
+
+  // Copies finished on the background thread so far.
+  int deferred_copies();
+
+ protected:
+  absl::StatusOr<worker::HostTransfer> CopyToHostAsyncImpl(const void* src, void* dst,
+                                                           size_t bytes) override;
+  absl::StatusOr<worker::HostTransfer> CopyToDeviceAsyncImpl(const void* src, void* dst,
+                                                             size_t bytes) override;
+
+ private:
+  struct Pending {
+    absl::Time due;
+    const void* src = nullptr;  // null: nothing to copy, only to finish
+    void* dst = nullptr;
+    size_t bytes = 0;
+    std::shared_ptr<ManualCompletion> completion;
+  };
+  worker::HostTransfer Queue(const void* src, void* dst, size_t bytes);
+  void Run();
+
+  const absl::Duration delay_;
+  absl::Mutex mu_;
+  std::deque<Pending> queue_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  int finished_ ABSL_GUARDED_BY(mu_) = 0;
+  std::thread thread_;
+};
+
+}  // namespace shardline::testing
+
+#endif  // SHARDLINE_TESTS_TESTING_DEFERRED_COPY_BACKEND_H_
