@@ -1,6 +1,7 @@
 #include "worker/backend/backend.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <limits>
@@ -18,6 +19,25 @@ absl::StatusOr<void*> Backend::AllocatePlainHost(size_t bytes) {
 
 void Backend::FreePlainHost(void* memory) { std::free(memory); }
 namespace {
+
+class WallTimer final : public WorkTimer {
+ public:
+  absl::Status Stop() override {
+    if (stopped_) return absl::FailedPreconditionError("the timer was already stopped");
+    stopped_ = true;
+    seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    return absl::OkStatus();
+  }
+  absl::StatusOr<double> Seconds() override {
+    if (!stopped_) return absl::FailedPreconditionError("the timer is still running");
+    return seconds_;
+  }
+
+ private:
+  const std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  bool stopped_ = false;
+  double seconds_ = 0.0;
+};
 
 constexpr int64_t kMaxBlasDim = std::numeric_limits<int32_t>::max();
 
@@ -112,6 +132,10 @@ absl::Status Backend::CopyToHostBytes(const void* src, size_t src_bytes, void* d
   if (src_bytes == 0) return Synchronize();
   RETURN_IF_ERROR(CheckCopy("CopyToHost", src, src_bytes, dst, dst_bytes));
   return CopyToHostImpl(src, dst, src_bytes);
+}
+
+absl::StatusOr<std::unique_ptr<WorkTimer>> Backend::StartTimer() {
+  return std::unique_ptr<WorkTimer>(std::make_unique<WallTimer>());
 }
 
 absl::StatusOr<HostTransfer> Backend::CopyToHostAsyncBytes(const void* src, size_t src_bytes,

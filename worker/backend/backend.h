@@ -25,6 +25,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "absl/status/status.h"
@@ -35,6 +36,7 @@
 #include "worker/backend/device_buffer.h"
 #include "worker/backend/device_span.h"
 #include "worker/backend/host_transfer.h"
+#include "worker/backend/work_timer.h"
 
 namespace shardline::worker {
 
@@ -110,6 +112,12 @@ class Backend {
   // Work queued from now on starts only after `transfer` has finished. The
   // host waits only on backends that run work as it is queued (the CPU).
   virtual absl::Status AwaitOnDevice(const HostTransfer& transfer) { return transfer.Wait(); }
+
+  // ---- Timing ----
+  // Starts timing the work queued from now until the timer's Stop(). By
+  // default the wall time between the calls (right where work runs as it is
+  // queued).
+  virtual absl::StatusOr<std::unique_ptr<WorkTimer>> StartTimer();
 
   // ---- Dense algebra ----
   absl::Status Gemm(const GemmShape& shape, DeviceSpan<const float> a, DeviceSpan<const float> b,

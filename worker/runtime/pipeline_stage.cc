@@ -101,6 +101,14 @@ void PipelineStage::ReleaseUploads(bool wait) {
   }
 }
 
+absl::Status PipelineStage::StartPass() {
+  ASSIGN_OR_RETURN(std::unique_ptr<WorkTimer> timer, runtime_.backend().StartTimer());
+  pass_timers_.push_back(std::move(timer));
+  return absl::OkStatus();
+}
+
+absl::Status PipelineStage::EndPass() { return pass_timers_.back()->Stop(); }
+
 absl::Status PipelineStage::Forward(int64_t step, int k, const std::vector<data::Batch>& batches,
                                     float loss_scale, StageStepResult& result) {
   ShardRuntime::Inputs in;
@@ -127,9 +135,9 @@ absl::Status PipelineStage::Forward(int64_t step, int k, const std::vector<data:
   if (!runtime_.is_last()) {
     output = link_.OutgoingBuffer(Kind::kActivation, static_cast<size_t>(in.batch * in.t * runtime_.output_width()));
   }
-  const auto start = Clock::now();
+  RETURN_IF_ERROR(StartPass());
   ASSIGN_OR_RETURN(ShardRuntime::EdgeTransfers edge, runtime_.ForwardAsync(k, in, output.span()));
-  result.busy_seconds += Since(start);
+  RETURN_IF_ERROR(EndPass());
   if (runtime_.is_last()) {
     ASSIGN_OR_RETURN(double loss, runtime_.Loss(k));
     result.loss += loss;
@@ -160,10 +168,10 @@ absl::Status PipelineStage::Backward(int64_t step, int k, StageStepResult& resul
     ASSIGN_OR_RETURN(int64_t tokens, runtime_.SlotTokens(k));
     grad_input = link_.OutgoingBuffer(Kind::kGradient, static_cast<size_t>(tokens * runtime_.input_width()));
   }
-  const auto start = Clock::now();
+  RETURN_IF_ERROR(StartPass());
   ASSIGN_OR_RETURN(ShardRuntime::EdgeTransfers edge,
                    runtime_.BackwardAsync(k, gradient.values, grad_input.span()));
-  result.busy_seconds += Since(start);
+  RETURN_IF_ERROR(EndPass());
   KeepUntilRead(std::move(edge.inputs_read), std::move(gradient));
   if (runtime_.is_first()) return absl::OkStatus();
   StageMessage out;
@@ -236,6 +244,13 @@ absl::StatusOr<StageStepResult> PipelineStage::RunStep(int64_t step) {
   }();
   // The device reads the batches' ids and the kept messages until then.
   ReleaseUploads(/*wait=*/true);
+  for (const auto& timer : pass_timers_) {
+    if (!status.ok()) break;
+    absl::StatusOr<double> seconds = timer->Seconds();
+    status = seconds.status();
+    if (seconds.ok()) result.busy_seconds += *seconds;
+  }
+  pass_timers_.clear();
   if (!status.ok()) {
     for (int k = 0; k < options_.micro_batches; ++k) runtime_.Discard(k);
     return status;

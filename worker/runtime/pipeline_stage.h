@@ -46,7 +46,7 @@ struct StageStepResult {
   double grad_norm = 0.0;   // global, over every stage
   double lr = 0.0;
   size_t peak_slots = 0;    // most micro-batches of activations held at once
-  double busy_seconds = 0;  // time in forward/backward compute (GPU: queueing it)
+  double busy_seconds = 0;  // device time of the forward/backward passes (WorkTimer)
   double step_seconds = 0;  // wall time of the whole step on this stage
   int64_t tokens = 0;       // tokens of the step
   uint64_t received_bytes = 0;  // link payload bytes received during the step
@@ -93,6 +93,9 @@ class PipelineStage {
   // Drops the kept messages whose copies are done; all of them, waiting,
   // when `wait`. Copies finish in the order they were queued.
   void ReleaseUploads(bool wait);
+  // Starts and stops timing one pass's device work.
+  absl::Status StartPass();
+  absl::Status EndPass();
 
   ShardRuntime& runtime_;
   const data::DataSource* const data_;
@@ -101,6 +104,8 @@ class PipelineStage {
   const std::vector<PipelineAction> schedule_;
   StageSender sender_;
   std::deque<Upload> uploads_;
+  // The step's passes, timed on the device; read at the end of the step.
+  std::vector<std::unique_ptr<WorkTimer>> pass_timers_;
 };
 
 }  // namespace shardline::worker::runtime

@@ -46,6 +46,7 @@ class ShardRuntime {
                                                               uint64_t seed,
                                                               const nn::OptimizerConfig& optimizer);
 
+  Backend& backend() { return backend_; }
   bool is_first() const { return unit_begin_ == 0; }
   bool is_last() const { return unit_end_ == config_.units(); }
   int unit_begin() const { return unit_begin_; }

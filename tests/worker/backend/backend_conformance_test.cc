@@ -2,6 +2,7 @@
 // reference of reference_ops.h. Forward results must agree to f32 accuracy:
 // |got − want| ≤ 1e-5 + 1e-4·|want| unless a test says otherwise.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -207,6 +208,31 @@ TEST_P(ConformanceTest, AsyncCopiesValidateTheirBuffers) {
   ASSERT_TRUE(nothing.ok());
   EXPECT_TRUE(nothing->done());
   EXPECT_TRUE(backend().AwaitOnDevice(*nothing).ok());
+}
+
+// A timer measures the device time of the work queued between its marks:
+// never more than the wall time around it all, and more than nothing for
+// real work; it reads only once stopped, and stops once.
+TEST_P(ConformanceTest, WorkTimerMeasuresTheWorkBetweenItsMarks) {
+  const int64_t n = 512;
+  auto a = backend().AllocateZeros(n * n), c = backend().AllocateZeros(n * n);
+  ASSERT_TRUE(a.ok() && c.ok());
+  GemmShape shape;
+  shape.m = shape.n = shape.k = n;
+  const auto wall_start = std::chrono::steady_clock::now();
+  auto timer = backend().StartTimer();
+  ASSERT_TRUE(timer.ok()) << timer.status();
+  EXPECT_EQ((*timer)->Seconds().status().code(), absl::StatusCode::kFailedPrecondition);
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_TRUE(backend().Gemm(shape, a->span<float>(), a->span<float>(), c->span<float>()).ok());
+  }
+  ASSERT_TRUE((*timer)->Stop().ok());
+  auto seconds = (*timer)->Seconds();
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+  ASSERT_TRUE(seconds.ok()) << seconds.status();
+  EXPECT_GT(*seconds, 0.0);
+  EXPECT_LE(*seconds, wall);
+  EXPECT_EQ((*timer)->Stop().code(), absl::StatusCode::kFailedPrecondition);
 }
 
 TEST_P(ConformanceTest, BiasAddAndSumRows) {

@@ -71,6 +71,43 @@ class EventCompletion final : public HostTransfer::Completion {
   const int device_;
 };
 
+// Two events on the compute stream; the device time between them.
+class EventTimer final : public WorkTimer {
+ public:
+  EventTimer(cudaStream_t stream, int device) : stream_(stream), device_(device) {}
+  ~EventTimer() override {
+    if (start_ != nullptr) cudaEventDestroy(start_);
+    if (end_ != nullptr) cudaEventDestroy(end_);
+  }
+  absl::Status Start() {
+    CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&start_, cudaEventBlockingSync));
+    CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&end_, cudaEventBlockingSync));
+    CUDA_RETURN_IF_ERROR(cudaEventRecord(start_, stream_));
+    return absl::OkStatus();
+  }
+  absl::Status Stop() override {
+    if (stopped_) return absl::FailedPreconditionError("the timer was already stopped");
+    stopped_ = true;
+    CUDA_RETURN_IF_ERROR(cudaEventRecord(end_, stream_));
+    return absl::OkStatus();
+  }
+  absl::StatusOr<double> Seconds() override {
+    if (!stopped_) return absl::FailedPreconditionError("the timer is still running");
+    CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+    CUDA_RETURN_IF_ERROR(cudaEventSynchronize(end_));
+    float ms = 0.0f;
+    CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, start_, end_));
+    return ms / 1e3;
+  }
+
+ private:
+  const cudaStream_t stream_;
+  const int device_;
+  cudaEvent_t start_ = nullptr;
+  cudaEvent_t end_ = nullptr;
+  bool stopped_ = false;
+};
+
 }  // namespace
 
 int CudaBackend::DeviceCount() {
@@ -236,6 +273,12 @@ absl::StatusOr<HostTransfer> CudaBackend::CopyToDeviceAsyncImpl(const void* src,
   // before it may still read what `dst` held.
   CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
   return RecordTransfer(stream_);
+}
+
+absl::StatusOr<std::unique_ptr<WorkTimer>> CudaBackend::StartTimer() {
+  auto timer = std::make_unique<EventTimer>(stream_, device_);
+  RETURN_IF_ERROR(timer->Start());
+  return std::unique_ptr<WorkTimer>(std::move(timer));
 }
 
 absl::Status CudaBackend::AwaitOnDevice(const HostTransfer& transfer) {

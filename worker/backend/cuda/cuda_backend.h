@@ -44,6 +44,8 @@ class CudaBackend final : public Backend {
   void FreeHostStaging(void* memory) override;
   bool host_staging_pinned() const override { return true; }
   absl::Status AwaitOnDevice(const HostTransfer& transfer) override;
+  // Two timing events on the compute stream.
+  absl::StatusOr<std::unique_ptr<WorkTimer>> StartTimer() override;
 
  protected:
   absl::Status CopyToDeviceImpl(const void* src, void* dst, size_t bytes) override;
