@@ -12,7 +12,7 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 build=${SHARDLINE_GPU_BUILD_DIR:-$root/build-gpu}
 out=$root/.gpu-bundle
-binaries=(backend_conformance_test backend_errors_test gradient_check_test
+binaries=(backend_conformance_test backend_transfer_test backend_errors_test gradient_check_test
           worker_pipeline_equivalence_test bench_backend bench_train bench_gpu_transport
           shardline-train)
 

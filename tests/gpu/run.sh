@@ -49,7 +49,7 @@ run_suite() {
 
 # worker_pipeline_equivalence_test: four stages on cuda:0 against the
 # reference trainer on cuda:0 (the asynchronous copies and the stage sender).
-for suite in backend_conformance_test backend_errors_test gradient_check_test \
+for suite in backend_conformance_test backend_transfer_test backend_errors_test gradient_check_test \
              worker_pipeline_equivalence_test; do
   run_suite "$suite"
 done

@@ -1,7 +1,6 @@
 #include "worker/backend/backend.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <limits>
@@ -19,25 +18,6 @@ absl::StatusOr<void*> Backend::AllocatePlainHost(size_t bytes) {
 
 void Backend::FreePlainHost(void* memory) { std::free(memory); }
 namespace {
-
-class WallTimer final : public WorkTimer {
- public:
-  absl::Status Stop() override {
-    if (stopped_) return absl::FailedPreconditionError("the timer was already stopped");
-    stopped_ = true;
-    seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-    return absl::OkStatus();
-  }
-  absl::StatusOr<double> Seconds() override {
-    if (!stopped_) return absl::FailedPreconditionError("the timer is still running");
-    return seconds_;
-  }
-
- private:
-  const std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
-  bool stopped_ = false;
-  double seconds_ = 0.0;
-};
 
 constexpr int64_t kMaxBlasDim = std::numeric_limits<int32_t>::max();
 

@@ -7,6 +7,8 @@
 #ifndef SHARDLINE_WORKER_BACKEND_WORK_TIMER_H_
 #define SHARDLINE_WORKER_BACKEND_WORK_TIMER_H_
 
+#include <chrono>
+
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
@@ -19,6 +21,19 @@ class WorkTimer {
   virtual absl::Status Stop() = 0;
   // The device time between the marks; FAILED_PRECONDITION before Stop().
   virtual absl::StatusOr<double> Seconds() = 0;
+};
+
+// The wall time between its construction and Stop(): the device time where
+// work runs as it is queued (the CPU backend, and Backend's default).
+class WallTimer final : public WorkTimer {
+ public:
+  absl::Status Stop() override;
+  absl::StatusOr<double> Seconds() override;
+
+ private:
+  const std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  bool stopped_ = false;
+  double seconds_ = 0.0;
 };
 
 }  // namespace shardline::worker

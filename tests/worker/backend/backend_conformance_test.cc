@@ -2,7 +2,6 @@
 // reference of reference_ops.h. Forward results must agree to f32 accuracy:
 // |got − want| ≤ 1e-5 + 1e-4·|want| unless a test says otherwise.
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -139,100 +138,6 @@ TEST_P(ConformanceTest, AxpyScaleAddFillAndCopy) {
   std::vector<float> got_x = Download(backend(), dx);
   EXPECT_EQ(Download(backend(), dy), x);
   for (size_t i = 0; i < n; ++i) ASSERT_EQ(got_x[i], i < 10 ? 3.0f : x[i]) << i;
-}
-
-// Host memory from AllocateHostStaging (page-locked on CUDA), freed at scope end.
-class StagingFloats {
- public:
-  StagingFloats(Backend& backend, size_t n) : backend_(backend), n_(n) {
-    auto memory = backend.AllocateHostStaging(n * sizeof(float));
-    EXPECT_TRUE(memory.ok()) << memory.status();
-    data_ = static_cast<float*>(memory.value_or(nullptr));
-  }
-  ~StagingFloats() { if (data_ != nullptr) backend_.FreeHostStaging(data_); }
-  absl::Span<float> span() { return {data_, data_ == nullptr ? 0 : n_}; }
-
- private:
-  Backend& backend_;
-  const size_t n_;
-  float* data_ = nullptr;
-};
-
-// Big enough that a copy racing the work around it would be caught mid-way.
-constexpr size_t kAsyncFloats = size_t{4} << 20;
-
-TEST_P(ConformanceTest, CopyToHostAsyncSeesTheWorkBeforeItAndNotTheWorkAfter) {
-  auto x = backend().Allocate(kAsyncFloats * sizeof(float));
-  ASSERT_TRUE(x.ok());
-  StagingFloats host(backend(), kAsyncFloats);
-  ASSERT_FALSE(host.span().empty());
-  std::fill(host.span().begin(), host.span().end(), -1.0f);
-  ASSERT_TRUE(backend().Fill(x->span<float>(), 1.0f).ok());
-  auto copy = backend().CopyToHostAsync(DeviceSpan<const float>(x->span<float>()), host.span());
-  ASSERT_TRUE(copy.ok()) << copy.status();
-  // Overwrites the source, but only once the copy has read it.
-  ASSERT_TRUE(backend().AwaitOnDevice(*copy).ok());
-  ASSERT_TRUE(backend().Fill(x->span<float>(), 2.0f).ok());
-  ASSERT_TRUE(copy->Wait().ok());
-  EXPECT_TRUE(copy->done());
-  for (size_t i = 0; i < kAsyncFloats; ++i) ASSERT_EQ(host.span()[i], 1.0f) << i;
-  const std::vector<float> after = Download(backend(), *x);
-  EXPECT_EQ(std::count(after.begin(), after.end(), 2.0f), static_cast<long>(kAsyncFloats));
-}
-
-TEST_P(ConformanceTest, CopyToDeviceAsyncIsSeenByTheWorkAfterIt) {
-  auto y = backend().Allocate(kAsyncFloats * sizeof(float));
-  ASSERT_TRUE(y.ok());
-  StagingFloats host(backend(), kAsyncFloats);
-  ASSERT_FALSE(host.span().empty());
-  std::fill(host.span().begin(), host.span().end(), 5.0f);
-  ASSERT_TRUE(backend().Fill(y->span<float>(), 0.0f).ok());
-  auto copy = backend().CopyToDeviceAsync(absl::Span<const float>(host.span()), y->span<float>());
-  ASSERT_TRUE(copy.ok()) << copy.status();
-  ASSERT_TRUE(backend().Scale(y->span<float>(), 2.0f).ok());
-  ASSERT_TRUE(copy->Wait().ok());
-  std::fill(host.span().begin(), host.span().end(), 7.0f);  // free to reuse now
-  const std::vector<float> got = Download(backend(), *y);
-  EXPECT_EQ(std::count(got.begin(), got.end(), 10.0f), static_cast<long>(kAsyncFloats));
-}
-
-TEST_P(ConformanceTest, AsyncCopiesValidateTheirBuffers) {
-  auto x = backend().Allocate(16 * sizeof(float));
-  ASSERT_TRUE(x.ok());
-  std::vector<float> small(8);
-  EXPECT_EQ(backend().CopyToHostAsync(DeviceSpan<const float>(x->span<float>()), absl::Span<float>(small)).status().code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(backend().CopyToDeviceAsync(absl::Span<const float>(std::vector<float>(32)), x->span<float>()).status().code(),
-            absl::StatusCode::kInvalidArgument);
-  auto nothing = backend().CopyToHostAsync(DeviceSpan<const float>(), absl::Span<float>());
-  ASSERT_TRUE(nothing.ok());
-  EXPECT_TRUE(nothing->done());
-  EXPECT_TRUE(backend().AwaitOnDevice(*nothing).ok());
-}
-
-// A timer measures the device time of the work queued between its marks:
-// never more than the wall time around it all, and more than nothing for
-// real work; it reads only once stopped, and stops once.
-TEST_P(ConformanceTest, WorkTimerMeasuresTheWorkBetweenItsMarks) {
-  const int64_t n = 512;
-  auto a = backend().AllocateZeros(n * n), c = backend().AllocateZeros(n * n);
-  ASSERT_TRUE(a.ok() && c.ok());
-  GemmShape shape;
-  shape.m = shape.n = shape.k = n;
-  const auto wall_start = std::chrono::steady_clock::now();
-  auto timer = backend().StartTimer();
-  ASSERT_TRUE(timer.ok()) << timer.status();
-  EXPECT_EQ((*timer)->Seconds().status().code(), absl::StatusCode::kFailedPrecondition);
-  for (int i = 0; i < 4; ++i) {
-    ASSERT_TRUE(backend().Gemm(shape, a->span<float>(), a->span<float>(), c->span<float>()).ok());
-  }
-  ASSERT_TRUE((*timer)->Stop().ok());
-  auto seconds = (*timer)->Seconds();
-  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
-  ASSERT_TRUE(seconds.ok()) << seconds.status();
-  EXPECT_GT(*seconds, 0.0);
-  EXPECT_LE(*seconds, wall);
-  EXPECT_EQ((*timer)->Stop().code(), absl::StatusCode::kFailedPrecondition);
 }
 
 TEST_P(ConformanceTest, BiasAddAndSumRows) {

@@ -11,102 +11,14 @@
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
+#include "worker/backend/cuda/cuda_events.h"
 #include "worker/backend/cuda/cuda_kernels.h"
+#include "worker/backend/cuda/cuda_status.h"
 
 namespace shardline::worker {
 namespace {
 
-absl::Status CudaError(cudaError_t error, const char* expr, const char* file, int line) {
-  cudaGetLastError();  // clear a non-sticky error so the next call starts clean
-  const std::string message = absl::StrCat(file, ":", line, ": ", expr, ": ",
-                                           cudaGetErrorName(error), " (",
-                                           cudaGetErrorString(error), ")");
-  if (error == cudaErrorMemoryAllocation) return absl::ResourceExhaustedError(message);
-  return absl::InternalError(message);
-}
-
-absl::Status CublasError(cublasStatus_t status, const char* expr, const char* file, int line) {
-  const std::string message =
-      absl::StrCat(file, ":", line, ": ", expr, ": ", cublasGetStatusName(status), " (",
-                   cublasGetStatusString(status), ")");
-  if (status == CUBLAS_STATUS_ALLOC_FAILED) return absl::ResourceExhaustedError(message);
-  return absl::InternalError(message);
-}
-
-#define CUDA_RETURN_IF_ERROR(expr)                                       \
-  do {                                                                   \
-    const cudaError_t cuda_error_ = (expr);                              \
-    if (cuda_error_ != cudaSuccess) {                                    \
-      return CudaError(cuda_error_, #expr, __FILE__, __LINE__);          \
-    }                                                                    \
-  } while (false)
-
-#define CUBLAS_RETURN_IF_ERROR(expr)                                     \
-  do {                                                                   \
-    const cublasStatus_t cublas_status_ = (expr);                        \
-    if (cublas_status_ != CUBLAS_STATUS_SUCCESS) {                       \
-      return CublasError(cublas_status_, #expr, __FILE__, __LINE__);     \
-    }                                                                    \
-  } while (false)
-
 cublasOperation_t Op(bool transpose) { return transpose ? CUBLAS_OP_T : CUBLAS_OP_N; }
-
-// A transfer in flight: an event recorded after the copy. Wait() may run on
-// any thread, so it binds that thread to the event's device first.
-class EventCompletion final : public HostTransfer::Completion {
- public:
-  EventCompletion(cudaEvent_t event, int device) : event_(event), device_(device) {}
-  ~EventCompletion() override { cudaEventDestroy(event_); }  // safe while pending
-
-  absl::Status Wait() override {
-    CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
-    CUDA_RETURN_IF_ERROR(cudaEventSynchronize(event_));
-    return absl::OkStatus();
-  }
-  bool Done() override { return cudaEventQuery(event_) != cudaErrorNotReady; }
-  void* native_handle() override { return event_; }
-
- private:
-  const cudaEvent_t event_;
-  const int device_;
-};
-
-// Two events on the compute stream; the device time between them.
-class EventTimer final : public WorkTimer {
- public:
-  EventTimer(cudaStream_t stream, int device) : stream_(stream), device_(device) {}
-  ~EventTimer() override {
-    if (start_ != nullptr) cudaEventDestroy(start_);
-    if (end_ != nullptr) cudaEventDestroy(end_);
-  }
-  absl::Status Start() {
-    CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&start_, cudaEventBlockingSync));
-    CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&end_, cudaEventBlockingSync));
-    CUDA_RETURN_IF_ERROR(cudaEventRecord(start_, stream_));
-    return absl::OkStatus();
-  }
-  absl::Status Stop() override {
-    if (stopped_) return absl::FailedPreconditionError("the timer was already stopped");
-    stopped_ = true;
-    CUDA_RETURN_IF_ERROR(cudaEventRecord(end_, stream_));
-    return absl::OkStatus();
-  }
-  absl::StatusOr<double> Seconds() override {
-    if (!stopped_) return absl::FailedPreconditionError("the timer is still running");
-    CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
-    CUDA_RETURN_IF_ERROR(cudaEventSynchronize(end_));
-    float ms = 0.0f;
-    CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, start_, end_));
-    return ms / 1e3;
-  }
-
- private:
-  const cudaStream_t stream_;
-  const int device_;
-  cudaEvent_t start_ = nullptr;
-  cudaEvent_t end_ = nullptr;
-  bool stopped_ = false;
-};
 
 }  // namespace
 
@@ -252,7 +164,7 @@ absl::StatusOr<HostTransfer> CudaBackend::RecordTransfer(CUstream_st* stream) {
   // Blocking: the thread that waits for a transfer (a stage's sender) sleeps
   // instead of spinning on a core the host's networking needs.
   CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&event, cudaEventDisableTiming | cudaEventBlockingSync));
-  auto completion = std::make_shared<EventCompletion>(event, device_);
+  auto completion = std::make_shared<cuda::EventCompletion>(event, device_);
   CUDA_RETURN_IF_ERROR(cudaEventRecord(event, stream));
   return HostTransfer(std::move(completion));
 }
@@ -276,7 +188,7 @@ absl::StatusOr<HostTransfer> CudaBackend::CopyToDeviceAsyncImpl(const void* src,
 }
 
 absl::StatusOr<std::unique_ptr<WorkTimer>> CudaBackend::StartTimer() {
-  auto timer = std::make_unique<EventTimer>(stream_, device_);
+  auto timer = std::make_unique<cuda::EventTimer>(stream_, device_);
   RETURN_IF_ERROR(timer->Start());
   return std::unique_ptr<WorkTimer>(std::move(timer));
 }

@@ -1,0 +1,118 @@
+// The backend's asynchronous copies (the stage links' staging path) and its
+// work timers, on every backend built: a copy to the host sees the work
+// queued before it and not the work after it (AwaitOnDevice), a copy to the
+// device is seen by the work after it, bad buffers are refused, and a timer
+// measures the work between its marks.
+#include <algorithm>
+#include <chrono>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tests/worker/backend/backend_test_util.h"
+
+namespace shardline::worker {
+namespace {
+
+using testing::Download;
+
+class TransferTest : public testing::BackendTest {};
+
+// Host memory from AllocateHostStaging (page-locked on CUDA), freed at scope end.
+class StagingFloats {
+ public:
+  StagingFloats(Backend& backend, size_t n) : backend_(backend), n_(n) {
+    auto memory = backend.AllocateHostStaging(n * sizeof(float));
+    EXPECT_TRUE(memory.ok()) << memory.status();
+    data_ = static_cast<float*>(memory.value_or(nullptr));
+  }
+  ~StagingFloats() { if (data_ != nullptr) backend_.FreeHostStaging(data_); }
+  absl::Span<float> span() { return {data_, data_ == nullptr ? 0 : n_}; }
+
+ private:
+  Backend& backend_;
+  const size_t n_;
+  float* data_ = nullptr;
+};
+
+// Big enough that a copy racing the work around it would be caught mid-way.
+constexpr size_t kAsyncFloats = size_t{4} << 20;
+
+TEST_P(TransferTest, CopyToHostAsyncSeesTheWorkBeforeItAndNotTheWorkAfter) {
+  auto x = backend().Allocate(kAsyncFloats * sizeof(float));
+  ASSERT_TRUE(x.ok());
+  StagingFloats host(backend(), kAsyncFloats);
+  ASSERT_FALSE(host.span().empty());
+  std::fill(host.span().begin(), host.span().end(), -1.0f);
+  ASSERT_TRUE(backend().Fill(x->span<float>(), 1.0f).ok());
+  auto copy = backend().CopyToHostAsync(DeviceSpan<const float>(x->span<float>()), host.span());
+  ASSERT_TRUE(copy.ok()) << copy.status();
+  // Overwrites the source, but only once the copy has read it.
+  ASSERT_TRUE(backend().AwaitOnDevice(*copy).ok());
+  ASSERT_TRUE(backend().Fill(x->span<float>(), 2.0f).ok());
+  ASSERT_TRUE(copy->Wait().ok());
+  EXPECT_TRUE(copy->done());
+  for (size_t i = 0; i < kAsyncFloats; ++i) ASSERT_EQ(host.span()[i], 1.0f) << i;
+  const std::vector<float> after = Download(backend(), *x);
+  EXPECT_EQ(std::count(after.begin(), after.end(), 2.0f), static_cast<long>(kAsyncFloats));
+}
+
+TEST_P(TransferTest, CopyToDeviceAsyncIsSeenByTheWorkAfterIt) {
+  auto y = backend().Allocate(kAsyncFloats * sizeof(float));
+  ASSERT_TRUE(y.ok());
+  StagingFloats host(backend(), kAsyncFloats);
+  ASSERT_FALSE(host.span().empty());
+  std::fill(host.span().begin(), host.span().end(), 5.0f);
+  ASSERT_TRUE(backend().Fill(y->span<float>(), 0.0f).ok());
+  auto copy = backend().CopyToDeviceAsync(absl::Span<const float>(host.span()), y->span<float>());
+  ASSERT_TRUE(copy.ok()) << copy.status();
+  ASSERT_TRUE(backend().Scale(y->span<float>(), 2.0f).ok());
+  ASSERT_TRUE(copy->Wait().ok());
+  std::fill(host.span().begin(), host.span().end(), 7.0f);  // free to reuse now
+  const std::vector<float> got = Download(backend(), *y);
+  EXPECT_EQ(std::count(got.begin(), got.end(), 10.0f), static_cast<long>(kAsyncFloats));
+}
+
+TEST_P(TransferTest, AsyncCopiesValidateTheirBuffers) {
+  auto x = backend().Allocate(16 * sizeof(float));
+  ASSERT_TRUE(x.ok());
+  std::vector<float> small(8);
+  EXPECT_EQ(backend().CopyToHostAsync(DeviceSpan<const float>(x->span<float>()), absl::Span<float>(small)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(backend().CopyToDeviceAsync(absl::Span<const float>(std::vector<float>(32)), x->span<float>()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  auto nothing = backend().CopyToHostAsync(DeviceSpan<const float>(), absl::Span<float>());
+  ASSERT_TRUE(nothing.ok());
+  EXPECT_TRUE(nothing->done());
+  EXPECT_TRUE(backend().AwaitOnDevice(*nothing).ok());
+}
+
+// A timer measures the device time of the work queued between its marks:
+// never more than the wall time around it all, and more than nothing for
+// real work; it reads only once stopped, and stops once.
+TEST_P(TransferTest, WorkTimerMeasuresTheWorkBetweenItsMarks) {
+  const int64_t n = 512;
+  auto a = backend().AllocateZeros(n * n), c = backend().AllocateZeros(n * n);
+  ASSERT_TRUE(a.ok() && c.ok());
+  GemmShape shape;
+  shape.m = shape.n = shape.k = n;
+  const auto wall_start = std::chrono::steady_clock::now();
+  auto timer = backend().StartTimer();
+  ASSERT_TRUE(timer.ok()) << timer.status();
+  EXPECT_EQ((*timer)->Seconds().status().code(), absl::StatusCode::kFailedPrecondition);
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_TRUE(backend().Gemm(shape, a->span<float>(), a->span<float>(), c->span<float>()).ok());
+  }
+  ASSERT_TRUE((*timer)->Stop().ok());
+  auto seconds = (*timer)->Seconds();
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+  ASSERT_TRUE(seconds.ok()) << seconds.status();
+  EXPECT_GT(*seconds, 0.0);
+  EXPECT_LE(*seconds, wall);
+  EXPECT_EQ((*timer)->Stop().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, TransferTest, ::testing::ValuesIn(testing::BackendsUnderTest()),
+                         testing::BackendTestName);
+
+}  // namespace
+}  // namespace shardline::worker
