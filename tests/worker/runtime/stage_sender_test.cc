@@ -31,8 +31,9 @@ class RecordingLink final : public StageLink {
  public:
   absl::Status SendToNext(StageMessage m) override { return Record(true, m); }
   absl::Status SendToPrevious(StageMessage m) override { return Record(false, m); }
-  absl::StatusOr<StageMessage> ReceiveFromPrevious() override { return absl::UnimplementedError(""); }
-  absl::StatusOr<StageMessage> ReceiveFromNext() override { return absl::UnimplementedError(""); }
+  // A StageSender never receives.
+  absl::StatusOr<StageMessage> ReceiveFromPrevious() override { return absl::InternalError("not a receiver"); }
+  absl::StatusOr<StageMessage> ReceiveFromNext() override { return absl::InternalError("not a receiver"); }
 
   std::vector<Sent> sent() {
     absl::MutexLock lock(&mu_);
