@@ -20,6 +20,24 @@ DeviceSpan<T> Prefix(DeviceBuffer& buffer, int64_t count) {
   return buffer.span<T>().subspan(0, static_cast<size_t>(count));
 }
 
+// Host → device and device → host, done on return when `wait`, queued
+// otherwise.
+template <typename T>
+absl::StatusOr<HostTransfer> CopyIn(Backend& backend, absl::Span<const T> src, DeviceSpan<T> dst,
+                                    bool wait) {
+  if (!wait) return backend.CopyToDeviceAsync(src, dst);
+  RETURN_IF_ERROR(backend.CopyToDevice(src, dst));
+  return HostTransfer();
+}
+
+template <typename T>
+absl::StatusOr<HostTransfer> CopyOut(Backend& backend, DeviceSpan<const T> src, absl::Span<T> dst,
+                                     bool wait) {
+  if (!wait) return backend.CopyToHostAsync(src, dst);
+  RETURN_IF_ERROR(backend.CopyToHost(src, dst));
+  return HostTransfer();
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ShardRuntime>> ShardRuntime::Create(
@@ -89,47 +107,26 @@ absl::Status ShardRuntime::set_edge_dtype(common::DType dtype) {
 
 absl::StatusOr<HostTransfer> ShardRuntime::UploadEdge(absl::Span<const float> host,
                                                       DeviceSpan<float> dst, bool wait) {
-  if (edge_dtype_ == common::DType::kF32) {
-    if (wait) {
-      RETURN_IF_ERROR(backend_.CopyToDevice(host, dst));
-      return HostTransfer();
-    }
-    return backend_.CopyToDeviceAsync(host, dst);
-  }
+  if (edge_dtype_ == common::DType::kF32) return CopyIn(backend_, host, dst, wait);
   // The host holds host.size() 16-bit values: half the bytes cross the bus,
   // and the device widens them.
   const absl::Span<const uint16_t> halves(reinterpret_cast<const uint16_t*>(host.data()), host.size());
   RETURN_IF_ERROR(nn::EnsureFloats(backend_, narrow_in_, (host.size() + 1) / 2));
   const DeviceSpan<uint16_t> staged = narrow_in_.span<uint16_t>().subspan(0, host.size());
-  HostTransfer transfer;
-  if (wait) {
-    RETURN_IF_ERROR(backend_.CopyToDevice(halves, staged));
-  } else {
-    ASSIGN_OR_RETURN(transfer, backend_.CopyToDeviceAsync(halves, staged));
-  }
+  ASSIGN_OR_RETURN(HostTransfer transfer, CopyIn(backend_, halves, staged, wait));
   RETURN_IF_ERROR(backend_.ConvertToF32(DeviceSpan<const uint16_t>(staged), edge_dtype_, dst));
   return transfer;
 }
 
 absl::StatusOr<HostTransfer> ShardRuntime::DownloadEdge(DeviceSpan<const float> src, DeviceBuffer& narrow,
                                                         absl::Span<float> host, bool wait) {
-  if (edge_dtype_ == common::DType::kF32) {
-    if (wait) {
-      RETURN_IF_ERROR(backend_.CopyToHost(src, host));
-      return HostTransfer();
-    }
-    return backend_.CopyToHostAsync(src, host);
-  }
+  if (edge_dtype_ == common::DType::kF32) return CopyOut(backend_, src, host, wait);
   // Narrowed on the device, so half the bytes cross the bus.
   RETURN_IF_ERROR(nn::EnsureFloats(backend_, narrow, (src.size() + 1) / 2));
   const DeviceSpan<uint16_t> narrowed = narrow.span<uint16_t>().subspan(0, src.size());
   RETURN_IF_ERROR(backend_.ConvertFromF32(src, edge_dtype_, narrowed));
   const absl::Span<uint16_t> halves(reinterpret_cast<uint16_t*>(host.data()), host.size());
-  if (wait) {
-    RETURN_IF_ERROR(backend_.CopyToHost(DeviceSpan<const uint16_t>(narrowed), halves));
-    return HostTransfer();
-  }
-  return backend_.CopyToHostAsync(DeviceSpan<const uint16_t>(narrowed), halves);
+  return CopyOut(backend_, DeviceSpan<const uint16_t>(narrowed), halves, wait);
 }
 
 absl::Status ShardRuntime::Forward(int slot, const Inputs& in, absl::Span<float> output) {
@@ -158,9 +155,8 @@ absl::StatusOr<ShardRuntime::EdgeTransfers> ShardRuntime::ForwardImpl(int slot, 
   EdgeTransfers edge;
   // Host → device copies; asynchronous ones are queued in order, so the last
   // one's completion covers them all.
-  auto upload = [&](auto src, auto dst) -> absl::Status {
-    if (wait) return backend_.CopyToDevice(src, dst);
-    ASSIGN_OR_RETURN(edge.inputs_read, backend_.CopyToDeviceAsync(src, dst));
+  auto upload = [&](absl::Span<const int32_t> src, DeviceSpan<int32_t> dst) -> absl::Status {
+    ASSIGN_OR_RETURN(edge.inputs_read, CopyIn(backend_, src, dst, wait));
     return absl::OkStatus();
   };
   absl::Status status = [&]() -> absl::Status {
@@ -177,9 +173,8 @@ absl::StatusOr<ShardRuntime::EdgeTransfers> ShardRuntime::ForwardImpl(int slot, 
     s->acts.resize(layers_.size() + 1);
     if (!is_first()) {
       RETURN_IF_ERROR(nn::EnsureFloats(backend_, s->acts[0], in.activations.size()));
-      ASSIGN_OR_RETURN(HostTransfer read,
+      ASSIGN_OR_RETURN(edge.inputs_read,
                        UploadEdge(in.activations, Prefix<float>(s->acts[0], rows * input_width()), wait));
-      if (!wait) edge.inputs_read = std::move(read);
     }
     const nn::MicroBatch mb = MicroBatchOf(slot, *s);
     for (size_t i = 0; i < layers_.size(); ++i) {
