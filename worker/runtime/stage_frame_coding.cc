@@ -119,6 +119,7 @@ absl::StatusOr<std::optional<StageMessage>> FrameAssembler::Add(const common::De
   }
   if (!active_) {
     ASSIGN_OR_RETURN(message_.kind, FromWire(f.kind()));
+    ASSIGN_OR_RETURN(message_.dtype, common::DTypeFromProto(f.dtype()));  // f32, bf16 or f16: Check saw to it
     active_ = true;
     first_ = f;
     message_.step = f.step();
@@ -129,9 +130,6 @@ absl::StatusOr<std::optional<StageMessage>> FrameAssembler::Add(const common::De
     message_.norm = f.norm();
     message_.targets.assign(f.targets().begin(), f.targets().end());
     message_.values = Destination(static_cast<size_t>(f.elements()));
-    message_.dtype = f.dtype() == shardline::v1::DTYPE_F32  ? common::DType::kF32
-                     : f.dtype() == shardline::v1::DTYPE_BF16 ? common::DType::kBF16
-                                                               : common::DType::kF16;
     element_bytes_ = common::DTypeSize(message_.dtype);
   }
   // The one copy on the receiving side: straight into the tensor, 16-bit

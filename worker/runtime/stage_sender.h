@@ -2,7 +2,7 @@
 // order they are given, each once the device has written its tensor (the
 // HostTransfer of the copy into the message's host buffer is done). The stage
 // thread can then queue the next micro-batch's work while the previous one's
-// output is still on its way to the host (issue: the GPU send path).
+// output is still on its way to the host.
 //
 // A message whose tensor is already written and with nothing queued before it
 // goes to the link at once, on the caller's thread: on the CPU backend every
