@@ -3,6 +3,8 @@
 #include <cstring>
 #include <utility>
 
+#include "common/status_macros.h"
+
 namespace shardline::testing {
 
 DeferredCopyBackend::DeferredCopyBackend(absl::Duration delay)
@@ -34,9 +36,9 @@ absl::StatusOr<worker::HostTransfer> DeferredCopyBackend::CopyToHostAsyncImpl(co
   return Queue(src, dst, bytes);  // the bytes are read when the copy runs
 }
 
-absl::StatusOr<worker::HostTransfer> DeferredCopyBackend::CopyToDeviceAsyncImpl(const void* src,
-                                                                                void* dst,
-                                                                                size_t bytes) {
+absl::StatusOr<worker::HostTransfer> DeferredCopyBackend::CopyToDeviceAsyncImpl(
+    const void* src, void* dst, size_t bytes, const worker::HostTransfer* after) {
+  if (after != nullptr) RETURN_IF_ERROR(after->Wait());
   // The work queued next reads `dst` at once (the CPU computes as work is
   // queued), so the bytes move now; the host memory counts as read later.
   std::memcpy(dst, src, bytes);

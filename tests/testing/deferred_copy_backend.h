@@ -34,7 +34,8 @@ class DeferredCopyBackend final : public worker::CpuBackend {
   absl::StatusOr<worker::HostTransfer> CopyToHostAsyncImpl(const void* src, void* dst,
                                                            size_t bytes) override;
   absl::StatusOr<worker::HostTransfer> CopyToDeviceAsyncImpl(const void* src, void* dst,
-                                                             size_t bytes) override;
+                                                             size_t bytes,
+                                                             const worker::HostTransfer* after) override;
 
  private:
   struct Pending {

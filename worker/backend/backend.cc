@@ -126,10 +126,11 @@ absl::StatusOr<HostTransfer> Backend::CopyToHostAsyncBytes(const void* src, size
 }
 
 absl::StatusOr<HostTransfer> Backend::CopyToDeviceAsyncBytes(const void* src, size_t src_bytes,
-                                                             void* dst, size_t dst_bytes) {
+                                                             void* dst, size_t dst_bytes,
+                                                             const HostTransfer* after) {
   if (src_bytes == 0) return HostTransfer();
   RETURN_IF_ERROR(CheckCopy("CopyToDeviceAsync", src, src_bytes, dst, dst_bytes));
-  return CopyToDeviceAsyncImpl(src, dst, src_bytes);
+  return CopyToDeviceAsyncImpl(src, dst, src_bytes, after);
 }
 
 absl::StatusOr<HostTransfer> Backend::CopyToHostAsyncImpl(const void* src, void* dst, size_t bytes) {
@@ -138,7 +139,9 @@ absl::StatusOr<HostTransfer> Backend::CopyToHostAsyncImpl(const void* src, void*
 }
 
 absl::StatusOr<HostTransfer> Backend::CopyToDeviceAsyncImpl(const void* src, void* dst,
-                                                            size_t bytes) {
+                                                            size_t bytes, const HostTransfer* after) {
+  // Work runs as it is queued: whatever `after` marks has run already.
+  if (after != nullptr) RETURN_IF_ERROR(after->Wait());
   RETURN_IF_ERROR(CopyToDeviceImpl(src, dst, bytes));
   return HostTransfer();
 }

@@ -107,8 +107,21 @@ class Backend {
   // must stay allocated and unchanged until the transfer is done.
   template <typename T>
   absl::StatusOr<HostTransfer> CopyToDeviceAsync(absl::Span<const T> src, DeviceSpan<T> dst) {
-    return CopyToDeviceAsyncBytes(src.data(), src.size() * sizeof(T), dst.data(), dst.size() * sizeof(T));
+    return CopyToDeviceAsyncBytes(src.data(), src.size() * sizeof(T), dst.data(), dst.size() * sizeof(T),
+                                  nullptr);
   }
+  // The same, but the copy may start as soon as `after` is done (a
+  // MarkQueued() taken once the last work reading `dst` was queued) instead
+  // of after all the work queued so far: on CUDA it runs on a copy engine
+  // alongside that work. Work queued after it still sees the values.
+  template <typename T>
+  absl::StatusOr<HostTransfer> CopyToDeviceAsync(absl::Span<const T> src, DeviceSpan<T> dst,
+                                                 const HostTransfer& after) {
+    return CopyToDeviceAsyncBytes(src.data(), src.size() * sizeof(T), dst.data(), dst.size() * sizeof(T),
+                                  &after);
+  }
+  // Done once the work queued so far has run (on the CPU: at once).
+  virtual absl::StatusOr<HostTransfer> MarkQueued() { return HostTransfer(); }
   // Work queued from now on starts only after `transfer` has finished. The
   // host waits only on backends that run work as it is queued (the CPU).
   virtual absl::Status AwaitOnDevice(const HostTransfer& transfer) { return transfer.Wait(); }
@@ -198,7 +211,9 @@ class Backend {
   // By default the asynchronous copies are the synchronous ones, done when
   // they return.
   virtual absl::StatusOr<HostTransfer> CopyToHostAsyncImpl(const void* src, void* dst, size_t bytes);
-  virtual absl::StatusOr<HostTransfer> CopyToDeviceAsyncImpl(const void* src, void* dst, size_t bytes);
+  // `after`: null for "after the work queued so far"; see CopyToDeviceAsync.
+  virtual absl::StatusOr<HostTransfer> CopyToDeviceAsyncImpl(const void* src, void* dst, size_t bytes,
+                                                             const HostTransfer* after);
   virtual absl::Status FillImpl(float* x, size_t n, float value) = 0;
   virtual absl::Status GemmImpl(const GemmShape& shape, const float* a, const float* b,
                                 float* c) = 0;
@@ -246,7 +261,7 @@ class Backend {
   absl::StatusOr<HostTransfer> CopyToHostAsyncBytes(const void* src, size_t src_bytes, void* dst,
                                                      size_t dst_bytes);
   absl::StatusOr<HostTransfer> CopyToDeviceAsyncBytes(const void* src, size_t src_bytes, void* dst,
-                                                       size_t dst_bytes);
+                                                       size_t dst_bytes, const HostTransfer* after);
 };
 
 }  // namespace shardline::worker

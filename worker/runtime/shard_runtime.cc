@@ -21,11 +21,12 @@ DeviceSpan<T> Prefix(DeviceBuffer& buffer, int64_t count) {
 }
 
 // Host → device and device → host, done on return when `wait`, queued
-// otherwise.
+// otherwise (a copy in then starts once `after` is done: see
+// Backend::CopyToDeviceAsync).
 template <typename T>
 absl::StatusOr<HostTransfer> CopyIn(Backend& backend, absl::Span<const T> src, DeviceSpan<T> dst,
-                                    bool wait) {
-  if (!wait) return backend.CopyToDeviceAsync(src, dst);
+                                    bool wait, const HostTransfer& after) {
+  if (!wait) return backend.CopyToDeviceAsync(src, dst, after);
   RETURN_IF_ERROR(backend.CopyToDevice(src, dst));
   return HostTransfer();
 }
@@ -106,14 +107,15 @@ absl::Status ShardRuntime::set_edge_dtype(common::DType dtype) {
 }
 
 absl::StatusOr<HostTransfer> ShardRuntime::UploadEdge(absl::Span<const float> host,
-                                                      DeviceSpan<float> dst, bool wait) {
-  if (edge_dtype_ == common::DType::kF32) return CopyIn(backend_, host, dst, wait);
+                                                      DeviceSpan<float> dst, DeviceBuffer& narrow,
+                                                      bool wait, const HostTransfer& after) {
+  if (edge_dtype_ == common::DType::kF32) return CopyIn(backend_, host, dst, wait, after);
   // The host holds host.size() 16-bit values: half the bytes cross the bus,
   // and the device widens them.
   const absl::Span<const uint16_t> halves(reinterpret_cast<const uint16_t*>(host.data()), host.size());
-  RETURN_IF_ERROR(nn::EnsureFloats(backend_, narrow_in_, (host.size() + 1) / 2));
-  const DeviceSpan<uint16_t> staged = narrow_in_.span<uint16_t>().subspan(0, host.size());
-  ASSIGN_OR_RETURN(HostTransfer transfer, CopyIn(backend_, halves, staged, wait));
+  RETURN_IF_ERROR(nn::EnsureFloats(backend_, narrow, (host.size() + 1) / 2));
+  const DeviceSpan<uint16_t> staged = narrow.span<uint16_t>().subspan(0, host.size());
+  ASSIGN_OR_RETURN(HostTransfer transfer, CopyIn(backend_, halves, staged, wait, after));
   RETURN_IF_ERROR(backend_.ConvertToF32(DeviceSpan<const uint16_t>(staged), edge_dtype_, dst));
   return transfer;
 }
@@ -156,7 +158,7 @@ absl::StatusOr<ShardRuntime::EdgeTransfers> ShardRuntime::ForwardImpl(int slot, 
   // Host → device copies; asynchronous ones are queued in order, so the last
   // one's completion covers them all.
   auto upload = [&](absl::Span<const int32_t> src, DeviceSpan<int32_t> dst) -> absl::Status {
-    ASSIGN_OR_RETURN(edge.inputs_read, CopyIn(backend_, src, dst, wait));
+    ASSIGN_OR_RETURN(edge.inputs_read, CopyIn(backend_, src, dst, wait, s->released));
     return absl::OkStatus();
   };
   absl::Status status = [&]() -> absl::Status {
@@ -174,7 +176,8 @@ absl::StatusOr<ShardRuntime::EdgeTransfers> ShardRuntime::ForwardImpl(int slot, 
     if (!is_first()) {
       RETURN_IF_ERROR(nn::EnsureFloats(backend_, s->acts[0], in.activations.size()));
       ASSIGN_OR_RETURN(edge.inputs_read,
-                       UploadEdge(in.activations, Prefix<float>(s->acts[0], rows * input_width()), wait));
+                       UploadEdge(in.activations, Prefix<float>(s->acts[0], rows * input_width()),
+                                  s->narrow_input, wait, s->released));
     }
     const nn::MicroBatch mb = MicroBatchOf(slot, *s);
     for (size_t i = 0; i < layers_.size(); ++i) {
@@ -244,9 +247,11 @@ absl::StatusOr<ShardRuntime::EdgeTransfers> ShardRuntime::BackwardImpl(
     DeviceBuffer* dx_buffer = &grad_b_;
     DeviceSpan<const float> dy;
     if (!is_last()) {
-      RETURN_IF_ERROR(nn::EnsureFloats(backend_, *dy_buffer, grad_output.size()));
-      const DeviceSpan<float> dst = Prefix<float>(*dy_buffer, rows * output_width());
-      ASSIGN_OR_RETURN(edge.inputs_read, UploadEdge(grad_output, dst, wait));
+      // Into the slot, so the copy may overlap the work still queued.
+      RETURN_IF_ERROR(nn::EnsureFloats(backend_, s->grad_output, grad_output.size()));
+      const DeviceSpan<float> dst = Prefix<float>(s->grad_output, rows * output_width());
+      ASSIGN_OR_RETURN(edge.inputs_read,
+                       UploadEdge(grad_output, dst, s->narrow_grad, wait, s->released));
       dy = dst;
     }
     // The stage's input gradient goes to one of two buffers in turn, so the
@@ -277,8 +282,21 @@ absl::StatusOr<ShardRuntime::EdgeTransfers> ShardRuntime::BackwardImpl(
     (void)edge.inputs_read.Wait();  // grad_output must outlive its copy
     return status;
   }
+  MarkReleased(*s);
   slots_.Release(slot);
   return edge;
+}
+
+void ShardRuntime::MarkReleased(Slot& s) {
+  absl::StatusOr<HostTransfer> mark = backend_.MarkQueued();
+  if (mark.ok()) {
+    s.released = *std::move(mark);
+    return;
+  }
+  // Without a mark the next owner's copies could overtake the work still
+  // reading this slot: let that work finish instead.
+  (void)backend_.Synchronize();
+  s.released = HostTransfer();
 }
 
 absl::StatusOr<int64_t> ShardRuntime::SlotTokens(int slot) {
@@ -288,6 +306,7 @@ absl::StatusOr<int64_t> ShardRuntime::SlotTokens(int slot) {
 
 void ShardRuntime::Discard(int slot) {
   for (auto& layer : layers_) layer->Discard(slot);
+  if (absl::StatusOr<Slot*> s = slots_.Find(slot); s.ok()) MarkReleased(**s);
   slots_.Release(slot);
 }
 

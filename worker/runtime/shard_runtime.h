@@ -127,8 +127,12 @@ class ShardRuntime {
     double loss = 0.0;
     DeviceBuffer ids, targets;
     std::vector<DeviceBuffer> acts;  // acts[i]: input of layer i; acts.back(): output
-    DeviceBuffer narrow_output;      // the output at a 16-bit edge precision
+    DeviceBuffer grad_output;        // the gradient of the output, copied in for Backward
+    DeviceBuffer narrow_input, narrow_grad, narrow_output;  // at a 16-bit edge precision
     HostTransfer output_read;        // the output's copy to the host, until the slot is reused
+    // Done once the work of the slot's last owner has run: copies into a
+    // recycled slot may start then, alongside later work (a fresh slot: at once).
+    HostTransfer released;
   };
   // One of the two buffers the stage's input gradient is written to in turn,
   // and the copy to the host that last read it.
@@ -150,9 +154,13 @@ class ShardRuntime {
   absl::StatusOr<EdgeTransfers> BackwardImpl(int slot, absl::Span<const float> grad_output,
                                              absl::Span<float> grad_input, bool wait);
   // One edge tensor between the host (at edge_dtype_) and the device (f32);
-  // `narrow` is the device buffer a 16-bit download is converted into. The
-  // transfer is done at once when `wait`.
-  absl::StatusOr<HostTransfer> UploadEdge(absl::Span<const float> host, DeviceSpan<float> dst, bool wait);
+  // `narrow` is the device buffer a 16-bit tensor lands in (upload) or is
+  // converted into (download). The transfer is done at once when `wait`; an
+  // upload may start once `after` is done.
+  absl::StatusOr<HostTransfer> UploadEdge(absl::Span<const float> host, DeviceSpan<float> dst,
+                                          DeviceBuffer& narrow, bool wait, const HostTransfer& after);
+  // Marks the end of the work queued for `s` (before it goes back to the store).
+  void MarkReleased(Slot& s);
   absl::StatusOr<HostTransfer> DownloadEdge(DeviceSpan<const float> src, DeviceBuffer& narrow,
                                             absl::Span<float> host, bool wait);
   absl::Status CheckInputs(const Inputs& inputs) const;
@@ -168,7 +176,6 @@ class ShardRuntime {
   GradIn grad_in_[2];
   int grad_in_next_ = 0;
   common::DType edge_dtype_ = common::DType::kF32;
-  DeviceBuffer narrow_in_;  // a 16-bit edge tensor on its way in, before widening
 };
 
 }  // namespace shardline::worker::runtime

@@ -1,8 +1,9 @@
 // The backend's asynchronous copies (the stage links' staging path) and its
 // work timers, on every backend built: a copy to the host sees the work
 // queued before it and not the work after it (AwaitOnDevice), a copy to the
-// device is seen by the work after it, bad buffers are refused, and a timer
-// measures the work between its marks.
+// device (also one that may start early, after a mark) is seen by the work
+// after it, bad buffers are refused, and a timer measures the work between
+// its marks.
 #include <algorithm>
 #include <chrono>
 #include <vector>
@@ -72,6 +73,30 @@ TEST_P(TransferTest, CopyToDeviceAsyncIsSeenByTheWorkAfterIt) {
   EXPECT_EQ(std::count(got.begin(), got.end(), 10.0f), static_cast<long>(kAsyncFloats));
 }
 
+// A copy to the device that may start once a mark is done (CUDA: on the
+// upload stream, alongside the work before it) is still seen by the work
+// queued after it; the mark itself is done once the work before it has run.
+TEST_P(TransferTest, CopyToDeviceAfterAMarkIsSeenByTheWorkAfterIt) {
+  auto y = backend().Allocate(kAsyncFloats * sizeof(float));
+  auto busy = backend().Allocate(kAsyncFloats * sizeof(float));
+  ASSERT_TRUE(y.ok() && busy.ok());
+  StagingFloats host(backend(), kAsyncFloats);
+  ASSERT_FALSE(host.span().empty());
+  std::fill(host.span().begin(), host.span().end(), 5.0f);
+  ASSERT_TRUE(backend().Fill(y->span<float>(), 0.0f).ok());
+  auto mark = backend().MarkQueued();  // y's last use so far
+  ASSERT_TRUE(mark.ok()) << mark.status();
+  ASSERT_TRUE(backend().Fill(busy->span<float>(), 1.0f).ok());  // work the copy may overlap
+  auto copy = backend().CopyToDeviceAsync(absl::Span<const float>(host.span()), y->span<float>(), *mark);
+  ASSERT_TRUE(copy.ok()) << copy.status();
+  ASSERT_TRUE(backend().Scale(y->span<float>(), 2.0f).ok());
+  ASSERT_TRUE(copy->Wait().ok());
+  ASSERT_TRUE(mark->Wait().ok());
+  EXPECT_TRUE(mark->done());
+  const std::vector<float> got = Download(backend(), *y);
+  EXPECT_EQ(std::count(got.begin(), got.end(), 10.0f), static_cast<long>(kAsyncFloats));
+}
+
 TEST_P(TransferTest, AsyncCopiesValidateTheirBuffers) {
   auto x = backend().Allocate(16 * sizeof(float));
   ASSERT_TRUE(x.ok());
@@ -79,6 +104,9 @@ TEST_P(TransferTest, AsyncCopiesValidateTheirBuffers) {
   EXPECT_EQ(backend().CopyToHostAsync(DeviceSpan<const float>(x->span<float>()), absl::Span<float>(small)).status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(backend().CopyToDeviceAsync(absl::Span<const float>(std::vector<float>(32)), x->span<float>()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(backend().CopyToDeviceAsync(absl::Span<const float>(std::vector<float>(32)), x->span<float>(),
+                                        HostTransfer()).status().code(),
             absl::StatusCode::kInvalidArgument);
   auto nothing = backend().CopyToHostAsync(DeviceSpan<const float>(), absl::Span<float>());
   ASSERT_TRUE(nothing.ok());

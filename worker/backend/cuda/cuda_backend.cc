@@ -63,6 +63,12 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(int device) {
   CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&copy_stream, cudaStreamNonBlocking));
   backend->copy_stream_owner_.reset(copy_stream);
   backend->copy_stream_ = copy_stream;
+  // A stream of its own: uploads must not queue behind copies to the host,
+  // which wait for compute.
+  cudaStream_t upload_stream = nullptr;
+  CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&upload_stream, cudaStreamNonBlocking));
+  backend->upload_stream_owner_.reset(upload_stream);
+  backend->upload_stream_ = upload_stream;
   cudaEvent_t queued = nullptr;
   CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&queued, cudaEventDisableTiming));
   backend->queued_owner_.reset(queued);
@@ -93,6 +99,7 @@ CudaBackend::~CudaBackend() {
   // Queued kernels and copies may still use the buffers the members free.
   if (stream_ != nullptr) cudaStreamSynchronize(stream_);
   if (copy_stream_ != nullptr) cudaStreamSynchronize(copy_stream_);
+  if (upload_stream_ != nullptr) cudaStreamSynchronize(upload_stream_);
 }
 
 std::string CudaBackend::name() const { return absl::StrCat("cuda:", device_); }
@@ -180,11 +187,24 @@ absl::StatusOr<HostTransfer> CudaBackend::CopyToHostAsyncImpl(const void* src, v
 }
 
 absl::StatusOr<HostTransfer> CudaBackend::CopyToDeviceAsyncImpl(const void* src, void* dst,
-                                                                size_t bytes) {
-  // On the compute stream: the work after it reads `dst`, and the work
-  // before it may still read what `dst` held.
-  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
-  return RecordTransfer(stream_);
+                                                                size_t bytes,
+                                                                const HostTransfer* after) {
+  if (after == nullptr) {
+    // On the compute stream: the work before it may still read what `dst`
+    // held, and the work after it reads the values.
+    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
+    return RecordTransfer(stream_);
+  }
+  // On the upload stream, once `after` is done, alongside the compute queued
+  // before it; the compute queued from now on waits for the copy.
+  if (after->native_handle() != nullptr) {
+    CUDA_RETURN_IF_ERROR(
+        cudaStreamWaitEvent(upload_stream_, static_cast<cudaEvent_t>(after->native_handle()), 0));
+  }
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, upload_stream_));
+  ASSIGN_OR_RETURN(HostTransfer transfer, RecordTransfer(upload_stream_));
+  RETURN_IF_ERROR(AwaitOnDevice(transfer));
+  return transfer;
 }
 
 absl::StatusOr<std::unique_ptr<WorkTimer>> CudaBackend::StartTimer() {

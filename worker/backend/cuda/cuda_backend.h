@@ -52,8 +52,9 @@ class CudaBackend final : public Backend {
   absl::Status CopyToHostImpl(const void* src, void* dst, size_t bytes) override;
   absl::Status CopyOnDeviceImpl(const void* src, void* dst, size_t bytes) override;
   absl::StatusOr<HostTransfer> CopyToHostAsyncImpl(const void* src, void* dst, size_t bytes) override;
-  absl::StatusOr<HostTransfer> CopyToDeviceAsyncImpl(const void* src, void* dst,
-                                                      size_t bytes) override;
+  absl::StatusOr<HostTransfer> CopyToDeviceAsyncImpl(const void* src, void* dst, size_t bytes,
+                                                      const HostTransfer* after) override;
+  absl::StatusOr<HostTransfer> MarkQueued() override { return RecordTransfer(stream_); }
   absl::Status FillImpl(float* x, size_t n, float value) override;
   absl::Status GemmImpl(const GemmShape& shape, const float* a, const float* b, float* c) override;
   absl::Status AxpyImpl(float alpha, const float* x, float* y, size_t n) override;
@@ -117,12 +118,14 @@ class CudaBackend final : public Backend {
   // drains the stream before anything is released.
   std::unique_ptr<CUstream_st, StreamDeleter> stream_owner_;
   std::unique_ptr<cublasContext, CublasDeleter> cublas_owner_;
-  std::unique_ptr<CUstream_st, StreamDeleter> copy_stream_owner_;
+  std::unique_ptr<CUstream_st, StreamDeleter> copy_stream_owner_;  // copies to the host
+  std::unique_ptr<CUstream_st, StreamDeleter> upload_stream_owner_;  // copies to the device
   // Recorded on stream_ before each copy to the host; the copy stream waits
   // on it (a wait sees the record made before it, so one event serves all).
   std::unique_ptr<CUevent_st, EventDeleter> queued_owner_;
   CUstream_st* stream_ = nullptr;       // == stream_owner_.get()
-  CUstream_st* copy_stream_ = nullptr;  // == copy_stream_owner_.get()
+  CUstream_st* copy_stream_ = nullptr;    // == copy_stream_owner_.get()
+  CUstream_st* upload_stream_ = nullptr;  // == upload_stream_owner_.get()
   cublasContext* cublas_ = nullptr;  // == cublas_owner_.get()
   // Device scratch allocated once: the kernels' error word and the partial
   // sums of SumOfSquares.
