@@ -122,6 +122,8 @@ for (check, size), r in sorted(rows.items()):
         parts.append(f"D2H under GEMM overlap {r['overlap']:.2f}")
     elif check == "backend_d2h_under_gemm":
         parts.append(f"Backend CopyToHostAsync under GEMM overlap {r['overlap']:.2f}")
+    elif check == "backend_h2d_under_gemm":
+        parts.append(f"Backend upload after a mark under GEMM overlap {r['overlap']:.2f}")
     else:
         parts.append(f"hop {size / 2**20:.0f} MiB {r['hop_gbps']:.2f} GB/s")
 print("; ".join(parts))

@@ -86,7 +86,8 @@ class Backend {
     return CopyOnDeviceBytes(src.data(), src.size() * sizeof(T), dst.data(), dst.size() * sizeof(T));
   }
   absl::Status Fill(DeviceSpan<float> x, float value);
-  // Waits for all queued work and reports any error it raised.
+  // Waits for all queued work and reports any error it raised (copies to
+  // the host from CopyToHostAsync excepted: their transfers say when).
   virtual absl::Status Synchronize() = 0;
 
   // ---- Copies that overlap compute (the stage links' staging) ----
