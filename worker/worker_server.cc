@@ -10,6 +10,7 @@
 #include "glog/logging.h"
 #include "worker/backend/backend_factory.h"
 #include "worker/runtime/pipeline_stage.h"
+#include "worker/runtime/stage_sender.h"
 #include "worker/stage_job.h"
 
 namespace shardline::worker {
@@ -170,6 +171,9 @@ void WorkerServer::RunJob(shardline::v1::Assignment a) {
   options.exchange.max_waiting = std::max<size_t>(8, static_cast<size_t>(a.stages()));
   options.staging_slot_bytes = runtime::LargestLinkTensorBytes(a.spec());
   options.staging_memory = runtime::HostStagingMemory(*backend_);
+  // Where device copies finish later (CUDA), a stage's sender holds a few
+  // outgoing tensors before the link does.
+  if (backend_->host_staging_pinned()) options.extra_send_slots = runtime::StageSender::kDefaultMaxQueued;
   options.staging_budget_bytes = options_.link_staging_bytes;
   absl::StatusOr<std::unique_ptr<runtime::GrpcStageLink>> link = runtime::GrpcStageLink::Create(options);
   absl::Status status = link.status();

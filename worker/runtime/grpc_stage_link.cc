@@ -86,7 +86,8 @@ absl::Status GrpcStageLink::CreateStagingPools(bool has_next, bool has_previous)
   const size_t bytes = options_.staging_slot_bytes;
   const int neighbours = int{has_next} + int{has_previous};
   if (bytes == 0 || neighbours == 0) return absl::OkStatus();
-  const size_t wanted_send = options_.exchange.max_waiting + 2, wanted_receive = options_.exchange.max_waiting + 3;
+  const size_t wanted_send = options_.exchange.max_waiting + 2 + options_.extra_send_slots;
+  const size_t wanted_receive = options_.exchange.max_waiting + 3;
   const size_t wanted = neighbours * (wanted_send + wanted_receive) * bytes;
   const size_t budget = options_.staging_budget_bytes;
   // Over budget: every pool shrinks by the same factor, to one slot at least.

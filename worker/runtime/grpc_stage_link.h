@@ -35,15 +35,19 @@ struct GrpcStageLinkOptions {
   int stages = 1;
   std::string upstream_address;          // the previous stage's worker (stage > 0)
   StageLinkService* service = nullptr;   // this worker's service (stage < stages − 1)
-  ExchangeOptions exchange;               // timeout, chunk size, wire precision, flow control
+  ExchangeOptions exchange;               // timeout, chunk size, flow control
   // Staging slots for the tensors this link moves, allocated at Create:
-  // per neighbour, max_waiting + 2 for sending and max_waiting + 3 for
-  // receiving, fewer (at least one per pool) when that would exceed
+  // per neighbour, max_waiting + 2 + extra_send_slots for sending and
+  // max_waiting + 3 for receiving, fewer (at least one per pool) when that would exceed
   // `staging_budget_bytes`, none when even that would. 0: none. Tensors
   // larger than a slot, or sent or received while every slot is in use, live
   // on the heap: slots speed the path up, the queues bound its memory.
   size_t staging_slot_bytes = 0;
   size_t staging_budget_bytes = size_t{512} << 20;
+  // Outgoing tensors held before they reach the link (a StageSender's queue,
+  // where device copies finish later): without slots for them they would
+  // fall back to pageable memory, whose device copies are synchronous.
+  size_t extra_send_slots = 0;
   HostMemory staging_memory = PlainHostMemory();  // pinned on CUDA workers
 };
 

@@ -31,7 +31,9 @@ class StageSender {
  public:
   enum class Direction { kNext, kPrevious };
 
-  explicit StageSender(StageLink& link, size_t max_queued = 4);
+  static constexpr size_t kDefaultMaxQueued = 4;
+
+  explicit StageSender(StageLink& link, size_t max_queued = kDefaultMaxQueued);
   // Waits for the transfers of the messages still queued, drops them (the
   // step they belong to has failed) and stops the thread.
   ~StageSender();
