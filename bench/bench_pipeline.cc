@@ -9,13 +9,17 @@
 // them, whatever the stages' speeds), the process's
 // peak resident memory (all stages; it only grows, so each row includes the
 // rows before it), and tokens/s relative to the single-process trainer on
-// the same model and thread budget in the same run.
+// the same model and thread budget in the same run, with the largest
+// relative gap between the two runs' losses (0 on the CPU: the pipeline is
+// the reference arithmetic). --device=cuda:N puts every stage and the
+// trainer on that GPU (each stage with its own streams; staging pinned).
 //
-//   bench_pipeline [--stages=2,4] [--steps=N] [--threads=N] [--json=FILE]
+//   bench_pipeline [--stages=2,4] [--steps=N] [--threads=N] [--device=cpu|cuda:N] [--json=FILE]
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -33,12 +37,15 @@
 #include "worker/runtime/grpc_stage_link.h"
 #include "worker/runtime/pipeline_stage.h"
 #include "worker/runtime/stage_link_service.h"
+#include "worker/runtime/stage_sender.h"
+#include "worker/runtime/staging_pool.h"
 #include "worker/trainer/trainer.h"
 
 ABSL_FLAG(std::string, stages, "2,4", "pipeline depths to measure");
 ABSL_FLAG(int, steps, 6, "timed steps per configuration (after one warm-up step)");
 ABSL_FLAG(int, threads, 0, "total compute threads (0: all cores), divided among the stages");
 ABSL_FLAG(std::string, json, "", "write the rows as JSON to this file");
+ABSL_FLAG(std::string, device, "cpu", "where the stages and the trainer run: cpu or cuda:N");
 
 namespace shardline::bench {
 namespace {
@@ -77,20 +84,28 @@ double PeakRssMiB() {
   return 0.0;
 }
 
-double ReferenceTokensPerSecond(const shardline::v1::JobSpec& spec, int threads, int steps) {
-  auto backend = worker::CreateBackend("cpu", {threads});
+struct Reference {
+  double tokens_per_s = 0;
+  std::vector<double> losses;  // steps 2, 3, ...
+};
+
+Reference RunReference(const shardline::v1::JobSpec& spec, int threads, int steps) {
+  auto backend = worker::CreateBackend(absl::GetFlag(FLAGS_device), {threads});
   BENCH_CHECK_OK(backend.status());
   auto trainer = worker::trainer::Trainer::Create(spec, **backend);
   BENCH_CHECK_OK(trainer.status());
   BENCH_CHECK_OK((*trainer)->TrainStep(1).status());
+  Reference out;
   int64_t tokens = 0;
   const auto start = std::chrono::steady_clock::now();
   for (int step = 2; step < 2 + steps; ++step) {
     auto r = (*trainer)->TrainStep(step);
     BENCH_CHECK_OK(r.status());
     tokens += r->tokens;
+    out.losses.push_back(r->loss);
   }
-  return tokens / std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  out.tokens_per_s = tokens / std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return out;
 }
 
 void Measure(int p, int total_threads, int steps, BenchReport& report) {
@@ -120,7 +135,7 @@ void Measure(int p, int total_threads, int steps, BenchReport& report) {
   std::vector<std::unique_ptr<worker::runtime::GrpcStageLink>> links;
   std::vector<std::unique_ptr<worker::runtime::PipelineStage>> stages;
   for (int s = 0; s < p; ++s) {
-    auto backend = worker::CreateBackend("cpu", {stage_threads});
+    auto backend = worker::CreateBackend(absl::GetFlag(FLAGS_device), {stage_threads});
     BENCH_CHECK_OK(backend.status());
     backends.push_back(std::move(*backend));
     auto runtime = worker::runtime::ShardRuntime::Create(*backends[s], config, cuts[s], cuts[s + 1],
@@ -135,6 +150,10 @@ void Measure(int p, int total_threads, int steps, BenchReport& report) {
     options.service = services[s].get();
     if (s > 0) options.upstream_address = addresses[s - 1];
     options.staging_slot_bytes = worker::runtime::LargestLinkTensorBytes(spec);
+    options.staging_memory = worker::runtime::HostStagingMemory(*backends[s]);  // as a worker's
+    if (backends[s]->host_staging_pinned()) {
+      options.extra_send_slots = worker::runtime::StageSender::kDefaultMaxQueued;
+    }
     auto link = worker::runtime::GrpcStageLink::Create(options);
     BENCH_CHECK_OK(link.status());
     links.push_back(std::move(*link));
@@ -160,12 +179,14 @@ void Measure(int p, int total_threads, int steps, BenchReport& report) {
   double wall = 0, busy = 0, busiest = 0, exposed = 0;
   int64_t tokens = 0;
   size_t peak = 0;
+  std::vector<double> losses;
   for (int step = 2; step < 2 + steps; ++step) {
     const auto start = std::chrono::steady_clock::now();
     const std::vector<StageStepResult> r = run_step(step);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     wall += seconds;
     tokens += r[0].tokens;
+    losses.push_back(r.back().loss);
     double most = 0;
     for (const auto& s : r) {
       busy += s.busy_seconds;
@@ -186,7 +207,11 @@ void Measure(int p, int total_threads, int steps, BenchReport& report) {
   const int m = spec.train().micro_batches();
   const double efficiency = busy / (p * wall);
   const double bound = 1.0 - static_cast<double>(p - 1) / (m + p - 1);
-  const double reference = ReferenceTokensPerSecond(spec, total_threads, steps);
+  const Reference reference = RunReference(spec, total_threads, steps);
+  double loss_gap = 0;
+  for (size_t i = 0; i < losses.size(); ++i) {
+    loss_gap = std::max(loss_gap, std::fabs(losses[i] - reference.losses[i]) / std::fabs(reference.losses[i]));
+  }
   report.Add({{"stages", static_cast<double>(p)},
               {"micro_batches", static_cast<double>(m)},
               {"threads_per_stage", static_cast<double>(stage_threads)},
@@ -200,13 +225,20 @@ void Measure(int p, int total_threads, int steps, BenchReport& report) {
               {"link_peak_mib", static_cast<double>(link_peak) / (1 << 20)},
               {"staging_slots_peak", static_cast<double>(staging_peak)},
               {"peak_rss_mib", PeakRssMiB()},
-              {"reference_tokens_per_s", reference},
-              {"vs_reference", tokens / wall / reference}});
+              {"reference_tokens_per_s", reference.tokens_per_s},
+              {"vs_reference", tokens / wall / reference.tokens_per_s},
+              {"max_loss_gap", loss_gap}});
 }
 
 int Main() {
   const int threads = absl::GetFlag(FLAGS_threads) > 0 ? absl::GetFlag(FLAGS_threads)
                                                        : static_cast<int>(std::thread::hardware_concurrency());
+  if (absl::StatusOr<std::unique_ptr<worker::Backend>> probe = worker::CreateBackend(absl::GetFlag(FLAGS_device));
+      !probe.ok()) {
+    std::fprintf(stderr, "Error: --device=%s: %s\n", absl::GetFlag(FLAGS_device).c_str(),
+                 probe.status().ToString().c_str());
+    return 3;
+  }
   BenchReport report;
   for (absl::string_view s : absl::StrSplit(absl::GetFlag(FLAGS_stages), ',', absl::SkipEmpty())) {
     int p = 0;

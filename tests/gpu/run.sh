@@ -135,7 +135,29 @@ else
   failed=1
 fi
 
-cat "$bench_log" "$out/bench_train.log" "$transport_log" 2>/dev/null
+# The whole stage path on the GPU: 2 and 4 stages on cuda:0 over real gRPC
+# links (pinned slots, the sender, uploads alongside compute), against the
+# trainer on cuda:0: losses must agree (relative 1e-4), efficiency reported.
+pipeline_log=$out/bench_pipeline.log
+if timeout 240 "$work/bin/bench_pipeline" --device=cuda:0 --stages=2,4 --steps=4 \
+     --json="$out/bench_pipeline.json" >"$pipeline_log" 2>&1; then
+  figure=$(python3 - "$out/bench_pipeline.json" <<'PY'
+import json, sys
+rows = json.load(open(sys.argv[1]))
+gap = max(r["max_loss_gap"] for r in rows)
+parts = [f"p={int(r['stages'])}: {r['tokens_per_s']:.0f} tok/s, eff/bound {r['efficiency_vs_bound']:.2f}"
+         for r in rows]
+print(("PASS" if gap <= 1e-4 else "FAIL") + "|" + "; ".join(parts) + f"; loss gap {gap:.1e} (limit 1e-4)")
+PY
+)
+  rows+=("bench_pipeline_cuda|$figure")
+  case "$figure" in PASS*) ;; *) failed=1 ;; esac
+else
+  rows+=("bench_pipeline_cuda|FAIL|see bench_pipeline.log")
+  failed=1
+fi
+
+cat "$bench_log" "$out/bench_train.log" "$transport_log" "$pipeline_log" 2>/dev/null
 echo
 echo "== Shardline GPU check (commit $(cat "$bundle/commit" 2>/dev/null || echo ?)) =="
 echo "device: ${device:-none found}   driver: ${driver:-?}"
