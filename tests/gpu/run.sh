@@ -161,9 +161,9 @@ cat "$bench_log" "$out/bench_train.log" "$transport_log" "$pipeline_log" 2>/dev/
 echo
 echo "== Shardline GPU check (commit $(cat "$bundle/commit" 2>/dev/null || echo ?)) =="
 echo "device: ${device:-none found}   driver: ${driver:-?}"
-printf '%-28s %-6s %s\n' check result figure
+printf '%-34s %-6s %s\n' check result figure
 for row in "${rows[@]}"; do
   IFS='|' read -r name result figure <<<"$row"
-  printf '%-28s %-6s %s\n' "$name" "$result" "$figure"
+  printf '%-34s %-6s %s\n' "$name" "$result" "$figure"
 done
 exit $failed
