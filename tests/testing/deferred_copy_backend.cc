@@ -18,22 +18,44 @@ DeferredCopyBackend::~DeferredCopyBackend() {
   thread_.join();
 }
 
+namespace {
+
+uint64_t Fnv1a(const void* data, size_t bytes) {
+  uint64_t hash = 1469598103934665603ull;
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < bytes; ++i) hash = (hash ^ p[i]) * 1099511628211ull;
+  return hash;
+}
+
+}  // namespace
+
 int DeferredCopyBackend::deferred_copies() {
   absl::MutexLock lock(&mu_);
   return finished_;
 }
 
-worker::HostTransfer DeferredCopyBackend::Queue(const void* src, void* dst, size_t bytes) {
-  auto completion = std::make_shared<ManualCompletion>();
+int DeferredCopyBackend::host_changes_seen() {
   absl::MutexLock lock(&mu_);
-  queue_.push_back({absl::Now() + delay_, src, dst, bytes, completion});
-  return worker::HostTransfer(std::move(completion));
+  return host_changes_;
+}
+
+worker::HostTransfer DeferredCopyBackend::Queue(Pending pending) {
+  pending.due = absl::Now() + delay_;
+  pending.completion = std::make_shared<ManualCompletion>();
+  worker::HostTransfer transfer(pending.completion);
+  absl::MutexLock lock(&mu_);
+  queue_.push_back(std::move(pending));
+  return transfer;
 }
 
 absl::StatusOr<worker::HostTransfer> DeferredCopyBackend::CopyToHostAsyncImpl(const void* src,
                                                                               void* dst,
                                                                               size_t bytes) {
-  return Queue(src, dst, bytes);  // the bytes are read when the copy runs
+  Pending copy;  // the bytes are read when the copy runs
+  copy.src = src;
+  copy.dst = dst;
+  copy.bytes = bytes;
+  return Queue(std::move(copy));
 }
 
 absl::StatusOr<worker::HostTransfer> DeferredCopyBackend::CopyToDeviceAsyncImpl(
@@ -42,7 +64,11 @@ absl::StatusOr<worker::HostTransfer> DeferredCopyBackend::CopyToDeviceAsyncImpl(
   // The work queued next reads `dst` at once (the CPU computes as work is
   // queued), so the bytes move now; the host memory counts as read later.
   std::memcpy(dst, src, bytes);
-  return Queue(nullptr, nullptr, 0);
+  Pending read;
+  read.read = src;
+  read.bytes = bytes;
+  read.read_hash = Fnv1a(src, bytes);
+  return Queue(std::move(read));
 }
 
 void DeferredCopyBackend::Run() {
@@ -59,9 +85,11 @@ void DeferredCopyBackend::Run() {
     const absl::Duration wait = next.due - absl::Now();
     if (wait > absl::ZeroDuration()) absl::SleepFor(wait);
     if (next.src != nullptr) std::memcpy(next.dst, next.src, next.bytes);
+    const bool changed = next.read != nullptr && Fnv1a(next.read, next.bytes) != next.read_hash;
     next.completion->Finish();
     absl::MutexLock lock(&mu_);
     ++finished_;
+    if (changed) ++host_changes_;
   }
 }
 

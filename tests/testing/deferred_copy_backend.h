@@ -4,10 +4,13 @@
 // later. A pipeline run on it checks, without a GPU, the protocol a CUDA
 // stage follows: nothing reads a tensor on the host before its copy is done,
 // nothing overwrites device memory a copy still reads (AwaitOnDevice), and
-// host memory a copy reads stays alive until the copy is done.
+// host memory a copy reads stays alive and unchanged until the copy is done
+// (it is read again when the copy finishes: under ASan a buffer freed early
+// is a use-after-free, and a changed one counts in host_changes_seen()).
 #ifndef SHARDLINE_TESTS_TESTING_DEFERRED_COPY_BACKEND_H_
 #define SHARDLINE_TESTS_TESTING_DEFERRED_COPY_BACKEND_H_
 
+#include <cstdint>
 #include <deque>
 #include <memory>
 #include <thread>
@@ -29,6 +32,8 @@ class DeferredCopyBackend final : public worker::CpuBackend {
 
   // Copies finished on the background thread so far.
   int deferred_copies();
+  // Copies to the device whose host memory changed before they finished.
+  int host_changes_seen();
 
  protected:
   absl::StatusOr<worker::HostTransfer> CopyToHostAsyncImpl(const void* src, void* dst,
@@ -43,9 +48,12 @@ class DeferredCopyBackend final : public worker::CpuBackend {
     const void* src = nullptr;  // null: nothing to copy, only to finish
     void* dst = nullptr;
     size_t bytes = 0;
+    // A copy to the device: the host memory it read, and what it held.
+    const void* read = nullptr;
+    uint64_t read_hash = 0;
     std::shared_ptr<ManualCompletion> completion;
   };
-  worker::HostTransfer Queue(const void* src, void* dst, size_t bytes);
+  worker::HostTransfer Queue(Pending pending);
   void Run();
 
   const absl::Duration delay_;
@@ -53,6 +61,7 @@ class DeferredCopyBackend final : public worker::CpuBackend {
   std::deque<Pending> queue_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   int finished_ ABSL_GUARDED_BY(mu_) = 0;
+  int host_changes_ ABSL_GUARDED_BY(mu_) = 0;
   std::thread thread_;
 };
 

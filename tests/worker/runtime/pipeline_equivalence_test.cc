@@ -127,9 +127,13 @@ TEST(PipelineAsyncCopyTest, CopiesThatFinishLaterChangeNothing) {
         const auto a = got.values<float>(), b = want.values<float>();
         ASSERT_TRUE(std::equal(a.begin(), a.end(), b.begin(), b.end())) << name;
       }
-      int copies = 0;
-      for (auto* backend : deferred) copies += backend->deferred_copies();
+      int copies = 0, changes = 0;
+      for (auto* backend : deferred) {
+        copies += backend->deferred_copies();
+        changes += backend->host_changes_seen();
+      }
       EXPECT_GE(copies, kSteps * 5 * 2 * 2) << "the copies to the host really were deferred";
+      EXPECT_EQ(changes, 0) << "host memory reused before the device had read it";
     }
   }
 }
