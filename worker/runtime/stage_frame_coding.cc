@@ -130,14 +130,13 @@ absl::StatusOr<std::optional<StageMessage>> FrameAssembler::Add(const common::De
     message_.norm = f.norm();
     message_.targets.assign(f.targets().begin(), f.targets().end());
     message_.values = Destination(static_cast<size_t>(f.elements()));
-    element_bytes_ = common::DTypeSize(message_.dtype);
   }
   // The one copy on the receiving side: straight into the tensor, 16-bit
   // values as they are (the stage's device widens them).
   frame.CopyPayloadTo(reinterpret_cast<char*>(message_.values.data()) + filled_bytes_);
   filled_bytes_ += frame.payload_bytes();
   if (++next_chunk_ < f.chunk_count()) return std::optional<StageMessage>();
-  if (filled_bytes_ != message_.values.size() * element_bytes_) {
+  if (filled_bytes_ != message_.values.size() * common::DTypeSize(message_.dtype)) {
     Reset();
     return Bad("payload shorter than the tensor");
   }
@@ -161,7 +160,6 @@ void FrameAssembler::Reset() {
   next_chunk_ = 0;
   message_ = StageMessage();
   filled_bytes_ = 0;
-  element_bytes_ = 4;
 }
 
 }  // namespace shardline::worker::runtime

@@ -54,7 +54,6 @@ class FrameAssembler {
   uint32_t next_chunk_ = 0;
   StageMessage message_;
   size_t filled_bytes_ = 0;      // payload bytes received so far
-  size_t element_bytes_ = 4;     // 4 for f32, 2 for bf16 / f16
 };
 
 }  // namespace shardline::worker::runtime
