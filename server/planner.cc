@@ -61,8 +61,10 @@ absl::StatusOr<PipelinePlan> PlanPipeline(const shardline::v1::JobSpec& spec,
     const double saved = saved_bytes[b] - saved_bytes[a];
     const double params = parameters[b] - parameters[a];
     const int in_flight = one_f_one_b ? std::min(p - s, m) : m;
-    // Plus the stage's input and output buffers for each micro-batch in flight.
-    const double edges = (units[a].output_bytes_per_token + units[b - 1].output_bytes_per_token) * tokens;
+    // Plus, for each micro-batch in flight, the stage's input, its output
+    // and the gradient of its output (ShardRuntime keeps all three per slot).
+    const double edges =
+        (units[a].output_bytes_per_token + 2 * units[b - 1].output_bytes_per_token) * tokens;
     cost.memory_bytes = static_cast<int64_t>(params * 4.0 * state_copies + in_flight * (saved + edges));
     return cost;
   };
