@@ -64,6 +64,9 @@ TEST_P(PipelineEquivalenceTest, LossesAndWeightsMatchTheReferenceTrainer) {
                                                 : static_cast<size_t>(c.micro_batches);
       EXPECT_EQ((*got)[s].peak_slots, bound) << "stage " << s << " step " << step;
       EXPECT_EQ((*got)[s].grad_norm, last.grad_norm) << "every stage sees the same global norm";
+      // The passes' device time: some, and within the step.
+      EXPECT_GT((*got)[s].busy_seconds, 0.0) << "stage " << s;
+      EXPECT_LE((*got)[s].busy_seconds, (*got)[s].step_seconds) << "stage " << s;
     }
   }
   auto want_weights = (*reference)->runtime().ExportWeights();
