@@ -99,6 +99,18 @@ void MeasureCopies(BenchReport& report, size_t bytes, void* device, cudaStream_t
   CUDA_OK(cudaFreeHost(pinned));
 }
 
+// One row of a copy measured alone, GEMMs alone and both together; overlap
+// 1: the copy hid entirely under the GEMMs, 0: they ran one after the other.
+void AddOverlapRow(BenchReport& report, const char* check, size_t bytes, double t_gemm,
+                   double t_copy, double t_both) {
+  report.Add({{"check", check},
+              {"bytes", static_cast<double>(bytes)},
+              {"gemm_ms", t_gemm * 1e3},
+              {"copy_ms", t_copy * 1e3},
+              {"both_ms", t_both * 1e3},
+              {"overlap", (t_gemm + t_copy - t_both) / std::min(t_gemm, t_copy)}});
+}
+
 void MeasureOverlap(BenchReport& report, size_t bytes, void* device) {
   constexpr int n = 4096, gemms = 8;
   float *a = nullptr, *c = nullptr;
@@ -141,12 +153,7 @@ void MeasureOverlap(BenchReport& report, size_t bytes, void* device) {
     run_gemms();
     run_copy();
   });
-  report.Add({{"check", "d2h_under_gemm"},
-              {"bytes", static_cast<double>(bytes)},
-              {"gemm_ms", t_gemm * 1e3},
-              {"copy_ms", t_copy * 1e3},
-              {"both_ms", t_both * 1e3},
-              {"overlap", (t_gemm + t_copy - t_both) / std::min(t_gemm, t_copy)}});
+  AddOverlapRow(report, "d2h_under_gemm", bytes, t_gemm, t_copy, t_both);
   cublasDestroy(blas);
   CUDA_OK(cudaStreamDestroy(compute));
   CUDA_OK(cudaStreamDestroy(copy));
@@ -208,12 +215,7 @@ void MeasureBackendOverlap(BenchReport& report, size_t bytes) {
     BENCH_CHECK_OK(b.Synchronize());
     BENCH_CHECK_OK(copy.Wait());
   });
-  report.Add({{"check", "backend_d2h_under_gemm"},
-              {"bytes", static_cast<double>(bytes)},
-              {"gemm_ms", t_gemm * 1e3},
-              {"copy_ms", t_copy * 1e3},
-              {"both_ms", t_both * 1e3},
-              {"overlap", (t_gemm + t_copy - t_both) / std::min(t_gemm, t_copy)}});
+  AddOverlapRow(report, "backend_d2h_under_gemm", bytes, t_gemm, t_copy, t_both);
   // And an upload queued behind the GEMMs, allowed to start once `source`'s
   // last use (none here) is done, as a stage uploads the next micro-batch's
   // input into a free slot while the current one computes.
@@ -235,12 +237,7 @@ void MeasureBackendOverlap(BenchReport& report, size_t bytes) {
     BENCH_CHECK_OK(b.Synchronize());
     BENCH_CHECK_OK(copy.Wait());
   });
-  report.Add({{"check", "backend_h2d_under_gemm"},
-              {"bytes", static_cast<double>(bytes)},
-              {"gemm_ms", t_gemm * 1e3},
-              {"copy_ms", t_upload * 1e3},
-              {"both_ms", t_both_up * 1e3},
-              {"overlap", (t_gemm + t_upload - t_both_up) / std::min(t_gemm, t_upload)}});
+  AddOverlapRow(report, "backend_h2d_under_gemm", bytes, t_gemm, t_upload, t_both_up);
   b.FreeHostStaging(*staging);
 }
 
