@@ -22,10 +22,24 @@ std::string Format(const BenchReport::Value& value) {
 std::string JsonString(const std::string& s) {
   std::string out = "\"";
   for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += c;
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      out += absl::StrFormat("\\u%04x", static_cast<int>(c));
+    } else {
+      out += c;
+    }
   }
   return out + "\"";
+}
+
+// Integers exactly (sizes, counts); measurements to six significant digits,
+// more than any of them is worth.
+std::string JsonNumber(double d) {
+  if (!std::isfinite(d)) return "null";
+  if (d == std::floor(d) && std::fabs(d) < 0x1p53) return absl::StrFormat("%.0f", d);
+  return absl::StrFormat("%.6g", d);
 }
 
 }  // namespace
@@ -72,9 +86,7 @@ std::string BenchReport::Json() const {
       if (const auto* s = std::get_if<std::string>(&value)) {
         out += JsonString(*s);
       } else {
-        out += std::isfinite(std::get<double>(value))
-                   ? absl::StrFormat("%.6g", std::get<double>(value))
-                   : "null";
+        out += JsonNumber(std::get<double>(value));
       }
     }
     absl::StrAppend(&out, "}", r + 1 < rows_.size() ? ",\n" : "\n");

@@ -9,10 +9,14 @@
 //   protobuf:  a plain gRPC stream, one protobuf message with a `bytes`
 //              payload per tensor (the naive baseline).
 // Channels are warmed before timing; each figure is the median of `--trials`.
+// Next to each path's GB/s, the CPU time both processes spent per GB it
+// moved (all trials together): on a machine where the path is CPU-bound,
+// this is what sets its speed.
 //
 //   bench_transport [--sizes=65536,...] [--reps=N] [--trials=N] [--json=FILE]
 //                   [--chunk_kib=N] [--window_frames=N] [--wire=f32|bf16|f16]
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
@@ -23,6 +27,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -93,6 +98,10 @@ void TcpSink(int listener) {
   while (true) {
     const int fd = ::accept(listener, nullptr, nullptr);
     if (fd < 0) return;
+    // Acks go out at once: with Nagle's algorithm the last one of a batch
+    // waits for the sender's delayed ACK (up to 40 ms), as gRPC's never do.
+    const int one = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     std::vector<char> buffer(1 << 20);
     uint64_t expected = 0;
     while (::recv(fd, &expected, sizeof(expected), MSG_WAITALL) == sizeof(expected)) {
@@ -151,15 +160,39 @@ int Receiver(int tcp_listener, int sink_port_pipe, int link_port_pipe, size_t la
 
 // ---- The sender ------------------------------------------------------------
 
-double MedianGbps(size_t bytes, int reps, const std::function<void()>& run_reps) {
+// Nanoseconds the live threads of process `pid` have run on a CPU so far.
+uint64_t ProcessCpuNanos(pid_t pid) {
+  const std::string tasks = absl::StrCat("/proc/", pid, "/task");
+  DIR* dir = ::opendir(tasks.c_str());
+  if (dir == nullptr) return 0;
+  uint64_t total = 0;
+  while (const dirent* entry = ::readdir(dir)) {
+    if (entry->d_name[0] == '.') continue;
+    std::ifstream schedstat(absl::StrCat(tasks, "/", entry->d_name, "/schedstat"));
+    uint64_t on_cpu = 0;
+    if (schedstat >> on_cpu) total += on_cpu;
+  }
+  ::closedir(dir);
+  return total;
+}
+
+struct PathFigures {
+  double gbps = 0;            // median of the trials
+  double cpu_s_per_gb = 0;    // both processes, all trials together
+};
+
+PathFigures Measure(size_t bytes, int reps, pid_t receiver, const std::function<void()>& run_reps) {
   std::vector<double> gbps;
+  const uint64_t cpu_before = ProcessCpuNanos(::getpid()) + ProcessCpuNanos(receiver);
   for (int t = 0; t < absl::GetFlag(FLAGS_trials); ++t) {
     const auto start = Clock::now();
     run_reps();
     gbps.push_back(static_cast<double>(bytes) * reps / Seconds(start) / 1e9);
   }
+  const uint64_t cpu_after = ProcessCpuNanos(::getpid()) + ProcessCpuNanos(receiver);
   std::sort(gbps.begin(), gbps.end());
-  return gbps[gbps.size() / 2];
+  const double moved_gb = static_cast<double>(bytes) * reps * static_cast<double>(gbps.size()) / 1e9;
+  return {gbps[gbps.size() / 2], static_cast<double>(cpu_after - cpu_before) / 1e9 / moved_gb};
 }
 
 int Main() {
@@ -288,16 +321,19 @@ int Main() {
     stagelink_reps();  // warm every path first
     tcp_reps();
     protobuf_reps();
-    const double stagelink = MedianGbps(bytes, reps, stagelink_reps);
-    const double raw = MedianGbps(bytes, reps, tcp_reps);
-    const double plain = MedianGbps(bytes, reps, protobuf_reps);
+    const PathFigures stagelink = Measure(bytes, reps, child, stagelink_reps);
+    const PathFigures raw = Measure(bytes, reps, child, tcp_reps);
+    const PathFigures plain = Measure(bytes, reps, child, protobuf_reps);
     report.Add({{"bytes", static_cast<double>(bytes)},
                 {"reps", static_cast<double>(reps)},
-                {"stagelink_gbps", stagelink},
-                {"tcp_gbps", raw},
-                {"protobuf_gbps", plain},
-                {"stagelink_vs_tcp", stagelink / raw},
-                {"stagelink_vs_protobuf", stagelink / plain}});
+                {"stagelink_gbps", stagelink.gbps},
+                {"tcp_gbps", raw.gbps},
+                {"protobuf_gbps", plain.gbps},
+                {"stagelink_vs_tcp", stagelink.gbps / raw.gbps},
+                {"stagelink_vs_protobuf", stagelink.gbps / plain.gbps},
+                {"stagelink_cpu_s_per_gb", stagelink.cpu_s_per_gb},
+                {"tcp_cpu_s_per_gb", raw.cpu_s_per_gb},
+                {"protobuf_cpu_s_per_gb", plain.cpu_s_per_gb}});
   }
   sink->WritesDone();
   (void)sink->Finish();
