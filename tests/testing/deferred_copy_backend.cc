@@ -1,6 +1,7 @@
 #include "tests/testing/deferred_copy_backend.h"
 
 #include <cstring>
+#include <iterator>
 #include <utility>
 
 #include "common/status_macros.h"
@@ -39,6 +40,26 @@ int DeferredCopyBackend::host_changes_seen() {
   return host_changes_;
 }
 
+int DeferredCopyBackend::uploads_from_pageable() {
+  absl::MutexLock lock(&mu_);
+  return pageable_uploads_;
+}
+
+absl::StatusOr<void*> DeferredCopyBackend::AllocateHostStaging(size_t bytes) {
+  ASSIGN_OR_RETURN(void* memory, CpuBackend::AllocateHostStaging(bytes));
+  absl::MutexLock lock(&mu_);
+  staging_[static_cast<const char*>(memory)] = bytes;
+  return memory;
+}
+
+void DeferredCopyBackend::FreeHostStaging(void* memory) {
+  {
+    absl::MutexLock lock(&mu_);
+    staging_.erase(static_cast<const char*>(memory));
+  }
+  CpuBackend::FreeHostStaging(memory);
+}
+
 worker::HostTransfer DeferredCopyBackend::Queue(Pending pending) {
   pending.due = absl::Now() + delay_;
   pending.completion = std::make_shared<ManualCompletion>();
@@ -61,6 +82,13 @@ absl::StatusOr<worker::HostTransfer> DeferredCopyBackend::CopyToHostAsyncImpl(co
 absl::StatusOr<worker::HostTransfer> DeferredCopyBackend::CopyToDeviceAsyncImpl(
     const void* src, void* dst, size_t bytes, const worker::HostTransfer* after) {
   if (after != nullptr) RETURN_IF_ERROR(after->Wait());
+  {
+    absl::MutexLock lock(&mu_);
+    const char* p = static_cast<const char*>(src);
+    auto it = staging_.upper_bound(p);  // the first block starting after p
+    const bool staged = it != staging_.begin() && p + bytes <= std::prev(it)->first + std::prev(it)->second;
+    if (!staged) ++pageable_uploads_;
+  }
   // The work queued next reads `dst` at once (the CPU computes as work is
   // queued), so the bytes move now; the host memory counts as read later.
   std::memcpy(dst, src, bytes);

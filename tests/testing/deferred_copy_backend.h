@@ -6,12 +6,15 @@
 // nothing overwrites device memory a copy still reads (AwaitOnDevice), and
 // host memory a copy reads stays alive and unchanged until the copy is done
 // (it is read again when the copy finishes: under ASan a buffer freed early
-// is a use-after-free, and a changed one counts in host_changes_seen()).
+// is a use-after-free, and a changed one counts in host_changes_seen()). It
+// also counts copies to the device from memory that did not come from
+// AllocateHostStaging: on CUDA, such a copy makes the host wait.
 #ifndef SHARDLINE_TESTS_TESTING_DEFERRED_COPY_BACKEND_H_
 #define SHARDLINE_TESTS_TESTING_DEFERRED_COPY_BACKEND_H_
 
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <thread>
 
@@ -34,6 +37,11 @@ class DeferredCopyBackend final : public worker::CpuBackend {
   int deferred_copies();
   // Copies to the device whose host memory changed before they finished.
   int host_changes_seen();
+  // Copies to the device from host memory outside AllocateHostStaging's.
+  int uploads_from_pageable();
+
+  absl::StatusOr<void*> AllocateHostStaging(size_t bytes) override;
+  void FreeHostStaging(void* memory) override;
 
  protected:
   absl::StatusOr<worker::HostTransfer> CopyToHostAsyncImpl(const void* src, void* dst,
@@ -62,6 +70,8 @@ class DeferredCopyBackend final : public worker::CpuBackend {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   int finished_ ABSL_GUARDED_BY(mu_) = 0;
   int host_changes_ ABSL_GUARDED_BY(mu_) = 0;
+  int pageable_uploads_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<const char*, size_t> staging_ ABSL_GUARDED_BY(mu_);  // start → bytes
   std::thread thread_;
 };
 

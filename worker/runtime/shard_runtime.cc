@@ -1,5 +1,6 @@
 #include "worker/runtime/shard_runtime.h"
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
 
@@ -164,13 +165,22 @@ absl::StatusOr<ShardRuntime::EdgeTransfers> ShardRuntime::ForwardImpl(int slot, 
   absl::Status status = [&]() -> absl::Status {
     // A recycled slot's output may still be on its way to the host.
     RETURN_IF_ERROR(backend_.AwaitOnDevice(std::exchange(s->output_read, HostTransfer())));
-    if (is_first()) {
-      RETURN_IF_ERROR(nn::EnsureFloats(backend_, s->ids, static_cast<size_t>(rows)));
-      RETURN_IF_ERROR(upload(in.ids, Prefix<int32_t>(s->ids, rows)));
-    }
-    if (s->has_targets) {
-      RETURN_IF_ERROR(nn::EnsureFloats(backend_, s->targets, static_cast<size_t>(rows)));
-      RETURN_IF_ERROR(upload(in.targets, Prefix<int32_t>(s->targets, rows)));
+    if (is_first() || s->has_targets) {
+      const size_t n = static_cast<size_t>(rows);
+      ASSIGN_OR_RETURN(absl::Span<int32_t> staged,
+                       StageTokens(*s, (is_first() ? n : 0) + (s->has_targets ? n : 0)));
+      if (is_first()) {
+        std::copy(in.ids.begin(), in.ids.end(), staged.begin());
+        RETURN_IF_ERROR(nn::EnsureFloats(backend_, s->ids, n));
+        RETURN_IF_ERROR(upload(staged.subspan(0, n), Prefix<int32_t>(s->ids, rows)));
+        staged.remove_prefix(n);
+      }
+      if (s->has_targets) {
+        std::copy(in.targets.begin(), in.targets.end(), staged.begin());
+        RETURN_IF_ERROR(nn::EnsureFloats(backend_, s->targets, n));
+        RETURN_IF_ERROR(upload(staged, Prefix<int32_t>(s->targets, rows)));
+      }
+      s->tokens_read = edge.inputs_read;
     }
     s->acts.resize(layers_.size() + 1);
     if (!is_first()) {
@@ -285,6 +295,19 @@ absl::StatusOr<ShardRuntime::EdgeTransfers> ShardRuntime::BackwardImpl(
   MarkReleased(*s);
   slots_.Release(slot);
   return edge;
+}
+
+absl::StatusOr<absl::Span<int32_t>> ShardRuntime::StageTokens(Slot& s, size_t count) {
+  RETURN_IF_ERROR(std::exchange(s.tokens_read, HostTransfer()).Wait());
+  if (s.tokens_capacity < count) {
+    s.tokens_host.reset();
+    s.tokens_capacity = 0;
+    ASSIGN_OR_RETURN(void* memory, backend_.AllocateHostStaging(count * sizeof(int32_t)));
+    Backend* backend = &backend_;
+    s.tokens_host = {static_cast<int32_t*>(memory), [backend](int32_t* p) { backend->FreeHostStaging(p); }};
+    s.tokens_capacity = count;
+  }
+  return absl::Span<int32_t>(s.tokens_host.get(), count);
 }
 
 void ShardRuntime::MarkReleased(Slot& s) {

@@ -10,6 +10,7 @@
 #ifndef SHARDLINE_WORKER_RUNTIME_SHARD_RUNTIME_H_
 #define SHARDLINE_WORKER_RUNTIME_SHARD_RUNTIME_H_
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -133,6 +134,12 @@ class ShardRuntime {
     // Done once the work of the slot's last owner has run: copies into a
     // recycled slot may start then, alongside later work (a fresh slot: at once).
     HostTransfer released;
+    // The token ids and targets on their way up, in the backend's host
+    // staging memory (page-locked on CUDA, where a copy from pageable memory
+    // makes the host wait for the device), and the last upload that read them.
+    std::unique_ptr<int32_t, std::function<void(int32_t*)>> tokens_host;
+    size_t tokens_capacity = 0;  // int32s
+    HostTransfer tokens_read;
   };
   // One of the two buffers the stage's input gradient is written to in turn,
   // and the copy to the host that last read it.
@@ -159,6 +166,9 @@ class ShardRuntime {
   // upload may start once `after` is done.
   absl::StatusOr<HostTransfer> UploadEdge(absl::Span<const float> host, DeviceSpan<float> dst,
                                           DeviceBuffer& narrow, bool wait, const HostTransfer& after);
+  // `count` int32s of `s`'s token staging memory, once the last upload from
+  // it is done (grown when too small).
+  absl::StatusOr<absl::Span<int32_t>> StageTokens(Slot& s, size_t count);
   // Marks the end of the work queued for `s` (before it goes back to the store).
   void MarkReleased(Slot& s);
   absl::StatusOr<HostTransfer> DownloadEdge(DeviceSpan<const float> src, DeviceBuffer& narrow,

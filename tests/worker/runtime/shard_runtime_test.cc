@@ -197,6 +197,35 @@ TEST_F(ShardRuntimeTest, PendingCopiesToTheHostSurviveTheReuseOfTheirMemory) {
   EXPECT_GT(late.deferred_copies(), 0);
 }
 
+// Token ids and targets go up from the slot's host staging memory (on CUDA,
+// a copy from pageable memory makes the host wait for the device), and a
+// recycled slot writes that memory again only once its last upload is done.
+TEST_F(ShardRuntimeTest, TokensGoUpFromStagingMemoryThatOutlivesItsCopies) {
+  shardline::testing::DeferredCopyBackend late(absl::Milliseconds(20));
+  auto made = ShardRuntime::Create(late, config_, 0, config_.units(), 5,
+                                   nn::OptimizerConfig::FromSpec(spec_.train()));
+  ASSERT_TRUE(made.ok()) << made.status();
+  auto async = std::move(*made);
+  auto sync = Make(0, config_.units());
+  HostTransfer last_upload;
+  for (int k = 0; k < 3; ++k) {
+    const data::Batch part = data_->TrainBatch(1, k, 1);
+    const float scale = static_cast<float>(1.0 / part.target_count());
+    ASSERT_TRUE(sync->Forward(k, Inputs(part, scale)).ok());
+    // The slot discarded last time is recycled at once, while the upload
+    // of its tokens is still reading them.
+    auto f = async->ForwardAsync(k, Inputs(part, scale), {});
+    ASSERT_TRUE(f.ok()) << f.status();
+    last_upload = f->inputs_read;
+    EXPECT_EQ(*async->Loss(k), *sync->Loss(k)) << "micro-batch " << k;
+    async->Discard(k);
+    sync->Discard(k);
+  }
+  ASSERT_TRUE(last_upload.Wait().ok());  // copies finish in order
+  EXPECT_EQ(late.uploads_from_pageable(), 0);
+  EXPECT_EQ(late.host_changes_seen(), 0);
+}
+
 // A 16-bit edge: the runtime takes and gives 16-bit values (packed at the
 // start of n-float buffers) and computes exactly what an f32 edge does on
 // the same values rounded to that precision.
