@@ -6,6 +6,7 @@
 // its marks.
 #include <algorithm>
 #include <chrono>
+#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -139,8 +140,51 @@ TEST_P(TransferTest, WorkTimerMeasuresTheWorkBetweenItsMarks) {
   EXPECT_EQ((*timer)->Stop().code(), absl::StatusCode::kFailedPrecondition);
 }
 
+// Small work a backend does and its expected results: a GEMM of ones
+// (every entry k), copied back both ways.
+void CheckWorksOnThisThread(Backend& backend) {
+  const int64_t n = 64;
+  auto a = backend.Allocate(n * n * sizeof(float)), c = backend.Allocate(n * n * sizeof(float));
+  ASSERT_TRUE(a.ok() && c.ok());
+  ASSERT_TRUE(backend.Fill(a->span<float>(), 1.0f).ok());
+  GemmShape shape;
+  shape.m = shape.n = shape.k = n;
+  ASSERT_TRUE(backend.Gemm(shape, a->span<float>(), a->span<float>(), c->span<float>()).ok());
+  StagingFloats host(backend, n * n);
+  ASSERT_FALSE(host.span().empty());
+  auto copy = backend.CopyToHostAsync(DeviceSpan<const float>(c->span<float>()), host.span());
+  ASSERT_TRUE(copy.ok()) << copy.status();
+  ASSERT_TRUE(copy->Wait().ok());
+  EXPECT_EQ(std::count(host.span().begin(), host.span().end(), static_cast<float>(n)), n * n);
+  EXPECT_TRUE(backend.MemoryAvailable().ok());
+  const std::vector<float> synced = Download(backend, *c);
+  EXPECT_EQ(std::count(synced.begin(), synced.end(), static_cast<float>(n)), n * n);
+}
+
+// A worker creates its backend on one thread and trains on another.
+TEST_P(TransferTest, WorksFromAThreadOtherThanItsCreator) {
+  std::thread other([this] { CheckWorksOnThisThread(backend()); });
+  other.join();
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, TransferTest, ::testing::ValuesIn(testing::BackendsUnderTest()),
                          testing::BackendTestName);
+
+// CUDA's current device is per thread: a backend on the second GPU, driven
+// from a thread that has been using the first (as a worker's job thread
+// may), still runs on its own device.
+TEST(BackendFactoryTest, SecondDeviceWorksFromAThreadUsingTheFirst) {
+  if (CudaDeviceCount() < 2) GTEST_SKIP() << "needs two CUDA devices";
+  auto second = CreateBackend("cuda:1");
+  ASSERT_TRUE(second.ok()) << second.status();
+  std::thread other([&] {
+    auto first = CreateBackend("cuda:0");  // makes device 0 current on this thread
+    ASSERT_TRUE(first.ok()) << first.status();
+    CheckWorksOnThisThread(**second);
+    CheckWorksOnThisThread(**first);
+  });
+  other.join();
+}
 
 }  // namespace
 }  // namespace shardline::worker

@@ -96,6 +96,7 @@ void CudaBackend::CublasDeleter::operator()(cublasContext* handle) const { cubla
 void CudaBackend::EventDeleter::operator()(CUevent_st* event) const { cudaEventDestroy(event); }
 
 CudaBackend::~CudaBackend() {
+  cudaSetDevice(device_);
   // Queued kernels and copies may still use the buffers the members free.
   if (stream_ != nullptr) cudaStreamSynchronize(stream_);
   if (copy_stream_ != nullptr) cudaStreamSynchronize(copy_stream_);
@@ -104,11 +105,27 @@ CudaBackend::~CudaBackend() {
 
 std::string CudaBackend::name() const { return absl::StrCat("cuda:", device_); }
 
+absl::Status CudaBackend::MakeCurrent() const {
+  int current = -1;
+  CUDA_RETURN_IF_ERROR(cudaGetDevice(&current));
+  if (current != device_) CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<HostTransfer> CudaBackend::MarkQueued() {
+  RETURN_IF_ERROR(MakeCurrent());
+  return RecordTransfer(stream_);
+}
+
 absl::StatusOr<DeviceBuffer> CudaBackend::Allocate(size_t bytes) {
+  RETURN_IF_ERROR(MakeCurrent());
   if (bytes == 0) return DeviceBuffer();
   void* p = nullptr;
   CUDA_RETURN_IF_ERROR(cudaMalloc(&p, bytes));
-  return DeviceBuffer(p, bytes, [](void* q) { cudaFree(q); });
+  return DeviceBuffer(p, bytes, [device = device_](void* q) {
+    cudaSetDevice(device);
+    cudaFree(q);
+  });
 }
 
 absl::Status CudaBackend::CheckKernelErrors() {
@@ -129,12 +146,15 @@ absl::Status CudaBackend::CheckKernelErrors() {
 }
 
 absl::StatusOr<int64_t> CudaBackend::MemoryAvailable() {
+  RETURN_IF_ERROR(MakeCurrent());
   size_t free_bytes = 0, total_bytes = 0;
   CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total_bytes));
   return static_cast<int64_t>(free_bytes);
 }
 
 absl::StatusOr<void*> CudaBackend::AllocateHostStaging(size_t bytes) {
+  // Also keeps the allocation from creating a context on device 0.
+  RETURN_IF_ERROR(MakeCurrent());
   void* memory = nullptr;
   // Portable: pinned for every device and context of this process.
   CUDA_RETURN_IF_ERROR(cudaHostAlloc(&memory, std::max<size_t>(bytes, 1), cudaHostAllocPortable));
@@ -142,17 +162,20 @@ absl::StatusOr<void*> CudaBackend::AllocateHostStaging(size_t bytes) {
 }
 
 void CudaBackend::FreeHostStaging(void* memory) {
+  cudaSetDevice(device_);
   if (cudaError_t e = cudaFreeHost(memory); e != cudaSuccess) {
     LOG(WARNING) << "cudaFreeHost: " << cudaGetErrorString(e);
   }
 }
 
 absl::Status CudaBackend::Synchronize() {
+  RETURN_IF_ERROR(MakeCurrent());
   CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
   return CheckKernelErrors();
 }
 
 absl::Status CudaBackend::CopyToDeviceImpl(const void* src, void* dst, size_t bytes) {
+  RETURN_IF_ERROR(MakeCurrent());
   // Synchronous, so the caller may reuse `src` at once whatever memory it is
   // (from a pinned staging slot the copy runs at the bus's speed).
   CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
@@ -161,6 +184,7 @@ absl::Status CudaBackend::CopyToDeviceImpl(const void* src, void* dst, size_t by
 }
 
 absl::Status CudaBackend::CopyToHostImpl(const void* src, void* dst, size_t bytes) {
+  RETURN_IF_ERROR(MakeCurrent());
   CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
   CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
   return CheckKernelErrors();
@@ -178,6 +202,7 @@ absl::StatusOr<HostTransfer> CudaBackend::RecordTransfer(CUstream_st* stream) {
 
 absl::StatusOr<HostTransfer> CudaBackend::CopyToHostAsyncImpl(const void* src, void* dst,
                                                               size_t bytes) {
+  RETURN_IF_ERROR(MakeCurrent());
   // The copy stream starts after the work queued so far; the compute stream
   // goes on with what is queued next.
   CUDA_RETURN_IF_ERROR(cudaEventRecord(queued_owner_.get(), stream_));
@@ -189,6 +214,7 @@ absl::StatusOr<HostTransfer> CudaBackend::CopyToHostAsyncImpl(const void* src, v
 absl::StatusOr<HostTransfer> CudaBackend::CopyToDeviceAsyncImpl(const void* src, void* dst,
                                                                 size_t bytes,
                                                                 const HostTransfer* after) {
+  RETURN_IF_ERROR(MakeCurrent());
   if (after == nullptr) {
     // On the compute stream: the work before it may still read what `dst`
     // held, and the work after it reads the values.
@@ -208,12 +234,14 @@ absl::StatusOr<HostTransfer> CudaBackend::CopyToDeviceAsyncImpl(const void* src,
 }
 
 absl::StatusOr<std::unique_ptr<WorkTimer>> CudaBackend::StartTimer() {
+  RETURN_IF_ERROR(MakeCurrent());
   auto timer = std::make_unique<cuda::EventTimer>(stream_, device_);
   RETURN_IF_ERROR(timer->Start());
   return std::unique_ptr<WorkTimer>(std::move(timer));
 }
 
 absl::Status CudaBackend::AwaitOnDevice(const HostTransfer& transfer) {
+  RETURN_IF_ERROR(MakeCurrent());
   if (transfer.native_handle() == nullptr) return absl::OkStatus();
   CUDA_RETURN_IF_ERROR(
       cudaStreamWaitEvent(stream_, static_cast<cudaEvent_t>(transfer.native_handle()), 0));
@@ -221,16 +249,19 @@ absl::Status CudaBackend::AwaitOnDevice(const HostTransfer& transfer) {
 }
 
 absl::Status CudaBackend::CopyOnDeviceImpl(const void* src, void* dst, size_t bytes) {
+  RETURN_IF_ERROR(MakeCurrent());
   CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
   return absl::OkStatus();
 }
 
 absl::Status CudaBackend::FillImpl(float* x, size_t n, float value) {
+  RETURN_IF_ERROR(MakeCurrent());
   CUDA_RETURN_IF_ERROR(cuda::LaunchFill(x, n, value, stream_));
   return absl::OkStatus();
 }
 
 absl::Status CudaBackend::GemmImpl(const GemmShape& s, const float* a, const float* b, float* c) {
+  RETURN_IF_ERROR(MakeCurrent());
   if (s.k == 0) {  // C = beta · C
     for (int64_t i = 0; i < s.batch; ++i) {
       float* ci = c + i * s.stride_c;
@@ -256,36 +287,43 @@ absl::Status CudaBackend::GemmImpl(const GemmShape& s, const float* a, const flo
 }
 
 absl::Status CudaBackend::AxpyImpl(float alpha, const float* x, float* y, size_t n) {
+  RETURN_IF_ERROR(MakeCurrent());
   CUDA_RETURN_IF_ERROR(cuda::LaunchAxpy(alpha, x, y, n, stream_));
   return absl::OkStatus();
 }
 
 absl::Status CudaBackend::ScaleImpl(float* x, size_t n, float alpha) {
+  RETURN_IF_ERROR(MakeCurrent());
   CUDA_RETURN_IF_ERROR(cuda::LaunchScale(x, n, alpha, stream_));
   return absl::OkStatus();
 }
 
 absl::Status CudaBackend::AddImpl(const float* a, const float* b, float* out, size_t n) {
+  RETURN_IF_ERROR(MakeCurrent());
   CUDA_RETURN_IF_ERROR(cuda::LaunchAdd(a, b, out, n, stream_));
   return absl::OkStatus();
 }
 
 absl::Status CudaBackend::BiasAddImpl(float* x, const float* bias, int64_t rows, int64_t cols) {
+  RETURN_IF_ERROR(MakeCurrent());
   CUDA_RETURN_IF_ERROR(cuda::LaunchBiasAdd(x, bias, rows, cols, stream_));
   return absl::OkStatus();
 }
 
 absl::Status CudaBackend::SumRowsImpl(const float* x, float* out, int64_t rows, int64_t cols) {
+  RETURN_IF_ERROR(MakeCurrent());
   CUDA_RETURN_IF_ERROR(cuda::LaunchSumRows(x, out, rows, cols, stream_));
   return absl::OkStatus();
 }
 
 absl::Status CudaBackend::GeluForwardImpl(const float* x, float* y, size_t n) {
+  RETURN_IF_ERROR(MakeCurrent());
   CUDA_RETURN_IF_ERROR(cuda::LaunchGeluForward(x, y, n, stream_));
   return absl::OkStatus();
 }
 
 absl::Status CudaBackend::GeluBackwardImpl(const float* x, const float* dy, float* dx, size_t n) {
+  RETURN_IF_ERROR(MakeCurrent());
   CUDA_RETURN_IF_ERROR(cuda::LaunchGeluBackward(x, dy, dx, n, stream_));
   return absl::OkStatus();
 }
@@ -293,6 +331,7 @@ absl::Status CudaBackend::GeluBackwardImpl(const float* x, const float* dy, floa
 absl::Status CudaBackend::LayerNormForwardImpl(const LayerNormShape& shape, const float* x,
                                                const float* gamma, const float* beta, float* y,
                                                float* mean, float* rstd) {
+  RETURN_IF_ERROR(MakeCurrent());
   CUDA_RETURN_IF_ERROR(
       cuda::LaunchLayerNormForward(shape, x, gamma, beta, y, mean, rstd, stream_));
   return absl::OkStatus();
@@ -302,6 +341,7 @@ absl::Status CudaBackend::LayerNormBackwardImpl(const LayerNormShape& shape, con
                                                 const float* gamma, const float* mean,
                                                 const float* rstd, const float* dy, float* dx,
                                                 float* dgamma, float* dbeta) {
+  RETURN_IF_ERROR(MakeCurrent());
   CUDA_RETURN_IF_ERROR(cuda::LaunchLayerNormBackward(shape, x, gamma, mean, rstd, dy, dx, dgamma,
                                                      dbeta, stream_));
   return absl::OkStatus();
@@ -309,18 +349,21 @@ absl::Status CudaBackend::LayerNormBackwardImpl(const LayerNormShape& shape, con
 
 absl::Status CudaBackend::CausalSoftmaxForwardImpl(const SoftmaxShape& shape, const float* scores,
                                                    float* probs) {
+  RETURN_IF_ERROR(MakeCurrent());
   CUDA_RETURN_IF_ERROR(cuda::LaunchCausalSoftmaxForward(shape, scores, probs, stream_));
   return absl::OkStatus();
 }
 
 absl::Status CudaBackend::CausalSoftmaxBackwardImpl(const SoftmaxShape& shape, const float* probs,
                                                     const float* dprobs, float* dscores) {
+  RETURN_IF_ERROR(MakeCurrent());
   CUDA_RETURN_IF_ERROR(cuda::LaunchCausalSoftmaxBackward(shape, probs, dprobs, dscores, stream_));
   return absl::OkStatus();
 }
 
 absl::Status CudaBackend::EmbeddingForwardImpl(const EmbeddingShape& shape, const int32_t* ids,
                                                const float* table, float* out, bool accumulate) {
+  RETURN_IF_ERROR(MakeCurrent());
   CUDA_RETURN_IF_ERROR(cuda::LaunchEmbeddingForward(
       shape, ids, table, out, accumulate, static_cast<unsigned*>(error_flag_.data()), stream_));
   return absl::OkStatus();
@@ -328,6 +371,7 @@ absl::Status CudaBackend::EmbeddingForwardImpl(const EmbeddingShape& shape, cons
 
 absl::Status CudaBackend::EmbeddingBackwardImpl(const EmbeddingShape& shape, const int32_t* ids,
                                                 const float* dout, float* dtable) {
+  RETURN_IF_ERROR(MakeCurrent());
   CUDA_RETURN_IF_ERROR(cuda::LaunchEmbeddingBackward(
       shape, ids, dout, dtable, static_cast<unsigned*>(error_flag_.data()), stream_));
   return absl::OkStatus();
@@ -336,6 +380,7 @@ absl::Status CudaBackend::EmbeddingBackwardImpl(const EmbeddingShape& shape, con
 absl::Status CudaBackend::CrossEntropyForwardImpl(const CrossEntropyShape& shape,
                                                   const float* logits, const int32_t* targets,
                                                   float* losses) {
+  RETURN_IF_ERROR(MakeCurrent());
   CUDA_RETURN_IF_ERROR(cuda::LaunchCrossEntropyForward(
       shape, logits, targets, losses, static_cast<unsigned*>(error_flag_.data()), stream_));
   return absl::OkStatus();
@@ -344,6 +389,7 @@ absl::Status CudaBackend::CrossEntropyForwardImpl(const CrossEntropyShape& shape
 absl::Status CudaBackend::CrossEntropyBackwardImpl(const CrossEntropyShape& shape,
                                                    const float* logits, const int32_t* targets,
                                                    float grad_scale, float* dlogits) {
+  RETURN_IF_ERROR(MakeCurrent());
   CUDA_RETURN_IF_ERROR(cuda::LaunchCrossEntropyBackward(shape, logits, targets, grad_scale, dlogits,
                                                         static_cast<unsigned*>(error_flag_.data()),
                                                         stream_));
@@ -352,17 +398,20 @@ absl::Status CudaBackend::CrossEntropyBackwardImpl(const CrossEntropyShape& shap
 
 absl::Status CudaBackend::AdamWUpdateImpl(const AdamWStep& step, float* params,
                                           const float* grads, float* m, float* v, size_t n) {
+  RETURN_IF_ERROR(MakeCurrent());
   CUDA_RETURN_IF_ERROR(cuda::LaunchAdamW(step, params, grads, m, v, n, stream_));
   return absl::OkStatus();
 }
 
 absl::Status CudaBackend::SgdMomentumUpdateImpl(const SgdStep& step, float* params,
                                                 const float* grads, float* momentum, size_t n) {
+  RETURN_IF_ERROR(MakeCurrent());
   CUDA_RETURN_IF_ERROR(cuda::LaunchSgdMomentum(step, params, grads, momentum, n, stream_));
   return absl::OkStatus();
 }
 
 absl::StatusOr<double> CudaBackend::SumOfSquaresImpl(const float* x, size_t n) {
+  RETURN_IF_ERROR(MakeCurrent());
   auto* partials = static_cast<double*>(reduce_scratch_.data());
   double* result = partials + cuda::kSumOfSquaresBlocks;
   CUDA_RETURN_IF_ERROR(cuda::LaunchSumOfSquares(x, n, partials, result, stream_));
@@ -375,6 +424,7 @@ absl::StatusOr<double> CudaBackend::SumOfSquaresImpl(const float* x, size_t n) {
 
 absl::Status CudaBackend::ConvertFromF32Impl(const float* src, common::DType dtype, uint16_t* dst,
                                              size_t n) {
+  RETURN_IF_ERROR(MakeCurrent());
   CUDA_RETURN_IF_ERROR(dtype == common::DType::kBF16 ? cuda::LaunchF32ToBf16(src, dst, n, stream_)
                                                      : cuda::LaunchF32ToF16(src, dst, n, stream_));
   return absl::OkStatus();
@@ -382,6 +432,7 @@ absl::Status CudaBackend::ConvertFromF32Impl(const float* src, common::DType dty
 
 absl::Status CudaBackend::ConvertToF32Impl(const uint16_t* src, common::DType dtype, float* dst,
                                            size_t n) {
+  RETURN_IF_ERROR(MakeCurrent());
   CUDA_RETURN_IF_ERROR(dtype == common::DType::kBF16 ? cuda::LaunchBf16ToF32(src, dst, n, stream_)
                                                      : cuda::LaunchF16ToF32(src, dst, n, stream_));
   return absl::OkStatus();

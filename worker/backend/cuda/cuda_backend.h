@@ -9,7 +9,8 @@
 //
 // This header keeps CUDA's own headers out of its includers (the stream and
 // handle are forward-declared), so only worker/backend/cuda/ compiles against
-// CUDA. Not thread-safe; use it from one thread, which it binds to its device.
+// CUDA. Not thread-safe: use it from one thread at a time, any thread (each
+// entry point makes the backend's device current for the calling thread).
 #ifndef SHARDLINE_WORKER_BACKEND_CUDA_CUDA_BACKEND_H_
 #define SHARDLINE_WORKER_BACKEND_CUDA_CUDA_BACKEND_H_
 
@@ -54,7 +55,7 @@ class CudaBackend final : public Backend {
   absl::StatusOr<HostTransfer> CopyToHostAsyncImpl(const void* src, void* dst, size_t bytes) override;
   absl::StatusOr<HostTransfer> CopyToDeviceAsyncImpl(const void* src, void* dst, size_t bytes,
                                                       const HostTransfer* after) override;
-  absl::StatusOr<HostTransfer> MarkQueued() override { return RecordTransfer(stream_); }
+  absl::StatusOr<HostTransfer> MarkQueued() override;
   absl::Status FillImpl(float* x, size_t n, float value) override;
   absl::Status GemmImpl(const GemmShape& shape, const float* a, const float* b, float* c) override;
   absl::Status AxpyImpl(float alpha, const float* x, float* y, size_t n) override;
@@ -96,6 +97,11 @@ class CudaBackend final : public Backend {
 
  private:
   explicit CudaBackend(int device) : device_(device) {}
+  // CUDA's current device belongs to the calling thread, and a backend is
+  // driven from threads other than its creator (a worker's job thread):
+  // kernels, cuBLAS calls, allocations and event records all need this
+  // backend's device current, or they fail or land on another GPU.
+  absl::Status MakeCurrent() const;
   // Reads and clears the kernels' error word; INVALID_ARGUMENT naming the
   // operations that met a bad id or target. Waits for the stream.
   absl::Status CheckKernelErrors();
