@@ -25,6 +25,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -160,39 +161,44 @@ int Receiver(int tcp_listener, int sink_port_pipe, int link_port_pipe, size_t la
 
 // ---- The sender ------------------------------------------------------------
 
-// Nanoseconds the live threads of process `pid` have run on a CPU so far.
-uint64_t ProcessCpuNanos(pid_t pid) {
+// Seconds the live threads of process `pid` have run on a CPU so far; NaN
+// where the kernel does not say (no schedstat).
+double ProcessCpuSeconds(pid_t pid) {
   const std::string tasks = absl::StrCat("/proc/", pid, "/task");
   DIR* dir = ::opendir(tasks.c_str());
-  if (dir == nullptr) return 0;
-  uint64_t total = 0;
+  if (dir == nullptr) return std::nan("");
+  uint64_t total_ns = 0;
+  bool read_any = false;
   while (const dirent* entry = ::readdir(dir)) {
     if (entry->d_name[0] == '.') continue;
     std::ifstream schedstat(absl::StrCat(tasks, "/", entry->d_name, "/schedstat"));
-    uint64_t on_cpu = 0;
-    if (schedstat >> on_cpu) total += on_cpu;
+    uint64_t on_cpu_ns = 0;
+    if (schedstat >> on_cpu_ns) {
+      total_ns += on_cpu_ns;
+      read_any = true;
+    }
   }
   ::closedir(dir);
-  return total;
+  return read_any ? static_cast<double>(total_ns) / 1e9 : std::nan("");
 }
 
 struct PathFigures {
   double gbps = 0;            // median of the trials
-  double cpu_s_per_gb = 0;    // both processes, all trials together
+  double cpu_s_per_gb = 0;    // both processes, all trials together (NaN: unknown)
 };
 
 PathFigures Measure(size_t bytes, int reps, pid_t receiver, const std::function<void()>& run_reps) {
   std::vector<double> gbps;
-  const uint64_t cpu_before = ProcessCpuNanos(::getpid()) + ProcessCpuNanos(receiver);
+  const double cpu_before = ProcessCpuSeconds(::getpid()) + ProcessCpuSeconds(receiver);
   for (int t = 0; t < absl::GetFlag(FLAGS_trials); ++t) {
     const auto start = Clock::now();
     run_reps();
     gbps.push_back(static_cast<double>(bytes) * reps / Seconds(start) / 1e9);
   }
-  const uint64_t cpu_after = ProcessCpuNanos(::getpid()) + ProcessCpuNanos(receiver);
+  const double cpu_after = ProcessCpuSeconds(::getpid()) + ProcessCpuSeconds(receiver);
   std::sort(gbps.begin(), gbps.end());
   const double moved_gb = static_cast<double>(bytes) * reps * static_cast<double>(gbps.size()) / 1e9;
-  return {gbps[gbps.size() / 2], static_cast<double>(cpu_after - cpu_before) / 1e9 / moved_gb};
+  return {gbps[gbps.size() / 2], (cpu_after - cpu_before) / moved_gb};
 }
 
 int Main() {
