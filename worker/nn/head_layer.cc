@@ -1,5 +1,7 @@
 #include "worker/nn/head_layer.h"
 
+#include <utility>
+
 #include "common/status_macros.h"
 
 namespace shardline::worker::nn {
@@ -42,16 +44,18 @@ absl::Status HeadLayer::Forward(const MicroBatch& mb, DeviceSpan<const float> x,
   if (!y.empty()) RETURN_IF_ERROR(backend_.CopyOnDevice(DeviceSpan<const float>(logits), y));
   if (mb.targets.empty()) return absl::OkStatus();
 
+  if (mb.losses_copied == nullptr) {
+    return absl::InvalidArgumentError("head forward with targets needs somewhere to put the losses");
+  }
   const CrossEntropyShape ce{n, v};
+  // A recycled slot's losses may still be on their way to the host.
+  RETURN_IF_ERROR(backend_.AwaitOnDevice(std::exchange(s->losses_read, HostTransfer())));
   RETURN_IF_ERROR(backend_.CrossEntropyForward(ce, logits, mb.targets, s->losses.span<float>()));
-  host_losses_.resize(static_cast<size_t>(n));
-  RETURN_IF_ERROR(backend_.CopyToHost(
-      DeviceSpan<const float>(s->losses.span<float>().subspan(0, static_cast<size_t>(n))),
-      absl::Span<float>(host_losses_)));
-  // Ignored tokens have loss 0, so the plain sum counts only the targets.
-  double sum = 0.0;
-  for (float loss : host_losses_) sum += loss;
-  if (mb.loss != nullptr) *mb.loss += sum * mb.loss_scale;
+  ASSIGN_OR_RETURN(*mb.losses_copied,
+                   backend_.CopyToHostAsync(DeviceSpan<const float>(s->losses.span<float>().subspan(
+                                                0, static_cast<size_t>(n))),
+                                            mb.losses_out));
+  s->losses_read = *mb.losses_copied;
   return absl::OkStatus();
 }
 

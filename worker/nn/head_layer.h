@@ -2,8 +2,9 @@
 // (lm_head.weight [vocab × C], no bias, not tied to the embedding so that
 // stages never share a parameter) and the cross-entropy loss over the tokens
 // whose target is ≥ 0. Forward writes the logits [N × vocab] to y when y is
-// not empty, and adds Σ loss·loss_scale to *mb.loss when targets are given;
-// Backward starts from that loss. Not thread-safe.
+// not empty and, when targets are given, queues the copy of each row's loss
+// (0 for ignored rows) to mb.losses_out without waiting for it; Backward
+// starts from that loss. Not thread-safe.
 #ifndef SHARDLINE_WORKER_NN_HEAD_LAYER_H_
 #define SHARDLINE_WORKER_NN_HEAD_LAYER_H_
 
@@ -37,6 +38,7 @@ class HeadLayer final : public Layer {
  private:
   struct Saved {
     DeviceBuffer h, stats, logits, losses;
+    HostTransfer losses_read;  // the last copy of `losses` to the host
   };
 
   HeadLayer(Backend& backend, const ModelConfig& config) : backend_(backend), config_(config) {}
@@ -48,7 +50,6 @@ class HeadLayer final : public Layer {
   Linear lm_head_;
   SlotStore<Saved> saved_;
   DeviceBuffer dlogits_, dh_;  // Backward temporaries
-  std::vector<float> host_losses_;
 };
 
 }  // namespace shardline::worker::nn

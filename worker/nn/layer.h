@@ -11,7 +11,9 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/types/span.h"
 #include "worker/backend/device_span.h"
+#include "worker/backend/host_transfer.h"
 #include "worker/nn/parameter.h"
 
 namespace shardline::worker::nn {
@@ -24,7 +26,11 @@ struct MicroBatch {
   DeviceSpan<const int32_t> ids;      // [batch·t] token ids, read by the embedding
   DeviceSpan<const int32_t> targets;  // [batch·t], < 0 ignored; empty: the head computes no loss
   float loss_scale = 1.0f;            // each counted token's loss is multiplied by this
-  double* loss = nullptr;             // the head adds Σ loss·loss_scale here when targets are set
+  // With targets: host memory for each row's loss (rows floats; staging
+  // memory, so the copy does not make the host wait), which the head fills
+  // by a copy it queues, and where it puts that copy's transfer.
+  absl::Span<float> losses_out;
+  HostTransfer* losses_copied = nullptr;
   int64_t rows() const { return batch * t; }
 };
 

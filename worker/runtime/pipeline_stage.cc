@@ -138,9 +138,7 @@ absl::Status PipelineStage::Forward(int64_t step, int k, const std::vector<data:
   RETURN_IF_ERROR(StartPass());
   ASSIGN_OR_RETURN(ShardRuntime::EdgeTransfers edge, runtime_.ForwardAsync(k, in, output.span()));
   RETURN_IF_ERROR(EndPass());
-  if (runtime_.is_last()) {
-    ASSIGN_OR_RETURN(double loss, runtime_.Loss(k));
-    result.loss += loss;
+  if (runtime_.is_last()) {  // its loss is read at the end of the step
     KeepUntilRead(std::move(edge.inputs_read), std::move(received));
     return absl::OkStatus();
   }
@@ -251,6 +249,13 @@ absl::StatusOr<StageStepResult> PipelineStage::RunStep(int64_t step) {
     if (seconds.ok()) result.busy_seconds += *seconds;
   }
   pass_timers_.clear();
+  // The losses, copied to the host while the passes ran, summed in
+  // micro-batch order as the trainer sums them.
+  for (int k = 0; status.ok() && runtime_.is_last() && k < options_.micro_batches; ++k) {
+    absl::StatusOr<double> loss = runtime_.Loss(k);
+    status = loss.status();
+    if (loss.ok()) result.loss += *loss;
+  }
   if (!status.ok()) {
     for (int k = 0; k < options_.micro_batches; ++k) runtime_.Discard(k);
     return status;

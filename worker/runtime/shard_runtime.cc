@@ -94,7 +94,6 @@ nn::MicroBatch ShardRuntime::MicroBatchOf(int slot, Slot& s) {
   if (is_first()) mb.ids = Prefix<int32_t>(s.ids, rows);
   if (s.has_targets) mb.targets = Prefix<int32_t>(s.targets, rows);
   mb.loss_scale = s.loss_scale;
-  mb.loss = &s.loss;
   return mb;
 }
 
@@ -154,7 +153,6 @@ absl::StatusOr<ShardRuntime::EdgeTransfers> ShardRuntime::ForwardImpl(int slot, 
   s->t = in.t;
   s->loss_scale = in.loss_scale;
   s->has_targets = !in.targets.empty();
-  s->loss = 0.0;
   EdgeTransfers edge;
   // Host → device copies; asynchronous ones are queued in order, so the last
   // one's completion covers them all.
@@ -162,25 +160,30 @@ absl::StatusOr<ShardRuntime::EdgeTransfers> ShardRuntime::ForwardImpl(int slot, 
     ASSIGN_OR_RETURN(edge.inputs_read, CopyIn(backend_, src, dst, wait, s->released));
     return absl::OkStatus();
   };
+  SlotHostMemory& host = host_[slot];
+  host.loss_rows = 0;  // until this pass has queued its losses
   absl::Status status = [&]() -> absl::Status {
     // A recycled slot's output may still be on its way to the host.
     RETURN_IF_ERROR(backend_.AwaitOnDevice(std::exchange(s->output_read, HostTransfer())));
+    const size_t n = static_cast<size_t>(rows);
     if (is_first() || s->has_targets) {
-      const size_t n = static_cast<size_t>(rows);
+      // The slot id's last upload, a step ago: long done.
+      RETURN_IF_ERROR(std::exchange(host.tokens_read, HostTransfer()).Wait());
       ASSIGN_OR_RETURN(absl::Span<int32_t> staged,
-                       StageTokens(*s, (is_first() ? n : 0) + (s->has_targets ? n : 0)));
+                       host.tokens.Get<int32_t>(backend_, (is_first() ? n : 0) + (s->has_targets ? n : 0)));
       if (is_first()) {
         std::copy(in.ids.begin(), in.ids.end(), staged.begin());
         RETURN_IF_ERROR(nn::EnsureFloats(backend_, s->ids, n));
         RETURN_IF_ERROR(upload(staged.subspan(0, n), Prefix<int32_t>(s->ids, rows)));
+        host.tokens_read = edge.inputs_read;
         staged.remove_prefix(n);
       }
       if (s->has_targets) {
         std::copy(in.targets.begin(), in.targets.end(), staged.begin());
         RETURN_IF_ERROR(nn::EnsureFloats(backend_, s->targets, n));
         RETURN_IF_ERROR(upload(staged, Prefix<int32_t>(s->targets, rows)));
+        host.tokens_read = edge.inputs_read;
       }
-      s->tokens_read = edge.inputs_read;
     }
     s->acts.resize(layers_.size() + 1);
     if (!is_first()) {
@@ -189,7 +192,12 @@ absl::StatusOr<ShardRuntime::EdgeTransfers> ShardRuntime::ForwardImpl(int slot, 
                        UploadEdge(in.activations, Prefix<float>(s->acts[0], rows * input_width()),
                                   s->narrow_input, wait, s->released));
     }
-    const nn::MicroBatch mb = MicroBatchOf(slot, *s);
+    nn::MicroBatch mb = MicroBatchOf(slot, *s);
+    if (s->has_targets) {
+      RETURN_IF_ERROR(std::exchange(host.losses_copied, HostTransfer()).Wait());  // a step old
+      ASSIGN_OR_RETURN(mb.losses_out, host.losses.Get<float>(backend_, n));
+      mb.losses_copied = &host.losses_copied;
+    }
     for (size_t i = 0; i < layers_.size(); ++i) {
       nn::Layer& layer = *layers_[i];
       const DeviceSpan<const float> x = Prefix<float>(s->acts[i], rows * layer.input_width());
@@ -208,6 +216,13 @@ absl::StatusOr<ShardRuntime::EdgeTransfers> ShardRuntime::ForwardImpl(int slot, 
       ASSIGN_OR_RETURN(edge.output_written, DownloadEdge(y, s->narrow_output, output, wait));
       s->output_read = edge.output_written;
     }
+    // Forward's contract reports bad targets now (the asynchronous pass: by
+    // the step's next synchronising call).
+    if (wait && s->has_targets) RETURN_IF_ERROR(backend_.Synchronize());
+    if (s->has_targets) {
+      host.loss_rows = n;
+      host.loss_scale = in.loss_scale;
+    }
     return absl::OkStatus();
   }();
   if (!status.ok()) {
@@ -221,11 +236,18 @@ absl::StatusOr<ShardRuntime::EdgeTransfers> ShardRuntime::ForwardImpl(int slot, 
 }
 
 absl::StatusOr<double> ShardRuntime::Loss(int slot) {
-  ASSIGN_OR_RETURN(Slot * s, slots_.Find(slot));
-  if (!s->has_targets) {
-    return absl::FailedPreconditionError(absl::StrCat("slot ", slot, " was run without targets"));
+  auto it = host_.find(slot);
+  if (it == host_.end() || it->second.loss_rows == 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("slot ", slot, " has no loss: its last forward pass had no targets or failed"));
   }
-  return s->loss;
+  SlotHostMemory& host = it->second;
+  RETURN_IF_ERROR(host.losses_copied.Wait());
+  ASSIGN_OR_RETURN(absl::Span<float> rows, host.losses.Get<float>(backend_, host.loss_rows));
+  // Ignored tokens have loss 0, so the plain sum counts only the targets.
+  double sum = 0.0;
+  for (float loss : rows) sum += loss;
+  return sum * host.loss_scale;
 }
 
 absl::Status ShardRuntime::Backward(int slot, absl::Span<const float> grad_output,
@@ -295,19 +317,6 @@ absl::StatusOr<ShardRuntime::EdgeTransfers> ShardRuntime::BackwardImpl(
   MarkReleased(*s);
   slots_.Release(slot);
   return edge;
-}
-
-absl::StatusOr<absl::Span<int32_t>> ShardRuntime::StageTokens(Slot& s, size_t count) {
-  RETURN_IF_ERROR(std::exchange(s.tokens_read, HostTransfer()).Wait());
-  if (s.tokens_capacity < count) {
-    s.tokens_host.reset();
-    s.tokens_capacity = 0;
-    ASSIGN_OR_RETURN(void* memory, backend_.AllocateHostStaging(count * sizeof(int32_t)));
-    Backend* backend = &backend_;
-    s.tokens_host = {static_cast<int32_t*>(memory), [backend](int32_t* p) { backend->FreeHostStaging(p); }};
-    s.tokens_capacity = count;
-  }
-  return absl::Span<int32_t>(s.tokens_host.get(), count);
 }
 
 void ShardRuntime::MarkReleased(Slot& s) {

@@ -10,7 +10,6 @@
 #ifndef SHARDLINE_WORKER_RUNTIME_SHARD_RUNTIME_H_
 #define SHARDLINE_WORKER_RUNTIME_SHARD_RUNTIME_H_
 
-#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -25,6 +24,7 @@
 #include "worker/nn/model_config.h"
 #include "worker/nn/optimizer.h"
 #include "worker/nn/slot_store.h"
+#include "worker/runtime/host_staging_buffer.h"
 
 namespace shardline::worker::runtime {
 
@@ -67,7 +67,12 @@ class ShardRuntime {
   // receives the stage's output ([batch·t·output_width]: activations, or
   // logits on the last stage). ALREADY_EXISTS if the slot is already held.
   absl::Status Forward(int slot, const Inputs& inputs, absl::Span<float> output = {});
-  // The slot's loss, Σ token loss · loss_scale (last stage, targets given).
+  // The loss of the last forward pass run on `slot` with targets (last
+  // stage), Σ token loss · loss_scale, also after its backward pass: the
+  // forward pass only queues the losses' copy to the host, and this waits
+  // for it, so a stage can read its losses at the end of the step instead
+  // of waiting for the device after each forward pass. FAILED_PRECONDITION
+  // when that pass had no targets or failed.
   absl::StatusOr<double> Loss(int slot);
   // Runs the backward pass of `slot` and frees it. grad_output is the
   // gradient of this stage's output (empty on the last stage); grad_input
@@ -125,7 +130,6 @@ class ShardRuntime {
     int64_t batch = 0, t = 0;
     float loss_scale = 1.0f;
     bool has_targets = false;
-    double loss = 0.0;
     DeviceBuffer ids, targets;
     std::vector<DeviceBuffer> acts;  // acts[i]: input of layer i; acts.back(): output
     DeviceBuffer grad_output;        // the gradient of the output, copied in for Backward
@@ -134,12 +138,22 @@ class ShardRuntime {
     // Done once the work of the slot's last owner has run: copies into a
     // recycled slot may start then, alongside later work (a fresh slot: at once).
     HostTransfer released;
-    // The token ids and targets on their way up, in the backend's host
-    // staging memory (page-locked on CUDA, where a copy from pageable memory
-    // makes the host wait for the device), and the last upload that read them.
-    std::unique_ptr<int32_t, std::function<void(int32_t*)>> tokens_host;
-    size_t tokens_capacity = 0;  // int32s
-    HostTransfer tokens_read;
+  };
+  // Host staging memory of one slot id. Ids are micro-batch indices, reused
+  // step after step, while the store recycles a slot's storage at once (a
+  // last stage's next forward pass takes what its backward pass just freed),
+  // so memory kept here is free again long before it is reused. It holds the
+  // token ids and targets on their way up (on CUDA a copy from pageable
+  // memory makes the host wait for the device) and the per-row losses of the
+  // last forward pass with targets on their way down, kept past the backward
+  // pass for Loss.
+  struct SlotHostMemory {
+    HostStagingBuffer tokens;
+    HostTransfer tokens_read;  // the last upload from `tokens`
+    HostStagingBuffer losses;
+    size_t loss_rows = 0;  // 0: no loss to read
+    float loss_scale = 1.0f;
+    HostTransfer losses_copied;
   };
   // One of the two buffers the stage's input gradient is written to in turn,
   // and the copy to the host that last read it.
@@ -166,9 +180,6 @@ class ShardRuntime {
   // upload may start once `after` is done.
   absl::StatusOr<HostTransfer> UploadEdge(absl::Span<const float> host, DeviceSpan<float> dst,
                                           DeviceBuffer& narrow, bool wait, const HostTransfer& after);
-  // `count` int32s of `s`'s token staging memory, once the last upload from
-  // it is done (grown when too small).
-  absl::StatusOr<absl::Span<int32_t>> StageTokens(Slot& s, size_t count);
   // Marks the end of the work queued for `s` (before it goes back to the store).
   void MarkReleased(Slot& s);
   absl::StatusOr<HostTransfer> DownloadEdge(DeviceSpan<const float> src, DeviceBuffer& narrow,
@@ -181,6 +192,7 @@ class ShardRuntime {
   nn::Optimizer optimizer_;
   std::vector<std::unique_ptr<nn::Layer>> layers_;
   nn::SlotStore<Slot> slots_;
+  std::map<int, SlotHostMemory> host_;  // by slot id
   size_t peak_slots_ = 0;
   DeviceBuffer grad_a_, grad_b_;  // ping-pong gradients between layers in Backward
   GradIn grad_in_[2];

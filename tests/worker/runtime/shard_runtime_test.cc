@@ -197,9 +197,9 @@ TEST_F(ShardRuntimeTest, PendingCopiesToTheHostSurviveTheReuseOfTheirMemory) {
   EXPECT_GT(late.deferred_copies(), 0);
 }
 
-// Token ids and targets go up from the slot's host staging memory (on CUDA,
-// a copy from pageable memory makes the host wait for the device), and a
-// recycled slot writes that memory again only once its last upload is done.
+// Token ids and targets go up from host staging memory (on CUDA, a copy
+// from pageable memory makes the host wait for the device), and a slot id
+// run again writes that memory only once its last upload is done.
 TEST_F(ShardRuntimeTest, TokensGoUpFromStagingMemoryThatOutlivesItsCopies) {
   shardline::testing::DeferredCopyBackend late(absl::Milliseconds(20));
   auto made = ShardRuntime::Create(late, config_, 0, config_.units(), 5,
@@ -208,22 +208,61 @@ TEST_F(ShardRuntimeTest, TokensGoUpFromStagingMemoryThatOutlivesItsCopies) {
   auto async = std::move(*made);
   auto sync = Make(0, config_.units());
   HostTransfer last_upload;
+  std::vector<data::Batch> parts;
+  for (int k = 0; k < 3; ++k) parts.push_back(data_->TrainBatch(1, k, 1));
+  for (const data::Batch& part : parts) {
+    const float scale = static_cast<float>(1.0 / part.target_count());
+    ASSERT_TRUE(sync->Forward(0, Inputs(part, scale)).ok());
+    sync->Discard(0);
+    // Slot 0 again, while the upload of its last tokens is still reading them.
+    auto f = async->ForwardAsync(0, Inputs(part, scale), {});
+    ASSERT_TRUE(f.ok()) << f.status();
+    last_upload = f->inputs_read;
+    async->Discard(0);
+  }
+  EXPECT_EQ(*async->Loss(0), *sync->Loss(0));
+  ASSERT_TRUE(last_upload.Wait().ok());  // copies finish in order
+  EXPECT_EQ(late.uploads_from_pageable(), 0);
+  EXPECT_EQ(late.host_changes_seen(), 0);
+}
+
+// The last stage's forward pass queues its losses' copy to the host and
+// returns; Loss waits for it, also after the backward pass has freed the
+// slot, and a slot's storage recycled meanwhile leaves the losses alone.
+TEST_F(ShardRuntimeTest, LossesArriveAfterTheForwardPassAndOutliveTheSlot) {
+  shardline::testing::DeferredCopyBackend late(absl::Milliseconds(20));
+  auto made = ShardRuntime::Create(late, config_, 0, config_.units(), 5,
+                                   nn::OptimizerConfig::FromSpec(spec_.train()));
+  ASSERT_TRUE(made.ok()) << made.status();
+  auto async = std::move(*made);
+  auto sync = Make(0, config_.units());
+  std::vector<double> want;
   for (int k = 0; k < 3; ++k) {
     const data::Batch part = data_->TrainBatch(1, k, 1);
     const float scale = static_cast<float>(1.0 / part.target_count());
     ASSERT_TRUE(sync->Forward(k, Inputs(part, scale)).ok());
-    // The slot discarded last time is recycled at once, while the upload
-    // of its tokens is still reading them.
-    auto f = async->ForwardAsync(k, Inputs(part, scale), {});
-    ASSERT_TRUE(f.ok()) << f.status();
-    last_upload = f->inputs_read;
-    EXPECT_EQ(*async->Loss(k), *sync->Loss(k)) << "micro-batch " << k;
-    async->Discard(k);
-    sync->Discard(k);
+    want.push_back(*sync->Loss(k));
+    ASSERT_TRUE(sync->Backward(k, {}).ok());
+    ASSERT_TRUE(async->ForwardAsync(k, Inputs(part, scale), {}).ok());
+    // On a fresh slot nothing is waited for (a recycled one waits, on this
+    // CPU-based backend, for the copies of its last owner).
+    if (k == 0) {
+      EXPECT_EQ(late.deferred_copies(), 0) << "the forward pass waited for its losses";
+    }
+    ASSERT_TRUE(async->BackwardAsync(k, {}, {}).ok());  // frees the slot for the next one
   }
-  ASSERT_TRUE(last_upload.Wait().ok());  // copies finish in order
-  EXPECT_EQ(late.uploads_from_pageable(), 0);
-  EXPECT_EQ(late.host_changes_seen(), 0);
+  for (int k = 0; k < 3; ++k) {
+    auto loss = async->Loss(k);
+    ASSERT_TRUE(loss.ok()) << loss.status();
+    EXPECT_EQ(*loss, want[k]) << "micro-batch " << k;
+  }
+  EXPECT_EQ(async->Loss(7).status().code(), absl::StatusCode::kFailedPrecondition);
+  // A pass without targets leaves no loss behind, not even an earlier one's.
+  ShardRuntime::Inputs no_targets = Inputs(batch_, 1.0f);
+  no_targets.targets = {};
+  ASSERT_TRUE(async->ForwardAsync(0, no_targets, {}).ok());
+  async->Discard(0);
+  EXPECT_EQ(async->Loss(0).status().code(), absl::StatusCode::kFailedPrecondition);
 }
 
 // A 16-bit edge: the runtime takes and gives 16-bit values (packed at the
