@@ -416,6 +416,30 @@ absl::StatusOr<double> Backend::SumOfSquares(DeviceSpan<const float> x) {
   return SumOfSquaresImpl(x.data(), x.size());
 }
 
+absl::StatusOr<std::vector<double>> Backend::SumsOfSquares(
+    absl::Span<const DeviceSpan<const float>> xs) {
+  for (const DeviceSpan<const float>& x : xs) {
+    if (!x.empty()) RETURN_IF_ERROR(CheckSpan("SumsOfSquares", "x", x, x.size()));
+  }
+  return SumsOfSquaresImpl(xs);
+}
+
+absl::StatusOr<std::vector<double>> Backend::SumsOfSquaresImpl(
+    absl::Span<const DeviceSpan<const float>> xs) {
+  std::vector<double> sums;
+  sums.reserve(xs.size());
+  for (const DeviceSpan<const float>& x : xs) {
+    if (x.empty()) {
+      sums.push_back(0.0);
+      continue;
+    }
+    ASSIGN_OR_RETURN(double sum, SumOfSquaresImpl(x.data(), x.size()));
+    sums.push_back(sum);
+  }
+  RETURN_IF_ERROR(Synchronize());  // errors of the work before, as SumOfSquares reports them
+  return sums;
+}
+
 absl::Status Backend::ConvertFromF32(DeviceSpan<const float> src, common::DType dtype,
                                      DeviceSpan<uint16_t> dst) {
   RETURN_IF_ERROR(CheckHalfDType("ConvertFromF32", dtype));

@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -194,6 +195,9 @@ class Backend {
                                  DeviceSpan<const float> grads, DeviceSpan<float> momentum);
   // Σ x², accumulated in double. Waits for queued work.
   absl::StatusOr<double> SumOfSquares(DeviceSpan<const float> x);
+  // SumOfSquares of each span, the same values, waiting for the device once
+  // for all of them instead of once each (a stage's gradient norm).
+  absl::StatusOr<std::vector<double>> SumsOfSquares(absl::Span<const DeviceSpan<const float>> xs);
 
   // ---- Precision conversion (round to nearest even) ----
   // dtype is kBF16 or kF16; dst/src hold the 16-bit patterns.
@@ -250,6 +254,10 @@ class Backend {
   virtual absl::Status SgdMomentumUpdateImpl(const SgdStep& step, float* params,
                                              const float* grads, float* momentum, size_t n) = 0;
   virtual absl::StatusOr<double> SumOfSquaresImpl(const float* x, size_t n) = 0;
+  // `xs` validated (an empty one has a null or any pointer). Default:
+  // SumOfSquaresImpl of each.
+  virtual absl::StatusOr<std::vector<double>> SumsOfSquaresImpl(
+      absl::Span<const DeviceSpan<const float>> xs);
   virtual absl::Status ConvertFromF32Impl(const float* src, common::DType dtype, uint16_t* dst,
                                           size_t n) = 0;
   virtual absl::Status ConvertToF32Impl(const uint16_t* src, common::DType dtype, float* dst,

@@ -348,11 +348,11 @@ absl::Status ShardRuntime::ZeroGrads() {
 }
 
 absl::StatusOr<double> ShardRuntime::GradSquaredNorm() {
+  std::vector<DeviceSpan<const float>> grads;
+  for (nn::Parameter* p : parameters()) grads.push_back(p->g());
+  ASSIGN_OR_RETURN(std::vector<double> parts, backend_.SumsOfSquares(grads));
   double sum = 0.0;
-  for (nn::Parameter* p : parameters()) {
-    ASSIGN_OR_RETURN(double part, backend_.SumOfSquares(p->g()));
-    sum += part;
-  }
+  for (double part : parts) sum += part;  // in parameter order, as always
   return sum;
 }
 

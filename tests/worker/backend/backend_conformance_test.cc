@@ -327,6 +327,29 @@ TEST_P(ConformanceTest, SumOfSquaresIsExactToDoublePrecision) {
   EXPECT_EQ(*got, *again) << "the reduction must be deterministic";
 }
 
+// The batched reduction (one wait for all) gives each span's SumOfSquares,
+// bit for bit, empty spans 0.
+TEST_P(ConformanceTest, SumsOfSquaresEqualsSumOfSquaresOfEach) {
+  std::vector<DeviceBuffer> buffers;
+  std::vector<DeviceSpan<const float>> spans;
+  for (size_t n : {size_t{1}, size_t{1000}, size_t{0}, size_t{300'007}, size_t{33}}) {
+    buffers.push_back(Upload(backend(), RandomVector(n, static_cast<int>(n), -3.0f, 3.0f)));
+    spans.push_back(buffers.back().span<float>().subspan(0, n));
+  }
+  auto sums = backend().SumsOfSquares(spans);
+  ASSERT_TRUE(sums.ok()) << sums.status();
+  ASSERT_EQ(sums->size(), spans.size());
+  for (size_t i = 0; i < spans.size(); ++i) {
+    auto one = backend().SumOfSquares(spans[i]);
+    ASSERT_TRUE(one.ok()) << one.status();
+    EXPECT_EQ((*sums)[i], *one) << "span " << i;
+  }
+  EXPECT_EQ((*sums)[2], 0.0);
+  auto none = backend().SumsOfSquares({});
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_TRUE(none->empty());
+}
+
 TEST_P(ConformanceTest, HalfConversionsMatchTheHostBitForBit) {
   std::vector<float> x = RandomVector(5000, 1, -70000.0f, 70000.0f);
   const auto small = RandomVector(2000, 2, -1e-6f, 1e-6f);  // f16 subnormals

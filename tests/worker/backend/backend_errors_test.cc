@@ -70,6 +70,8 @@ TEST_P(BackendErrorsTest, NullDataIsRejected) {
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(backend().GeluForward(x.span<float>(), DeviceSpan<float>(nullptr, 8)).code(),
             absl::StatusCode::kInvalidArgument);
+  const std::vector<DeviceSpan<const float>> one_null = {x.span<float>(), DeviceSpan<const float>(nullptr, 8)};
+  EXPECT_EQ(backend().SumsOfSquares(one_null).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST_P(BackendErrorsTest, MismatchedElementCountsAreRejected) {

@@ -422,6 +422,27 @@ absl::StatusOr<double> CudaBackend::SumOfSquaresImpl(const float* x, size_t n) {
   return host;
 }
 
+absl::StatusOr<std::vector<double>> CudaBackend::SumsOfSquaresImpl(
+    absl::Span<const DeviceSpan<const float>> xs) {
+  RETURN_IF_ERROR(MakeCurrent());
+  std::vector<double> host(xs.size());
+  if (!xs.empty()) {
+    if (sums_.bytes() < host.size() * sizeof(double)) {
+      ASSIGN_OR_RETURN(sums_, Allocate(host.size() * sizeof(double)));
+    }
+    auto* partials = static_cast<double*>(reduce_scratch_.data());  // reused in stream order
+    auto* results = static_cast<double*>(sums_.data());
+    for (size_t i = 0; i < xs.size(); ++i) {
+      CUDA_RETURN_IF_ERROR(
+          cuda::LaunchSumOfSquares(xs[i].data(), xs[i].size(), partials, results + i, stream_));
+    }
+    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host.data(), results, host.size() * sizeof(double),
+                                         cudaMemcpyDeviceToHost, stream_));
+  }
+  RETURN_IF_ERROR(Synchronize());
+  return host;
+}
+
 absl::Status CudaBackend::ConvertFromF32Impl(const float* src, common::DType dtype, uint16_t* dst,
                                              size_t n) {
   RETURN_IF_ERROR(MakeCurrent());

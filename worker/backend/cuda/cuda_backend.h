@@ -90,6 +90,9 @@ class CudaBackend final : public Backend {
   absl::Status SgdMomentumUpdateImpl(const SgdStep& step, float* params, const float* grads,
                                      float* momentum, size_t n) override;
   absl::StatusOr<double> SumOfSquaresImpl(const float* x, size_t n) override;
+  // Every reduction queued, one copy of the results, one wait.
+  absl::StatusOr<std::vector<double>> SumsOfSquaresImpl(
+      absl::Span<const DeviceSpan<const float>> xs) override;
   absl::Status ConvertFromF32Impl(const float* src, common::DType dtype, uint16_t* dst,
                                   size_t n) override;
   absl::Status ConvertToF32Impl(const uint16_t* src, common::DType dtype, float* dst,
@@ -137,6 +140,7 @@ class CudaBackend final : public Backend {
   // sums of SumOfSquares.
   DeviceBuffer error_flag_;
   DeviceBuffer reduce_scratch_;
+  DeviceBuffer sums_;  // SumsOfSquares' results, grown on demand
 };
 
 }  // namespace shardline::worker
