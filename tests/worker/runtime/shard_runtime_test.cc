@@ -23,8 +23,9 @@ class ShardRuntimeTest : public ::testing::Test {
     data_ = std::move(*data::CreateDataSource(spec_));
     batch_ = data_->TrainBatch(1, 0, 4);
   }
-  std::unique_ptr<ShardRuntime> Make(int begin, int end) {
-    auto runtime = ShardRuntime::Create(*backend_, config_, begin, end, 5,
+  // Units [begin, end) on `backend` (default: the CPU backend).
+  std::unique_ptr<ShardRuntime> Make(int begin, int end, Backend* backend = nullptr) {
+    auto runtime = ShardRuntime::Create(backend != nullptr ? *backend : *backend_, config_, begin, end, 5,
                                         nn::OptimizerConfig::FromSpec(spec_.train()));
     EXPECT_TRUE(runtime.ok()) << runtime.status();
     return std::move(*runtime);
@@ -147,9 +148,7 @@ TEST_F(ShardRuntimeTest, AsyncEdgesMatchSynchronousOnesWithSeveralMicroBatchesIn
 // output's copy, and the input gradient buffer of two passes ago for its copy.
 TEST_F(ShardRuntimeTest, PendingCopiesToTheHostSurviveTheReuseOfTheirMemory) {
   shardline::testing::DeferredCopyBackend late(absl::Milliseconds(20));
-  auto made = ShardRuntime::Create(late, config_, 1, 3, 5, nn::OptimizerConfig::FromSpec(spec_.train()));
-  ASSERT_TRUE(made.ok()) << made.status();
-  auto async = std::move(*made);
+  auto async = Make(1, 3, &late);
   auto sync = Make(1, 3);
   const int64_t rows = batch_.batch * batch_.t;
   const size_t in_n = static_cast<size_t>(rows * sync->input_width());
@@ -202,10 +201,7 @@ TEST_F(ShardRuntimeTest, PendingCopiesToTheHostSurviveTheReuseOfTheirMemory) {
 // run again writes that memory only once its last upload is done.
 TEST_F(ShardRuntimeTest, TokensGoUpFromStagingMemoryThatOutlivesItsCopies) {
   shardline::testing::DeferredCopyBackend late(absl::Milliseconds(20));
-  auto made = ShardRuntime::Create(late, config_, 0, config_.units(), 5,
-                                   nn::OptimizerConfig::FromSpec(spec_.train()));
-  ASSERT_TRUE(made.ok()) << made.status();
-  auto async = std::move(*made);
+  auto async = Make(0, config_.units(), &late);
   auto sync = Make(0, config_.units());
   HostTransfer last_upload;
   std::vector<data::Batch> parts;
@@ -231,10 +227,7 @@ TEST_F(ShardRuntimeTest, TokensGoUpFromStagingMemoryThatOutlivesItsCopies) {
 // slot, and a slot's storage recycled meanwhile leaves the losses alone.
 TEST_F(ShardRuntimeTest, LossesArriveAfterTheForwardPassAndOutliveTheSlot) {
   shardline::testing::DeferredCopyBackend late(absl::Milliseconds(20));
-  auto made = ShardRuntime::Create(late, config_, 0, config_.units(), 5,
-                                   nn::OptimizerConfig::FromSpec(spec_.train()));
-  ASSERT_TRUE(made.ok()) << made.status();
-  auto async = std::move(*made);
+  auto async = Make(0, config_.units(), &late);
   auto sync = Make(0, config_.units());
   std::vector<double> want;
   for (int k = 0; k < 3; ++k) {
