@@ -153,13 +153,7 @@ absl::StatusOr<ShardRuntime::EdgeTransfers> ShardRuntime::ForwardImpl(int slot, 
   s->t = in.t;
   s->loss_scale = in.loss_scale;
   s->has_targets = !in.targets.empty();
-  EdgeTransfers edge;
-  // Host → device copies; asynchronous ones are queued in order, so the last
-  // one's completion covers them all.
-  auto upload = [&](absl::Span<const int32_t> src, DeviceSpan<int32_t> dst) -> absl::Status {
-    ASSIGN_OR_RETURN(edge.inputs_read, CopyIn(backend_, src, dst, wait, s->released));
-    return absl::OkStatus();
-  };
+  EdgeTransfers edge;  // copies in are queued in order: the last one's completion covers all
   SlotHostMemory& host = host_[slot];
   host.loss_rows = 0;  // until this pass has queued its losses
   absl::Status status = [&]() -> absl::Status {
@@ -167,23 +161,7 @@ absl::StatusOr<ShardRuntime::EdgeTransfers> ShardRuntime::ForwardImpl(int slot, 
     RETURN_IF_ERROR(backend_.AwaitOnDevice(std::exchange(s->output_read, HostTransfer())));
     const size_t n = static_cast<size_t>(rows);
     if (is_first() || s->has_targets) {
-      // The slot id's last upload, a step ago: long done.
-      RETURN_IF_ERROR(std::exchange(host.tokens_read, HostTransfer()).Wait());
-      ASSIGN_OR_RETURN(absl::Span<int32_t> staged,
-                       host.tokens.Get<int32_t>(backend_, (is_first() ? n : 0) + (s->has_targets ? n : 0)));
-      if (is_first()) {
-        std::copy(in.ids.begin(), in.ids.end(), staged.begin());
-        RETURN_IF_ERROR(nn::EnsureFloats(backend_, s->ids, n));
-        RETURN_IF_ERROR(upload(staged.subspan(0, n), Prefix<int32_t>(s->ids, rows)));
-        host.tokens_read = edge.inputs_read;
-        staged.remove_prefix(n);
-      }
-      if (s->has_targets) {
-        std::copy(in.targets.begin(), in.targets.end(), staged.begin());
-        RETURN_IF_ERROR(nn::EnsureFloats(backend_, s->targets, n));
-        RETURN_IF_ERROR(upload(staged, Prefix<int32_t>(s->targets, rows)));
-        host.tokens_read = edge.inputs_read;
-      }
+      ASSIGN_OR_RETURN(edge.inputs_read, UploadTokens(in, *s, host, wait));
     }
     s->acts.resize(layers_.size() + 1);
     if (!is_first()) {
@@ -233,6 +211,29 @@ absl::StatusOr<ShardRuntime::EdgeTransfers> ShardRuntime::ForwardImpl(int slot, 
   }
   peak_slots_ = std::max(peak_slots_, slots_.live());
   return edge;
+}
+
+absl::StatusOr<HostTransfer> ShardRuntime::UploadTokens(const Inputs& in, Slot& s,
+                                                        SlotHostMemory& host, bool wait) {
+  const size_t n = static_cast<size_t>(in.batch * in.t);
+  // The slot id's last upload, a step ago: long done.
+  RETURN_IF_ERROR(std::exchange(host.tokens_read, HostTransfer()).Wait());
+  ASSIGN_OR_RETURN(absl::Span<int32_t> staged,
+                   host.tokens.Get<int32_t>(backend_, (is_first() ? n : 0) + (s.has_targets ? n : 0)));
+  if (is_first()) {
+    std::copy(in.ids.begin(), in.ids.end(), staged.begin());
+    RETURN_IF_ERROR(nn::EnsureFloats(backend_, s.ids, n));
+    ASSIGN_OR_RETURN(host.tokens_read, CopyIn(backend_, absl::Span<const int32_t>(staged.subspan(0, n)),
+                                              Prefix<int32_t>(s.ids, n), wait, s.released));
+    staged.remove_prefix(n);
+  }
+  if (s.has_targets) {
+    std::copy(in.targets.begin(), in.targets.end(), staged.begin());
+    RETURN_IF_ERROR(nn::EnsureFloats(backend_, s.targets, n));
+    ASSIGN_OR_RETURN(host.tokens_read, CopyIn(backend_, absl::Span<const int32_t>(staged),
+                                              Prefix<int32_t>(s.targets, n), wait, s.released));
+  }
+  return host.tokens_read;
 }
 
 absl::StatusOr<double> ShardRuntime::Loss(int slot) {

@@ -180,6 +180,9 @@ class ShardRuntime {
   // upload may start once `after` is done.
   absl::StatusOr<HostTransfer> UploadEdge(absl::Span<const float> host, DeviceSpan<float> dst,
                                           DeviceBuffer& narrow, bool wait, const HostTransfer& after);
+  // Copies the token ids (first stage) and targets into `host`'s staging
+  // memory and queues their uploads into the slot; the last upload.
+  absl::StatusOr<HostTransfer> UploadTokens(const Inputs& in, Slot& s, SlotHostMemory& host, bool wait);
   // Marks the end of the work queued for `s` (before it goes back to the store).
   void MarkReleased(Slot& s);
   absl::StatusOr<HostTransfer> DownloadEdge(DeviceSpan<const float> src, DeviceBuffer& narrow,
