@@ -13,18 +13,26 @@
 // moved (all trials together): on a machine where the path is CPU-bound,
 // this is what sets its speed.
 //
+// With --receiver_netns the receiver runs in another network namespace and
+// the bytes cross a veth pair, which bench/bench_transport_netns.sh caps with
+// a token bucket: how close each path gets to a wire slower than the CPUs.
+//
 //   bench_transport [--sizes=65536,...] [--reps=N] [--trials=N] [--json=FILE]
 //                   [--chunk_kib=N] [--window_frames=N] [--wire=f32|bf16|f16]
+//                   [--receiver_netns=NAME --receiver_ip=A --sender_ip=B]
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -53,6 +61,10 @@ ABSL_FLAG(int, trials, 5, "measurements per figure (median)");
 ABSL_FLAG(std::string, json, "", "write the rows as JSON to this file");
 ABSL_FLAG(int, chunk_kib, 1024, "StageLink payload KiB per frame");
 ABSL_FLAG(int, window_frames, 16, "StageLink frames the receiver lets the sender have in flight");
+ABSL_FLAG(std::string, receiver_netns, "",
+          "run the receiver in this network namespace (/var/run/netns/NAME; empty: this one)");
+ABSL_FLAG(std::string, receiver_ip, "127.0.0.1", "the receiver's IPv4 address, in its namespace");
+ABSL_FLAG(std::string, sender_ip, "127.0.0.1", "this process's IPv4 address, as the receiver reaches it");
 ABSL_FLAG(std::string, wire, "f32",
           "StageLink wire precision: f32, bf16 or f16 (the tensor is narrowed once, as a stage's "
           "device does; GB/s count its f32 bytes)");
@@ -119,23 +131,66 @@ void TcpSink(int listener) {
   }
 }
 
+// An IPv4 socket address; false if `ip` is not one.
+bool Ipv4(const std::string& ip, int port, sockaddr_in* addr) {
+  *addr = sockaddr_in{};
+  addr->sin_family = AF_INET;
+  addr->sin_port = htons(static_cast<uint16_t>(port));
+  return ::inet_pton(AF_INET, ip.c_str(), &addr->sin_addr) == 1;
+}
+
+// A listening TCP socket on `ip` (port chosen by the kernel), or -1.
+int ListenTcp(const std::string& ip, int* port) {
+  sockaddr_in addr;
+  if (!Ipv4(ip, 0, &addr)) return -1;
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  socklen_t len = sizeof(addr);
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || ::listen(fd, 4) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    std::perror("tcp listen");
+    return -1;
+  }
+  *port = ntohs(addr.sin_port);
+  return fd;
+}
+
+// The receiver's listening ports, sent to the sender through a pipe.
+struct ReceiverPorts {
+  int sink = 0;
+  int tcp = 0;
+};
+
 // Serves the sinks, then acts as the downstream stage of the StageLink pair
 // (it acks every message with an empty gradient).
-int Receiver(int tcp_listener, int sink_port_pipe, int link_port_pipe, size_t largest) {
+int Receiver(int ports_pipe, int link_port_pipe, size_t largest) {
+  const std::string netns = absl::GetFlag(FLAGS_receiver_netns);
+  if (!netns.empty()) {
+    const std::string path = "/var/run/netns/" + netns;
+    const int ns = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (ns < 0 || ::setns(ns, CLONE_NEWNET) != 0) {
+      std::perror(path.c_str());
+      return 1;
+    }
+    ::close(ns);
+  }
+  const std::string ip = absl::GetFlag(FLAGS_receiver_ip);
+  ReceiverPorts ports;
+  const int tcp_listener = ListenTcp(ip, &ports.tcp);
+  if (tcp_listener < 0) return 1;
   SinkService sink;
   grpc::ServerBuilder builder;
-  int port = 0;
   builder.AddChannelArgument("grpc.so_reuseport", 0);
   builder.SetMaxReceiveMessageSize(-1);
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(absl::StrCat(ip, ":0"), grpc::InsecureServerCredentials(), &ports.sink);
   builder.RegisterService(&sink);
   auto server = builder.BuildAndStart();
-  if (::write(sink_port_pipe, &port, sizeof(port)) != sizeof(port)) return 1;
+  if (server == nullptr) return 1;
+  if (::write(ports_pipe, &ports, sizeof(ports)) != sizeof(ports)) return 1;
   std::thread tcp([tcp_listener] { TcpSink(tcp_listener); });
   tcp.detach();
   int link_port = 0;
   if (::read(link_port_pipe, &link_port, sizeof(link_port)) != sizeof(link_port)) return 1;
-  const std::string stagelink_upstream = absl::StrCat("127.0.0.1:", link_port);
+  const std::string stagelink_upstream = absl::StrCat(absl::GetFlag(FLAGS_sender_ip), ":", link_port);
   worker::runtime::GrpcStageLinkOptions options;
   options.job_id = "bench";
   options.plan_epoch = 1;
@@ -211,41 +266,49 @@ int Main() {
     }
     sizes.push_back(n / 4 * 4);
   }
-  // Fork before this process touches gRPC (gRPC does not survive a fork).
-  const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  if (::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || ::listen(listener, 4) != 0 ||
-      ::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    std::perror("tcp listen");
-    return 2;
+  const std::string receiver_ip = absl::GetFlag(FLAGS_receiver_ip);
+  const std::string sender_ip = absl::GetFlag(FLAGS_sender_ip);
+  sockaddr_in addr;
+  for (const std::string& ip : {receiver_ip, sender_ip}) {
+    if (!Ipv4(ip, 0, &addr)) {
+      std::fprintf(stderr, "Error: '%s' is not an IPv4 address\n", ip.c_str());
+      return 3;
+    }
   }
+  // A receiver that died is an error to report, not a signal that kills us.
+  ::signal(SIGPIPE, SIG_IGN);
+  // Fork before this process touches gRPC (gRPC does not survive a fork).
   int to_parent[2], to_child[2];
   if (::pipe(to_parent) != 0 || ::pipe(to_child) != 0) return 2;
   const pid_t child = ::fork();
   if (child == 0) {
-    ::_exit(Receiver(listener, to_parent[1], to_child[0], *std::max_element(sizes.begin(), sizes.end())));
+    ::_exit(Receiver(to_parent[1], to_child[0], *std::max_element(sizes.begin(), sizes.end())));
   }
-  ::close(listener);
+  // Only the child writes there: if it dies, our read sees the end.
+  ::close(to_parent[1]);
+  ::close(to_child[0]);
   // The StageLink upstream (us) serves; the receiver connects to it.
   worker::runtime::StageLinkService link_service;
   grpc::ServerBuilder builder;
   int link_port = 0;
   builder.AddChannelArgument("grpc.so_reuseport", 0);
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &link_port);
+  builder.AddListeningPort(absl::StrCat(sender_ip, ":0"), grpc::InsecureServerCredentials(), &link_port);
   link_service.RegisterWith(builder);
   auto link_server = builder.BuildAndStart();
+  if (link_server == nullptr) return 2;
   auto downstream = link_service.Expect("bench", 1, 0, LinkOptions());
-  if (::write(to_child[1], &link_port, sizeof(link_port)) != sizeof(link_port)) return 2;
-  int sink_port = 0;
-  if (::read(to_parent[0], &sink_port, sizeof(sink_port)) != sizeof(sink_port)) return 2;
+  ReceiverPorts ports;
+  if (::write(to_child[1], &link_port, sizeof(link_port)) != sizeof(link_port) ||
+      ::read(to_parent[0], &ports, sizeof(ports)) != sizeof(ports)) {
+    std::fprintf(stderr, "Error: the receiver did not start (see above)\n");
+    return 2;
+  }
 
   // TCP client.
   const int tcp = ::socket(AF_INET, SOCK_STREAM, 0);
   const int one = 1;
   ::setsockopt(tcp, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  Ipv4(receiver_ip, ports.tcp, &addr);
   if (::connect(tcp, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
     std::perror("tcp connect");
     return 2;
@@ -255,7 +318,7 @@ int Main() {
   args.SetMaxSendMessageSize(-1);
   args.SetMaxReceiveMessageSize(-1);
   auto stub = shardline::v1::StageLink::NewStub(
-      grpc::CreateCustomChannel(absl::StrCat("127.0.0.1:", sink_port), grpc::InsecureChannelCredentials(), args));
+      grpc::CreateCustomChannel(absl::StrCat(receiver_ip, ":", ports.sink), grpc::InsecureChannelCredentials(), args));
   grpc::ClientContext sink_context;
   auto sink = stub->Exchange(&sink_context);
 

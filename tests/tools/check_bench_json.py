@@ -1,17 +1,23 @@
 """Runs the transport and pipeline benchmarks small and checks what they write.
 
 The figures themselves depend on the machine and are not judged here (they
-belong in docs/benchmarks.md); what is checked is that each benchmark runs
+belong in docs/benchmarks.md), but for the capped wire below; what is checked is that each benchmark runs
 to the end, writes one JSON row per configuration asked for, with every
 field present, finite and consistent with the others, and, for the
 pipeline, that training over real gRPC links on the CPU gives exactly the
 single-process trainer's losses.
 
-Usage: check_bench_json.py BIN_DIR WORKDIR
+Where this process may create network namespaces (root, iproute2), it also
+runs the transport benchmark across a veth pair capped at 1 Gbit/s
+(bench/bench_transport_netns.sh) and checks that every path's figure is
+that of the capped wire, not of loopback.
+
+Usage: check_bench_json.py BIN_DIR WORKDIR SOURCE_DIR
 """
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 
@@ -53,6 +59,33 @@ def check_transport(bin_dir, workdir):
         assert close(r["stagelink_vs_protobuf"], r["stagelink_gbps"] / r["protobuf_gbps"]), r
 
 
+def can_make_network_namespaces():
+    if os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("tc") is None:
+        return False
+    probe = "slbenchprobe%d" % os.getpid()
+    made = subprocess.run(["ip", "netns", "add", probe], capture_output=True).returncode == 0
+    if made:
+        subprocess.run(["ip", "netns", "del", probe], capture_output=True)
+    return made
+
+
+def check_transport_across_capped_veth(bin_dir, workdir, source_dir):
+    if not can_make_network_namespaces():
+        print("capped-veth check skipped: cannot create network namespaces here")
+        return
+    json_path = os.path.join(workdir, "transport_netns.json")
+    env = dict(os.environ, BENCH_TRANSPORT=os.path.join(bin_dir, "bench_transport"))
+    subprocess.run([os.path.join(source_dir, "bench", "bench_transport_netns.sh"), "1gbit",
+                    "--sizes=1048576", "--reps=32", "--trials=1", "--json=" + json_path],
+                   check=True, timeout=240, stdout=subprocess.DEVNULL, env=env)
+    with open(json_path) as f:
+        rows = json.load(f)
+    assert [r["bytes"] for r in rows] == [1048576], rows
+    # 1 Gbit/s is 0.125 GB/s; the token bucket lets a few MB through at once.
+    for path in ("stagelink", "tcp", "protobuf"):
+        assert 0.05 < rows[0][path + "_gbps"] < 0.2, rows
+
+
 def check_pipeline(bin_dir, workdir):
     rows = run([os.path.join(bin_dir, "bench_pipeline"),
                 "--stages=" + ",".join(map(str, PIPELINE_STAGES)), "--steps=1", "--threads=2"],
@@ -79,9 +112,10 @@ def check_pipeline(bin_dir, workdir):
 
 
 def main():
-    bin_dir, workdir = sys.argv[1], sys.argv[2]
+    bin_dir, workdir, source_dir = sys.argv[1], sys.argv[2], sys.argv[3]
     os.makedirs(workdir, exist_ok=True)
     check_transport(bin_dir, workdir)
+    check_transport_across_capped_veth(bin_dir, workdir, source_dir)
     check_pipeline(bin_dir, workdir)
     print("bench JSON checks passed")
 
