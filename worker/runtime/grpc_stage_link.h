@@ -75,7 +75,7 @@ class GrpcStageLink final : public StageLink {
   // The most slots each staging pool had in use at once, summed over the pools.
   int PeakStagingSlots();
   // Fails every wait, now and later, with UNAVAILABLE `reason` (cancellation).
-  void Close(const std::string& reason);
+  void Close(const std::string& reason) override;
 
  private:
   explicit GrpcStageLink(GrpcStageLinkOptions options);

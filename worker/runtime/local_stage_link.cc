@@ -73,6 +73,12 @@ absl::StatusOr<StageMessage> LocalStageLink::ReceiveFromNext() {
   return from_next_->Pop();
 }
 
+void LocalStageLink::Close(const std::string& reason) {
+  for (LocalChannel* channel : {to_next_, from_next_, to_previous_, from_previous_}) {
+    if (channel != nullptr) channel->Close(reason);
+  }
+}
+
 void LocalPipelineLinks::CloseAll(const std::string& reason) {
   for (auto& channel : channels) channel->Close(reason);
 }

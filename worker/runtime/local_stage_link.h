@@ -49,6 +49,8 @@ class LocalStageLink final : public StageLink {
   absl::StatusOr<StageMessage> ReceiveFromPrevious() override;
   absl::Status SendToPrevious(StageMessage message) override;
   absl::StatusOr<StageMessage> ReceiveFromNext() override;
+  // Closes this stage's channels (both ways, to both neighbours).
+  void Close(const std::string& reason) override;
 
  private:
   LocalChannel* const to_next_;

@@ -211,7 +211,19 @@ absl::StatusOr<double> PipelineStage::ReduceGradNorm(int64_t step) {
   return total;
 }
 
+PipelineStage::~PipelineStage() {
+  if (last_step_failed_) {
+    link_.Close(absl::StrCat("stage ", options_.stage, " stopped after a failed step"));
+  }
+}
+
 absl::StatusOr<StageStepResult> PipelineStage::RunStep(int64_t step) {
+  absl::StatusOr<StageStepResult> result = RunStepImpl(step);
+  last_step_failed_ = !result.ok();
+  return result;
+}
+
+absl::StatusOr<StageStepResult> PipelineStage::RunStepImpl(int64_t step) {
   const auto start = Clock::now();
   const uint64_t received_before = link_.BytesReceived();
   const int64_t faults_before = MinorFaults();

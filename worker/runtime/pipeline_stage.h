@@ -68,6 +68,11 @@ class PipelineStage {
                                                                StageLink& link,
                                                                PipelineStageOptions options);
 
+  // After a failed step, closes the link (the stage is done with it): a
+  // send still blocked on a neighbour that stopped reading returns at once
+  // instead of holding the teardown for the link's timeout.
+  ~PipelineStage();
+
   // Runs step `step` (1-based). On error the step's slots are freed; the
   // weights may be part-updated only if the error came after the flush.
   absl::StatusOr<StageStepResult> RunStep(int64_t step);
@@ -84,6 +89,7 @@ class PipelineStage {
   };
   absl::Status Forward(int64_t step, int k, const std::vector<data::Batch>& batches,
                        float loss_scale, StageStepResult& result);
+  absl::StatusOr<StageStepResult> RunStepImpl(int64_t step);
   absl::Status Backward(int64_t step, int k, StageStepResult& result);
   absl::StatusOr<double> ReduceGradNorm(int64_t step);
   absl::StatusOr<StageMessage> Expect(absl::StatusOr<StageMessage> message,
@@ -106,6 +112,7 @@ class PipelineStage {
   std::deque<Upload> uploads_;
   // The step's passes, timed on the device; read at the end of the step.
   std::vector<std::unique_ptr<WorkTimer>> pass_timers_;
+  bool last_step_failed_ = false;
 };
 
 }  // namespace shardline::worker::runtime

@@ -57,6 +57,11 @@ class StageLink {
   virtual absl::StatusOr<StageMessage> ReceiveFromPrevious() = 0;
   virtual absl::Status SendToPrevious(StageMessage message) = 0;
   virtual absl::StatusOr<StageMessage> ReceiveFromNext() = 0;
+  // Ends this stage's use of the link, as its process's death would: every
+  // wait on it, here and at the neighbours, fails with UNAVAILABLE `reason`
+  // from now on, and a send blocked on a neighbour that stopped reading
+  // returns.
+  virtual void Close(const std::string& reason) = 0;
   // Where to put a tensor of `elements` floats that will be sent as a
   // message of `kind`: a free staging slot of the link when it has one, the
   // heap otherwise. The values are unspecified; the caller fills them all.

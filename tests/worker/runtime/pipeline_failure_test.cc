@@ -3,9 +3,12 @@
 #include <chrono>
 #include <thread>
 
+#include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
+#include "tests/testing/deferred_copy_backend.h"
 #include "tests/testing/local_pipeline.h"
 #include "tests/worker/nn/nn_test_util.h"
+#include "worker/data/data_source.h"
 
 namespace shardline::worker::runtime {
 namespace {
@@ -94,6 +97,66 @@ TEST(PipelineFailureTest, ATensorAtAnotherWirePrecisionIsRefused) {
   EXPECT_EQ(result.status().code(), absl::StatusCode::kFailedPrecondition) << result.status();
   EXPECT_NE(result.status().message().find("in bf16, the job's wire precision is f32"), std::string::npos)
       << result.status();
+}
+
+// Stage 0's link to a next stage that is alive but stopped reading: a send
+// blocks until the link is closed (or a minute passes); the gradient never
+// comes, once a send is blocked.
+class StuckNeighbourLink final : public StageLink {
+ public:
+  absl::Status SendToNext(StageMessage) override {
+    if (!send_blocked_.HasBeenNotified()) send_blocked_.Notify();
+    absl::MutexLock lock(&mu_);
+    auto closed = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return !closed_.empty(); };
+    if (!mu_.AwaitWithTimeout(absl::Condition(&closed), absl::Minutes(1))) {
+      return absl::DeadlineExceededError("the next stage took nothing for a minute");
+    }
+    return absl::UnavailableError(closed_);
+  }
+  absl::StatusOr<StageMessage> ReceiveFromNext() override {
+    send_blocked_.WaitForNotificationWithTimeout(absl::Seconds(30));
+    return absl::UnavailableError("no gradient: the next stage stopped answering");
+  }
+  absl::StatusOr<StageMessage> ReceiveFromPrevious() override {
+    return absl::FailedPreconditionError("stage 0 has no previous stage");
+  }
+  absl::Status SendToPrevious(StageMessage) override {
+    return absl::FailedPreconditionError("stage 0 has no previous stage");
+  }
+  void Close(const std::string& reason) override {
+    absl::MutexLock lock(&mu_);
+    closed_ = reason.empty() ? "closed" : reason;
+  }
+
+ private:
+  absl::Notification send_blocked_;
+  absl::Mutex mu_;
+  std::string closed_ ABSL_GUARDED_BY(mu_);
+};
+
+// A stage whose step failed while its sender was blocked handing a tensor to
+// a neighbour that stopped reading closes its link when it goes, so its
+// teardown (and the worker's next job) does not wait out the link timeout.
+TEST(PipelineFailureTest, AFailedStageLetsGoOfItsLinkAtOnce) {
+  auto spec = testing::TinySpec(4, 8);
+  const auto config = nn::ModelConfig::FromSpec(spec.model());
+  // Copies to the host finish later, as on a GPU: sends go through the sender's thread.
+  shardline::testing::DeferredCopyBackend backend(absl::Milliseconds(20));
+  auto runtime = ShardRuntime::Create(backend, config, 0, 2, spec.train().seed(),
+                                      nn::OptimizerConfig::FromSpec(spec.train()));
+  ASSERT_TRUE(runtime.ok()) << runtime.status();
+  auto data = data::CreateDataSource(spec);
+  ASSERT_TRUE(data.ok()) << data.status();
+  StuckNeighbourLink link;
+  PipelineStageOptions options{ScheduleKind::kOneFOneB, 2, 0, spec.train().micro_batches(),
+                               spec.train().global_batch(), common::DType::kF32};
+  auto stage = PipelineStage::Create(**runtime, data->get(), link, options);
+  ASSERT_TRUE(stage.ok()) << stage.status();
+  auto result = (*stage)->RunStep(1);
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kUnavailable) << result.status();
+  const auto start = Clock::now();
+  stage->reset();
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 10.0);
 }
 
 }  // namespace

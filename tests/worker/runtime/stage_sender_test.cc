@@ -34,6 +34,7 @@ class RecordingLink final : public StageLink {
   // A StageSender never receives.
   absl::StatusOr<StageMessage> ReceiveFromPrevious() override { return absl::InternalError("not a receiver"); }
   absl::StatusOr<StageMessage> ReceiveFromNext() override { return absl::InternalError("not a receiver"); }
+  void Close(const std::string&) override { fail = true; }
 
   std::vector<Sent> sent() {
     absl::MutexLock lock(&mu_);
