@@ -52,6 +52,13 @@ absl::StatusOr<std::unique_ptr<ShardRuntime>> ShardRuntime::Create(
   return runtime;
 }
 
+ShardRuntime::~ShardRuntime() {
+  for (auto& [slot, host] : host_) {
+    (void)host.tokens_read.Wait();
+    (void)host.losses_copied.Wait();
+  }
+}
+
 int64_t ShardRuntime::input_width() const { return layers_.front()->input_width(); }
 int64_t ShardRuntime::output_width() const { return layers_.back()->output_width(); }
 

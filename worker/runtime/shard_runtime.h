@@ -46,6 +46,8 @@ class ShardRuntime {
                                                               int unit_begin, int unit_end,
                                                               uint64_t seed,
                                                               const nn::OptimizerConfig& optimizer);
+  // Waits for the copies still using the runtime's staging memory.
+  ~ShardRuntime();
 
   Backend& backend() { return backend_; }
   bool is_first() const { return unit_begin_ == 0; }
