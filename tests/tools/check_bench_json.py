@@ -63,15 +63,19 @@ def can_make_network_namespaces():
     if os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("tc") is None:
         return False
     probe = "slbenchprobe%d" % os.getpid()
-    made = subprocess.run(["ip", "netns", "add", probe], capture_output=True).returncode == 0
-    if made:
-        subprocess.run(["ip", "netns", "del", probe], capture_output=True)
-    return made
+    if subprocess.run(["ip", "netns", "add", probe], capture_output=True).returncode != 0:
+        return False
+    # The token bucket too (the kernel may lack it).
+    shaped = subprocess.run(["ip", "netns", "exec", probe, "tc", "qdisc", "add", "dev", "lo", "root",
+                             "tbf", "rate", "1gbit", "burst", "4mb", "latency", "50ms"],
+                            capture_output=True).returncode == 0
+    subprocess.run(["ip", "netns", "del", probe], capture_output=True)
+    return shaped
 
 
 def check_transport_across_capped_veth(bin_dir, workdir, source_dir):
     if not can_make_network_namespaces():
-        print("capped-veth check skipped: cannot create network namespaces here")
+        print("capped-veth check skipped: cannot create shaped network namespaces here")
         return
     json_path = os.path.join(workdir, "transport_netns.json")
     env = dict(os.environ, BENCH_TRANSPORT=os.path.join(bin_dir, "bench_transport"))
