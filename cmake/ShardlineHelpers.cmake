@@ -27,7 +27,20 @@ function(shardline_binary name)
   target_link_libraries(${name} PRIVATE ${ARG_DEPS})
 endfunction()
 
-# Every test gets a CTest TIMEOUT (default 120 s): a hang is a failure.
+# Every test gets a CTest TIMEOUT (default 120 s): a hang is a failure. Test
+# binaries use our own main (tests/testing/gtest_main.cc), which exits with
+# SHARDLINE_ALL_SKIPPED_EXIT_CODE when every test it ran was skipped: CTest
+# then shows the entry as Skipped, not Passed.
+set(SHARDLINE_ALL_SKIPPED_EXIT_CODE 77)
+
+function(shardline_test_properties name timeout labels)
+  set_tests_properties(${name} PROPERTIES TIMEOUT ${timeout}
+                       SKIP_RETURN_CODE ${SHARDLINE_ALL_SKIPPED_EXIT_CODE})
+  if(labels)
+    set_tests_properties(${name} PROPERTIES LABELS "${labels}")
+  endif()
+endfunction()
+
 function(shardline_test name)
   cmake_parse_arguments(ARG "" "TIMEOUT" "SRCS;DEPS;LABELS" ${ARGN})
   if(NOT ARG_TIMEOUT)
@@ -35,12 +48,9 @@ function(shardline_test name)
   endif()
   add_executable(${name} ${ARG_SRCS})
   shardline_apply_flags(${name})
-  target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gtest_main)
+  target_link_libraries(${name} PRIVATE ${ARG_DEPS} shardline_gtest_main GTest::gtest)
   add_test(NAME ${name} COMMAND ${name})
-  set_tests_properties(${name} PROPERTIES TIMEOUT ${ARG_TIMEOUT})
-  if(ARG_LABELS)
-    set_tests_properties(${name} PROPERTIES LABELS "${ARG_LABELS}")
-  endif()
+  shardline_test_properties(${name} ${ARG_TIMEOUT} "${ARG_LABELS}")
 endfunction()
 
 # Registers an extra CTest entry running an existing test binary with a filter.
@@ -50,8 +60,5 @@ function(shardline_test_filtered name binary filter)
     set(ARG_TIMEOUT 120)
   endif()
   add_test(NAME ${name} COMMAND ${binary} --gtest_filter=${filter})
-  set_tests_properties(${name} PROPERTIES TIMEOUT ${ARG_TIMEOUT})
-  if(ARG_LABELS)
-    set_tests_properties(${name} PROPERTIES LABELS "${ARG_LABELS}")
-  endif()
+  shardline_test_properties(${name} ${ARG_TIMEOUT} "${ARG_LABELS}")
 endfunction()

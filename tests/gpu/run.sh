@@ -32,11 +32,18 @@ driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null
 rows=()
 failed=0
 
-# A gtest suite's CUDA instances; a skip counts as a failure here, since this
-# machine is supposed to have the device.
+# A gtest suite's CUDA instances (as CTest's `gpu` entries run them); a skip
+# counts as a failure here, since this machine is supposed to have the device.
+# Tests that need more GPUs than it has are left out by name, and the figure
+# says so, so that no skip is expected.
+gpus=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | wc -l)
 run_suite() {
-  local name=$1 log=$out/$1.log
-  timeout 300 "$work/bin/$name" --gtest_filter='*/cuda0:BackendFactoryTest.*' >"$log" 2>&1
+  local name=$1 log=$out/$1.log filter='*/cuda0:CudaFactoryTest.*' left_out=""
+  if [ "$gpus" -lt 2 ]; then
+    filter="$filter-CudaFactoryTest.SecondDeviceWorksFromAThreadUsingTheFirst"
+    [ "$name" = backend_transfer_test ] && left_out=" (2-GPU test not run: $gpus GPU)"
+  fi
+  timeout 300 "$work/bin/$name" --gtest_filter="$filter" >"$log" 2>&1
   local rc=$?
   local passed skipped failed_n
   passed=$(grep -oP '\[  PASSED  \] \K[0-9]+' "$log" | tail -n 1)
@@ -44,7 +51,7 @@ run_suite() {
   failed_n=$(grep -oP '\[  FAILED  \] \K[0-9]+(?= test)' "$log" | tail -n 1)
   local result=PASS
   if [ $rc -ne 0 ] || [ "${skipped:-0}" != 0 ]; then result=FAIL; failed=1; fi
-  rows+=("$name|$result|passed ${passed:-0}, failed ${failed_n:-0}, skipped ${skipped:-0}")
+  rows+=("$name|$result|passed ${passed:-0}, failed ${failed_n:-0}, skipped ${skipped:-0}$left_out")
 }
 
 # worker_pipeline_equivalence_test: four stages on cuda:0 against the

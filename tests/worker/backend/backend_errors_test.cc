@@ -218,7 +218,7 @@ TEST(BackendFactoryTest, CudaWithoutDeviceSaysWhy) {
       << backend.status();
 }
 
-TEST(BackendFactoryTest, CudaDevicePastTheLastIsNotFound) {
+TEST(CudaFactoryTest, CudaDevicePastTheLastIsNotFound) {
   if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device on this machine";
   auto backend = CreateBackend("cuda:" + std::to_string(CudaDeviceCount()));
   EXPECT_EQ(backend.status().code(), absl::StatusCode::kNotFound);

@@ -173,7 +173,7 @@ INSTANTIATE_TEST_SUITE_P(Backends, TransferTest, ::testing::ValuesIn(testing::Ba
 // CUDA's current device is per thread: a backend on the second GPU, driven
 // from a thread that has been using the first (as a worker's job thread
 // may), still runs on its own device.
-TEST(BackendFactoryTest, SecondDeviceWorksFromAThreadUsingTheFirst) {
+TEST(CudaFactoryTest, SecondDeviceWorksFromAThreadUsingTheFirst) {
   if (CudaDeviceCount() < 2) GTEST_SKIP() << "needs two CUDA devices";
   auto second = CreateBackend("cuda:1");
   ASSERT_TRUE(second.ok()) << second.status();
