@@ -35,8 +35,28 @@ TEST(SafetensorsTest, RoundTripsTensorsAndMetadata) {
   EXPECT_EQ(back->tensors.at("c.half").dtype(), DType::kBF16);
 }
 
-TEST(SafetensorsTest, SameTensorsGiveSameBytes) {
-  EXPECT_EQ(*SerializeSafetensors(Sample()), *SerializeSafetensors(Sample()));
+// The bytes of a small file, written out by hand from the safetensors format:
+// an 8-byte little-endian header length, the JSON header (metadata first,
+// then the tensors in name order, data_offsets relative to the data) padded
+// with spaces to a multiple of 8, then each tensor's little-endian bytes.
+TEST(SafetensorsTest, WritesTheFormatsByteLayout) {
+  SafetensorsContents c;
+  c.tensors.emplace("b", *(*Tensor::FromValues<float>({1, 2}, std::vector<float>{0.5f, -1.0f}))
+                              .ConvertTo(DType::kBF16));
+  c.tensors.emplace("a", *Tensor::FromValues<int32_t>({1}, std::vector<int32_t>{7}));
+  c.metadata = {{"format", "pt"}};
+  const std::string header =
+      R"({"__metadata__":{"format":"pt"},)"
+      R"("a":{"dtype":"I32","shape":[1],"data_offsets":[0,4]},)"
+      R"("b":{"dtype":"BF16","shape":[1,2],"data_offsets":[4,8]}})";
+  ASSERT_EQ(header.size(), 141u);
+  const std::string want = std::string("\x90\0\0\0\0\0\0\0", 8)  // 144 = 141 + 3 spaces
+                           + header + "   "
+                           + std::string("\x07\0\0\0", 4)            // a: int32 7
+                           + std::string("\x00\x3f\x80\xbf", 4);     // b: bf16 0.5 (0x3f00), -1 (0xbf80)
+  auto bytes = SerializeSafetensors(c);
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  EXPECT_EQ(*bytes, want);
 }
 
 TEST(SafetensorsTest, CorruptFilesAreRejected) {

@@ -55,6 +55,23 @@ TEST(TensorTest, ReshapeKeepsTheElementCount) {
   EXPECT_EQ(t->shape(), (std::vector<int64_t>{2, 12}));
 }
 
+std::vector<uint16_t> Bits(const Tensor& t) {
+  const auto* p = static_cast<const uint16_t*>(t.raw_data());
+  return std::vector<uint16_t>(p, p + t.num_elements());
+}
+
+std::vector<float> Floats(const Tensor& t) {
+  const auto values = t.values<float>();
+  return std::vector<float>(values.begin(), values.end());
+}
+
+// The values worked out by hand, rounding to nearest even:
+//  -0.333333f is 0xBEAAAA9F: bf16 keeps 0xBEAA and rounds up (0xAA9F > 0x8000)
+//    to 0xBEAB = -171/512 = -0.333984375; f16 (10 fraction bits) has
+//    1.333332 × 2^-2 → fraction 341.33/1024 → 341: 0xB555 = -1365/4096.
+//  1000.5 is 1.1111010001b × 2^9: bf16's 7 fraction bits drop 001b (under a
+//    half) → 1000 (0x447A); f16 holds it exactly (0x63D1, steps of 0.5 there).
+//  1000 and -171/512 are exact in f16, so bf16 → f16 → f32 changes nothing.
 TEST(TensorTest, ConvertsBetweenFloatTypes) {
   const std::vector<float> values = {1.0f, -0.333333f, 1000.5f};
   auto t = Tensor::FromValues<float>({3}, values);
@@ -62,12 +79,18 @@ TEST(TensorTest, ConvertsBetweenFloatTypes) {
   auto bf16 = t->ConvertTo(DType::kBF16);
   ASSERT_TRUE(bf16.ok());
   EXPECT_EQ(bf16->byte_size(), 6u);
+  EXPECT_EQ(Bits(*bf16), (std::vector<uint16_t>{0x3F80, 0xBEAB, 0x447A}));
   auto f16 = bf16->ConvertTo(DType::kF16);
   ASSERT_TRUE(f16.ok());
+  EXPECT_EQ(Bits(*f16), (std::vector<uint16_t>{0x3C00, 0xB558, 0x63D0}));
   auto back = f16->ConvertTo(DType::kF32);
   ASSERT_TRUE(back.ok());
-  for (int i = 0; i < 3; ++i) EXPECT_NEAR(back->values<float>()[i], values[i], 4.0);
-  EXPECT_EQ(back->values<float>()[0], 1.0f);
+  EXPECT_EQ(Floats(*back), (std::vector<float>{1.0f, -0.333984375f, 1000.0f}));
+  auto direct = t->ConvertTo(DType::kF16);
+  ASSERT_TRUE(direct.ok());
+  EXPECT_EQ(Bits(*direct), (std::vector<uint16_t>{0x3C00, 0xB555, 0x63D1}));
+  EXPECT_EQ(Floats(*direct->ConvertTo(DType::kF32)),
+            (std::vector<float>{1.0f, -0.333251953125f, 1000.5f}));
   EXPECT_EQ(t->ConvertTo(DType::kI32).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
