@@ -183,14 +183,18 @@ absl::Status PipelineStage::Backward(int64_t step, int k, StageStepResult& resul
 }
 
 absl::StatusOr<double> PipelineStage::ReduceGradNorm(int64_t step) {
-  ASSIGN_OR_RETURN(double own, runtime_.GradSquaredNorm());
-  // Partial sums travel 0 → p−1 in stage order, so every run adds them in
-  // the same order; the total comes back p−1 → 0.
-  double partial = own;
+  // This stage's parts first (its device works while the earlier stages
+  // finish their backward passes).
+  ASSIGN_OR_RETURN(const std::vector<double> own, runtime_.GradSumsOfSquares());
+  // The running sum travels 0 → p−1 and each stage adds its parameters' parts
+  // one by one, as the trainer adds every parameter's: the same bits for any
+  // cut. The total comes back p−1 → 0.
+  double partial = 0.0;
   if (!runtime_.is_first()) {
     ASSIGN_OR_RETURN(StageMessage in, Expect(link_.ReceiveFromPrevious(), Kind::kNormPartial, step, 0));
-    partial = in.norm + own;
+    partial = in.norm;
   }
+  for (double part : own) partial += part;
   double total = partial;
   if (!runtime_.is_last()) {
     StageMessage out;

@@ -355,13 +355,16 @@ absl::Status ShardRuntime::ZeroGrads() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<double> ShardRuntime::GradSquaredNorm() {
+absl::StatusOr<std::vector<double>> ShardRuntime::GradSumsOfSquares() {
   std::vector<DeviceSpan<const float>> grads;
   for (nn::Parameter* p : parameters()) grads.push_back(p->g());
-  ASSIGN_OR_RETURN(std::vector<double> parts, backend_.SumsOfSquares(grads));
-  double sum = 0.0;
-  for (double part : parts) sum += part;  // in parameter order, as always
-  return sum;
+  return backend_.SumsOfSquares(grads);
+}
+
+absl::StatusOr<double> ShardRuntime::GradSquaredNorm(double carried) {
+  ASSIGN_OR_RETURN(std::vector<double> parts, GradSumsOfSquares());
+  for (double part : parts) carried += part;
+  return carried;
 }
 
 absl::Status ShardRuntime::ApplyOptimizer(int64_t step, double grad_factor) {

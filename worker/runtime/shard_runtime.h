@@ -103,8 +103,13 @@ class ShardRuntime {
   void Discard(int slot);
 
   absl::Status ZeroGrads();
-  // Σ over this shard's parameters of Σ grad² (for the global grad norm).
-  absl::StatusOr<double> GradSquaredNorm();
+  // Each of this shard's parameters' Σ grad², in parameter order.
+  absl::StatusOr<std::vector<double>> GradSumsOfSquares();
+  // `carried` plus each parameter's Σ grad², added one by one in parameter
+  // order (for the global grad norm). A pipeline stage carries in the
+  // previous stages' total, so that any cut adds the same numbers in the
+  // same order as one process holding every layer: the same bits.
+  absl::StatusOr<double> GradSquaredNorm(double carried = 0.0);
   // One optimizer update for `step` (1-based), gradients multiplied by grad_factor.
   absl::Status ApplyOptimizer(int64_t step, double grad_factor);
 

@@ -1,9 +1,12 @@
 // The pipeline against the reference trainer (design brief §4): for 1 to 4
 // stages, even and uneven cuts, both schedules and micro-batch counts that
-// are not multiples of the stage count, every step's loss and the final
-// weights must equal shardline-train's within 1e-6 relative on the CPU
-// backend. The stages run in-process (LocalPipeline), so this checks the
-// runtime and the schedules; the networked workers reuse both.
+// are not multiples of the stage count, every step's loss and grad norm and
+// the final weights must equal shardline-train's bit for bit on the CPU
+// backend: each stage runs the trainer's arithmetic on its layers, in the
+// same order (micro-batches in index order, the grad norm's terms added in
+// parameter order across the stages). The stages run in-process
+// (LocalPipeline), so this checks the runtime and the schedules; the
+// networked workers reuse both.
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -21,7 +24,6 @@ namespace shardline::worker::runtime {
 namespace {
 
 constexpr int kSteps = 4;
-constexpr double kRelative = 1e-6;
 
 struct Case {
   std::vector<int> cuts;  // first unit of stages 1..p−1; the tiny model has 4 units
@@ -57,8 +59,8 @@ TEST_P(PipelineEquivalenceTest, LossesAndWeightsMatchTheReferenceTrainer) {
     auto got = (*pipeline)->RunStep(step);
     ASSERT_TRUE(got.ok()) << got.status();
     const StageStepResult& last = got->back();
-    EXPECT_NEAR(last.loss, want->loss, kRelative * std::fabs(want->loss)) << "step " << step;
-    EXPECT_NEAR(last.grad_norm, want->grad_norm, kRelative * want->grad_norm) << "step " << step;
+    EXPECT_EQ(last.loss, want->loss) << "step " << step;
+    EXPECT_EQ(last.grad_norm, want->grad_norm) << "step " << step;
     for (int s = 0; s < p; ++s) {
       const size_t bound = c.schedule == "1f1b" ? std::min(p - s, c.micro_batches)
                                                 : static_cast<size_t>(c.micro_batches);
@@ -77,9 +79,7 @@ TEST_P(PipelineEquivalenceTest, LossesAndWeightsMatchTheReferenceTrainer) {
     const auto& got = got_weights->at(name);
     ASSERT_EQ(got.shape(), want.shape()) << name;
     const auto a = got.values<float>(), b = want.values<float>();
-    for (size_t i = 0; i < a.size(); ++i) {
-      ASSERT_NEAR(a[i], b[i], kRelative * std::fabs(b[i]) + 1e-12) << name << "[" << i << "]";
-    }
+    for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(a[i], b[i]) << name << "[" << i << "]";
   }
 }
 
@@ -160,13 +160,18 @@ TEST_P(PipelineOnDeviceTest, FourStagesMatchTheReferenceTrainerOnTheSameDevice) 
   ASSERT_TRUE(reference.ok()) << reference.status();
   auto pipeline = shardline::testing::LocalPipeline::Create(spec, {1, 2, 3}, absl::Seconds(60), GetParam());
   ASSERT_TRUE(pipeline.ok()) << pipeline.status();
-  constexpr double kDeviceRelative = 1e-5;
+  // On the CPU this is the trainer's arithmetic: the same bits. On CUDA the
+  // stages and the trainer run the same kernels on the same shapes, but each
+  // stage has a cuBLAS handle of its own, and cuBLAS promises reproducible
+  // results per handle configuration only; no GPU run has shown the bits yet,
+  // so there 1e-5 relative.
+  const double relative = GetParam() == "cpu" ? 0.0 : 1e-5;
   for (int step = 1; step <= kSteps; ++step) {
     auto want = (*reference)->TrainStep(step);
     ASSERT_TRUE(want.ok()) << want.status();
     auto got = (*pipeline)->RunStep(step);
     ASSERT_TRUE(got.ok()) << got.status();
-    EXPECT_NEAR(got->back().loss, want->loss, kDeviceRelative * std::fabs(want->loss)) << "step " << step;
+    EXPECT_NEAR(got->back().loss, want->loss, relative * std::fabs(want->loss)) << "step " << step;
   }
   auto want_weights = (*reference)->runtime().ExportWeights();
   auto got_weights = (*pipeline)->ExportWeights();
@@ -177,7 +182,7 @@ TEST_P(PipelineOnDeviceTest, FourStagesMatchTheReferenceTrainerOnTheSameDevice) 
     const auto a = got.values<float>(), b = want.values<float>();
     ASSERT_EQ(a.size(), b.size()) << name;
     for (size_t i = 0; i < a.size(); ++i) {
-      ASSERT_NEAR(a[i], b[i], kDeviceRelative * std::fabs(b[i]) + 1e-9) << name << "[" << i << "]";
+      ASSERT_NEAR(a[i], b[i], relative * std::fabs(b[i])) << name << "[" << i << "]";
     }
   }
 }
