@@ -198,7 +198,7 @@ absl::StatusOr<bool> JobManager::ReportStep(const shardline::v1::ReportStepReque
       End(*job, shardline::v1::FAILED, message);
     } else if (job->pending_failure.empty()) {
       job->pending_failure = message;
-      job->failure_deadline = absl::Now() + registry_.lease();
+      job->failure_deadline = registry_.Now() + registry_.lease();
       job->status.set_message("a stage lost its link; checking whether a worker was lost");
       Publish(*job);
     }
@@ -312,7 +312,7 @@ void JobManager::WorkersLost(const std::vector<WorkerRecord>& lost) {
 
 void JobManager::Tick() {
   absl::MutexLock lock(&mu_);
-  const absl::Time now = absl::Now();
+  const absl::Time now = registry_.Now();
   for (auto& [id, job] : jobs_) {
     if (job.status.state() == shardline::v1::RUNNING && !job.pending_failure.empty() &&
         now >= job.failure_deadline) {

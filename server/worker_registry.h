@@ -35,6 +35,9 @@ class WorkerRegistry {
       : lease_(lease), clock_(std::move(clock)) {}
 
   absl::Duration lease() const { return lease_; }
+  // The registry's clock: the coordinator's one clock for leases and the
+  // deadlines measured against them (injectable for tests).
+  absl::Time Now() const { return clock_(); }
 
   // A new worker id. INVALID_ARGUMENT for a bad name or capabilities;
   // ALREADY_EXISTS while a live worker has the name (a lost one is replaced).

@@ -45,6 +45,28 @@ int DeferredCopyBackend::uploads_from_pageable() {
   return pageable_uploads_;
 }
 
+void DeferredCopyBackend::Hold() {
+  absl::MutexLock lock(&mu_);
+  held_ = true;
+}
+
+void DeferredCopyBackend::Release() {
+  absl::MutexLock lock(&mu_);
+  held_ = false;
+  for (const auto& completion : queued_while_held_) {
+    released_waits_ += completion->blocked_waits();
+    completion->RefuseToBlock(false);
+  }
+  queued_while_held_.clear();
+}
+
+int DeferredCopyBackend::waits_while_held() {
+  absl::MutexLock lock(&mu_);
+  int waits = released_waits_;
+  for (const auto& completion : queued_while_held_) waits += completion->blocked_waits();
+  return waits;
+}
+
 absl::StatusOr<void*> DeferredCopyBackend::AllocateHostStaging(size_t bytes) {
   ASSIGN_OR_RETURN(void* memory, CpuBackend::AllocateHostStaging(bytes));
   absl::MutexLock lock(&mu_);
@@ -65,6 +87,10 @@ worker::HostTransfer DeferredCopyBackend::Queue(Pending pending) {
   pending.completion = std::make_shared<ManualCompletion>();
   worker::HostTransfer transfer(pending.completion);
   absl::MutexLock lock(&mu_);
+  if (held_) {
+    pending.completion->RefuseToBlock(true);
+    queued_while_held_.push_back(pending.completion);
+  }
   queue_.push_back(std::move(pending));
   return transfer;
 }
@@ -104,7 +130,9 @@ void DeferredCopyBackend::Run() {
     Pending next;
     {
       absl::MutexLock lock(&mu_);
-      auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return !queue_.empty() || stopping_; };
+      auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+        return (!queue_.empty() && !held_) || stopping_;
+      };
       mu_.Await(absl::Condition(&ready));
       if (queue_.empty()) return;
       next = std::move(queue_.front());

@@ -8,7 +8,9 @@
 // (it is read again when the copy finishes: under ASan a buffer freed early
 // is a use-after-free, and a changed one counts in host_changes_seen()). It
 // also counts copies to the device from memory that did not come from
-// AllocateHostStaging: on CUDA, such a copy makes the host wait.
+// AllocateHostStaging: on CUDA, such a copy makes the host wait. Hold()
+// stops copies from finishing, so that a test proves without timing that a
+// call does not wait for one.
 #ifndef SHARDLINE_TESTS_TESTING_DEFERRED_COPY_BACKEND_H_
 #define SHARDLINE_TESTS_TESTING_DEFERRED_COPY_BACKEND_H_
 
@@ -17,6 +19,7 @@
 #include <map>
 #include <memory>
 #include <thread>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -39,6 +42,13 @@ class DeferredCopyBackend final : public worker::CpuBackend {
   int host_changes_seen();
   // Copies to the device from host memory outside AllocateHostStaging's.
   int uploads_from_pageable();
+  // From Hold() until Release() no copy finishes (but for one the copy
+  // thread may already have taken), and a Wait() for a copy queued
+  // meanwhile returns FAILED_PRECONDITION at once instead of blocking,
+  // counted in waits_while_held(): a call that waited fails, it does not hang.
+  void Hold();
+  void Release();
+  int waits_while_held();
 
   absl::StatusOr<void*> AllocateHostStaging(size_t bytes) override;
   void FreeHostStaging(void* memory) override;
@@ -68,6 +78,9 @@ class DeferredCopyBackend final : public worker::CpuBackend {
   absl::Mutex mu_;
   std::deque<Pending> queue_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool held_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::shared_ptr<ManualCompletion>> queued_while_held_ ABSL_GUARDED_BY(mu_);
+  int released_waits_ ABSL_GUARDED_BY(mu_) = 0;  // refused waits of copies released since
   int finished_ ABSL_GUARDED_BY(mu_) = 0;
   int host_changes_ ABSL_GUARDED_BY(mu_) = 0;
   int pageable_uploads_ ABSL_GUARDED_BY(mu_) = 0;

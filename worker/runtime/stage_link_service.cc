@@ -145,9 +145,21 @@ void StageLinkService::Forget(const std::string& job_id, int stage) {
   expected_.erase({job_id, stage});
 }
 
+int64_t StageLinkService::hellos_refused() {
+  absl::MutexLock lock(&mu_);
+  return hellos_refused_;
+}
+
 absl::StatusOr<std::shared_ptr<ExchangeStream>> StageLinkService::Bind(
     const shardline::v1::StageHello& hello) {
   absl::MutexLock lock(&mu_);
+  absl::StatusOr<std::shared_ptr<ExchangeStream>> bound = BindLocked(hello);
+  if (!bound.ok()) ++hellos_refused_;
+  return bound;
+}
+
+absl::StatusOr<std::shared_ptr<ExchangeStream>> StageLinkService::BindLocked(
+    const shardline::v1::StageHello& hello) {
   auto it = expected_.find({hello.job_id(), hello.stage() - 1});
   if (it == expected_.end()) {
     return absl::NotFoundError(absl::StrCat("no stage ", hello.stage() - 1, " of job '",

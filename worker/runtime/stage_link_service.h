@@ -52,8 +52,14 @@ class StageLinkService final : public grpc::CallbackGenericService {
 
   // For the reactor: the stream the hello asks for, now bound.
   absl::StatusOr<std::shared_ptr<ExchangeStream>> Bind(const shardline::v1::StageHello& hello);
+  // Hellos refused so far (any reason): a neighbour that connects before its
+  // stage is expected here is refused NOT_FOUND and retries.
+  int64_t hellos_refused();
 
  private:
+  absl::StatusOr<std::shared_ptr<ExchangeStream>> BindLocked(const shardline::v1::StageHello& hello)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   struct Expectation {
     uint64_t epoch = 0;
     std::weak_ptr<ExchangeStream> stream;
@@ -61,6 +67,7 @@ class StageLinkService final : public grpc::CallbackGenericService {
   };
   absl::Mutex mu_;
   std::map<std::pair<std::string, int>, Expectation> expected_ ABSL_GUARDED_BY(mu_);
+  int64_t hellos_refused_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace shardline::worker::runtime

@@ -254,7 +254,12 @@ TEST(GrpcStageLinkTest, TheDownstreamStageMayConnectBeforeTheUpstreamOneIsReady)
   // while the upstream worker has not registered the job yet (NOT_FOUND).
   auto link = GrpcStageLink::Create(Options(1, 2, own.get(), upstream.get()));
   ASSERT_TRUE(link.ok());
-  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  // Refused twice: the link retried after a NOT_FOUND.
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (upstream->service->hellos_refused() < 2 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  ASSERT_GE(upstream->service->hellos_refused(), 2) << "the link gave up after a NOT_FOUND";
   auto expectation = upstream->service->Expect("job-1", 7, 0, Exchange(absl::Seconds(10)));
   StageMessage activation;
   activation.kind = StageMessage::Kind::kActivation;

@@ -239,11 +239,15 @@ TEST_F(ShardRuntimeTest, LossesArriveAfterTheForwardPassAndOutliveTheSlot) {
     ASSERT_TRUE(sync->Forward(k, Inputs(part, scale)).ok());
     want.push_back(*sync->Loss(k));
     ASSERT_TRUE(sync->Backward(k, {}).ok());
-    ASSERT_TRUE(async->ForwardAsync(k, Inputs(part, scale), {}).ok());
     // On a fresh slot nothing is waited for (a recycled one waits, on this
-    // CPU-based backend, for the copies of its last owner).
+    // CPU-based backend, for the copies of its last owner): with the copies
+    // held back, a forward pass that waited for its losses would fail.
+    if (k == 0) late.Hold();
+    ASSERT_TRUE(async->ForwardAsync(k, Inputs(part, scale), {}).ok());
     if (k == 0) {
-      EXPECT_EQ(late.deferred_copies(), 0) << "the forward pass waited for its losses";
+      EXPECT_EQ(late.waits_while_held(), 0) << "the forward pass waited for its losses";
+      EXPECT_EQ(late.deferred_copies(), 0);
+      late.Release();
     }
     ASSERT_TRUE(async->BackwardAsync(k, {}, {}).ok());  // frees the slot for the next one
   }

@@ -27,6 +27,7 @@ TEST(StageLinkServiceTest, WrongPeersGetClearStatusesAndTheServiceKeepsServing) 
   const grpc::Status stale_status = stale.Finish();
   EXPECT_EQ(stale_status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_NE(stale_status.error_message().find("epoch 6"), std::string::npos);
+  EXPECT_EQ(server->service->hellos_refused(), 2);
 
   RawPeer no_hello(server->address);
   StageFrame data;
@@ -56,6 +57,7 @@ TEST(StageLinkServiceTest, WrongPeersGetClearStatusesAndTheServiceKeepsServing) 
   RawPeer second(server->address);
   second.Write(Hello("job-1", 7, 1));
   EXPECT_EQ(second.Finish().error_code(), grpc::StatusCode::ALREADY_EXISTS);
+  EXPECT_EQ(server->service->hellos_refused(), 4) << "unknown job, two stale epochs, a second stream";
   good->reset();
   server->server->Shutdown();
 }

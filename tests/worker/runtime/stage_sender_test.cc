@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
-#include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
 #include "tests/testing/manual_completion.h"
+#include "tests/testing/thread_state.h"
 
 namespace shardline::worker::runtime {
 namespace {
@@ -91,7 +91,9 @@ TEST(StageSenderTest, WaitsForEachTransferAndKeepsTheOrder) {
   ASSERT_TRUE(sender.Send(Direction::kNext, Message(1)).ok());
   ASSERT_TRUE(sender.Send(Direction::kPrevious, Message(2), HostTransfer(third)).ok());
   third->Finish();
-  absl::SleepFor(absl::Milliseconds(50));
+  // The sender's thread now waits for the first transfer: nothing may have
+  // gone out before it (the ready second and third must not overtake it).
+  ASSERT_TRUE(first->AwaitBlockedWait(absl::Seconds(10))) << "the sender never waited for the first transfer";
   EXPECT_TRUE(link.sent().empty()) << "sent before the first message's tensor was written";
   first->Finish();
   ASSERT_TRUE(sender.Flush().ok());
@@ -133,18 +135,24 @@ TEST(StageSenderTest, SendBlocksWhileTheQueueIsFull) {
   StageSender sender(link, /*max_queued=*/1);
   auto first = std::make_shared<ManualCompletion>();
   ASSERT_TRUE(sender.Send(Direction::kNext, Message(0), HostTransfer(first)).ok());
-  // The sender's thread may have taken the first message off the queue
-  // (it then waits for its transfer): queue a second to be sure it is full.
+  // The sender's thread has taken the first message off the queue and waits
+  // for its transfer; the second fills the queue, the third must wait.
+  ASSERT_TRUE(first->AwaitBlockedWait(absl::Seconds(10)));
   auto second = std::make_shared<ManualCompletion>();
   std::atomic<int> returned{0};
+  std::atomic<pid_t> producer_id{0};
+  std::atomic<bool> producer_done{false};
   std::thread producer([&] {
+    producer_id = shardline::testing::CurrentThreadId();
     EXPECT_TRUE(sender.Send(Direction::kNext, Message(1), HostTransfer(second)).ok());
     returned++;
     EXPECT_TRUE(sender.Send(Direction::kNext, Message(2)).ok());
     returned++;
+    producer_done = true;
   });
-  absl::SleepFor(absl::Milliseconds(50));
-  EXPECT_LE(returned.load(), 1) << "three messages queued past a bound of one";
+  // Nothing else can make the producer sleep: it blocked in the third Send.
+  ASSERT_TRUE(shardline::testing::AwaitThreadBlockedOrDone(producer_id, producer_done, absl::Seconds(10)));
+  EXPECT_EQ(returned.load(), 1) << "three messages queued past a bound of one";
   first->Finish();
   second->Finish();
   producer.join();
@@ -155,18 +163,31 @@ TEST(StageSenderTest, SendBlocksWhileTheQueueIsFull) {
 
 TEST(StageSenderTest, DestructionWaitsForTransfersStillWritingQueuedMessages) {
   RecordingLink link;
-  auto pending = std::make_shared<ManualCompletion>();
+  auto first = std::make_shared<ManualCompletion>();
+  auto second = std::make_shared<ManualCompletion>();
   auto sender = std::make_unique<StageSender>(link);
-  ASSERT_TRUE(sender->Send(Direction::kNext, Message(0), HostTransfer(pending)).ok());
-  absl::Notification destroyed;
+  ASSERT_TRUE(sender->Send(Direction::kNext, Message(0), HostTransfer(first)).ok());
+  ASSERT_TRUE(first->AwaitBlockedWait(absl::Seconds(10)));  // taken by the sender's thread
+  ASSERT_TRUE(sender->Send(Direction::kNext, Message(1), HostTransfer(second)).ok());  // queued
+  std::atomic<pid_t> destroyer_id{0};
+  std::atomic<bool> destroyed{false};
   std::thread destroyer([&] {
+    destroyer_id = shardline::testing::CurrentThreadId();
     sender.reset();
-    destroyed.Notify();
+    destroyed = true;
   });
-  EXPECT_FALSE(destroyed.WaitForNotificationWithTimeout(absl::Milliseconds(50)))
-      << "destroyed a message the device was still writing";
-  pending->Finish();
+  // The destructor has begun (it sleeps only in joining the sender's thread):
+  // the step has failed, and what is left must be dropped, not sent.
+  ASSERT_TRUE(shardline::testing::AwaitThreadBlockedOrDone(destroyer_id, destroyed, absl::Seconds(10)));
+  first->Finish();
+  // The queued message is still being written: its transfer is waited for
+  // before the message is dropped, and the sender is not gone meanwhile.
+  ASSERT_TRUE(second->AwaitBlockedWait(absl::Seconds(10)))
+      << "dropped a queued message whose tensor the device was still writing";
+  EXPECT_FALSE(destroyed) << "destroyed while a transfer still wrote a queued message";
+  second->Finish();
   destroyer.join();
+  EXPECT_TRUE(destroyed);
   EXPECT_TRUE(link.sent().empty()) << "a sender being destroyed drops what it holds";
 }
 
