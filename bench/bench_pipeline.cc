@@ -13,6 +13,9 @@
 // relative gap between the two runs' losses (0 on the CPU: the pipeline is
 // the reference arithmetic). --device=cuda:N puts every stage and the
 // trainer on that GPU (each stage with its own streams; staging pinned).
+// Each row also carries the raw timings (tokens, wall, busy and busiest-stage
+// seconds of the timed steps, the trainer's tokens and seconds), so a reader
+// can recompute every figure.
 //
 //   bench_pipeline [--stages=2,4] [--steps=N] [--threads=N] [--device=cpu|cuda:N] [--json=FILE]
 #include <grpcpp/grpcpp.h>
@@ -85,7 +88,8 @@ double PeakRssMiB() {
 }
 
 struct Reference {
-  double tokens_per_s = 0;
+  int64_t tokens = 0;          // trained in the timed steps
+  double seconds = 0;          // the timed steps' wall time
   std::vector<double> losses;  // steps 2, 3, ...
 };
 
@@ -96,15 +100,14 @@ Reference RunReference(const shardline::v1::JobSpec& spec, int threads, int step
   BENCH_CHECK_OK(trainer.status());
   BENCH_CHECK_OK((*trainer)->TrainStep(1).status());
   Reference out;
-  int64_t tokens = 0;
   const auto start = std::chrono::steady_clock::now();
   for (int step = 2; step < 2 + steps; ++step) {
     auto r = (*trainer)->TrainStep(step);
     BENCH_CHECK_OK(r.status());
-    tokens += r->tokens;
+    out.tokens += r->tokens;
     out.losses.push_back(r->loss);
   }
-  out.tokens_per_s = tokens / std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return out;
 }
 
@@ -212,6 +215,7 @@ void Measure(int p, int total_threads, int steps, BenchReport& report) {
   for (size_t i = 0; i < losses.size(); ++i) {
     loss_gap = std::max(loss_gap, std::fabs(losses[i] - reference.losses[i]) / std::fabs(reference.losses[i]));
   }
+  const double reference_tokens_per_s = reference.tokens / reference.seconds;
   report.Add({{"stages", static_cast<double>(p)},
               {"micro_batches", static_cast<double>(m)},
               {"threads_per_stage", static_cast<double>(stage_threads)},
@@ -225,9 +229,17 @@ void Measure(int p, int total_threads, int steps, BenchReport& report) {
               {"link_peak_mib", static_cast<double>(link_peak) / (1 << 20)},
               {"staging_slots_peak", static_cast<double>(staging_peak)},
               {"peak_rss_mib", PeakRssMiB()},
-              {"reference_tokens_per_s", reference.tokens_per_s},
-              {"vs_reference", tokens / wall / reference.tokens_per_s},
-              {"max_loss_gap", loss_gap}});
+              {"reference_tokens_per_s", reference_tokens_per_s},
+              {"vs_reference", tokens / wall / reference_tokens_per_s},
+              {"max_loss_gap", loss_gap},
+              // The raw timings the figures above come from.
+              {"timed_steps", static_cast<double>(steps)},
+              {"tokens", static_cast<double>(tokens)},
+              {"wall_s", wall},
+              {"busy_s", busy},
+              {"busiest_s", busiest},
+              {"reference_tokens", static_cast<double>(reference.tokens)},
+              {"reference_wall_s", reference.seconds}});
 }
 
 int Main() {

@@ -11,7 +11,9 @@
 // Channels are warmed before timing; each figure is the median of `--trials`.
 // Next to each path's GB/s, the CPU time both processes spent per GB it
 // moved (all trials together): on a machine where the path is CPU-bound,
-// this is what sets its speed.
+// this is what sets its speed. Each row also carries the raw timings the
+// figures come from (per path: the median and total trial seconds and the
+// CPU seconds), so a reader can recompute them.
 //
 // With --receiver_netns the receiver runs in another network namespace and
 // the bytes cross a veth pair, which bench/bench_transport_netns.sh caps with
@@ -237,23 +239,33 @@ double ProcessCpuSeconds(pid_t pid) {
   return read_any ? static_cast<double>(total_ns) / 1e9 : std::nan("");
 }
 
+// One path's figures, and the raw timings they come from (in the JSON, so
+// that a reader can recompute them).
 struct PathFigures {
-  double gbps = 0;            // median of the trials
-  double cpu_s_per_gb = 0;    // both processes, all trials together (NaN: unknown)
+  double median_s = 0;        // the median trial's seconds for `reps` tensors
+  double total_s = 0;         // all trials' seconds
+  double cpu_s = 0;           // CPU seconds of both processes over all trials (NaN: unknown)
+  double gbps = 0;            // bytes × reps / median_s
+  double cpu_s_per_gb = 0;    // cpu_s per GB moved in all trials
 };
 
 PathFigures Measure(size_t bytes, int reps, pid_t receiver, const std::function<void()>& run_reps) {
-  std::vector<double> gbps;
+  std::vector<double> seconds;
   const double cpu_before = ProcessCpuSeconds(::getpid()) + ProcessCpuSeconds(receiver);
   for (int t = 0; t < absl::GetFlag(FLAGS_trials); ++t) {
     const auto start = Clock::now();
     run_reps();
-    gbps.push_back(static_cast<double>(bytes) * reps / Seconds(start) / 1e9);
+    seconds.push_back(Seconds(start));
   }
   const double cpu_after = ProcessCpuSeconds(::getpid()) + ProcessCpuSeconds(receiver);
-  std::sort(gbps.begin(), gbps.end());
-  const double moved_gb = static_cast<double>(bytes) * reps * static_cast<double>(gbps.size()) / 1e9;
-  return {gbps[gbps.size() / 2], (cpu_after - cpu_before) / moved_gb};
+  std::sort(seconds.begin(), seconds.end());
+  PathFigures f;
+  f.median_s = seconds[seconds.size() / 2];
+  for (double s : seconds) f.total_s += s;
+  f.cpu_s = cpu_after - cpu_before;
+  f.gbps = static_cast<double>(bytes) * reps / f.median_s / 1e9;
+  f.cpu_s_per_gb = f.cpu_s / (static_cast<double>(bytes) * reps * static_cast<double>(seconds.size()) / 1e9);
+  return f;
 }
 
 int Main() {
@@ -265,6 +277,10 @@ int Main() {
       return 3;
     }
     sizes.push_back(n / 4 * 4);
+  }
+  if (sizes.empty() || absl::GetFlag(FLAGS_trials) < 1 || absl::GetFlag(FLAGS_reps) < 0) {
+    std::fprintf(stderr, "Error: --sizes needs a size, --trials must be at least 1 and --reps at least 0\n");
+    return 3;
   }
   const std::string receiver_ip = absl::GetFlag(FLAGS_receiver_ip);
   const std::string sender_ip = absl::GetFlag(FLAGS_sender_ip);
@@ -393,16 +409,24 @@ int Main() {
     const PathFigures stagelink = Measure(bytes, reps, child, stagelink_reps);
     const PathFigures raw = Measure(bytes, reps, child, tcp_reps);
     const PathFigures plain = Measure(bytes, reps, child, protobuf_reps);
-    report.Add({{"bytes", static_cast<double>(bytes)},
-                {"reps", static_cast<double>(reps)},
-                {"stagelink_gbps", stagelink.gbps},
-                {"tcp_gbps", raw.gbps},
-                {"protobuf_gbps", plain.gbps},
-                {"stagelink_vs_tcp", stagelink.gbps / raw.gbps},
-                {"stagelink_vs_protobuf", stagelink.gbps / plain.gbps},
-                {"stagelink_cpu_s_per_gb", stagelink.cpu_s_per_gb},
-                {"tcp_cpu_s_per_gb", raw.cpu_s_per_gb},
-                {"protobuf_cpu_s_per_gb", plain.cpu_s_per_gb}});
+    BenchReport::Row row = {{"bytes", static_cast<double>(bytes)},
+                            {"reps", static_cast<double>(reps)},
+                            {"trials", static_cast<double>(absl::GetFlag(FLAGS_trials))},
+                            {"stagelink_gbps", stagelink.gbps},
+                            {"tcp_gbps", raw.gbps},
+                            {"protobuf_gbps", plain.gbps},
+                            {"stagelink_vs_tcp", stagelink.gbps / raw.gbps},
+                            {"stagelink_vs_protobuf", stagelink.gbps / plain.gbps},
+                            {"stagelink_cpu_s_per_gb", stagelink.cpu_s_per_gb},
+                            {"tcp_cpu_s_per_gb", raw.cpu_s_per_gb},
+                            {"protobuf_cpu_s_per_gb", plain.cpu_s_per_gb}};
+    for (const auto& [path, f] : {std::pair<const char*, const PathFigures&>{"stagelink", stagelink},
+                                  {"tcp", raw}, {"protobuf", plain}}) {
+      row.emplace_back(absl::StrCat(path, "_median_s"), f.median_s);
+      row.emplace_back(absl::StrCat(path, "_total_s"), f.total_s);
+      row.emplace_back(absl::StrCat(path, "_cpu_s"), f.cpu_s);
+    }
+    report.Add(std::move(row));
   }
   sink->WritesDone();
   (void)sink->Finish();

@@ -1,11 +1,16 @@
 """Runs the transport and pipeline benchmarks small and checks what they write.
 
 The figures themselves depend on the machine and are not judged here (they
-belong in docs/benchmarks.md), but for the capped wire below; what is checked is that each benchmark runs
-to the end, writes one JSON row per configuration asked for, with every
-field present, finite and consistent with the others, and, for the
-pipeline, that training over real gRPC links on the CPU gives exactly the
-single-process trainer's losses.
+belong in docs/benchmarks.md), but for the capped wire below; what is
+checked is that each benchmark runs to the end and writes one JSON row per
+configuration asked for, with every field present and finite; that every
+figure is what its raw timings give (each row carries them: seconds, CPU
+seconds, tokens), recomputed here; that those timings are physically
+possible (all timed work fits in the benchmark process's wall time, as this
+script measured it, and CPU time in that wall time times the cores); that
+counts derived from the configuration (bytes, tokens per step, micro-batches)
+are the ones reported; and, for the pipeline, that training over real gRPC
+links on the CPU gives exactly the single-process trainer's losses.
 
 Where this process may create network namespaces (root, iproute2), it also
 runs the transport benchmark across a veth pair capped at 1 Gbit/s
@@ -20,16 +25,26 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 
 TRANSPORT_SIZES = [65536, 1048576]
+TRANSPORT_REPS = 8
+TRANSPORT_TRIALS = 2
 PIPELINE_STAGES = [2]
+PIPELINE_STEPS = 1
+# bench_pipeline's model (bench/bench_pipeline.cc): context 128, a global
+# batch of 8 sequences per stage, m = 4p micro-batches.
+PIPELINE_CONTEXT = 128
 
 
 def run(args, json_path):
+    """Runs a benchmark; its rows and the wall time it took, measured here."""
+    start = time.monotonic()
     subprocess.run(args + ["--json=" + json_path], check=True, timeout=240,
                    stdout=subprocess.DEVNULL)
+    wall = time.monotonic() - start
     with open(json_path) as f:
-        return json.load(f)
+        return json.load(f), wall
 
 
 def close(a, b):
@@ -42,21 +57,39 @@ def check_fields(row, fields):
         assert isinstance(value, (int, float)) and math.isfinite(value), (field, row)
 
 
+PATHS = ("stagelink", "tcp", "protobuf")
+
+
 def check_transport(bin_dir, workdir):
-    rows = run([os.path.join(bin_dir, "bench_transport"),
-                "--sizes=" + ",".join(map(str, TRANSPORT_SIZES)), "--reps=8", "--trials=1"],
-               os.path.join(workdir, "transport.json"))
+    rows, wall = run([os.path.join(bin_dir, "bench_transport"),
+                      "--sizes=" + ",".join(map(str, TRANSPORT_SIZES)),
+                      "--reps=%d" % TRANSPORT_REPS, "--trials=%d" % TRANSPORT_TRIALS],
+                     os.path.join(workdir, "transport.json"))
     assert [r["bytes"] for r in rows] == TRANSPORT_SIZES, rows
+    timed = 0.0
+    cores = os.cpu_count() or 1
     for r in rows:
-        check_fields(r, ["reps", "stagelink_gbps", "tcp_gbps", "protobuf_gbps", "stagelink_vs_tcp",
-                         "stagelink_vs_protobuf", "stagelink_cpu_s_per_gb", "tcp_cpu_s_per_gb",
-                         "protobuf_cpu_s_per_gb"])
-        assert r["reps"] == 8, r
-        for path in ("stagelink", "tcp", "protobuf"):
-            assert r[path + "_gbps"] > 0, r
-            assert r[path + "_cpu_s_per_gb"] > 0, r
-        assert close(r["stagelink_vs_tcp"], r["stagelink_gbps"] / r["tcp_gbps"]), r
-        assert close(r["stagelink_vs_protobuf"], r["stagelink_gbps"] / r["protobuf_gbps"]), r
+        check_fields(r, ["reps", "trials", "stagelink_vs_tcp", "stagelink_vs_protobuf"] +
+                     [p + suffix for p in PATHS for suffix in
+                      ("_gbps", "_cpu_s_per_gb", "_median_s", "_total_s", "_cpu_s")])
+        assert r["reps"] == TRANSPORT_REPS and r["trials"] == TRANSPORT_TRIALS, r
+        gbps = {}
+        for path in PATHS:
+            median, total, cpu = r[path + "_median_s"], r[path + "_total_s"], r[path + "_cpu_s"]
+            # The median of two trials is the slower one: between a half of
+            # the total and all of it.
+            assert 0 < total / TRANSPORT_TRIALS <= median <= total, (path, r)
+            moved = r["bytes"] * r["reps"]
+            gbps[path] = moved / median / 1e9
+            assert close(r[path + "_gbps"], gbps[path]), (path, r)
+            assert close(r[path + "_cpu_s_per_gb"], cpu / (moved * TRANSPORT_TRIALS / 1e9)), (path, r)
+            # Both processes did some work, and no more than the cores allow
+            # while the trials ran (a little slack for reading the counters).
+            assert 0 < cpu <= total * cores * 1.05 + 0.05, (path, r)
+            timed += total
+        assert close(r["stagelink_vs_tcp"], gbps["stagelink"] / gbps["tcp"]), r
+        assert close(r["stagelink_vs_protobuf"], gbps["stagelink"] / gbps["protobuf"]), r
+    assert timed < wall, ("the trials took longer than the whole benchmark", timed, wall)
 
 
 def can_make_network_namespaces():
@@ -91,28 +124,48 @@ def check_transport_across_capped_veth(bin_dir, workdir, source_dir):
 
 
 def check_pipeline(bin_dir, workdir):
-    rows = run([os.path.join(bin_dir, "bench_pipeline"),
-                "--stages=" + ",".join(map(str, PIPELINE_STAGES)), "--steps=1", "--threads=2"],
-               os.path.join(workdir, "pipeline.json"))
+    rows, wall = run([os.path.join(bin_dir, "bench_pipeline"),
+                      "--stages=" + ",".join(map(str, PIPELINE_STAGES)),
+                      "--steps=%d" % PIPELINE_STEPS, "--threads=2"],
+                     os.path.join(workdir, "pipeline.json"))
     assert [r["stages"] for r in rows] == PIPELINE_STAGES, rows
+    timed = 0.0
     for r in rows:
         check_fields(r, ["micro_batches", "tokens_per_s", "efficiency", "analytic_bound",
                          "efficiency_vs_bound", "exposed_comm_ms", "step_ms", "peak_slots",
                          "link_peak_mib", "staging_slots_peak", "peak_rss_mib",
-                         "reference_tokens_per_s", "vs_reference", "max_loss_gap"])
-        p, m = r["stages"], r["micro_batches"]
-        assert m == 4 * p, r
+                         "reference_tokens_per_s", "vs_reference", "max_loss_gap", "timed_steps",
+                         "tokens", "wall_s", "busy_s", "busiest_s", "reference_tokens",
+                         "reference_wall_s"])
+        p, m, steps = r["stages"], r["micro_batches"], r["timed_steps"]
+        assert m == 4 * p and steps == PIPELINE_STEPS, r
+        # Every token of every timed step, from the configuration alone; the
+        # trainer trained the same ones.
+        assert r["tokens"] == steps * 8 * p * PIPELINE_CONTEXT, r
+        assert r["reference_tokens"] == r["tokens"], r
         assert close(r["analytic_bound"], 1 - (p - 1) / (m + p - 1)), r
-        # Busy time is within the step on every stage.
-        assert 0 < r["efficiency"] <= 1 + 1e-9, r
-        assert close(r["efficiency_vs_bound"], r["efficiency"] / r["analytic_bound"]), r
+        # The figures, recomputed from the raw timings.
+        wall_s, busy_s, busiest_s = r["wall_s"], r["busy_s"], r["busiest_s"]
+        tokens_per_s = r["tokens"] / wall_s
+        reference_tokens_per_s = r["reference_tokens"] / r["reference_wall_s"]
+        efficiency = busy_s / (p * wall_s)
+        assert close(r["tokens_per_s"], tokens_per_s), r
+        assert close(r["reference_tokens_per_s"], reference_tokens_per_s), r
+        assert close(r["vs_reference"], tokens_per_s / reference_tokens_per_s), r
+        assert close(r["efficiency"], efficiency), r
+        assert close(r["efficiency_vs_bound"], efficiency / r["analytic_bound"]), r
+        assert close(r["step_ms"], wall_s / steps * 1e3), r
+        assert close(r["exposed_comm_ms"], (wall_s - busiest_s) / steps * 1e3), r
+        # Each stage was busy for some of each step and at most all of it:
+        # the busiest stage within the wall time, all of them within p times.
+        assert 0 < busiest_s <= wall_s and busiest_s <= busy_s <= p * busiest_s, r
         # 1F1B keeps at most p micro-batches' activations on a stage.
         assert 1 <= r["peak_slots"] <= p, r
         assert r["link_peak_mib"] > 0 and r["peak_rss_mib"] > 0, r
-        assert r["tokens_per_s"] > 0 and r["reference_tokens_per_s"] > 0, r
-        assert close(r["vs_reference"], r["tokens_per_s"] / r["reference_tokens_per_s"]), r
         # On the CPU the pipeline is the reference arithmetic, bit for bit.
         assert r["max_loss_gap"] == 0, r
+        timed += wall_s + r["reference_wall_s"]
+    assert timed < wall, ("the timed steps took longer than the whole benchmark", timed, wall)
 
 
 def main():
