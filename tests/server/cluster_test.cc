@@ -49,12 +49,14 @@ TEST_P(ClusterTest, DistributedTrainingEqualsTheReference) {
   const uint64_t tensor = worker::runtime::LargestLinkTensorBytes(spec);
   const uint64_t most = 2 * (2 * 8 + 16) * tensor;  // max_waiting 8, window 16 frames of ≥ 1 tensor each
   for (const auto& stage : last->stages()) {
-    EXPECT_GE(stage.minor_faults_per_gib(), 0.0);
+    // (Faults per GiB of a real receive: grpc_stage_link_test, where the
+    // staging memory is fresh pages; here the process's allocator decides.)
     if (c.stages > 1) {
       EXPECT_GT(stage.link_peak_bytes(), 0) << "stage " << stage.stage();
       EXPECT_LE(static_cast<uint64_t>(stage.link_peak_bytes()), most) << "stage " << stage.stage();
     } else {
       EXPECT_EQ(stage.link_peak_bytes(), 0) << "a single stage has no links";
+      EXPECT_EQ(stage.minor_faults_per_gib(), 0.0) << "nothing received: no figure per GiB";
     }
     const int64_t bound = c.schedule == "1f1b" ? std::min(c.stages - stage.stage(), c.micro_batches)
                                                : c.micro_batches;

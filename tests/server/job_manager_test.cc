@@ -133,6 +133,33 @@ TEST_F(JobManagerTest, StepsCompleteWhenEveryStageReportsAndTheJobSucceedsAfterT
   EXPECT_EQ(jobs_->Cancel(job.job_id()).status().code(), absl::StatusCode::kFailedPrecondition);
 }
 
+// What a stage reports, as the job's status shows it: the page faults per
+// GiB received (the allocator-churn figure), busy fraction, link peak and
+// micro-batches held; a stage that received nothing has no faults per GiB.
+TEST_F(JobManagerTest, StageFiguresComeFromTheStagesReports) {
+  AddWorker("a");
+  AddWorker("b");
+  const JobStatus job = *jobs_->Submit(Spec(2));
+  NoteAssignments();
+  auto first = Report(job, 0, 1);
+  first.set_minor_faults(70);  // nothing received: not a figure per GiB
+  auto last = Report(job, 1, 1);
+  last.set_received_bytes(int64_t{3} << 29);  // 1.5 GiB
+  last.set_minor_faults(3000);
+  last.set_link_peak_bytes(5 << 20);
+  last.set_peak_slots(3);
+  last.set_busy_seconds(0.4);
+  ASSERT_FALSE(*jobs_->ReportStep(first));
+  ASSERT_FALSE(*jobs_->ReportStep(last));
+  const JobStatus now = *jobs_->Get(job.job_id());
+  ASSERT_EQ(now.stages_size(), 2);
+  EXPECT_EQ(now.stages(0).minor_faults_per_gib(), 0.0);
+  EXPECT_EQ(now.stages(1).minor_faults_per_gib(), 2000.0);
+  EXPECT_EQ(now.stages(1).link_peak_bytes(), 5 << 20);
+  EXPECT_EQ(now.stages(1).peak_slots(), 3);
+  EXPECT_DOUBLE_EQ(now.stages(1).busy_fraction(), 0.8);
+}
+
 TEST_F(JobManagerTest, ABrokenLinkWaitsToNameTheLostWorker) {
   AddWorker("a");
   AddWorker("b");

@@ -6,7 +6,11 @@
 // promptly. (Misbehaving peers: stage_link_service_test.cc.)
 #include <grpcpp/grpcpp.h>
 
+#include <sys/mman.h>
+
 #include <chrono>
+#include <map>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -20,7 +24,8 @@
 namespace shardline::worker::runtime {
 namespace {
 
-// Runs 3 steps of a 3-stage pipeline over gRPC; returns the losses.
+// Runs 3 steps of a 3-stage pipeline (cut at units 1 and 3) over gRPC;
+// returns the losses.
 std::vector<double> GrpcPipelineLosses(const shardline::v1::JobSpec& spec, common::DType wire);
 
 TEST(GrpcStageLinkTest, ThreeStagePipelineMatchesTheReferenceTrainer) {
@@ -62,7 +67,12 @@ TEST(GrpcStageLinkTest, Bf16WireMatchesTheLocalRoundingAndStaysCloseToF32) {
   }
 }
 
-std::vector<double> GrpcPipelineLosses(const shardline::v1::JobSpec& spec, common::DType wire) {
+// Runs `steps` steps of a pipeline cut at `cuts` (first unit of each stage,
+// then the unit count) over gRPC, each stage's staging slots from `memory`
+// (plain host memory when unset); every stage's result of every step.
+std::vector<std::vector<StageStepResult>> RunGrpcPipeline(const shardline::v1::JobSpec& spec,
+                                                          common::DType wire, std::vector<int> cuts,
+                                                          int steps, std::optional<HostMemory> memory = {}) {
   const auto config = nn::ModelConfig::FromSpec(spec.model());
   const auto optimizer = nn::OptimizerConfig::FromSpec(spec.train());
   auto data = data::CreateDataSource(spec);
@@ -70,15 +80,17 @@ std::vector<double> GrpcPipelineLosses(const shardline::v1::JobSpec& spec, commo
     ADD_FAILURE() << data.status();
     return {};
   }
-  const int cuts[4] = {0, 1, 3, config.units()};
+  cuts.push_back(config.units());
+  const int p = static_cast<int>(cuts.size()) - 1;
+  const int m = spec.train().micro_batches();
 
   std::vector<std::unique_ptr<Server>> servers;
   std::vector<std::unique_ptr<Backend>> backends;
   std::vector<std::unique_ptr<ShardRuntime>> runtimes;
   std::vector<std::unique_ptr<GrpcStageLink>> links;
   std::vector<std::unique_ptr<PipelineStage>> stages;
-  for (int s = 0; s < 3; ++s) servers.push_back(StartServer());
-  for (int s = 0; s < 3; ++s) {
+  for (int s = 0; s < p; ++s) servers.push_back(StartServer());
+  for (int s = 0; s < p; ++s) {
     backends.push_back(testing::CpuBackend());
     auto runtime = ShardRuntime::Create(*backends[s], config, cuts[s], cuts[s + 1], 5, optimizer);
     if (!runtime.ok()) {
@@ -86,8 +98,9 @@ std::vector<double> GrpcPipelineLosses(const shardline::v1::JobSpec& spec, commo
       return {};
     }
     runtimes.push_back(std::move(*runtime));
-    GrpcStageLinkOptions options = Options(s, 3, servers[s].get(), s ? servers[s - 1].get() : nullptr);
+    GrpcStageLinkOptions options = Options(s, p, servers[s].get(), s ? servers[s - 1].get() : nullptr);
     options.staging_slot_bytes = LargestLinkTensorBytes(spec);
+    if (memory.has_value()) options.staging_memory = *memory;
     auto link = GrpcStageLink::Create(options);
     if (!link.ok()) {
       ADD_FAILURE() << link.status();
@@ -95,27 +108,88 @@ std::vector<double> GrpcPipelineLosses(const shardline::v1::JobSpec& spec, commo
     }
     links.push_back(std::move(*link));
     auto stage = PipelineStage::Create(*runtimes[s], data->get(), *links[s],
-                                       {ScheduleKind::kOneFOneB, 3, s, 3, 6, wire});
+                                       {ScheduleKind::kOneFOneB, p, s, m, spec.train().global_batch(), wire});
     if (!stage.ok()) {
       ADD_FAILURE() << stage.status();
       return {};
     }
     stages.push_back(std::move(*stage));
   }
-  std::vector<double> losses;
-  for (int step = 1; step <= 3; ++step) {
-    std::vector<absl::StatusOr<StageStepResult>> results(3, absl::UnknownError(""));
+  std::vector<std::vector<StageStepResult>> out;
+  for (int step = 1; step <= steps; ++step) {
+    std::vector<absl::StatusOr<StageStepResult>> results(p, absl::UnknownError(""));
     std::vector<std::thread> threads;
-    for (int s = 0; s < 3; ++s) threads.emplace_back([&, s] { results[s] = stages[s]->RunStep(step); });
+    for (int s = 0; s < p; ++s) threads.emplace_back([&, s] { results[s] = stages[s]->RunStep(step); });
     for (auto& t : threads) t.join();
-    for (auto& r : results) EXPECT_TRUE(r.ok()) << r.status();
-    if (!results[2].ok()) break;
-    EXPECT_EQ(results[0]->grad_norm, results[2]->grad_norm);
-    losses.push_back(results[2]->loss);
+    std::vector<StageStepResult> step_results;
+    for (auto& r : results) {
+      EXPECT_TRUE(r.ok()) << r.status();
+      if (r.ok()) step_results.push_back(*r);
+    }
+    if (step_results.size() != results.size()) break;
+    out.push_back(std::move(step_results));
   }
   links.clear();
   for (auto& s : servers) s->server->Shutdown();
+  return out;
+}
+
+std::vector<double> GrpcPipelineLosses(const shardline::v1::JobSpec& spec, common::DType wire) {
+  std::vector<double> losses;
+  for (const auto& step : RunGrpcPipeline(spec, wire, {0, 1, 3}, 3)) {
+    EXPECT_EQ(step.front().grad_norm, step.back().grad_norm);
+    losses.push_back(step.back().loss);
+  }
   return losses;
+}
+
+// Host memory straight from the kernel, in 4 KiB pages (no transparent huge
+// pages): nothing has touched it, so writing N pages of it makes N minor
+// page faults.
+HostMemory FreshPages() {
+  auto sizes = std::make_shared<std::map<void*, size_t>>();
+  auto mu = std::make_shared<absl::Mutex>();
+  HostMemory memory;
+  memory.allocate = [sizes, mu](size_t bytes) -> absl::StatusOr<void*> {
+    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return absl::ResourceExhaustedError("mmap");
+    ::madvise(p, bytes, MADV_NOHUGEPAGE);
+    absl::MutexLock lock(mu.get());
+    (*sizes)[p] = bytes;
+    return p;
+  };
+  memory.release = [sizes, mu](void* p) {
+    absl::MutexLock lock(mu.get());
+    ::munmap(p, sizes->at(p));
+    sizes->erase(p);
+  };
+  return memory;
+}
+
+// The step report's received bytes and page faults (the coordinator's
+// "minor faults per GiB received"): a stage that receives a tensor into
+// staging slots nobody has touched must fault in every page of it.
+TEST(GrpcStageLinkTest, AStepCountsTheBytesItReceivedAndThePageFaultsTheyCost) {
+  auto spec = testing::TinySpec(/*micro_batches=*/2, /*global_batch=*/128);
+  spec.mutable_model()->set_context(16);
+  spec.mutable_model()->set_d_model(256);
+  spec.mutable_model()->set_n_heads(4);
+  spec.mutable_parallel()->set_pipeline_stages(2);
+  // 64 sequences × 9 tokens ("37+85=" and three answer digits) × 256
+  // floats: 576 KiB per micro-batch each way.
+  auto data = data::CreateDataSource(spec);
+  ASSERT_TRUE(data.ok());
+  ASSERT_EQ((*data)->TrainBatch(1, 0, 64).t, 9);
+  const uint64_t tensor_bytes = 64 * 9 * 256 * sizeof(float);
+  const auto results = RunGrpcPipeline(spec, common::DType::kF32, {0, 2}, 1, FreshPages());
+  ASSERT_EQ(results.size(), 1u);
+  for (const StageStepResult& stage : results[0]) {
+    // Activations in on the last stage, gradients in on the first: two
+    // micro-batches of payload (targets and norms travel in frame headers).
+    EXPECT_EQ(stage.received_bytes, 2 * tensor_bytes) << "stage " << &stage - &results[0][0];
+    EXPECT_GE(stage.minor_faults, static_cast<int64_t>(tensor_bytes / 4096))
+        << "the first tensor landed in fresh pages: at least one fault per 4 KiB page";
+  }
 }
 
 TEST(GrpcStageLinkTest, ASlowReceiverBoundsWhatAFastSenderMayQueue) {
