@@ -13,27 +13,33 @@
 namespace shardline::client {
 
 absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Start(const std::vector<std::string>& argv,
-                                                                  const std::string& log_path) {
+                                                                  const std::string& log_path,
+                                                                  const std::string& stderr_path) {
   if (argv.empty()) return absl::InvalidArgumentError("no program to start");
   std::vector<char*> args;
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
   const int log = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (log < 0) return absl::InternalError(absl::StrCat("cannot create ", log_path, ": ", std::strerror(errno)));
-  const pid_t pid = ::fork();
-  if (pid < 0) {
+  const int errors =
+      stderr_path.empty() ? log : ::open(stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (errors < 0) {
     ::close(log);
-    return absl::ResourceExhaustedError(absl::StrCat("fork: ", std::strerror(errno)));
+    return absl::InternalError(absl::StrCat("cannot create ", stderr_path, ": ", std::strerror(errno)));
   }
+  const pid_t pid = ::fork();
   if (pid == 0) {
     ::setpgid(0, 0);
     ::dup2(log, STDOUT_FILENO);
-    ::dup2(log, STDERR_FILENO);
+    ::dup2(errors, STDERR_FILENO);
     ::execv(args[0], args.data());
     std::fprintf(stderr, "exec %s: %s\n", args[0], std::strerror(errno));
     ::_exit(127);
   }
+  const int fork_errno = errno;
+  if (errors != log) ::close(errors);
   ::close(log);
+  if (pid < 0) return absl::ResourceExhaustedError(absl::StrCat("fork: ", std::strerror(fork_errno)));
   return std::unique_ptr<ChildProcess>(new ChildProcess(pid, argv[0]));
 }
 

@@ -1,7 +1,8 @@
 // ChildProcess starts a program (fork + exec, its own process group) and
 // owns it: the destructor stops it (SIGTERM, then SIGKILL after a grace
 // period) and reaps it, so a launcher never leaves daemons behind. Output
-// goes to a log file. Not thread-safe.
+// goes to a log file (standard error to a second one, when given). Not
+// thread-safe.
 #ifndef SHARDLINE_CLIENT_CHILD_PROCESS_H_
 #define SHARDLINE_CLIENT_CHILD_PROCESS_H_
 
@@ -19,7 +20,8 @@ namespace shardline::client {
 class ChildProcess {
  public:
   static absl::StatusOr<std::unique_ptr<ChildProcess>> Start(const std::vector<std::string>& argv,
-                                                             const std::string& log_path);
+                                                             const std::string& log_path,
+                                                             const std::string& stderr_path = "");
   ~ChildProcess();
 
   pid_t pid() const { return pid_; }

@@ -13,7 +13,6 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "client/admin_client.h"
@@ -22,19 +21,16 @@
 #include "common/job_spec.h"
 #include "common/safetensors.h"
 #include "gtest/gtest.h"
+#include "tests/client/process_test_util.h"
 
 namespace shardline::client {
 namespace {
 
 namespace fs = std::filesystem;
-const std::string kBin = SHARDLINE_BIN_DIR;
-
-std::string TempDir(const std::string& name) {
-  const std::string dir = ::testing::TempDir() + "/e2e-" + name;
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
+using testing::kBin;
+using testing::RunToEnd;
+using testing::TempDir;
+using testing::WaitForPort;
 
 std::string WriteSpec(const std::string& dir, int steps, int stages) {
   const std::string path = dir + "/spec.json";
@@ -46,22 +42,6 @@ std::string WriteSpec(const std::string& dir, int steps, int stages) {
     "parallel": {"pipeline_stages": )" << stages << R"(, "schedule": "1f1b"},
     "checkpoint": {"every_steps": 5}})";
   return path;
-}
-
-// Runs a program to completion (bounded), returning its exit description.
-std::string RunToEnd(const std::vector<std::string>& argv, const std::string& log, int seconds) {
-  auto child = ChildProcess::Start(argv, log);
-  EXPECT_TRUE(child.ok()) << child.status();
-  std::string ended;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
-  while ((*child)->Running(&ended)) {
-    if (std::chrono::steady_clock::now() > deadline) {
-      (*child)->Stop();
-      return "timed out";
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return ended;
 }
 
 // The text of a JSON number field in one metrics line ("" when absent).
@@ -122,11 +102,7 @@ TEST(EndToEndTest, AKilledWorkerFailsTheJobNamingIt) {
                                           "--lease_ms=1000"},
                                          dir + "/coordinator.log");
   ASSERT_TRUE(coordinator.ok());
-  std::string port;
-  for (int i = 0; i < 500 && port.empty(); ++i) {
-    port = std::string(absl::StripTrailingAsciiWhitespace(common::ReadFile(dir + "/port").value_or("")));
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  const std::string port = WaitForPort(dir + "/port");
   ASSERT_FALSE(port.empty()) << common::ReadFile(dir + "/coordinator.log").value_or("");
   const std::string address = "127.0.0.1:" + port;
   std::vector<std::unique_ptr<ChildProcess>> workers;
@@ -204,11 +180,7 @@ TEST(EndToEndTest, DaemonsStopCleanlyOnSigterm) {
                                           "--state_dir=" + dir + "/state", "--port_file=" + dir + "/port"},
                                          dir + "/coordinator.log");
   ASSERT_TRUE(coordinator.ok());
-  std::string port;
-  for (int i = 0; i < 500 && port.empty(); ++i) {
-    port = std::string(absl::StripTrailingAsciiWhitespace(common::ReadFile(dir + "/port").value_or("")));
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  const std::string port = WaitForPort(dir + "/port");
   ASSERT_FALSE(port.empty());
   auto worker = ChildProcess::Start({kBin + "/shardline-worker", "--coordinator=127.0.0.1:" + port, "--name=calm",
                                      "--threads=1", "--port_file=" + dir + "/worker.port"},

@@ -1,0 +1,459 @@
+// shardctl, the real binary, against a real coordinator and two workers (all
+// separate processes on loopback): every command, in both output formats,
+// with what it prints on stdout and stderr and each exit code (0 ok, 1
+// failed, 2 cannot reach the coordinator, 3 invalid input); the daemons'
+// grpc.health.v1 service; and --advertise_host, the address neighbours dial.
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/synchronization/notification.h"
+#include "client/child_process.h"
+#include "common/file_util.h"
+#include "common/safetensors.h"
+#include "google/protobuf/util/json_util.h"
+#include "gtest/gtest.h"
+#include "shardline/v1/admin.pb.h"
+#include "tests/client/process_test_util.h"
+
+namespace shardline::client {
+namespace {
+
+using testing::kBin;
+using testing::RunToEnd;
+using testing::TempDir;
+using testing::WaitForPort;
+
+constexpr int kSteps = 8;
+
+std::string WriteSpec(const std::string& path, int steps) {
+  std::ofstream(path) << R"({"name": "ctl",
+    "model": {"kind": "gpt", "vocab_size": 16, "context": 12, "d_model": 32, "n_heads": 2, "n_layers": 3},
+    "data": {"kind": "addition", "digits": 2},
+    "train": {"steps": )" << steps << R"(, "global_batch": 8, "micro_batches": 4, "seed": 5,
+              "optimizer": {"kind": "adamw", "lr": 0.003, "warmup_steps": 2}},
+    "parallel": {"pipeline_stages": 2, "schedule": "1f1b"},
+    "checkpoint": {"every_steps": 4}})";
+  return path;
+}
+
+// One shardctl run: how it ended and what it wrote on stdout and stderr.
+struct CtlRun {
+  std::string ended;
+  std::string out;
+  std::string err;
+  std::vector<std::string> lines() const { return absl::StrSplit(out, '\n', absl::SkipEmpty()); }
+};
+
+// A coordinator and two workers, each a process, with shardctl pointed at it.
+class Cluster {
+ public:
+  // Workers listen on 127.0.0.1 and advertise `advertise_host`.
+  static std::unique_ptr<Cluster> Start(const std::string& name, const std::string& advertise_host) {
+    auto c = std::unique_ptr<Cluster>(new Cluster(TempDir(name)));
+    auto coordinator = ChildProcess::Start({kBin + "/shardline-coordinator", "--listen=127.0.0.1:0",
+                                            "--state_dir=" + c->dir_ + "/state",
+                                            "--port_file=" + c->dir_ + "/port", "--lease_ms=1000"},
+                                           c->dir_ + "/coordinator.log");
+    EXPECT_TRUE(coordinator.ok()) << coordinator.status();
+    if (!coordinator.ok()) return nullptr;
+    c->daemons_.push_back(std::move(*coordinator));
+    const std::string port = WaitForPort(c->dir_ + "/port");
+    EXPECT_FALSE(port.empty()) << common::ReadFile(c->dir_ + "/coordinator.log").value_or("");
+    if (port.empty()) return nullptr;
+    c->address_ = "127.0.0.1:" + port;
+    for (int i = 0; i < 2; ++i) {
+      const std::string port_file = absl::StrCat(c->dir_, "/w", i, ".port");
+      auto worker = ChildProcess::Start(
+          {kBin + "/shardline-worker", "--coordinator=" + c->address_, absl::StrCat("--name=w", i),
+           "--threads=1", "--listen=127.0.0.1:0", "--advertise_host=" + advertise_host,
+           "--link_timeout_ms=3000", "--port_file=" + port_file},
+          absl::StrCat(c->dir_, "/w", i, ".log"));
+      EXPECT_TRUE(worker.ok()) << worker.status();
+      if (!worker.ok()) return nullptr;
+      c->daemons_.push_back(std::move(*worker));
+      c->worker_ports_.push_back(WaitForPort(port_file));  // written once registered
+      EXPECT_FALSE(c->worker_ports_.back().empty());
+      if (c->worker_ports_.back().empty()) return nullptr;
+    }
+    return c;
+  }
+
+  CtlRun Ctl(const std::vector<std::string>& args, const std::string& coordinator = "") {
+    std::vector<std::string> argv = {kBin + "/shardctl",
+                                     "--coordinator=" + (coordinator.empty() ? address_ : coordinator)};
+    argv.insert(argv.end(), args.begin(), args.end());
+    const std::string out = absl::StrCat(dir_, "/ctl", runs_, ".out"), err = absl::StrCat(dir_, "/ctl", runs_, ".err");
+    ++runs_;
+    CtlRun r;
+    r.ended = RunToEnd(argv, out, 120, err);
+    r.out = common::ReadFile(out).value_or("");
+    r.err = common::ReadFile(err).value_or("");
+    return r;
+  }
+
+  const std::string& dir() const { return dir_; }
+  const std::string& address() const { return address_; }
+  const std::vector<std::string>& worker_ports() const { return worker_ports_; }
+
+ private:
+  explicit Cluster(std::string dir) : dir_(std::move(dir)) {}
+  const std::string dir_;
+  std::string address_;
+  std::vector<std::string> worker_ports_;
+  std::vector<std::unique_ptr<ChildProcess>> daemons_;  // stopped (SIGTERM) when the cluster goes
+  int runs_ = 0;
+};
+
+template <typename Message>
+Message FromJson(const std::string& json) {
+  Message m;
+  const auto status = google::protobuf::util::JsonStringToMessage(json, &m);
+  EXPECT_TRUE(status.ok()) << status << "\n" << json;
+  return m;
+}
+
+constexpr char kOk[] = "exited with status 0";
+constexpr char kFailed[] = "exited with status 1";
+constexpr char kUnreachable[] = "exited with status 2";
+constexpr char kInvalid[] = "exited with status 3";
+
+class ShardctlTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { cluster_ = Cluster::Start("shardctl", "localhost").release(); }
+  static void TearDownTestSuite() {
+    delete cluster_;
+    cluster_ = nullptr;
+  }
+  void SetUp() override { ASSERT_NE(cluster_, nullptr) << "the cluster did not start"; }
+  Cluster& cluster() { return *cluster_; }
+  std::string Spec(int steps) { return WriteSpec(absl::StrCat(cluster_->dir(), "/spec", steps, ".json"), steps); }
+
+  static Cluster* cluster_;
+};
+Cluster* ShardctlTest::cluster_ = nullptr;
+
+TEST_F(ShardctlTest, GetWorkersShowsEveryWorkerAtItsAdvertisedAddress) {
+  const CtlRun table = cluster().Ctl({"get", "workers"});
+  ASSERT_EQ(table.ended, kOk) << table.err;
+  EXPECT_EQ(table.err, "");
+  const auto lines = table.lines();
+  ASSERT_EQ(lines.size(), 3u) << table.out;
+  EXPECT_TRUE(absl::StartsWith(lines[0], "NAME")) << lines[0];
+  for (const std::string& port : cluster().worker_ports()) {
+    EXPECT_NE(table.out.find("localhost:" + port), std::string::npos) << table.out;
+  }
+  const CtlRun json = cluster().Ctl({"-o", "json", "get", "workers"});
+  ASSERT_EQ(json.ended, kOk) << json.err;
+  const auto workers = FromJson<shardline::v1::ListWorkersResponse>(json.out);
+  ASSERT_EQ(workers.workers_size(), 2);
+  std::set<std::string> names, addresses;
+  for (const auto& w : workers.workers()) {
+    names.insert(w.name());
+    addresses.insert(w.listen_address());
+    EXPECT_EQ(w.state(), "idle") << w.name();
+    EXPECT_EQ(w.device(), "cpu") << w.name();
+    EXPECT_GT(w.gemm_flops(), 0) << w.name();
+    EXPECT_TRUE(absl::StartsWith(w.worker_id(), "worker-")) << w.worker_id();
+    // The table row of this worker.
+    EXPECT_NE(table.out.find(w.worker_id()), std::string::npos) << table.out;
+  }
+  EXPECT_EQ(names, (std::set<std::string>{"w0", "w1"}));
+  EXPECT_EQ(addresses, (std::set<std::string>{"localhost:" + cluster().worker_ports()[0],
+                                              "localhost:" + cluster().worker_ports()[1]}));
+}
+
+TEST_F(ShardctlTest, PlanShowsTheCutAndPredictedStepWithoutRunningIt) {
+  const std::string spec = Spec(kSteps);
+  const CtlRun jobs_before = cluster().Ctl({"-o", "json", "get", "jobs"});
+  ASSERT_EQ(jobs_before.ended, kOk) << jobs_before.err;
+  const CtlRun table = cluster().Ctl({"plan", spec});
+  ASSERT_EQ(table.ended, kOk) << table.err;
+  const auto lines = table.lines();
+  ASSERT_EQ(lines.size(), 4u) << table.out;  // header, two stages, the prediction
+  EXPECT_TRUE(absl::StartsWith(lines[0], "STAGE")) << lines[0];
+  EXPECT_TRUE(absl::StartsWith(lines[1], "0 ")) << lines[1];
+  EXPECT_TRUE(absl::StartsWith(lines[2], "1 ")) << lines[2];
+  EXPECT_TRUE(absl::StartsWith(lines[3], "predicted step: ")) << lines[3];
+
+  const CtlRun json = cluster().Ctl({"-o", "json", "plan", spec});
+  ASSERT_EQ(json.ended, kOk) << json.err;
+  const auto plan = FromJson<shardline::v1::PlanResponse>(json.out);
+  ASSERT_EQ(plan.stages_size(), 2);
+  // The 3 blocks plus the embedding and the head: 5 units, cut in two
+  // contiguous ranges, each on its own worker.
+  EXPECT_EQ(plan.stages(0).unit_begin(), 0);
+  EXPECT_EQ(plan.stages(0).unit_end(), plan.stages(1).unit_begin());
+  EXPECT_EQ(plan.stages(1).unit_end(), 5);
+  EXPECT_LT(plan.stages(0).unit_begin(), plan.stages(0).unit_end());
+  EXPECT_LT(plan.stages(1).unit_begin(), plan.stages(1).unit_end());
+  EXPECT_NE(plan.stages(0).worker(), plan.stages(1).worker());
+  for (const auto& s : plan.stages()) {
+    EXPECT_GT(s.seconds_per_micro_batch(), 0) << s.stage();
+    EXPECT_GT(s.memory_bytes(), 0) << s.stage();
+    EXPECT_NE(lines[1 + s.stage()].find(s.worker()), std::string::npos) << lines[1 + s.stage()];
+    EXPECT_NE(lines[1 + s.stage()].find(absl::StrCat("[", s.unit_begin(), ", ", s.unit_end(), ")")),
+              std::string::npos)
+        << lines[1 + s.stage()];
+  }
+  EXPECT_DOUBLE_EQ(plan.bubble_fraction(), 1.0 / 5);  // (p − 1) / (m + p − 1), p = 2, m = 4
+  EXPECT_GT(plan.predicted_step_seconds(), 0);
+  EXPECT_NE(lines[3].find("pipeline bubble 20%"), std::string::npos) << lines[3];
+  // Planning ran nothing.
+  const CtlRun jobs_after = cluster().Ctl({"-o", "json", "get", "jobs"});
+  EXPECT_EQ(FromJson<shardline::v1::ListJobsResponse>(jobs_after.out).jobs_size(),
+            FromJson<shardline::v1::ListJobsResponse>(jobs_before.out).jobs_size());
+}
+
+TEST_F(ShardctlTest, ASubmittedJobIsWatchedDescribedListedAndExported) {
+  const std::string spec = Spec(kSteps);
+  const CtlRun submitted = cluster().Ctl({"-o", "json", "submit", spec});
+  ASSERT_EQ(submitted.ended, kOk) << submitted.err;
+  const auto job = FromJson<shardline::v1::JobStatus>(submitted.out);
+  ASSERT_TRUE(absl::StartsWith(job.job_id(), "job-")) << submitted.out;
+  EXPECT_EQ(job.name(), "ctl");
+  EXPECT_EQ(job.total_steps(), kSteps);
+
+  // watch: one progress line per status (stdout is not a terminal), steps
+  // that never go back, the last one SUCCEEDED at the last step; exit 0.
+  const CtlRun watched = cluster().Ctl({"watch", job.job_id()});
+  ASSERT_EQ(watched.ended, kOk) << watched.out << watched.err;
+  const auto lines = watched.lines();
+  ASSERT_FALSE(lines.empty());
+  int64_t previous = 0;
+  for (const std::string& line : lines) {
+    ASSERT_TRUE(absl::StartsWith(line, job.job_id() + " ")) << line;
+    const std::vector<std::string> words = absl::StrSplit(line, ' ', absl::SkipEmpty());
+    ASSERT_GE(words.size(), 4u) << line;
+    const std::vector<std::string> progress = absl::StrSplit(words[3], '/');
+    int64_t step = 0, total = 0;
+    ASSERT_TRUE(progress.size() == 2 && absl::SimpleAtoi(progress[0], &step) && absl::SimpleAtoi(progress[1], &total))
+        << line;
+    EXPECT_EQ(total, kSteps) << line;
+    EXPECT_GE(step, previous) << line;
+    previous = step;
+  }
+  EXPECT_TRUE(absl::StartsWith(lines.back(), absl::StrCat(job.job_id(), " SUCCEEDED [####################] ",
+                                                          kSteps, "/", kSteps)))
+      << lines.back();
+
+  // watch -o json on the finished job: its status, as JSON lines; exit 0.
+  const CtlRun watched_json = cluster().Ctl({"-o", "json", "watch", job.job_id()});
+  ASSERT_EQ(watched_json.ended, kOk) << watched_json.err;
+  ASSERT_FALSE(watched_json.lines().empty());
+  EXPECT_EQ(FromJson<shardline::v1::JobStatus>(watched_json.lines().back()).state(), shardline::v1::SUCCEEDED);
+
+  const CtlRun described = cluster().Ctl({"describe", "job", job.job_id()});
+  ASSERT_EQ(described.ended, kOk) << described.err;
+  EXPECT_NE(described.out.find("State:      SUCCEEDED\n"), std::string::npos) << described.out;
+  EXPECT_NE(described.out.find(absl::StrCat("Step:       ", kSteps, "/", kSteps, "\n")), std::string::npos)
+      << described.out;
+  EXPECT_NE(described.out.find(absl::StrCat("Committed:  step ", kSteps, "\n")), std::string::npos) << described.out;
+  EXPECT_NE(described.out.find("Stages:\nSTAGE"), std::string::npos) << described.out;
+  const CtlRun described_json = cluster().Ctl({"-o", "json", "describe", "job", job.job_id()});
+  ASSERT_EQ(described_json.ended, kOk) << described_json.err;
+  const auto status = FromJson<shardline::v1::JobStatus>(described_json.out);
+  EXPECT_EQ(status.state(), shardline::v1::SUCCEEDED);
+  EXPECT_EQ(status.step(), kSteps);
+  EXPECT_EQ(status.committed_step(), kSteps);
+  ASSERT_EQ(status.stages_size(), 2);
+  for (const auto& stage : status.stages()) {
+    EXPECT_NE(described.out.find("\n" + absl::StrCat(stage.stage()) + "      " + stage.worker()), std::string::npos)
+        << described.out;
+  }
+
+  const CtlRun listed = cluster().Ctl({"get", "jobs"});
+  ASSERT_EQ(listed.ended, kOk) << listed.err;
+  bool row = false;
+  for (const std::string& line : listed.lines()) {
+    row |= absl::StartsWith(line, job.job_id() + " ") && absl::StrContains(line, " ctl ") &&
+           absl::StrContains(line, absl::StrCat(" SUCCEEDED  ", kSteps, "/", kSteps, " "));
+  }
+  EXPECT_TRUE(row) << listed.out;
+  const CtlRun listed_json = cluster().Ctl({"-o", "json", "get", "jobs"});
+  bool found = false;
+  const auto jobs = FromJson<shardline::v1::ListJobsResponse>(listed_json.out);
+  for (const auto& j : jobs.jobs()) {
+    found |= j.job_id() == job.job_id() && j.state() == shardline::v1::SUCCEEDED;
+  }
+  EXPECT_TRUE(found) << listed_json.out;
+
+  // export: the committed weights, exactly what shardline-train makes of the spec.
+  const std::string file = cluster().dir() + "/exported.safetensors";
+  const CtlRun exported = cluster().Ctl({"export", job.job_id(), "-o", file});
+  ASSERT_EQ(exported.ended, kOk) << exported.err;
+  EXPECT_EQ(exported.out, absl::StrCat("wrote ", std::filesystem::file_size(file), " bytes to ", file, "\n"));
+  ASSERT_EQ(RunToEnd({kBin + "/shardline-train", spec, "--threads=1", "--out=" + cluster().dir() + "/ref.safetensors",
+                      "--metrics_out=" + cluster().dir() + "/ref.jsonl"},
+                     cluster().dir() + "/train.log", 120),
+            kOk);
+  auto got = common::ReadSafetensors(file);
+  auto want = common::ReadSafetensors(cluster().dir() + "/ref.safetensors");
+  ASSERT_TRUE(got.ok() && want.ok()) << got.status() << want.status();
+  ASSERT_EQ(got->tensors.size(), want->tensors.size());
+  for (const auto& [name, tensor] : want->tensors) {
+    ASSERT_EQ(got->tensors.count(name), 1u) << name;
+    const common::Tensor& mine = got->tensors.at(name);
+    const auto a = mine.values<float>(), b = tensor.values<float>();
+    ASSERT_TRUE(std::equal(a.begin(), a.end(), b.begin(), b.end())) << name;
+  }
+}
+
+TEST_F(ShardctlTest, CancelStopsARunningJobAndWatchThenFails) {
+  const CtlRun submitted = cluster().Ctl({"-o", "json", "submit", Spec(100000)});
+  ASSERT_EQ(submitted.ended, kOk) << submitted.err;
+  const std::string id = FromJson<shardline::v1::JobStatus>(submitted.out).job_id();
+  // Under way: some step done.
+  for (int i = 0; i < 300; ++i) {
+    const CtlRun d = cluster().Ctl({"-o", "json", "describe", "job", id});
+    if (FromJson<shardline::v1::JobStatus>(d.out).step() >= 1) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  const CtlRun cancelled = cluster().Ctl({"cancel", id});
+  ASSERT_EQ(cancelled.ended, kOk) << cancelled.err;
+  EXPECT_TRUE(absl::StartsWith(cancelled.out, id + " CANCELLED [")) << cancelled.out;
+  // A job that did not succeed: watch says so and exits 1.
+  const CtlRun watched = cluster().Ctl({"watch", id});
+  EXPECT_EQ(watched.ended, kFailed) << watched.out << watched.err;
+  ASSERT_FALSE(watched.lines().empty());
+  EXPECT_TRUE(absl::StartsWith(watched.lines().back(), id + " CANCELLED [")) << watched.out;
+  // Cancelling an ended job fails (exit 1) and says why on stderr.
+  const CtlRun again = cluster().Ctl({"cancel", id});
+  EXPECT_EQ(again.ended, kFailed) << again.out << again.err;
+  EXPECT_EQ(again.out, "");
+  EXPECT_TRUE(absl::StartsWith(again.err, "Error: ")) << again.err;
+  // The workers are free again.
+  const CtlRun workers = cluster().Ctl({"-o", "json", "get", "workers"});
+  const auto listed = FromJson<shardline::v1::ListWorkersResponse>(workers.out);
+  for (const auto& w : listed.workers()) {
+    EXPECT_EQ(w.state(), "idle") << w.name();
+  }
+}
+
+TEST_F(ShardctlTest, BadInputExitsThreeWithTheReasonOnStderr) {
+  const std::string bad_spec = cluster().dir() + "/bad.json";
+  std::ofstream(bad_spec) << R"({"name": "x", "modle": {}})";
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{}, "no command"},
+      {{"frobnicate"}, "unknown command"},
+      {{"get", "pods"}, "unknown command"},
+      {{"-o", "yaml", "get", "jobs"}, "-o must be table or json"},
+      {{"describe", "job", "job-999"}, "job-999"},
+      {{"watch", "job-999"}, "job-999"},
+      {{"export", "job-999", "-o", cluster().dir() + "/none.safetensors"}, "job-999"},
+      {{"export", "job-1"}, "export needs -o FILE"},
+      {{"plan", cluster().dir() + "/missing.json"}, "missing.json"},
+      {{"submit", bad_spec}, "modle"},
+  };
+  for (const auto& [args, reason] : cases) {
+    const CtlRun r = cluster().Ctl(args);
+    const std::string what = absl::StrJoin(args, " ");
+    EXPECT_EQ(r.ended, kInvalid) << what << ": " << r.err;
+    EXPECT_EQ(r.out, "") << what;
+    EXPECT_TRUE(absl::StartsWith(r.err, "Error: ")) << what << ": " << r.err;
+    EXPECT_NE(r.err.find(reason), std::string::npos) << what << ": " << r.err;
+  }
+  EXPECT_FALSE(std::filesystem::exists(cluster().dir() + "/none.safetensors")) << "nothing written on failure";
+}
+
+TEST_F(ShardctlTest, AnUnreachableCoordinatorExitsTwo) {
+  // A loopback port that was just free: nothing listens there.
+  const int s = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(s, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(::getsockname(s, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  ::close(s);
+  const std::string nowhere = absl::StrCat("127.0.0.1:", ntohs(addr.sin_port));
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {"get", "workers"}, {"get", "jobs"}, {"describe", "job", "job-1"}}) {
+    const CtlRun r = cluster().Ctl(args, nowhere);
+    EXPECT_EQ(r.ended, kUnreachable) << absl::StrJoin(args, " ") << ": " << r.err;
+    EXPECT_EQ(r.out, "");
+    EXPECT_TRUE(absl::StartsWith(r.err, "Error: ")) << r.err;
+  }
+}
+
+// grpc.health.v1.Health/Check by hand (the messages are one string and one
+// enum: HealthCheckRequest{service = 1}, HealthCheckResponse{status = 1},
+// SERVING = 1): the serving status, or the call's error.
+absl::StatusOr<int> HealthStatus(const std::string& address, const std::string& service) {
+  auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+  grpc::GenericStub stub(channel);
+  std::string request;
+  if (!service.empty()) request = absl::StrCat("\x0a", std::string(1, static_cast<char>(service.size())), service);
+  grpc::Slice slice(request);
+  grpc::ByteBuffer in(&slice, 1), out;
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  absl::Notification done;
+  grpc::Status status;
+  stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", {}, &in, &out, [&](grpc::Status s) {
+    status = std::move(s);
+    done.Notify();
+  });
+  done.WaitForNotification();
+  if (!status.ok()) return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
+  std::vector<grpc::Slice> slices;
+  if (!out.Dump(&slices).ok()) return absl::InternalError("unreadable response");
+  std::string bytes;
+  for (const auto& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  if (bytes.size() != 2 || bytes[0] != 0x08) return absl::InternalError("not a HealthCheckResponse: " + bytes);
+  return static_cast<int>(bytes[1]);
+}
+
+TEST_F(ShardctlTest, EveryDaemonAnswersTheHealthService) {
+  std::vector<std::string> addresses = {cluster().address()};
+  for (const std::string& port : cluster().worker_ports()) addresses.push_back("127.0.0.1:" + port);
+  for (const std::string& address : addresses) {
+    absl::StatusOr<int> serving = HealthStatus(address, "");
+    ASSERT_TRUE(serving.ok()) << address << ": " << serving.status();
+    EXPECT_EQ(*serving, 1) << address << " is not SERVING";
+    EXPECT_EQ(HealthStatus(address, "no.such.Service").status().code(), absl::StatusCode::kNotFound) << address;
+  }
+}
+
+// Workers that advertise a host nobody listens on (127.0.0.3, loopback, while
+// they listen on 127.0.0.1): their neighbours dial what was advertised, so
+// the job fails at the link, and shardctl shows the address and the failure.
+TEST(AdvertiseHostTest, NeighboursDialTheAdvertisedHost) {
+  auto cluster = Cluster::Start("advertise", "127.0.0.3");
+  ASSERT_NE(cluster, nullptr);
+  const CtlRun workers = cluster->Ctl({"-o", "json", "get", "workers"});
+  ASSERT_EQ(workers.ended, kOk) << workers.err;
+  const auto listed = FromJson<shardline::v1::ListWorkersResponse>(workers.out);
+  for (const auto& w : listed.workers()) {
+    EXPECT_TRUE(absl::StartsWith(w.listen_address(), "127.0.0.3:")) << w.listen_address();
+  }
+  const CtlRun submitted = cluster->Ctl({"-o", "json", "submit", WriteSpec(cluster->dir() + "/spec.json", kSteps)});
+  ASSERT_EQ(submitted.ended, kOk) << submitted.err;
+  const std::string id = FromJson<shardline::v1::JobStatus>(submitted.out).job_id();
+  const CtlRun watched = cluster->Ctl({"watch", id});
+  EXPECT_EQ(watched.ended, kFailed) << watched.out << watched.err;
+  const CtlRun described = cluster->Ctl({"-o", "json", "describe", "job", id});
+  const auto status = FromJson<shardline::v1::JobStatus>(described.out);
+  EXPECT_EQ(status.state(), shardline::v1::FAILED);
+  EXPECT_EQ(status.step(), 0) << "no step can complete without the link";
+  EXPECT_NE(status.message().find("no message from the neighbouring stage"), std::string::npos) << status.message();
+}
+
+}  // namespace
+}  // namespace shardline::client
