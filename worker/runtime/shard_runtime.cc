@@ -361,10 +361,11 @@ absl::StatusOr<std::vector<double>> ShardRuntime::GradSumsOfSquares() {
   return backend_.SumsOfSquares(grads);
 }
 
-absl::StatusOr<double> ShardRuntime::GradSquaredNorm(double carried) {
+absl::StatusOr<double> ShardRuntime::GradSquaredNorm() {
   ASSIGN_OR_RETURN(std::vector<double> parts, GradSumsOfSquares());
-  for (double part : parts) carried += part;
-  return carried;
+  double sum = 0.0;
+  for (double part : parts) sum += part;
+  return sum;
 }
 
 absl::Status ShardRuntime::ApplyOptimizer(int64_t step, double grad_factor) {

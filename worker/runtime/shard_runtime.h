@@ -105,11 +105,11 @@ class ShardRuntime {
   absl::Status ZeroGrads();
   // Each of this shard's parameters' Σ grad², in parameter order.
   absl::StatusOr<std::vector<double>> GradSumsOfSquares();
-  // `carried` plus each parameter's Σ grad², added one by one in parameter
-  // order (for the global grad norm). A pipeline stage carries in the
-  // previous stages' total, so that any cut adds the same numbers in the
-  // same order as one process holding every layer: the same bits.
-  absl::StatusOr<double> GradSquaredNorm(double carried = 0.0);
+  // Those terms added one by one, in parameter order (the global grad norm
+  // of a shard holding every layer). A pipeline stage adds its terms the
+  // same way onto the sum carried in from the earlier stages, so that any
+  // cut gives the same bits (PipelineStage::ReduceGradNorm).
+  absl::StatusOr<double> GradSquaredNorm();
   // One optimizer update for `step` (1-based), gradients multiplied by grad_factor.
   absl::Status ApplyOptimizer(int64_t step, double grad_factor);
 
