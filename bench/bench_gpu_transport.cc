@@ -29,8 +29,8 @@
 #include "bench/bench_report.h"
 #include "common/init.h"
 #include "worker/backend/backend_factory.h"
-#include "worker/runtime/grpc_stage_link.h"
-#include "worker/runtime/stage_link_service.h"
+#include "worker/transport/grpc_stage_link.h"
+#include "worker/transport/stage_link_service.h"
 
 ABSL_FLAG(int, copy_mib, 256, "MiB per copy in the copy and overlap measurements");
 ABSL_FLAG(std::string, hop_mib, "16,64", "tensor MiB of the GPU→wire→GPU hops");
@@ -40,7 +40,7 @@ ABSL_FLAG(std::string, json, "", "write the rows as JSON to this file");
 namespace shardline::bench {
 namespace {
 
-using worker::runtime::StageMessage;
+using worker::transport::StageMessage;
 using Clock = std::chrono::steady_clock;
 
 #define CUDA_OK(call)                                                                     \
@@ -243,24 +243,24 @@ void MeasureBackendOverlap(BenchReport& report, size_t bytes) {
 
 // One tensor from device memory to device memory through a real stage link.
 bool MeasureHop(BenchReport& report, size_t bytes) {
-  worker::runtime::StageLinkService service;
+  worker::transport::StageLinkService service;
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddChannelArgument("grpc.so_reuseport", 0);
   builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
   service.RegisterWith(builder);
   auto server = builder.BuildAndStart();
-  worker::runtime::ExchangeOptions exchange;
+  worker::transport::ExchangeOptions exchange;
   exchange.timeout = absl::Seconds(60);
   auto sender = service.Expect("hop", 1, 0, exchange);
-  worker::runtime::GrpcStageLinkOptions options;
+  worker::transport::GrpcStageLinkOptions options;
   options.job_id = "hop";
   options.plan_epoch = 1;
   options.stage = 1;
   options.stages = 2;
   options.upstream_address = absl::StrCat("127.0.0.1:", port);
   options.exchange = exchange;
-  auto receiver = worker::runtime::GrpcStageLink::Create(options);
+  auto receiver = worker::transport::GrpcStageLink::Create(options);
   BENCH_CHECK_OK(receiver.status());
 
   const size_t n = bytes / sizeof(float);
@@ -281,7 +281,7 @@ bool MeasureHop(BenchReport& report, size_t bytes) {
     StageMessage message;
     message.kind = StageMessage::Kind::kActivation;
     message.step = t + 1;
-    message.values = worker::runtime::HostBuffer::Zeros(n);
+    message.values = worker::transport::HostBuffer::Zeros(n);
     CUDA_OK(cudaMemcpy(message.values.data(), from, bytes, cudaMemcpyDeviceToHost));
     BENCH_CHECK_OK(sender->Send(std::make_shared<const StageMessage>(std::move(message))));
     absl::StatusOr<StageMessage> received = (*receiver)->ReceiveFromPrevious();

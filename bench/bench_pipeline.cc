@@ -37,12 +37,12 @@
 #include "common/init.h"
 #include "common/job_spec.h"
 #include "worker/backend/backend_factory.h"
-#include "worker/runtime/grpc_stage_link.h"
 #include "worker/runtime/pipeline_stage.h"
-#include "worker/runtime/stage_link_service.h"
 #include "worker/runtime/stage_sender.h"
-#include "worker/runtime/staging_pool.h"
 #include "worker/trainer/trainer.h"
+#include "worker/transport/grpc_stage_link.h"
+#include "worker/transport/stage_link_service.h"
+#include "worker/transport/staging_pool.h"
 
 ABSL_FLAG(std::string, stages, "2,4", "pipeline depths to measure");
 ABSL_FLAG(int, steps, 6, "timed steps per configuration (after one warm-up step)");
@@ -119,11 +119,11 @@ void Measure(int p, int total_threads, int steps, BenchReport& report) {
   BENCH_CHECK_OK(data.status());
   const std::vector<int> cuts = Cuts(config.units(), p);
   // OpenBLAS' thread count is process-wide: the stages share one budget.
-  std::vector<std::unique_ptr<worker::runtime::StageLinkService>> services;
+  std::vector<std::unique_ptr<worker::transport::StageLinkService>> services;
   std::vector<std::unique_ptr<grpc::Server>> servers;
   std::vector<std::string> addresses;
   for (int s = 0; s < p; ++s) {
-    services.push_back(std::make_unique<worker::runtime::StageLinkService>());
+    services.push_back(std::make_unique<worker::transport::StageLinkService>());
     grpc::ServerBuilder builder;
     int port = 0;
     builder.AddChannelArgument("grpc.so_reuseport", 0);
@@ -135,7 +135,7 @@ void Measure(int p, int total_threads, int steps, BenchReport& report) {
   const int stage_threads = std::max(1, total_threads / p);
   std::vector<std::unique_ptr<worker::Backend>> backends;
   std::vector<std::unique_ptr<worker::runtime::ShardRuntime>> runtimes;
-  std::vector<std::unique_ptr<worker::runtime::GrpcStageLink>> links;
+  std::vector<std::unique_ptr<worker::transport::GrpcStageLink>> links;
   std::vector<std::unique_ptr<worker::runtime::PipelineStage>> stages;
   for (int s = 0; s < p; ++s) {
     auto backend = worker::CreateBackend(absl::GetFlag(FLAGS_device), {stage_threads});
@@ -145,7 +145,7 @@ void Measure(int p, int total_threads, int steps, BenchReport& report) {
                                                          spec.train().seed(), optimizer);
     BENCH_CHECK_OK(runtime.status());
     runtimes.push_back(std::move(*runtime));
-    worker::runtime::GrpcStageLinkOptions options;
+    worker::transport::GrpcStageLinkOptions options;
     options.job_id = "bench";
     options.plan_epoch = 1;
     options.stage = s;
@@ -153,11 +153,11 @@ void Measure(int p, int total_threads, int steps, BenchReport& report) {
     options.service = services[s].get();
     if (s > 0) options.upstream_address = addresses[s - 1];
     options.staging_slot_bytes = worker::runtime::LargestLinkTensorBytes(spec);
-    options.staging_memory = worker::runtime::HostStagingMemory(*backends[s]);  // as a worker's
+    options.staging_memory = worker::transport::HostStagingMemory(*backends[s]);  // as a worker's
     if (backends[s]->host_staging_pinned()) {
       options.extra_send_slots = worker::runtime::StageSender::kDefaultMaxQueued;
     }
-    auto link = worker::runtime::GrpcStageLink::Create(options);
+    auto link = worker::transport::GrpcStageLink::Create(options);
     BENCH_CHECK_OK(link.status());
     links.push_back(std::move(*link));
     auto stage = worker::runtime::PipelineStage::Create(

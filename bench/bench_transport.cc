@@ -54,8 +54,8 @@
 #include "common/dtype.h"
 #include "common/half.h"
 #include "common/init.h"
-#include "worker/runtime/grpc_stage_link.h"
-#include "worker/runtime/stage_link_service.h"
+#include "worker/transport/grpc_stage_link.h"
+#include "worker/transport/stage_link_service.h"
 
 ABSL_FLAG(std::string, sizes, "65536,262144,1048576,4194304,16777216,67108864", "tensor bytes");
 ABSL_FLAG(int, reps, 0, "tensors per measurement (0: enough for ~256 MiB, at least 8)");
@@ -74,15 +74,15 @@ ABSL_FLAG(std::string, wire, "f32",
 namespace shardline::bench {
 namespace {
 
-using worker::runtime::StageMessage;
+using worker::transport::StageMessage;
 using Clock = std::chrono::steady_clock;
 
 double Seconds(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-worker::runtime::ExchangeOptions LinkOptions() {
-  worker::runtime::ExchangeOptions options;
+worker::transport::ExchangeOptions LinkOptions() {
+  worker::transport::ExchangeOptions options;
   options.timeout = absl::Seconds(120);
   options.chunk_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_chunk_kib)) << 10;
   options.window_frames = static_cast<uint32_t>(absl::GetFlag(FLAGS_window_frames));
@@ -193,7 +193,7 @@ int Receiver(int ports_pipe, int link_port_pipe, size_t largest) {
   int link_port = 0;
   if (::read(link_port_pipe, &link_port, sizeof(link_port)) != sizeof(link_port)) return 1;
   const std::string stagelink_upstream = absl::StrCat(absl::GetFlag(FLAGS_sender_ip), ":", link_port);
-  worker::runtime::GrpcStageLinkOptions options;
+  worker::transport::GrpcStageLinkOptions options;
   options.job_id = "bench";
   options.plan_epoch = 1;
   options.stage = 1;
@@ -201,7 +201,7 @@ int Receiver(int ports_pipe, int link_port_pipe, size_t largest) {
   options.upstream_address = stagelink_upstream;
   options.exchange = LinkOptions();
   options.staging_slot_bytes = largest;  // as a worker sizes them for its job
-  auto link = worker::runtime::GrpcStageLink::Create(options);
+  auto link = worker::transport::GrpcStageLink::Create(options);
   if (!link.ok()) return 1;
   while (true) {
     absl::StatusOr<StageMessage> m = (*link)->ReceiveFromPrevious();
@@ -304,7 +304,7 @@ int Main() {
   ::close(to_parent[1]);
   ::close(to_child[0]);
   // The StageLink upstream (us) serves; the receiver connects to it.
-  worker::runtime::StageLinkService link_service;
+  worker::transport::StageLinkService link_service;
   grpc::ServerBuilder builder;
   int link_port = 0;
   builder.AddChannelArgument("grpc.so_reuseport", 0);

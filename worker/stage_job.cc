@@ -51,7 +51,7 @@ absl::Status SendShard(const shardline::v1::Assignment& a, int64_t step,
 }  // namespace
 
 absl::Status RunStageJob(const shardline::v1::Assignment& a, const std::string& worker_id,
-                         Backend& backend, runtime::StageLink& link, StageReporter& reporter,
+                         Backend& backend, transport::StageLink& link, StageReporter& reporter,
                          const std::atomic<bool>& cancelled) {
   shardline::v1::JobSpec spec = a.spec();
   absl::Status status = common::ValidateJobSpec(spec);

@@ -13,13 +13,13 @@
 #include "absl/status/status.h"
 #include "shardline/v1/coordinator.pb.h"
 #include "worker/backend/backend.h"
-#include "worker/runtime/stage_link.h"
 #include "worker/stage_reporter.h"
+#include "worker/transport/stage_link.h"
 
 namespace shardline::worker {
 
 absl::Status RunStageJob(const shardline::v1::Assignment& assignment, const std::string& worker_id,
-                         Backend& backend, runtime::StageLink& link, StageReporter& reporter,
+                         Backend& backend, transport::StageLink& link, StageReporter& reporter,
                          const std::atomic<bool>& cancelled);
 
 }  // namespace shardline::worker

@@ -158,7 +158,7 @@ void WorkerServer::JoinJob() {
 void WorkerServer::RunJob(shardline::v1::Assignment a) {
   LOG(INFO) << "job " << a.job_id() << ": stage " << a.stage() << " of " << a.stages() << ", units ["
             << a.unit_begin() << ", " << a.unit_end() << "), epoch " << a.plan_epoch();
-  runtime::GrpcStageLinkOptions options;
+  transport::GrpcStageLinkOptions options;
   options.job_id = a.job_id();
   options.plan_epoch = a.plan_epoch();
   options.stage = a.stage();
@@ -170,12 +170,12 @@ void WorkerServer::RunJob(shardline::v1::Assignment a) {
   // buffer under either schedule (1F1B needs about half the stage count).
   options.exchange.max_waiting = std::max<size_t>(8, static_cast<size_t>(a.stages()));
   options.staging_slot_bytes = runtime::LargestLinkTensorBytes(a.spec());
-  options.staging_memory = runtime::HostStagingMemory(*backend_);
+  options.staging_memory = transport::HostStagingMemory(*backend_);
   // Where device copies finish later (CUDA), a stage's sender holds a few
   // outgoing tensors before the link does.
   if (backend_->host_staging_pinned()) options.extra_send_slots = runtime::StageSender::kDefaultMaxQueued;
   options.staging_budget_bytes = options_.link_staging_bytes;
-  absl::StatusOr<std::unique_ptr<runtime::GrpcStageLink>> link = runtime::GrpcStageLink::Create(options);
+  absl::StatusOr<std::unique_ptr<transport::GrpcStageLink>> link = transport::GrpcStageLink::Create(options);
   absl::Status status = link.status();
   if (link.ok()) {
     {

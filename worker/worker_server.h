@@ -20,8 +20,8 @@
 #include "absl/time/time.h"
 #include "worker/backend/backend.h"
 #include "worker/grpc_coordinator_client.h"
-#include "worker/runtime/grpc_stage_link.h"
-#include "worker/runtime/stage_link_service.h"
+#include "worker/transport/grpc_stage_link.h"
+#include "worker/transport/stage_link_service.h"
 
 namespace shardline::worker {
 
@@ -35,7 +35,7 @@ struct WorkerOptions {
   absl::Duration rpc_deadline = absl::Seconds(10);
   // Stage links: timeout, chunk size and flow-control window (the wire
   // precision and the waiting bound come from each job).
-  runtime::ExchangeOptions link;
+  transport::ExchangeOptions link;
   size_t link_staging_bytes = size_t{512} << 20;  // staging slots of one stage's links, at most
 };
 
@@ -63,7 +63,7 @@ class WorkerServer {
 
   const WorkerOptions options_;
   std::unique_ptr<Backend> backend_;
-  runtime::StageLinkService link_service_;
+  transport::StageLinkService link_service_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<GrpcCoordinatorClient> coordinator_;
   std::string worker_id_;
@@ -75,7 +75,7 @@ class WorkerServer {
   absl::Mutex mu_;
   std::thread job_ ABSL_GUARDED_BY(mu_);
   std::string job_id_ ABSL_GUARDED_BY(mu_);
-  runtime::GrpcStageLink* link_ ABSL_GUARDED_BY(mu_) = nullptr;  // of the running job
+  transport::GrpcStageLink* link_ ABSL_GUARDED_BY(mu_) = nullptr;  // of the running job
   std::atomic<bool> job_cancelled_{false};
 };
 

@@ -31,7 +31,7 @@ absl::StatusOr<std::unique_ptr<LocalPipeline>> LocalPipeline::Create(
   ASSIGN_OR_RETURN(auto schedule, worker::runtime::ParseScheduleKind(spec.parallel().schedule()));
   const int stages = static_cast<int>(cuts.size()) + 1;
   ASSIGN_OR_RETURN(common::DType wire, common::ParseDType(spec.parallel().wire_dtype()));
-  pipeline->links_ = worker::runtime::CreateLocalStageLinks(
+  pipeline->links_ = worker::transport::CreateLocalStageLinks(
       stages, static_cast<size_t>(spec.train().micro_batches()) + 2, link_timeout);
   for (int s = 0; s < stages; ++s) {
     const int begin = s == 0 ? 0 : cuts[s - 1];

@@ -17,9 +17,9 @@
 #include "shardline/v1/job.pb.h"
 #include "worker/backend/backend.h"
 #include "worker/data/data_source.h"
-#include "worker/runtime/local_stage_link.h"
 #include "worker/runtime/pipeline_stage.h"
 #include "worker/runtime/shard_runtime.h"
+#include "worker/transport/local_stage_link.h"
 
 namespace shardline::testing {
 
@@ -44,7 +44,7 @@ class LocalPipeline {
   absl::StatusOr<std::map<std::string, common::Tensor>> ExportWeights();
 
   int stages() const { return static_cast<int>(runtimes_.size()); }
-  worker::runtime::LocalPipelineLinks& links() { return links_; }
+  worker::transport::LocalPipelineLinks& links() { return links_; }
   worker::runtime::ShardRuntime& runtime(int stage) { return *runtimes_[stage]; }
   worker::runtime::PipelineStage& stage(int stage) { return *stages_[stage]; }
 
@@ -54,7 +54,7 @@ class LocalPipeline {
   std::unique_ptr<worker::data::DataSource> data_;
   std::vector<std::unique_ptr<worker::Backend>> backends_;
   std::vector<std::unique_ptr<worker::runtime::ShardRuntime>> runtimes_;
-  worker::runtime::LocalPipelineLinks links_;
+  worker::transport::LocalPipelineLinks links_;
   std::vector<std::unique_ptr<worker::runtime::PipelineStage>> stages_;
 };
 

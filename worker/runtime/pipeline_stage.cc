@@ -13,7 +13,7 @@ namespace shardline::worker::runtime {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-using Kind = StageMessage::Kind;
+using Kind = transport::StageMessage::Kind;
 
 // Minor page faults of this process so far: allocator churn on the receive
 // path shows up here (shared/docs/transport-notes.md).
@@ -37,7 +37,7 @@ size_t LargestLinkTensorBytes(const shardline::v1::JobSpec& spec) {
 }
 
 absl::StatusOr<std::unique_ptr<PipelineStage>> PipelineStage::Create(
-    ShardRuntime& runtime, const data::DataSource* data, StageLink& link,
+    ShardRuntime& runtime, const data::DataSource* data, transport::StageLink& link,
     PipelineStageOptions options) {
   if (runtime.is_first() != (options.stage == 0) ||
       runtime.is_last() != (options.stage == options.stages - 1)) {
@@ -60,35 +60,35 @@ absl::StatusOr<std::unique_ptr<PipelineStage>> PipelineStage::Create(
       new PipelineStage(runtime, data, link, options, std::move(schedule)));
 }
 
-absl::StatusOr<StageMessage> PipelineStage::Expect(absl::StatusOr<StageMessage> message,
+absl::StatusOr<transport::StageMessage> PipelineStage::Expect(absl::StatusOr<transport::StageMessage> message,
                                                    Kind kind, int64_t step, int micro_batch) {
-  StageMessage wanted;
+  transport::StageMessage wanted;
   wanted.kind = kind;
   wanted.step = step;
   wanted.micro_batch = micro_batch;
   if (!message.ok()) {
     const bool from_previous = kind == Kind::kActivation || kind == Kind::kNormPartial;
     return absl::Status(message.status().code(),
-                        absl::StrCat("stage ", options_.stage, " waiting for the ", DescribeMessage(wanted),
+                        absl::StrCat("stage ", options_.stage, " waiting for the ", transport::DescribeMessage(wanted),
                                      " from stage ", options_.stage + (from_previous ? -1 : 1), ": ",
                                      message.status().message()));
   }
   if (message->kind != kind || message->step != step || message->micro_batch != micro_batch) {
     return absl::FailedPreconditionError(absl::StrCat("stage ", options_.stage, " expected ",
-                                                      DescribeMessage(wanted), ", got ",
-                                                      DescribeMessage(*message)));
+                                                      transport::DescribeMessage(wanted), ", got ",
+                                                      transport::DescribeMessage(*message)));
   }
   const bool tensor = kind == Kind::kActivation || kind == Kind::kGradient;
   if (tensor && message->dtype != options_.wire) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "stage ", options_.stage, " got the ", DescribeMessage(*message), " in ",
+        "stage ", options_.stage, " got the ", transport::DescribeMessage(*message), " in ",
         common::DTypeName(message->dtype), ", the job's wire precision is ",
         common::DTypeName(options_.wire)));
   }
   return message;
 }
 
-void PipelineStage::KeepUntilRead(HostTransfer read, StageMessage message) {
+void PipelineStage::KeepUntilRead(HostTransfer read, transport::StageMessage message) {
   if (read.done()) return;  // the message is freed here
   uploads_.push_back({std::move(read), std::move(message)});
 }
@@ -112,7 +112,7 @@ absl::Status PipelineStage::EndPass() { return pass_timers_.back()->Stop(); }
 absl::Status PipelineStage::Forward(int64_t step, int k, const std::vector<data::Batch>& batches,
                                     float loss_scale, StageStepResult& result) {
   ShardRuntime::Inputs in;
-  StageMessage received;
+  transport::StageMessage received;
   if (runtime_.is_first()) {
     const data::Batch& b = batches[k];
     in.batch = b.batch;
@@ -131,7 +131,7 @@ absl::Status PipelineStage::Forward(int64_t step, int k, const std::vector<data:
   if (runtime_.is_last()) in.targets = received.targets;
   result.tokens += in.batch * in.t;
 
-  HostBuffer output;  // written by the forward pass, sent as it is
+  transport::HostBuffer output;  // written by the forward pass, sent as it is
   if (!runtime_.is_last()) {
     output = link_.OutgoingBuffer(Kind::kActivation, static_cast<size_t>(in.batch * in.t * runtime_.output_width()));
   }
@@ -142,7 +142,7 @@ absl::Status PipelineStage::Forward(int64_t step, int k, const std::vector<data:
     KeepUntilRead(std::move(edge.inputs_read), std::move(received));
     return absl::OkStatus();
   }
-  StageMessage out;
+  transport::StageMessage out;
   out.kind = Kind::kActivation;
   out.step = step;
   out.micro_batch = k;
@@ -157,11 +157,11 @@ absl::Status PipelineStage::Forward(int64_t step, int k, const std::vector<data:
 }
 
 absl::Status PipelineStage::Backward(int64_t step, int k, StageStepResult& result) {
-  StageMessage gradient;
+  transport::StageMessage gradient;
   if (!runtime_.is_last()) {
     ASSIGN_OR_RETURN(gradient, Expect(link_.ReceiveFromNext(), Kind::kGradient, step, k));
   }
-  HostBuffer grad_input;  // written by the backward pass, sent as it is
+  transport::HostBuffer grad_input;  // written by the backward pass, sent as it is
   if (!runtime_.is_first()) {
     ASSIGN_OR_RETURN(int64_t tokens, runtime_.SlotTokens(k));
     grad_input = link_.OutgoingBuffer(Kind::kGradient, static_cast<size_t>(tokens * runtime_.input_width()));
@@ -172,7 +172,7 @@ absl::Status PipelineStage::Backward(int64_t step, int k, StageStepResult& resul
   RETURN_IF_ERROR(EndPass());
   KeepUntilRead(std::move(edge.inputs_read), std::move(gradient));
   if (runtime_.is_first()) return absl::OkStatus();
-  StageMessage out;
+  transport::StageMessage out;
   out.kind = Kind::kGradient;
   out.step = step;
   out.micro_batch = k;
@@ -191,22 +191,22 @@ absl::StatusOr<double> PipelineStage::ReduceGradNorm(int64_t step) {
   // cut. The total comes back p−1 → 0.
   double partial = 0.0;
   if (!runtime_.is_first()) {
-    ASSIGN_OR_RETURN(StageMessage in, Expect(link_.ReceiveFromPrevious(), Kind::kNormPartial, step, 0));
+    ASSIGN_OR_RETURN(transport::StageMessage in, Expect(link_.ReceiveFromPrevious(), Kind::kNormPartial, step, 0));
     partial = in.norm;
   }
   for (double part : own) partial += part;
   double total = partial;
   if (!runtime_.is_last()) {
-    StageMessage out;
+    transport::StageMessage out;
     out.kind = Kind::kNormPartial;
     out.step = step;
     out.norm = partial;
     RETURN_IF_ERROR(sender_.Send(StageSender::Direction::kNext, std::move(out)));
-    ASSIGN_OR_RETURN(StageMessage back, Expect(link_.ReceiveFromNext(), Kind::kNormTotal, step, 0));
+    ASSIGN_OR_RETURN(transport::StageMessage back, Expect(link_.ReceiveFromNext(), Kind::kNormTotal, step, 0));
     total = back.norm;
   }
   if (!runtime_.is_first()) {
-    StageMessage out;
+    transport::StageMessage out;
     out.kind = Kind::kNormTotal;
     out.step = step;
     out.norm = total;

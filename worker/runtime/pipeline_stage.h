@@ -24,8 +24,8 @@
 #include "worker/data/data_source.h"
 #include "worker/runtime/pipeline_schedule.h"
 #include "worker/runtime/shard_runtime.h"
-#include "worker/runtime/stage_link.h"
 #include "worker/runtime/stage_sender.h"
+#include "worker/transport/stage_link.h"
 
 namespace shardline::worker::runtime {
 
@@ -65,7 +65,7 @@ class PipelineStage {
   // everything must outlive the stage.
   static absl::StatusOr<std::unique_ptr<PipelineStage>> Create(ShardRuntime& runtime,
                                                                const data::DataSource* data,
-                                                               StageLink& link,
+                                                               transport::StageLink& link,
                                                                PipelineStageOptions options);
 
   // After a failed step, closes the link (the stage is done with it): a
@@ -78,24 +78,25 @@ class PipelineStage {
   absl::StatusOr<StageStepResult> RunStep(int64_t step);
 
  private:
-  PipelineStage(ShardRuntime& runtime, const data::DataSource* data, StageLink& link,
+  PipelineStage(ShardRuntime& runtime, const data::DataSource* data, transport::StageLink& link,
                 PipelineStageOptions options, std::vector<PipelineAction> schedule)
       : runtime_(runtime), data_(data), link_(link), options_(options),
         schedule_(std::move(schedule)), sender_(link) {}
   // A received message whose tensor the device is still reading.
   struct Upload {
     HostTransfer read;
-    StageMessage message;
+    transport::StageMessage message;
   };
   absl::Status Forward(int64_t step, int k, const std::vector<data::Batch>& batches,
                        float loss_scale, StageStepResult& result);
   absl::StatusOr<StageStepResult> RunStepImpl(int64_t step);
   absl::Status Backward(int64_t step, int k, StageStepResult& result);
   absl::StatusOr<double> ReduceGradNorm(int64_t step);
-  absl::StatusOr<StageMessage> Expect(absl::StatusOr<StageMessage> message,
-                                      StageMessage::Kind kind, int64_t step, int micro_batch);
+  absl::StatusOr<transport::StageMessage> Expect(absl::StatusOr<transport::StageMessage> message,
+                                                 transport::StageMessage::Kind kind, int64_t step,
+                                                 int micro_batch);
   // Keeps `message` until `read` is done.
-  void KeepUntilRead(HostTransfer read, StageMessage message);
+  void KeepUntilRead(HostTransfer read, transport::StageMessage message);
   // Drops the kept messages whose copies are done; all of them, waiting,
   // when `wait`. Copies finish in the order they were queued.
   void ReleaseUploads(bool wait);
@@ -105,7 +106,7 @@ class PipelineStage {
 
   ShardRuntime& runtime_;
   const data::DataSource* const data_;
-  StageLink& link_;
+  transport::StageLink& link_;
   const PipelineStageOptions options_;
   const std::vector<PipelineAction> schedule_;
   StageSender sender_;

@@ -7,7 +7,7 @@
 
 namespace shardline::worker::runtime {
 
-StageSender::StageSender(StageLink& link, size_t max_queued)
+StageSender::StageSender(transport::StageLink& link, size_t max_queued)
     : link_(link), max_queued_(std::max<size_t>(1, max_queued)) {}
 
 StageSender::~StageSender() {
@@ -30,7 +30,7 @@ void StageSender::Fail(const absl::Status& status) {
   error_ = status;
 }
 
-absl::Status StageSender::Send(Direction to, StageMessage message, HostTransfer written) {
+absl::Status StageSender::Send(Direction to, transport::StageMessage message, HostTransfer written) {
   Pending pending{to, std::move(message), std::move(written)};
   {
     absl::MutexLock lock(&mu_);

@@ -23,7 +23,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "worker/backend/host_transfer.h"
-#include "worker/runtime/stage_link.h"
+#include "worker/transport/stage_link.h"
 
 namespace shardline::worker::runtime {
 
@@ -33,7 +33,7 @@ class StageSender {
 
   static constexpr size_t kDefaultMaxQueued = 4;
 
-  explicit StageSender(StageLink& link, size_t max_queued = kDefaultMaxQueued);
+  explicit StageSender(transport::StageLink& link, size_t max_queued = kDefaultMaxQueued);
   // Waits for the transfers of the messages still queued, drops them (the
   // step they belong to has failed) and stops the thread.
   ~StageSender();
@@ -42,7 +42,7 @@ class StageSender {
 
   // Sends `message` once `written` is done. OK means queued or sent; the
   // error of an earlier message otherwise.
-  absl::Status Send(Direction to, StageMessage message, HostTransfer written = {});
+  absl::Status Send(Direction to, transport::StageMessage message, HostTransfer written = {});
   // Waits until every message given so far has gone to the link (or been
   // dropped after a failure); the first failure.
   absl::Status Flush();
@@ -50,7 +50,7 @@ class StageSender {
  private:
   struct Pending {
     Direction to = Direction::kNext;
-    StageMessage message;
+    transport::StageMessage message;
     HostTransfer written;
   };
 
@@ -58,7 +58,7 @@ class StageSender {
   void Run();
   void Fail(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  StageLink& link_;
+  transport::StageLink& link_;
   const size_t max_queued_;
   absl::Mutex mu_;
   std::deque<Pending> queue_ ABSL_GUARDED_BY(mu_);

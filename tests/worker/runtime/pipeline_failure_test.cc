@@ -83,13 +83,13 @@ TEST(PipelineFailureTest, ATensorAtAnotherWirePrecisionIsRefused) {
   auto spec = testing::TinySpec(4, 8);
   auto pipeline = shardline::testing::LocalPipeline::Create(spec, {2}, absl::Seconds(5));
   ASSERT_TRUE(pipeline.ok()) << pipeline.status();
-  StageMessage m;
-  m.kind = StageMessage::Kind::kActivation;
+  transport::StageMessage m;
+  m.kind = transport::StageMessage::Kind::kActivation;
   m.step = 1;
   m.micro_batch = 0;
   m.batch = 2;
   m.t = 9;
-  m.values = HostBuffer::Zeros(2 * 9 * 16);
+  m.values = transport::HostBuffer::Zeros(2 * 9 * 16);
   m.dtype = common::DType::kBF16;
   ASSERT_TRUE((*pipeline)->links().channels[0]->Push(std::move(m)).ok());  // stage 0 → 1
   auto result = (*pipeline)->stage(1).RunStep(1);
@@ -102,9 +102,9 @@ TEST(PipelineFailureTest, ATensorAtAnotherWirePrecisionIsRefused) {
 // Stage 0's link to a next stage that is alive but stopped reading: a send
 // blocks until the link is closed (or a minute passes); the gradient never
 // comes, once a send is blocked.
-class StuckNeighbourLink final : public StageLink {
+class StuckNeighbourLink final : public transport::StageLink {
  public:
-  absl::Status SendToNext(StageMessage) override {
+  absl::Status SendToNext(transport::StageMessage) override {
     if (!send_blocked_.HasBeenNotified()) send_blocked_.Notify();
     absl::MutexLock lock(&mu_);
     auto closed = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return !closed_.empty(); };
@@ -113,14 +113,14 @@ class StuckNeighbourLink final : public StageLink {
     }
     return absl::UnavailableError(closed_);
   }
-  absl::StatusOr<StageMessage> ReceiveFromNext() override {
+  absl::StatusOr<transport::StageMessage> ReceiveFromNext() override {
     send_blocked_.WaitForNotificationWithTimeout(absl::Seconds(30));
     return absl::UnavailableError("no gradient: the next stage stopped answering");
   }
-  absl::StatusOr<StageMessage> ReceiveFromPrevious() override {
+  absl::StatusOr<transport::StageMessage> ReceiveFromPrevious() override {
     return absl::FailedPreconditionError("stage 0 has no previous stage");
   }
-  absl::Status SendToPrevious(StageMessage) override {
+  absl::Status SendToPrevious(transport::StageMessage) override {
     return absl::FailedPreconditionError("stage 0 has no previous stage");
   }
   void Close(const std::string& reason) override {

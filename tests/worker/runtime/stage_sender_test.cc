@@ -27,13 +27,13 @@ struct Sent {
 };
 
 // Records what is sent; fails every send once `fail` is set.
-class RecordingLink final : public StageLink {
+class RecordingLink final : public transport::StageLink {
  public:
-  absl::Status SendToNext(StageMessage m) override { return Record(true, m); }
-  absl::Status SendToPrevious(StageMessage m) override { return Record(false, m); }
+  absl::Status SendToNext(transport::StageMessage m) override { return Record(true, m); }
+  absl::Status SendToPrevious(transport::StageMessage m) override { return Record(false, m); }
   // A StageSender never receives.
-  absl::StatusOr<StageMessage> ReceiveFromPrevious() override { return absl::InternalError("not a receiver"); }
-  absl::StatusOr<StageMessage> ReceiveFromNext() override { return absl::InternalError("not a receiver"); }
+  absl::StatusOr<transport::StageMessage> ReceiveFromPrevious() override { return absl::InternalError("not a receiver"); }
+  absl::StatusOr<transport::StageMessage> ReceiveFromNext() override { return absl::InternalError("not a receiver"); }
   void Close(const std::string&) override { fail = true; }
 
   std::vector<Sent> sent() {
@@ -48,7 +48,7 @@ class RecordingLink final : public StageLink {
   std::atomic<bool> fail{false};
 
  private:
-  absl::Status Record(bool to_next, const StageMessage& m) {
+  absl::Status Record(bool to_next, const transport::StageMessage& m) {
     if (fail) return absl::UnavailableError("peer gone");
     absl::MutexLock lock(&mu_);
     sent_.push_back({to_next, m.micro_batch, std::this_thread::get_id()});
@@ -58,11 +58,11 @@ class RecordingLink final : public StageLink {
   std::vector<Sent> sent_;
 };
 
-StageMessage Message(int micro_batch) {
-  StageMessage m;
-  m.kind = StageMessage::Kind::kActivation;
+transport::StageMessage Message(int micro_batch) {
+  transport::StageMessage m;
+  m.kind = transport::StageMessage::Kind::kActivation;
   m.micro_batch = micro_batch;
-  m.values = HostBuffer::Zeros(16);
+  m.values = transport::HostBuffer::Zeros(16);
   return m;
 }
 

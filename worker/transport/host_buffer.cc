@@ -1,10 +1,10 @@
-#include "worker/runtime/host_buffer.h"
+#include "worker/transport/host_buffer.h"
 
 #include <algorithm>
 
 #include "glog/logging.h"
 
-namespace shardline::worker::runtime {
+namespace shardline::worker::transport {
 
 HostBuffer::HostBuffer(std::vector<float> values)
     : heap_(std::move(values)), data_(heap_.data()), size_(heap_.size()) {}
@@ -36,4 +36,4 @@ bool operator==(const HostBuffer& a, const HostBuffer& b) {
   return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin());
 }
 
-}  // namespace shardline::worker::runtime
+}  // namespace shardline::worker::transport

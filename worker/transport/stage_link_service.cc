@@ -1,10 +1,10 @@
-#include "worker/runtime/stage_link_service.h"
+#include "worker/transport/stage_link_service.h"
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
 #include "common/tensor_coding.h"
 
-namespace shardline::worker::runtime {
+namespace shardline::worker::transport {
 namespace {
 
 // One downstream neighbour's stream. Reads frames into the bound
@@ -182,4 +182,4 @@ grpc::ServerGenericBidiReactor* StageLinkService::CreateReactor(grpc::GenericCal
   return new ExchangeReactor(this);
 }
 
-}  // namespace shardline::worker::runtime
+}  // namespace shardline::worker::transport

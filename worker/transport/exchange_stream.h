@@ -14,8 +14,8 @@
 //     for the stage, so at most `window_frames` frames plus `max_waiting`
 //     messages are ever held for a slow stage.
 // Thread-safe.
-#ifndef SHARDLINE_WORKER_RUNTIME_EXCHANGE_STREAM_H_
-#define SHARDLINE_WORKER_RUNTIME_EXCHANGE_STREAM_H_
+#ifndef SHARDLINE_WORKER_TRANSPORT_EXCHANGE_STREAM_H_
+#define SHARDLINE_WORKER_TRANSPORT_EXCHANGE_STREAM_H_
 
 #include <grpcpp/support/byte_buffer.h>
 
@@ -28,11 +28,11 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "worker/runtime/stage_frame_coding.h"
-#include "worker/runtime/stage_link.h"
-#include "worker/runtime/staging_pool.h"
+#include "worker/transport/stage_frame_coding.h"
+#include "worker/transport/stage_link.h"
+#include "worker/transport/staging_pool.h"
 
-namespace shardline::worker::runtime {
+namespace shardline::worker::transport {
 
 struct ExchangeOptions {
   absl::Duration timeout = absl::Seconds(60);  // for every wait of the stage thread
@@ -135,6 +135,6 @@ class ExchangeStream {
   absl::Status closed_ ABSL_GUARDED_BY(mu_);  // not OK once closed
 };
 
-}  // namespace shardline::worker::runtime
+}  // namespace shardline::worker::transport
 
-#endif  // SHARDLINE_WORKER_RUNTIME_EXCHANGE_STREAM_H_
+#endif  // SHARDLINE_WORKER_TRANSPORT_EXCHANGE_STREAM_H_

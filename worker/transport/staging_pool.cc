@@ -1,8 +1,8 @@
-#include "worker/runtime/staging_pool.h"
+#include "worker/transport/staging_pool.h"
 
 #include "absl/strings/str_cat.h"
 
-namespace shardline::worker::runtime {
+namespace shardline::worker::transport {
 
 HostMemory PlainHostMemory() {
   HostMemory memory;
@@ -92,4 +92,4 @@ void StagingPool::Return(void* memory) {
   free_.push_back(memory);
 }
 
-}  // namespace shardline::worker::runtime
+}  // namespace shardline::worker::transport

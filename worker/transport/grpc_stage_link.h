@@ -7,8 +7,8 @@
 // so a dead neighbour becomes UNAVAILABLE or DEADLINE_EXCEEDED, never a
 // hang. Tensors sent and received live in the link's staging slots
 // (staging_pool.h) when a slot is free. Thread-safe as StageLink requires.
-#ifndef SHARDLINE_WORKER_RUNTIME_GRPC_STAGE_LINK_H_
-#define SHARDLINE_WORKER_RUNTIME_GRPC_STAGE_LINK_H_
+#ifndef SHARDLINE_WORKER_TRANSPORT_GRPC_STAGE_LINK_H_
+#define SHARDLINE_WORKER_TRANSPORT_GRPC_STAGE_LINK_H_
 
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/support/channel_arguments.h>
@@ -21,12 +21,12 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "worker/runtime/exchange_stream.h"
-#include "worker/runtime/stage_link.h"
-#include "worker/runtime/stage_link_service.h"
-#include "worker/runtime/upstream_exchange_call.h"
+#include "worker/transport/exchange_stream.h"
+#include "worker/transport/stage_link.h"
+#include "worker/transport/stage_link_service.h"
+#include "worker/transport/upstream_exchange_call.h"
 
-namespace shardline::worker::runtime {
+namespace shardline::worker::transport {
 
 struct GrpcStageLinkOptions {
   std::string job_id;
@@ -96,6 +96,6 @@ class GrpcStageLink final : public StageLink {
   std::unique_ptr<UpstreamExchangeCall> current_ ABSL_GUARDED_BY(mu_);    // established
 };
 
-}  // namespace shardline::worker::runtime
+}  // namespace shardline::worker::transport
 
-#endif  // SHARDLINE_WORKER_RUNTIME_GRPC_STAGE_LINK_H_
+#endif  // SHARDLINE_WORKER_TRANSPORT_GRPC_STAGE_LINK_H_

@@ -1,4 +1,4 @@
-#include "worker/runtime/stage_frame_coding.h"
+#include "worker/transport/stage_frame_coding.h"
 
 #include <cmath>
 #include <cstring>
@@ -6,7 +6,7 @@
 #include "common/half.h"
 #include "gtest/gtest.h"
 
-namespace shardline::worker::runtime {
+namespace shardline::worker::transport {
 namespace {
 
 using shardline::v1::StageFrame;
@@ -139,4 +139,4 @@ TEST(StageFrameCodingTest, InconsistentChunksAreRejectedAndTheAssemblerStartsOve
 }
 
 }  // namespace
-}  // namespace shardline::worker::runtime
+}  // namespace shardline::worker::transport

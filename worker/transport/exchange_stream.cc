@@ -1,11 +1,11 @@
-#include "worker/runtime/exchange_stream.h"
+#include "worker/transport/exchange_stream.h"
 
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
 #include "common/tensor_coding.h"
 
-namespace shardline::worker::runtime {
+namespace shardline::worker::transport {
 
 // More credit than this in hand is a confused peer.
 constexpr uint32_t kMaxCredit = 1u << 24;
@@ -249,4 +249,4 @@ absl::Status ExchangeStream::FrameReceived(const grpc::ByteBuffer& bytes) {
   return absl::OkStatus();
 }
 
-}  // namespace shardline::worker::runtime
+}  // namespace shardline::worker::transport

@@ -1,8 +1,8 @@
-#include "worker/runtime/local_stage_link.h"
+#include "worker/transport/local_stage_link.h"
 
 #include "absl/strings/str_cat.h"
 
-namespace shardline::worker::runtime {
+namespace shardline::worker::transport {
 namespace {
 
 absl::Status NoNeighbour(absl::string_view side) {
@@ -102,4 +102,4 @@ LocalPipelineLinks CreateLocalStageLinks(int stages, size_t capacity, absl::Dura
   return out;
 }
 
-}  // namespace shardline::worker::runtime
+}  // namespace shardline::worker::transport

@@ -17,12 +17,18 @@
 #include "gtest/gtest.h"
 #include "tests/testing/local_pipeline.h"
 #include "tests/worker/nn/nn_test_util.h"
-#include "tests/worker/runtime/stage_link_test_util.h"
+#include "tests/worker/transport/stage_link_test_util.h"
 #include "worker/runtime/pipeline_stage.h"
 #include "worker/trainer/trainer.h"
 
-namespace shardline::worker::runtime {
+namespace shardline::worker::transport {
 namespace {
+
+using runtime::LargestLinkTensorBytes;
+using runtime::PipelineStage;
+using runtime::ScheduleKind;
+using runtime::ShardRuntime;
+using runtime::StageStepResult;
 
 // Runs 3 steps of a 3-stage pipeline (cut at units 1 and 3) over gRPC;
 // returns the losses.
@@ -372,4 +378,4 @@ TEST(GrpcStageLinkTest, ALostUpstreamWorkerFailsTheReceiverPromptly) {
 }
 
 }  // namespace
-}  // namespace shardline::worker::runtime
+}  // namespace shardline::worker::transport

@@ -6,8 +6,8 @@
 // the pool when that handle is destroyed, on whichever thread (a frame
 // aliasing it may be released by gRPC after the link is gone, so slots
 // keep their pool alive). Thread-safe.
-#ifndef SHARDLINE_WORKER_RUNTIME_STAGING_POOL_H_
-#define SHARDLINE_WORKER_RUNTIME_STAGING_POOL_H_
+#ifndef SHARDLINE_WORKER_TRANSPORT_STAGING_POOL_H_
+#define SHARDLINE_WORKER_TRANSPORT_STAGING_POOL_H_
 
 #include <functional>
 #include <memory>
@@ -19,7 +19,7 @@
 #include "absl/synchronization/mutex.h"
 #include "worker/backend/backend.h"
 
-namespace shardline::worker::runtime {
+namespace shardline::worker::transport {
 
 // Where a pool's memory comes from.
 struct HostMemory {
@@ -86,6 +86,6 @@ class StagingPool : public std::enable_shared_from_this<StagingPool> {
   int peak_in_use_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
-}  // namespace shardline::worker::runtime
+}  // namespace shardline::worker::transport
 
-#endif  // SHARDLINE_WORKER_RUNTIME_STAGING_POOL_H_
+#endif  // SHARDLINE_WORKER_TRANSPORT_STAGING_POOL_H_

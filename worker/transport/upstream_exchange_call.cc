@@ -1,4 +1,4 @@
-#include "worker/runtime/upstream_exchange_call.h"
+#include "worker/transport/upstream_exchange_call.h"
 
 #include <chrono>
 #include <thread>
@@ -6,9 +6,9 @@
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
 #include "common/tensor_coding.h"
-#include "worker/runtime/stage_link_service.h"
+#include "worker/transport/stage_link_service.h"
 
-namespace shardline::worker::runtime {
+namespace shardline::worker::transport {
 
 UpstreamExchangeCall::UpstreamExchangeCall(grpc::GenericStub* stub, const shardline::v1::StageHello& hello,
                                            std::shared_ptr<ExchangeStream> stream)
@@ -127,4 +127,4 @@ void UpstreamExchangeCall::MaybeAttach(bool hello_done, bool ack_received) {
   stream_->Attach(this, peer_credit_);
 }
 
-}  // namespace shardline::worker::runtime
+}  // namespace shardline::worker::transport

@@ -7,9 +7,9 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "shardline/v1/coordinator.grpc.pb.h"
-#include "tests/worker/runtime/stage_link_test_util.h"
+#include "tests/worker/transport/stage_link_test_util.h"
 
-namespace shardline::worker::runtime {
+namespace shardline::worker::transport {
 namespace {
 
 using shardline::v1::StageFrame;
@@ -139,4 +139,4 @@ TEST(StageLinkServiceTest, MalformedFramesEndTheStreamWithInvalidArgument) {
 }
 
 }  // namespace
-}  // namespace shardline::worker::runtime
+}  // namespace shardline::worker::transport

@@ -2,8 +2,8 @@
 // split into chunks whose payloads alias the message's values (the bytes of
 // one frame are common/tensor_coding's business), and put back together with
 // every field checked, each payload copied once into the message it belongs to.
-#ifndef SHARDLINE_WORKER_RUNTIME_STAGE_FRAME_CODING_H_
-#define SHARDLINE_WORKER_RUNTIME_STAGE_FRAME_CODING_H_
+#ifndef SHARDLINE_WORKER_TRANSPORT_STAGE_FRAME_CODING_H_
+#define SHARDLINE_WORKER_TRANSPORT_STAGE_FRAME_CODING_H_
 
 #include <grpcpp/support/byte_buffer.h>
 
@@ -15,10 +15,10 @@
 #include "common/dtype.h"
 #include "common/tensor_coding.h"
 #include "shardline/v1/stage_link.pb.h"
-#include "worker/runtime/stage_link.h"
-#include "worker/runtime/staging_pool.h"
+#include "worker/transport/stage_link.h"
+#include "worker/transport/staging_pool.h"
 
-namespace shardline::worker::runtime {
+namespace shardline::worker::transport {
 
 inline constexpr size_t kDefaultChunkBytes = 1 << 20;
 inline constexpr size_t kMinChunkBytes = 256;
@@ -56,6 +56,6 @@ class FrameAssembler {
   size_t filled_bytes_ = 0;      // payload bytes received so far
 };
 
-}  // namespace shardline::worker::runtime
+}  // namespace shardline::worker::transport
 
-#endif  // SHARDLINE_WORKER_RUNTIME_STAGE_FRAME_CODING_H_
+#endif  // SHARDLINE_WORKER_TRANSPORT_STAGE_FRAME_CODING_H_

@@ -1,4 +1,4 @@
-#include "worker/runtime/stage_frame_coding.h"
+#include "worker/transport/stage_frame_coding.h"
 
 #include <algorithm>
 #include <cstring>
@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 
-namespace shardline::worker::runtime {
+namespace shardline::worker::transport {
 namespace {
 
 using shardline::v1::StageFrame;
@@ -162,4 +162,4 @@ void FrameAssembler::Reset() {
   filled_bytes_ = 0;
 }
 
-}  // namespace shardline::worker::runtime
+}  // namespace shardline::worker::transport

@@ -1,8 +1,8 @@
 // Helpers of the stage-link tests: a StageLinkService on a loopback server,
 // link options for one job, and a raw Exchange peer (the generated stub:
 // frames as ordinary protobuf) for playing a misbehaving neighbour.
-#ifndef SHARDLINE_TESTS_WORKER_RUNTIME_STAGE_LINK_TEST_UTIL_H_
-#define SHARDLINE_TESTS_WORKER_RUNTIME_STAGE_LINK_TEST_UTIL_H_
+#ifndef SHARDLINE_TESTS_WORKER_TRANSPORT_STAGE_LINK_TEST_UTIL_H_
+#define SHARDLINE_TESTS_WORKER_TRANSPORT_STAGE_LINK_TEST_UTIL_H_
 
 #include <grpcpp/grpcpp.h>
 
@@ -13,10 +13,10 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "shardline/v1/stage_link.grpc.pb.h"
-#include "worker/runtime/grpc_stage_link.h"
-#include "worker/runtime/stage_link_service.h"
+#include "worker/transport/grpc_stage_link.h"
+#include "worker/transport/stage_link_service.h"
 
-namespace shardline::worker::runtime {
+namespace shardline::worker::transport {
 
 struct Server {
   std::unique_ptr<StageLinkService> service = std::make_unique<StageLinkService>();
@@ -90,6 +90,6 @@ inline shardline::v1::StageFrame Hello(const std::string& job, uint64_t epoch, i
   return f;
 }
 
-}  // namespace shardline::worker::runtime
+}  // namespace shardline::worker::transport
 
-#endif  // SHARDLINE_TESTS_WORKER_RUNTIME_STAGE_LINK_TEST_UTIL_H_
+#endif  // SHARDLINE_TESTS_WORKER_TRANSPORT_STAGE_LINK_TEST_UTIL_H_

@@ -2,16 +2,16 @@
 // its own heap vector, or a StagingSlot (pinned on CUDA workers) that goes
 // back to its pool when the buffer is destroyed. Moves keep the storage;
 // copies are deep and land on the heap (a slot is never shared).
-#ifndef SHARDLINE_WORKER_RUNTIME_HOST_BUFFER_H_
-#define SHARDLINE_WORKER_RUNTIME_HOST_BUFFER_H_
+#ifndef SHARDLINE_WORKER_TRANSPORT_HOST_BUFFER_H_
+#define SHARDLINE_WORKER_TRANSPORT_HOST_BUFFER_H_
 
 #include <initializer_list>
 #include <vector>
 
 #include "absl/types/span.h"
-#include "worker/runtime/staging_pool.h"
+#include "worker/transport/staging_pool.h"
 
-namespace shardline::worker::runtime {
+namespace shardline::worker::transport {
 
 class HostBuffer {
  public:
@@ -59,6 +59,6 @@ class HostBuffer {
   size_t size_ = 0;
 };
 
-}  // namespace shardline::worker::runtime
+}  // namespace shardline::worker::transport
 
-#endif  // SHARDLINE_WORKER_RUNTIME_HOST_BUFFER_H_
+#endif  // SHARDLINE_WORKER_TRANSPORT_HOST_BUFFER_H_

@@ -1,4 +1,4 @@
-#include "worker/runtime/grpc_stage_link.h"
+#include "worker/transport/grpc_stage_link.h"
 
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
@@ -11,9 +11,9 @@
 #include "common/status_macros.h"
 #include "common/tensor_coding.h"
 #include "glog/logging.h"
-#include "worker/runtime/upstream_exchange_call.h"
+#include "worker/transport/upstream_exchange_call.h"
 
-namespace shardline::worker::runtime {
+namespace shardline::worker::transport {
 namespace {
 
 absl::Status NoNeighbour(absl::string_view side) {
@@ -206,4 +206,4 @@ absl::StatusOr<StageMessage> GrpcStageLink::ReceiveFromNext() {
   return downstream_->Receive();
 }
 
-}  // namespace shardline::worker::runtime
+}  // namespace shardline::worker::transport

@@ -8,8 +8,8 @@
 // INVALID_ARGUMENT; the service keeps serving. It is gRPC's generic service
 // (frames are ByteBuffers, see common/tensor_coding.h), so a server can have
 // only this one; other methods are answered UNIMPLEMENTED. Thread-safe.
-#ifndef SHARDLINE_WORKER_RUNTIME_STAGE_LINK_SERVICE_H_
-#define SHARDLINE_WORKER_RUNTIME_STAGE_LINK_SERVICE_H_
+#ifndef SHARDLINE_WORKER_TRANSPORT_STAGE_LINK_SERVICE_H_
+#define SHARDLINE_WORKER_TRANSPORT_STAGE_LINK_SERVICE_H_
 
 #include <grpcpp/generic/async_generic_service.h>
 #include <grpcpp/server_builder.h>
@@ -23,9 +23,9 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "shardline/v1/stage_link.pb.h"
-#include "worker/runtime/exchange_stream.h"
+#include "worker/transport/exchange_stream.h"
 
-namespace shardline::worker::runtime {
+namespace shardline::worker::transport {
 
 // How much of a stream's writes gRPC may hold back to coalesce (the writes
 // that carry its buffer hint: another frame is right behind). 4 MiB measured
@@ -70,6 +70,6 @@ class StageLinkService final : public grpc::CallbackGenericService {
   int64_t hellos_refused_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
-}  // namespace shardline::worker::runtime
+}  // namespace shardline::worker::transport
 
-#endif  // SHARDLINE_WORKER_RUNTIME_STAGE_LINK_SERVICE_H_
+#endif  // SHARDLINE_WORKER_TRANSPORT_STAGE_LINK_SERVICE_H_

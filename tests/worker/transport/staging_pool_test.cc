@@ -1,13 +1,13 @@
-#include "worker/runtime/staging_pool.h"
+#include "worker/transport/staging_pool.h"
 
 #include <atomic>
 #include <cstring>
 #include <thread>
 
 #include "gtest/gtest.h"
-#include "worker/runtime/host_buffer.h"
+#include "worker/transport/host_buffer.h"
 
-namespace shardline::worker::runtime {
+namespace shardline::worker::transport {
 namespace {
 
 // Plain memory that counts what it hands out, failing after `limit` blocks.
@@ -111,4 +111,4 @@ TEST(HostBufferTest, MovesKeepTheSlotAndCopiesLandOnTheHeap) {
 }
 
 }  // namespace
-}  // namespace shardline::worker::runtime
+}  // namespace shardline::worker::transport

@@ -5,8 +5,8 @@
 // ack, so a call refused before that (the upstream stage has not registered
 // yet) leaves the stream untouched and GrpcStageLink can try again. A hold
 // keeps the call open while the stage thread may still start writes.
-#ifndef SHARDLINE_WORKER_RUNTIME_UPSTREAM_EXCHANGE_CALL_H_
-#define SHARDLINE_WORKER_RUNTIME_UPSTREAM_EXCHANGE_CALL_H_
+#ifndef SHARDLINE_WORKER_TRANSPORT_UPSTREAM_EXCHANGE_CALL_H_
+#define SHARDLINE_WORKER_TRANSPORT_UPSTREAM_EXCHANGE_CALL_H_
 
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
@@ -19,9 +19,9 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "shardline/v1/stage_link.pb.h"
-#include "worker/runtime/exchange_stream.h"
+#include "worker/transport/exchange_stream.h"
 
-namespace shardline::worker::runtime {
+namespace shardline::worker::transport {
 
 class UpstreamExchangeCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>,
                                    public FrameWriter {
@@ -70,6 +70,6 @@ class UpstreamExchangeCall final : public grpc::ClientBidiReactor<grpc::ByteBuff
   absl::Status status_ ABSL_GUARDED_BY(mu_);
 };
 
-}  // namespace shardline::worker::runtime
+}  // namespace shardline::worker::transport
 
-#endif  // SHARDLINE_WORKER_RUNTIME_UPSTREAM_EXCHANGE_CALL_H_
+#endif  // SHARDLINE_WORKER_TRANSPORT_UPSTREAM_EXCHANGE_CALL_H_

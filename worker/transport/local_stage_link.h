@@ -3,8 +3,8 @@
 // deadline on every wait so that a stuck or dead neighbour becomes an error,
 // never a hang. CreateLocalStageLinks(p) returns one link per stage.
 // Thread-safe as StageLink requires.
-#ifndef SHARDLINE_WORKER_RUNTIME_LOCAL_STAGE_LINK_H_
-#define SHARDLINE_WORKER_RUNTIME_LOCAL_STAGE_LINK_H_
+#ifndef SHARDLINE_WORKER_TRANSPORT_LOCAL_STAGE_LINK_H_
+#define SHARDLINE_WORKER_TRANSPORT_LOCAL_STAGE_LINK_H_
 
 #include <deque>
 #include <memory>
@@ -14,9 +14,9 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/dtype.h"
-#include "worker/runtime/stage_link.h"
+#include "worker/transport/stage_link.h"
 
-namespace shardline::worker::runtime {
+namespace shardline::worker::transport {
 
 // A bounded FIFO of messages between two threads. Push blocks while full and
 // Pop while empty, each up to `timeout`. Close() wakes everyone: later calls
@@ -69,6 +69,6 @@ struct LocalPipelineLinks {
 
 LocalPipelineLinks CreateLocalStageLinks(int stages, size_t capacity, absl::Duration timeout);
 
-}  // namespace shardline::worker::runtime
+}  // namespace shardline::worker::transport
 
-#endif  // SHARDLINE_WORKER_RUNTIME_LOCAL_STAGE_LINK_H_
+#endif  // SHARDLINE_WORKER_TRANSPORT_LOCAL_STAGE_LINK_H_

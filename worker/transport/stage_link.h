@@ -10,8 +10,8 @@
 // thread receives, and sends either itself or through its StageSender's
 // thread. Implementations make every method safe to call from those threads
 // at once, while the peer's threads do the same.
-#ifndef SHARDLINE_WORKER_RUNTIME_STAGE_LINK_H_
-#define SHARDLINE_WORKER_RUNTIME_STAGE_LINK_H_
+#ifndef SHARDLINE_WORKER_TRANSPORT_STAGE_LINK_H_
+#define SHARDLINE_WORKER_TRANSPORT_STAGE_LINK_H_
 
 #include <cstdint>
 #include <string>
@@ -19,9 +19,9 @@
 
 #include "absl/status/statusor.h"
 #include "common/dtype.h"
-#include "worker/runtime/host_buffer.h"
+#include "worker/transport/host_buffer.h"
 
-namespace shardline::worker::runtime {
+namespace shardline::worker::transport {
 
 struct StageMessage {
   enum class Kind {
@@ -77,6 +77,6 @@ class StageLink {
   virtual uint64_t PeakHeldBytes() { return 0; }
 };
 
-}  // namespace shardline::worker::runtime
+}  // namespace shardline::worker::transport
 
-#endif  // SHARDLINE_WORKER_RUNTIME_STAGE_LINK_H_
+#endif  // SHARDLINE_WORKER_TRANSPORT_STAGE_LINK_H_
