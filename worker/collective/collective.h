@@ -1,0 +1,70 @@
+// A Collective is one rank's handle on a group of size() ranks that make the
+// same sequence of collective calls: the data-parallel replicas of a pipeline
+// stage (later, a tensor-parallel group). The n-th call of every rank meets
+// the n-th call of every other rank (its sequence number); ranks that
+// disagree on what that call is (operation, element count, root) all fail
+// with FAILED_PRECONDITION, and a rank that does not come within the group's
+// timeout fails the others with DEADLINE_EXCEEDED.
+//
+// Results are deterministic: every element of a sum is added in rank order,
+// ((x₀ + x₁) + x₂) + …, in float, whatever the timing (AddInRankOrder). So
+// the single-process trainer, which sums its micro-batch groups the same
+// way, computes the same bits.
+//
+// Buffers are the rank's own device memory (its Backend's). A buffer of n
+// elements is cut into size() chunks, chunk r = ChunkOf(n, size(), r), which
+// rank r owns in ReduceScatterSum and AllGather.
+//
+// Not thread-safe: one thread per rank calls it. Close() may be called from
+// any thread.
+#ifndef SHARDLINE_WORKER_COLLECTIVE_COLLECTIVE_H_
+#define SHARDLINE_WORKER_COLLECTIVE_COLLECTIVE_H_
+
+#include <cstddef>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "worker/backend/device_span.h"
+
+namespace shardline::worker::collective {
+
+class Collective {
+ public:
+  virtual ~Collective() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  // Every rank's `data` becomes the element-wise sum over the ranks.
+  virtual absl::Status AllReduceSum(DeviceSpan<float> data) = 0;
+  // Chunk rank() of `data` becomes that chunk's sum over the ranks; the
+  // other chunks keep this rank's own values.
+  virtual absl::Status ReduceScatterSum(DeviceSpan<float> data) = 0;
+  // Every rank's chunk r of `data` becomes rank r's chunk r.
+  virtual absl::Status AllGather(DeviceSpan<float> data) = 0;
+  // Every rank's `data` becomes rank `root`'s.
+  virtual absl::Status Broadcast(DeviceSpan<float> data, int root) = 0;
+
+  // Fails this rank's calls, now and later, and those of the ranks waiting
+  // for it, with UNAVAILABLE `reason` (the step has failed; no hang).
+  virtual void Close(const std::string& reason) = 0;
+};
+
+// Elements [begin, end) of a buffer of `n` cut into `ranks` chunks: chunk r
+// is [r·n/ranks, (r+1)·n/ranks), so sizes differ by at most one.
+struct Chunk {
+  size_t begin = 0;
+  size_t end = 0;
+  size_t size() const { return end - begin; }
+};
+Chunk ChunkOf(size_t n, int ranks, int rank);
+
+// out[i] = ((parts[0][i] + parts[1][i]) + parts[2][i]) + … for i in
+// [0, out.size()): the one order every sum of the collective layer uses.
+// Each part holds at least out.size() elements.
+void AddInRankOrder(absl::Span<const float* const> parts, absl::Span<float> out);
+
+}  // namespace shardline::worker::collective
+
+#endif  // SHARDLINE_WORKER_COLLECTIVE_COLLECTIVE_H_
