@@ -139,6 +139,17 @@ absl::Status ValidateJobSpec(JobSpec& spec) {
   RETURN_IF_ERROR(ValidateData(*spec.mutable_data()));
   RETURN_IF_ERROR(ValidateTrain(*spec.mutable_train()));
   RETURN_IF_ERROR(ValidateParallel(*spec.mutable_parallel(), spec.model()));
+  // Each data-parallel replica runs micro_batches micro-batches of the same
+  // size: global_batch / (data_parallel · micro_batches) sequences.
+  const int64_t pipelines_micro_batches =
+      int64_t{spec.parallel().data_parallel()} * spec.train().micro_batches();
+  if (spec.train().global_batch() % pipelines_micro_batches != 0) {
+    return FieldError("parallel.data_parallel",
+                      absl::StrCat("(", spec.parallel().data_parallel(), ") × train.micro_batches (",
+                                   spec.train().micro_batches(), ") does not divide train.global_batch (",
+                                   spec.train().global_batch(), "): every replica runs micro_batches ",
+                                   "micro-batches of global_batch / (data_parallel × micro_batches) sequences"));
+  }
   if (!spec.checkpoint().has_every_steps()) spec.mutable_checkpoint()->set_every_steps(0);
   RETURN_IF_ERROR(CheckRange("checkpoint.every_steps", spec.checkpoint().every_steps(), 0, 1 << 30));
   return absl::OkStatus();

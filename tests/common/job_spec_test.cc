@@ -54,6 +54,17 @@ TEST(JobSpecTest, MicroBatchesMustDivideGlobalBatch) {
   ExpectInvalid(Edit(R"("micro_batches": 4)", R"("micro_batches": 3)"), "train.micro_batches");
 }
 
+TEST(JobSpecTest, ReplicasTimesMicroBatchesMustDivideGlobalBatch) {
+  std::string json = kValid;  // global batch 8, 4 micro-batches
+  json.insert(json.rfind('}'), R"(, "parallel": {"data_parallel": 2})");
+  auto two = ParseJobSpec(json);
+  ASSERT_TRUE(two.ok()) << two.status();
+  EXPECT_EQ(two->parallel().data_parallel(), 2);
+  json = kValid;
+  json.insert(json.rfind('}'), R"(, "parallel": {"data_parallel": 4})");
+  ExpectInvalid(json, "parallel.data_parallel");
+}
+
 TEST(JobSpecTest, MoreStagesThanUnitsIsRefused) {
   std::string json = kValid;
   json.insert(json.rfind('}'), R"(, "parallel": {"pipeline_stages": 5})");

@@ -24,6 +24,17 @@ absl::StatusOr<std::unique_ptr<LocalPipeline>> LocalPipeline::Create(
 absl::StatusOr<std::unique_ptr<LocalPipeline>> LocalPipeline::Create(
     const shardline::v1::JobSpec& spec, const std::vector<int>& cuts, absl::Duration link_timeout,
     const BackendMaker& make_backend) {
+  return Create(spec, cuts, link_timeout, make_backend, 0, {});
+}
+
+absl::StatusOr<std::unique_ptr<LocalPipeline>> LocalPipeline::Create(
+    const shardline::v1::JobSpec& spec, const std::vector<int>& cuts, absl::Duration link_timeout,
+    const BackendMaker& make_backend, int replica,
+    const std::vector<worker::collective::InProcessGroup*>& groups) {
+  const int replicas = spec.parallel().data_parallel();
+  if (replicas > 1 && groups.size() != cuts.size() + 1) {
+    return absl::InvalidArgumentError("a data-parallel replica needs one group per stage");
+  }
   std::unique_ptr<LocalPipeline> pipeline(new LocalPipeline());
   ASSIGN_OR_RETURN(pipeline->data_, worker::data::CreateDataSource(spec));
   const auto config = worker::nn::ModelConfig::FromSpec(spec.model());
@@ -40,9 +51,14 @@ absl::StatusOr<std::unique_ptr<LocalPipeline>> LocalPipeline::Create(
     ASSIGN_OR_RETURN(auto runtime, ShardRuntime::Create(*backend, config, begin, end,
                                                         spec.train().seed(), optimizer));
     PipelineStageOptions options{schedule, stages, s, spec.train().micro_batches(),
-                                 spec.train().global_batch(), wire};
+                                 spec.train().global_batch(), wire, replica, replicas};
+    worker::collective::Collective* group = nullptr;
+    if (replicas > 1) {
+      pipeline->replica_groups_.push_back(groups[s]->Rank(replica, *backend));
+      group = pipeline->replica_groups_.back().get();
+    }
     ASSIGN_OR_RETURN(auto stage, PipelineStage::Create(*runtime, pipeline->data_.get(),
-                                                       *pipeline->links_.links[s], options));
+                                                       *pipeline->links_.links[s], options, group));
     pipeline->backends_.push_back(std::move(backend));
     pipeline->runtimes_.push_back(std::move(runtime));
     pipeline->stages_.push_back(std::move(stage));

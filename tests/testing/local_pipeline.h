@@ -1,6 +1,7 @@
 // LocalPipeline runs a p-stage pipeline inside the test process: one
-// backend (CPU unless told), ShardRuntime and PipelineStage per stage, LocalStageLinks between
-// them, one thread per stage for each step. Tests use it to check the
+// backend (CPU unless told), ShardRuntime and PipelineStage per stage,
+// LocalStageLinks between them, one thread per stage for each step; or one
+// replica of a data-parallel grid (LocalGrid). Tests use it to check the
 // pipeline against the reference trainer without any networking.
 #ifndef SHARDLINE_TESTS_TESTING_LOCAL_PIPELINE_H_
 #define SHARDLINE_TESTS_TESTING_LOCAL_PIPELINE_H_
@@ -16,6 +17,7 @@
 #include "common/tensor.h"
 #include "shardline/v1/job.pb.h"
 #include "worker/backend/backend.h"
+#include "worker/collective/in_process_collective.h"
 #include "worker/data/data_source.h"
 #include "worker/runtime/pipeline_stage.h"
 #include "worker/runtime/shard_runtime.h"
@@ -36,6 +38,12 @@ class LocalPipeline {
   static absl::StatusOr<std::unique_ptr<LocalPipeline>> Create(
       const shardline::v1::JobSpec& spec, const std::vector<int>& cuts, absl::Duration link_timeout,
       const BackendMaker& make_backend);
+  // Replica `replica` of spec.parallel().data_parallel() (LocalGrid): stage
+  // s joins `groups[s]`, its data-parallel group, as rank `replica`.
+  static absl::StatusOr<std::unique_ptr<LocalPipeline>> Create(
+      const shardline::v1::JobSpec& spec, const std::vector<int>& cuts, absl::Duration link_timeout,
+      const BackendMaker& make_backend, int replica,
+      const std::vector<worker::collective::InProcessGroup*>& groups);
 
   // Runs one step on every stage concurrently; the results by stage, or the
   // first error (with its stage) once every stage has returned.
@@ -53,6 +61,7 @@ class LocalPipeline {
 
   std::unique_ptr<worker::data::DataSource> data_;
   std::vector<std::unique_ptr<worker::Backend>> backends_;
+  std::vector<std::unique_ptr<worker::collective::Collective>> replica_groups_;  // by stage
   std::vector<std::unique_ptr<worker::runtime::ShardRuntime>> runtimes_;
   worker::transport::LocalPipelineLinks links_;
   std::vector<std::unique_ptr<worker::runtime::PipelineStage>> stages_;

@@ -30,7 +30,8 @@ double Since(Clock::time_point start) {
 }  // namespace
 
 size_t LargestLinkTensorBytes(const shardline::v1::JobSpec& spec) {
-  const int64_t micro_batches = std::max<int64_t>(1, spec.train().micro_batches());
+  const int64_t micro_batches = std::max<int64_t>(1, spec.train().micro_batches()) *
+                                std::max<int64_t>(1, spec.parallel().data_parallel());
   const int64_t sequences = (spec.train().global_batch() + micro_batches - 1) / micro_batches;
   return static_cast<size_t>(std::max<int64_t>(1, sequences * spec.model().context() * spec.model().d_model())) *
          sizeof(float);
@@ -38,7 +39,7 @@ size_t LargestLinkTensorBytes(const shardline::v1::JobSpec& spec) {
 
 absl::StatusOr<std::unique_ptr<PipelineStage>> PipelineStage::Create(
     ShardRuntime& runtime, const data::DataSource* data, transport::StageLink& link,
-    PipelineStageOptions options) {
+    PipelineStageOptions options, collective::Collective* replica_group) {
   if (runtime.is_first() != (options.stage == 0) ||
       runtime.is_last() != (options.stage == options.stages - 1)) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -49,15 +50,24 @@ absl::StatusOr<std::unique_ptr<PipelineStage>> PipelineStage::Create(
   if (runtime.is_first() && data == nullptr) {
     return absl::InvalidArgumentError("the first stage needs the data source");
   }
-  if (options.global_batch % options.micro_batches != 0) {
-    return absl::InvalidArgumentError("micro_batches must divide global_batch");
+  if (options.replicas < 1 || options.replica < 0 || options.replica >= options.replicas ||
+      options.micro_batches < 1 || options.global_batch % (int64_t{options.replicas} * options.micro_batches) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "replica ", options.replica, " of ", options.replicas, " with ", options.micro_batches,
+        " micro-batches: replicas × micro_batches must divide global_batch (", options.global_batch, ")"));
+  }
+  if (options.replicas > 1 &&
+      (replica_group == nullptr || replica_group->size() != options.replicas ||
+       replica_group->rank() != options.replica)) {
+    return absl::InvalidArgumentError(absl::StrCat("replica ", options.replica, " of ", options.replicas,
+                                                   " needs its data-parallel group, as rank ", options.replica));
   }
   RETURN_IF_ERROR(runtime.set_edge_dtype(options.wire));
   ASSIGN_OR_RETURN(std::vector<PipelineAction> schedule,
                    BuildSchedule(options.schedule, options.stages, options.stage,
                                  options.micro_batches));
-  return std::unique_ptr<PipelineStage>(
-      new PipelineStage(runtime, data, link, options, std::move(schedule)));
+  return std::unique_ptr<PipelineStage>(new PipelineStage(
+      runtime, data, link, options, options.replicas > 1 ? replica_group : nullptr, std::move(schedule)));
 }
 
 absl::StatusOr<transport::StageMessage> PipelineStage::Expect(absl::StatusOr<transport::StageMessage> message,
@@ -224,6 +234,10 @@ PipelineStage::~PipelineStage() {
 absl::StatusOr<StageStepResult> PipelineStage::RunStep(int64_t step) {
   absl::StatusOr<StageStepResult> result = RunStepImpl(step);
   last_step_failed_ = !result.ok();
+  if (!result.ok() && replica_group_ != nullptr) {
+    replica_group_->Close(absl::StrCat("stage ", options_.stage, " of replica ", options_.replica,
+                                       " failed step ", step, ": ", result.status().message()));
+  }
   return result;
 }
 
@@ -236,11 +250,15 @@ absl::StatusOr<StageStepResult> PipelineStage::RunStepImpl(int64_t step) {
   std::vector<data::Batch> batches;
   float loss_scale = 0.0f;
   if (runtime_.is_first()) {
-    const int64_t per = options_.global_batch / options_.micro_batches;
+    // This replica's micro-batches of the global batch; the loss is scaled
+    // by the targets of the whole global batch (every replica's).
+    const int m = options_.micro_batches;
+    const int64_t per = options_.global_batch / (int64_t{options_.replicas} * m);
     int64_t targets = 0;
-    for (int k = 0; k < options_.micro_batches; ++k) {
-      batches.push_back(data_->TrainBatch(step, k, per));
-      targets += batches.back().target_count();
+    for (int g = 0; g < options_.replicas * m; ++g) {
+      data::Batch batch = data_->TrainBatch(step, g, per);
+      targets += batch.target_count();
+      if (g / m == options_.replica) batches.push_back(std::move(batch));
     }
     if (targets == 0) return absl::InternalError("a training step with no scored tokens");
     loss_scale = static_cast<float>(1.0 / static_cast<double>(targets));
@@ -277,6 +295,7 @@ absl::StatusOr<StageStepResult> PipelineStage::RunStepImpl(int64_t step) {
     return status;
   }
   result.peak_slots = runtime_.peak_slots_held();
+  if (replica_group_ != nullptr) RETURN_IF_ERROR(runtime_.AllReduceGradients(*replica_group_));
   ASSIGN_OR_RETURN(double squared, ReduceGradNorm(step));
   result.grad_norm = std::sqrt(squared);
   const nn::OptimizerConfig& optimizer = runtime_.optimizer_config();

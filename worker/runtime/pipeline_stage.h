@@ -21,6 +21,7 @@
 
 #include "absl/status/statusor.h"
 #include "shardline/v1/job.pb.h"
+#include "worker/collective/collective.h"
 #include "worker/data/data_source.h"
 #include "worker/runtime/pipeline_schedule.h"
 #include "worker/runtime/shard_runtime.h"
@@ -38,11 +39,16 @@ struct PipelineStageOptions {
   // Precision of the activations and gradients sent (parallel.wire_dtype):
   // converted on the stage's device before the copy to the host.
   common::DType wire = common::DType::kF32;
+  // This pipeline's place among the data-parallel replicas: replica r's
+  // stage 0 trains on global micro-batches r·m … r·m + m − 1 of
+  // global_batch / (replicas · m) sequences each.
+  int replica = 0;
+  int replicas = 1;
 };
 
 struct StageStepResult {
   int64_t step = 0;
-  double loss = 0.0;        // the step's loss; only the last stage knows it (0 elsewhere)
+  double loss = 0.0;        // this replica's part of the step's loss; only the last stage knows it (0 elsewhere)
   double grad_norm = 0.0;   // global, over every stage
   double lr = 0.0;
   size_t peak_slots = 0;    // most micro-batches of activations held at once
@@ -61,26 +67,32 @@ size_t LargestLinkTensorBytes(const shardline::v1::JobSpec& spec);
 
 class PipelineStage {
  public:
-  // `data` is required on stage 0 and ignored elsewhere. Nothing is owned;
-  // everything must outlive the stage.
+  // `data` is required on stage 0 and ignored elsewhere. With replicas > 1,
+  // `replica_group` is this stage's data-parallel group (rank = replica):
+  // the gradients are summed over it after the last backward pass. Nothing
+  // is owned; everything must outlive the stage.
   static absl::StatusOr<std::unique_ptr<PipelineStage>> Create(ShardRuntime& runtime,
                                                                const data::DataSource* data,
                                                                transport::StageLink& link,
-                                                               PipelineStageOptions options);
+                                                               PipelineStageOptions options,
+                                                               collective::Collective* replica_group = nullptr);
 
   // After a failed step, closes the link (the stage is done with it): a
   // send still blocked on a neighbour that stopped reading returns at once
   // instead of holding the teardown for the link's timeout.
   ~PipelineStage();
 
-  // Runs step `step` (1-based). On error the step's slots are freed; the
-  // weights may be part-updated only if the error came after the flush.
+  // Runs step `step` (1-based). On error the step's slots are freed, the
+  // replica group is closed (the twin replicas fail too, instead of waiting
+  // for this one), and the weights may be part-updated only if the error
+  // came after the flush.
   absl::StatusOr<StageStepResult> RunStep(int64_t step);
 
  private:
   PipelineStage(ShardRuntime& runtime, const data::DataSource* data, transport::StageLink& link,
-                PipelineStageOptions options, std::vector<PipelineAction> schedule)
-      : runtime_(runtime), data_(data), link_(link), options_(options),
+                PipelineStageOptions options, collective::Collective* replica_group,
+                std::vector<PipelineAction> schedule)
+      : runtime_(runtime), data_(data), link_(link), options_(options), replica_group_(replica_group),
         schedule_(std::move(schedule)), sender_(link) {}
   // A received message whose tensor the device is still reading.
   struct Upload {
@@ -108,6 +120,7 @@ class PipelineStage {
   const data::DataSource* const data_;
   transport::StageLink& link_;
   const PipelineStageOptions options_;
+  collective::Collective* const replica_group_;  // null with one replica
   const std::vector<PipelineAction> schedule_;
   StageSender sender_;
   std::deque<Upload> uploads_;

@@ -355,6 +355,17 @@ absl::Status ShardRuntime::ZeroGrads() {
   return absl::OkStatus();
 }
 
+std::vector<DeviceSpan<float>> ShardRuntime::Gradients() {
+  std::vector<DeviceSpan<float>> grads;
+  for (nn::Parameter* p : parameters()) grads.push_back(p->g());
+  return grads;
+}
+
+absl::Status ShardRuntime::AllReduceGradients(collective::Collective& replicas) {
+  for (DeviceSpan<float> g : Gradients()) RETURN_IF_ERROR(replicas.AllReduceSum(g));
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<double>> ShardRuntime::GradSumsOfSquares() {
   std::vector<DeviceSpan<const float>> grads;
   for (nn::Parameter* p : parameters()) grads.push_back(p->g());

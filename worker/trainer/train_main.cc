@@ -87,9 +87,13 @@ int Run(const std::string& spec_path) {
   if (!eval_weights.empty()) return EvaluateOnly(*spec, eval_weights, **trainer, **log);
 
   const auto& train = spec->train();
-  std::printf("training '%s' on %s: %d layers, d_model %d, %d steps of %d sequences (%d micro-batches)\n",
+  const int replicas = spec->parallel().data_parallel();
+  const std::string grouping =
+      replicas > 1 ? absl::StrCat(replicas, " data-parallel replicas of ", train.micro_batches(), " micro-batches")
+                   : absl::StrCat(train.micro_batches(), " micro-batches");
+  std::printf("training '%s' on %s: %d layers, d_model %d, %d steps of %d sequences (%s)\n",
               spec->name().c_str(), (*backend)->description().c_str(), spec->model().n_layers(),
-              spec->model().d_model(), train.steps(), train.global_batch(), train.micro_batches());
+              spec->model().d_model(), train.steps(), train.global_batch(), grouping.c_str());
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
   auto window_start = start;

@@ -28,12 +28,15 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const shardline::v1::Jo
 }
 
 absl::StatusOr<StepResult> Trainer::TrainStep(int64_t step) {
+  // d groups of m micro-batches, as d data-parallel replicas run them:
+  // global micro-batch r·m + k is replica r's k-th.
+  const int replicas = spec_.parallel().data_parallel();
   const int micro_batches = spec_.train().micro_batches();
-  const int64_t per_micro = spec_.train().global_batch() / micro_batches;
+  const int64_t per_micro = spec_.train().global_batch() / (replicas * micro_batches);
   std::vector<data::Batch> batches;
   int64_t targets = 0;
-  for (int k = 0; k < micro_batches; ++k) {
-    batches.push_back(data_->TrainBatch(step, k, per_micro));
+  for (int g = 0; g < replicas * micro_batches; ++g) {
+    batches.push_back(data_->TrainBatch(step, g, per_micro));
     targets += batches.back().target_count();
   }
   if (targets == 0) return absl::InternalError("a training step with no scored tokens");
@@ -41,21 +44,29 @@ absl::StatusOr<StepResult> Trainer::TrainStep(int64_t step) {
 
   StepResult result;
   result.step = step;
-  RETURN_IF_ERROR(runtime_->ZeroGrads());
-  for (int k = 0; k < micro_batches; ++k) {
-    const data::Batch& b = batches[k];
-    runtime::ShardRuntime::Inputs in;
-    in.batch = b.batch;
-    in.t = b.t;
-    in.ids = b.ids;
-    in.targets = b.targets;
-    in.loss_scale = loss_scale;
-    RETURN_IF_ERROR(runtime_->Forward(k, in));
-    ASSIGN_OR_RETURN(double loss, runtime_->Loss(k));
-    result.loss += loss;
-    RETURN_IF_ERROR(runtime_->Backward(k, {}));
-    result.tokens += b.batch * b.t;
+  for (int r = 0; r < replicas; ++r) {
+    RETURN_IF_ERROR(runtime_->ZeroGrads());
+    double group_loss = 0.0;
+    for (int k = 0; k < micro_batches; ++k) {
+      const data::Batch& b = batches[r * micro_batches + k];
+      runtime::ShardRuntime::Inputs in;
+      in.batch = b.batch;
+      in.t = b.t;
+      in.ids = b.ids;
+      in.targets = b.targets;
+      in.loss_scale = loss_scale;
+      RETURN_IF_ERROR(runtime_->Forward(k, in));
+      ASSIGN_OR_RETURN(double loss, runtime_->Loss(k));
+      group_loss += loss;
+      RETURN_IF_ERROR(runtime_->Backward(k, {}));
+      result.tokens += b.batch * b.t;
+    }
+    // The replicas' losses and gradients are summed in rank order, as the
+    // coordinator and the collective layer sum them.
+    result.loss += group_loss;
+    if (replicas > 1) RETURN_IF_ERROR(replica_sum_.Add(runtime_->backend(), runtime_->Gradients(), r));
   }
+  if (replicas > 1) RETURN_IF_ERROR(replica_sum_.Restore(runtime_->backend(), runtime_->Gradients()));
   ASSIGN_OR_RETURN(double squared, runtime_->GradSquaredNorm());
   result.grad_norm = std::sqrt(squared);
   const nn::OptimizerConfig& optimizer = runtime_->optimizer_config();

@@ -4,7 +4,10 @@
 // step is a pure function of the spec: micro-batches run forward and backward
 // in index order and each token's loss is scaled by 1 / (targets in the whole
 // step), which makes the loss and gradients independent of how the global
-// batch is split into micro-batches. Not thread-safe.
+// batch is split into micro-batches. With parallel.data_parallel = d it runs
+// the step as d replicas would (d groups of micro_batches micro-batches,
+// their gradients and losses summed in rank order: ReplicaGradientSum), so a
+// data-parallel run of the spec gives the same bits. Not thread-safe.
 #ifndef SHARDLINE_WORKER_TRAINER_TRAINER_H_
 #define SHARDLINE_WORKER_TRAINER_TRAINER_H_
 
@@ -16,6 +19,7 @@
 #include "worker/backend/backend.h"
 #include "worker/data/data_source.h"
 #include "worker/runtime/shard_runtime.h"
+#include "worker/trainer/replica_gradient_sum.h"
 
 namespace shardline::worker::trainer {
 
@@ -59,6 +63,7 @@ class Trainer {
   const shardline::v1::JobSpec spec_;
   std::unique_ptr<data::DataSource> data_;
   std::unique_ptr<runtime::ShardRuntime> runtime_;
+  ReplicaGradientSum replica_sum_;
 };
 
 }  // namespace shardline::worker::trainer
