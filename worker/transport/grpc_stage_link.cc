@@ -11,7 +11,7 @@
 #include "common/status_macros.h"
 #include "common/tensor_coding.h"
 #include "glog/logging.h"
-#include "worker/transport/upstream_exchange_call.h"
+#include "worker/transport/upstream_connector.h"
 
 namespace shardline::worker::transport {
 namespace {
@@ -71,13 +71,15 @@ absl::StatusOr<std::unique_ptr<GrpcStageLink>> GrpcStageLink::Create(
     link->downstream_ = options.service->Expect(options.job_id, options.plan_epoch, options.stage, exchange);
   }
   if (has_previous) {
-    link->stub_ = std::make_unique<grpc::GenericStub>(
-        grpc::CreateCustomChannel(options.upstream_address, grpc::InsecureChannelCredentials(), StageLinkChannelArguments()));
     ExchangeOptions exchange = options.exchange;
     exchange.receive_pool = link->receive_previous_;
     link->upstream_stream_ = std::make_shared<ExchangeStream>(exchange);
-    GrpcStageLink* self = link.get();
-    link->connector_ = std::thread([self] { self->ConnectUpstream(); });
+    shardline::v1::StageHello hello;
+    hello.set_job_id(options.job_id);
+    hello.set_plan_epoch(options.plan_epoch);
+    hello.set_stage(options.stage);
+    link->upstream_ = std::make_unique<UpstreamConnector>(options.upstream_address, hello, link->upstream_stream_,
+                                                          options.exchange.timeout);
   }
   return link;
 }
@@ -109,43 +111,10 @@ absl::Status GrpcStageLink::CreateStagingPools(bool has_next, bool has_previous)
   return absl::OkStatus();
 }
 
-void GrpcStageLink::ConnectUpstream() {
-  shardline::v1::StageHello hello;
-  hello.set_job_id(options_.job_id);
-  hello.set_plan_epoch(options_.plan_epoch);
-  hello.set_stage(options_.stage);
-  const absl::Time deadline = absl::Now() + options_.exchange.timeout;
-  absl::Duration backoff = absl::Milliseconds(10);
-  while (true) {
-    auto call = std::make_unique<UpstreamExchangeCall>(stub_.get(), hello, upstream_stream_);
-    call->Start();
-    // Wait until established, refused, or we are closing.
-    while (!closing_ && !call->WaitEstablished(absl::Milliseconds(50)) && !call->done()) {
-    }
-    const bool established = call->WaitEstablished(absl::ZeroDuration());
-    if (established || closing_) {
-      absl::MutexLock lock(&mu_);
-      current_ = std::move(call);
-      return;
-    }
-    const absl::Status status = call->status();
-    call->Shutdown();
-    // The upstream stage may simply not have registered its side yet.
-    if (status.code() != absl::StatusCode::kNotFound || absl::Now() + backoff > deadline) {
-      upstream_stream_->Close(status);
-      return;
-    }
-    absl::SleepFor(backoff);
-    backoff = std::min(backoff * 2, absl::Milliseconds(200));
-  }
-}
-
 GrpcStageLink::~GrpcStageLink() {
   if (upstream_stream_ != nullptr) {
-    closing_ = true;
     upstream_stream_->Close("this stage closed its link");
-    if (connector_.joinable()) connector_.join();
-    if (current_ != nullptr) current_->Shutdown();
+    upstream_.reset();
   }
   if (downstream_ != nullptr) {
     downstream_->Close("the previous stage closed its link");

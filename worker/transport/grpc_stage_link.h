@@ -10,21 +10,17 @@
 #ifndef SHARDLINE_WORKER_TRANSPORT_GRPC_STAGE_LINK_H_
 #define SHARDLINE_WORKER_TRANSPORT_GRPC_STAGE_LINK_H_
 
-#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/support/channel_arguments.h>
 
-#include <atomic>
 #include <memory>
 #include <string>
-#include <thread>
 
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "worker/transport/exchange_stream.h"
 #include "worker/transport/stage_link.h"
 #include "worker/transport/stage_link_service.h"
-#include "worker/transport/upstream_exchange_call.h"
+#include "worker/transport/upstream_connector.h"
 
 namespace shardline::worker::transport {
 
@@ -80,20 +76,13 @@ class GrpcStageLink final : public StageLink {
  private:
   explicit GrpcStageLink(GrpcStageLinkOptions options);
   absl::Status CreateStagingPools(bool has_next, bool has_previous);
-  // Calls the previous stage until a call is established, retrying while it
-  // answers NOT_FOUND (its worker has not registered this job yet).
-  void ConnectUpstream();
 
   const GrpcStageLinkOptions options_;
   std::shared_ptr<ExchangeStream> downstream_;  // we serve it; the next stage connects
-  std::unique_ptr<grpc::GenericStub> stub_;
   std::shared_ptr<ExchangeStream> upstream_stream_;  // survives call retries
+  std::unique_ptr<UpstreamConnector> upstream_;      // the call to the previous stage
   std::shared_ptr<StagingPool> send_next_, send_previous_;        // slots for outgoing tensors
   std::shared_ptr<StagingPool> receive_next_, receive_previous_;  // slots for incoming tensors
-  std::thread connector_;
-  std::atomic<bool> closing_{false};
-  absl::Mutex mu_;
-  std::unique_ptr<UpstreamExchangeCall> current_ ABSL_GUARDED_BY(mu_);    // established
 };
 
 }  // namespace shardline::worker::transport

@@ -12,11 +12,20 @@ absl::Status NoNeighbour(absl::string_view side) {
 }  // namespace
 
 std::string DescribeMessage(const StageMessage& m) {
-  const char* kind = m.kind == StageMessage::Kind::kActivation  ? "activation"
-                     : m.kind == StageMessage::Kind::kGradient  ? "gradient"
-                     : m.kind == StageMessage::Kind::kNormPartial ? "norm partial"
-                                                                  : "norm total";
-  return absl::StrCat(kind, " of step ", m.step, " micro-batch ", m.micro_batch);
+  switch (m.kind) {
+    case StageMessage::Kind::kActivation:
+      return absl::StrCat("activation of step ", m.step, " micro-batch ", m.micro_batch);
+    case StageMessage::Kind::kGradient:
+      return absl::StrCat("gradient of step ", m.step, " micro-batch ", m.micro_batch);
+    case StageMessage::Kind::kNormPartial:
+      return absl::StrCat("norm partial of step ", m.step);
+    case StageMessage::Kind::kNormTotal:
+      return absl::StrCat("norm total of step ", m.step);
+    case StageMessage::Kind::kCollective:
+      return absl::StrCat(m.micro_batch < 0 ? "whole buffer" : absl::StrCat("chunk ", m.micro_batch), " of ",
+                          m.values.size(), " floats in collective call ", m.sequence);
+  }
+  return "message";
 }
 
 absl::Status LocalChannel::Push(StageMessage message) {

@@ -21,6 +21,8 @@ StageFrame::Kind ToWire(StageMessage::Kind kind) {
       return StageFrame::NORM_PARTIAL;
     case StageMessage::Kind::kNormTotal:
       return StageFrame::NORM_TOTAL;
+    case StageMessage::Kind::kCollective:
+      return StageFrame::COLLECTIVE;
   }
   return StageFrame::KIND_UNSPECIFIED;
 }
@@ -35,6 +37,8 @@ absl::StatusOr<StageMessage::Kind> FromWire(int kind) {
       return StageMessage::Kind::kNormPartial;
     case StageFrame::NORM_TOTAL:
       return StageMessage::Kind::kNormTotal;
+    case StageFrame::COLLECTIVE:
+      return StageMessage::Kind::kCollective;
     default:
       return absl::InvalidArgumentError(absl::StrCat("frame of unknown kind ", kind));
   }
@@ -59,6 +63,7 @@ std::vector<grpc::ByteBuffer> EncodeStageMessage(std::shared_ptr<const StageMess
   header.set_kind(ToWire(m.kind));
   header.set_step(m.step);
   header.set_micro_batch(m.micro_batch);
+  header.set_sequence(m.sequence);
   header.set_batch(m.batch);
   header.set_t(m.t);
   header.set_dtype(static_cast<shardline::v1::DType>(common::DTypeToProto(m.dtype)));
@@ -102,7 +107,7 @@ absl::Status FrameAssembler::Check(const common::DecodedFrame& frame) {
   }
   if (active_ && (f.kind() != first_.kind() || f.step() != first_.step() || f.dtype() != first_.dtype() ||
                   f.micro_batch() != first_.micro_batch() || f.elements() != first_.elements() ||
-                  f.chunk_count() != first_.chunk_count())) {
+                  f.chunk_count() != first_.chunk_count() || f.sequence() != first_.sequence())) {
     return Bad("chunks of one tensor disagree on its header");
   }
   if (f.chunk_index() > 0 && f.targets_size() > 0) return Bad("targets outside chunk 0");
@@ -124,6 +129,7 @@ absl::StatusOr<std::optional<StageMessage>> FrameAssembler::Add(const common::De
     first_ = f;
     message_.step = f.step();
     message_.micro_batch = f.micro_batch();
+    message_.sequence = f.sequence();
     message_.batch = f.batch();
     message_.t = f.t();
     message_.loss_scale = f.loss_scale();

@@ -29,10 +29,12 @@ struct StageMessage {
     kGradient,    // to previous: gradient of a micro-batch's input
     kNormPartial, // to next: Σ grad² of stages 0..s
     kNormTotal,   // to previous: Σ grad² of all stages
+    kCollective,  // between the ranks of a collective group: a chunk of a call
   };
   Kind kind = Kind::kActivation;
   int64_t step = 0;
-  int micro_batch = 0;
+  int micro_batch = 0;              // collectives: the chunk carried (a rank; −1: the whole buffer)
+  uint64_t sequence = 0;            // collectives: the call's sequence number
   int64_t batch = 0;                // sequences (activations)
   int64_t t = 0;                    // tokens per sequence (activations)
   HostBuffer values;                // activations or gradients, [batch·t·width]

@@ -132,17 +132,33 @@ void StageLinkService::RegisterWith(grpc::ServerBuilder& builder) {
   builder.RegisterCallbackGenericService(this);
 }
 
-std::shared_ptr<ExchangeStream> StageLinkService::Expect(const std::string& job_id, uint64_t epoch,
-                                                         int stage, const ExchangeOptions& options) {
+std::shared_ptr<ExchangeStream> StageLinkService::ExpectEndpoint(Endpoint endpoint, uint64_t epoch,
+                                                                 const ExchangeOptions& options) {
   auto stream = std::make_shared<ExchangeStream>(options);
   absl::MutexLock lock(&mu_);
-  expected_[{job_id, stage}] = Expectation{epoch, stream, false};
+  expected_[std::move(endpoint)] = Expectation{epoch, stream, false};
   return stream;
+}
+
+std::shared_ptr<ExchangeStream> StageLinkService::Expect(const std::string& job_id, uint64_t epoch,
+                                                         int stage, const ExchangeOptions& options) {
+  return ExpectEndpoint({job_id, "", stage, stage + 1}, epoch, options);
+}
+
+std::shared_ptr<ExchangeStream> StageLinkService::ExpectPeer(const std::string& job_id, uint64_t epoch,
+                                                             const std::string& group, int rank, int peer,
+                                                             const ExchangeOptions& options) {
+  return ExpectEndpoint({job_id, group, rank, peer}, epoch, options);
 }
 
 void StageLinkService::Forget(const std::string& job_id, int stage) {
   absl::MutexLock lock(&mu_);
-  expected_.erase({job_id, stage});
+  expected_.erase({job_id, "", stage, stage + 1});
+}
+
+void StageLinkService::ForgetPeer(const std::string& job_id, const std::string& group, int rank, int peer) {
+  absl::MutexLock lock(&mu_);
+  expected_.erase({job_id, group, rank, peer});
 }
 
 int64_t StageLinkService::hellos_refused() {
@@ -160,10 +176,16 @@ absl::StatusOr<std::shared_ptr<ExchangeStream>> StageLinkService::Bind(
 
 absl::StatusOr<std::shared_ptr<ExchangeStream>> StageLinkService::BindLocked(
     const shardline::v1::StageHello& hello) {
-  auto it = expected_.find({hello.job_id(), hello.stage() - 1});
+  const bool collective = !hello.group().empty();
+  const Endpoint endpoint = collective ? Endpoint{hello.job_id(), hello.group(), hello.to_rank(), hello.rank()}
+                                       : Endpoint{hello.job_id(), "", hello.stage() - 1, hello.stage()};
+  auto it = expected_.find(endpoint);
   if (it == expected_.end()) {
-    return absl::NotFoundError(absl::StrCat("no stage ", hello.stage() - 1, " of job '",
-                                            hello.job_id(), "' waits for a neighbour here"));
+    return absl::NotFoundError(
+        collective ? absl::StrCat("no rank ", hello.to_rank(), " of group '", hello.group(), "' of job '",
+                                  hello.job_id(), "' waits for rank ", hello.rank(), " here")
+                   : absl::StrCat("no stage ", hello.stage() - 1, " of job '", hello.job_id(),
+                                  "' waits for a neighbour here"));
   }
   Expectation& e = it->second;
   if (hello.plan_epoch() != e.epoch) {
@@ -172,7 +194,10 @@ absl::StatusOr<std::shared_ptr<ExchangeStream>> StageLinkService::BindLocked(
   }
   std::shared_ptr<ExchangeStream> stream = e.stream.lock();
   if (stream == nullptr) return absl::NotFoundError("the stage no longer waits for this link");
-  if (e.bound) return absl::AlreadyExistsError("this stage's downstream link is already connected");
+  if (e.bound) {
+    return absl::AlreadyExistsError(collective ? "this rank's stream from that peer is already connected"
+                                               : "this stage's downstream link is already connected");
+  }
   e.bound = true;
   return stream;
 }

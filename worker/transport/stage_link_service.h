@@ -1,10 +1,12 @@
 // StageLinkService serves the StageLink.Exchange RPC of a worker: the
-// downstream neighbour of a local stage connects here. A local stage first
-// announces which neighbour it waits for (Expect); an incoming stream whose
-// hello names that job, the next stage and the same plan epoch is bound to
-// it, anything else is refused with a status that says why (unknown job or
-// stage: NOT_FOUND; another epoch: FAILED_PRECONDITION; a second stream for
-// the same stage: ALREADY_EXISTS). Malformed frames end their stream with
+// downstream neighbour of a local stage connects here, and so do the higher
+// ranks of a local collective rank's group. A local stage (rank) first
+// announces which neighbour (peer) it waits for (Expect, ExpectPeer); an
+// incoming stream whose hello names that job, stage (group and ranks) and
+// the same plan epoch is bound to it, anything else is refused with a
+// status that says why (unknown job, stage, group or rank: NOT_FOUND;
+// another epoch: FAILED_PRECONDITION; a second stream for the same
+// endpoint: ALREADY_EXISTS). Malformed frames end their stream with
 // INVALID_ARGUMENT; the service keeps serving. It is gRPC's generic service
 // (frames are ByteBuffers, see common/tensor_coding.h), so a server can have
 // only this one; other methods are answered UNIMPLEMENTED. Thread-safe.
@@ -17,6 +19,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
@@ -45,8 +48,13 @@ class StageLinkService final : public grpc::CallbackGenericService {
   // The stream is closed when the last holder lets go of it.
   std::shared_ptr<ExchangeStream> Expect(const std::string& job_id, uint64_t epoch, int stage,
                                          const ExchangeOptions& options);
-  // Drops an expectation (the stage is done or re-planned).
+  // Rank `rank` of collective group `group` waits for rank `peer` (> rank)
+  // to connect.
+  std::shared_ptr<ExchangeStream> ExpectPeer(const std::string& job_id, uint64_t epoch, const std::string& group,
+                                             int rank, int peer, const ExchangeOptions& options);
+  // Drop an expectation (the stage or rank is done or re-planned).
   void Forget(const std::string& job_id, int stage);
+  void ForgetPeer(const std::string& job_id, const std::string& group, int rank, int peer);
 
   grpc::ServerGenericBidiReactor* CreateReactor(grpc::GenericCallbackServerContext* context) override;
 
@@ -66,7 +74,11 @@ class StageLinkService final : public grpc::CallbackGenericService {
     bool bound = false;
   };
   absl::Mutex mu_;
-  std::map<std::pair<std::string, int>, Expectation> expected_ ABSL_GUARDED_BY(mu_);
+  // (job, group, receiver, sender): a stage link is (job, "", s, s + 1),
+  // a collective pair (job, group, rank, peer).
+  using Endpoint = std::tuple<std::string, std::string, int, int>;
+  std::shared_ptr<ExchangeStream> ExpectEndpoint(Endpoint endpoint, uint64_t epoch, const ExchangeOptions& options);
+  std::map<Endpoint, Expectation> expected_ ABSL_GUARDED_BY(mu_);
   int64_t hellos_refused_ ABSL_GUARDED_BY(mu_) = 0;
 };
 

@@ -1,0 +1,54 @@
+#include "worker/transport/upstream_connector.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+
+#include "worker/transport/grpc_stage_link.h"
+
+namespace shardline::worker::transport {
+
+UpstreamConnector::UpstreamConnector(const std::string& address, const shardline::v1::StageHello& hello,
+                                     std::shared_ptr<ExchangeStream> stream, absl::Duration timeout)
+    : hello_(hello),
+      stream_(std::move(stream)),
+      timeout_(timeout),
+      stub_(grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), StageLinkChannelArguments())),
+      thread_([this] { Connect(); }) {}
+
+void UpstreamConnector::Connect() {
+  const absl::Time deadline = absl::Now() + timeout_;
+  absl::Duration backoff = absl::Milliseconds(10);
+  while (true) {
+    ++attempts_;
+    auto call = std::make_unique<UpstreamExchangeCall>(&stub_, hello_, stream_);
+    call->Start();
+    // Wait until established, refused, or we are closing.
+    while (!closing_ && !call->WaitEstablished(absl::Milliseconds(50)) && !call->done()) {
+    }
+    const bool established = call->WaitEstablished(absl::ZeroDuration());
+    if (established || closing_) {
+      absl::MutexLock lock(&mu_);
+      current_ = std::move(call);
+      return;
+    }
+    const absl::Status status = call->status();
+    call->Shutdown();
+    // The peer may simply not have registered its side yet.
+    if (status.code() != absl::StatusCode::kNotFound || absl::Now() + backoff > deadline) {
+      stream_->Close(status);
+      return;
+    }
+    absl::SleepFor(backoff);
+    backoff = std::min(backoff * 2, absl::Milliseconds(200));
+  }
+}
+
+UpstreamConnector::~UpstreamConnector() {
+  closing_ = true;
+  if (thread_.joinable()) thread_.join();
+  absl::MutexLock lock(&mu_);
+  if (current_ != nullptr) current_->Shutdown();
+}
+
+}  // namespace shardline::worker::transport
