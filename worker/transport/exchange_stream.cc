@@ -157,6 +157,32 @@ void ExchangeStream::CloseLocked(const absl::Status& status) {
   queued_messages_ = 0;
 }
 
+void ExchangeStream::Abort(const std::string& reason) {
+  {
+    absl::MutexLock lock(&mu_);
+    const absl::Status status = absl::UnavailableError(reason.empty() ? "link aborted" : reason);
+    CloseLocked(status);
+    if (abort_.ok()) abort_ = status;
+  }
+  EndCallIfAborted();
+}
+
+void ExchangeStream::EndCallIfAborted() {
+  FrameWriter* writer = nullptr;
+  absl::Status status;
+  {
+    absl::MutexLock lock(&mu_);
+    if (abort_.ok() || writer_ == nullptr || call_ended_) return;
+    call_ended_ = true;
+    writer = writer_;
+    status = abort_;
+    ++writer_calls_;
+  }
+  writer->EndCall(status);
+  absl::MutexLock lock(&mu_);
+  --writer_calls_;
+}
+
 bool ExchangeStream::closed() {
   absl::MutexLock lock(&mu_);
   return !closed_.ok();
@@ -186,10 +212,14 @@ void ExchangeStream::Attach(FrameWriter* writer, uint32_t peer_credit) {
     start = NextWrite();
   }
   start.Start();
+  EndCallIfAborted();  // aborted before the peer connected
 }
 
 void ExchangeStream::Detach(const absl::Status& status) {
   absl::MutexLock lock(&mu_);
+  // The reactor is going away: let an EndCall still running on it return.
+  auto idle = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return writer_calls_ == 0; };
+  mu_.Await(absl::Condition(&idle));
   writer_ = nullptr;
   CloseLocked(status.ok() ? absl::UnavailableError("link ended") : status);
   outbox_.clear();

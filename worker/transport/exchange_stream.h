@@ -50,6 +50,9 @@ class FrameWriter {
  public:
   virtual ~FrameWriter() = default;
   virtual void StartFrameWrite(const grpc::ByteBuffer* frame, bool more_follows) = 0;
+  // Ends the call with `status`, which the peer then sees, from any thread
+  // (never under the stream's lock); nothing once the call is ending.
+  virtual void EndCall(const absl::Status& status) = 0;
 };
 
 class ExchangeStream {
@@ -63,8 +66,13 @@ class ExchangeStream {
   // Waits until a reactor is attached (the peer connected), up to the timeout.
   absl::Status AwaitConnected();
   // Later calls fail with UNAVAILABLE carrying `reason`, or with `status`.
+  // The peer notices when the call ends (its process, or this side's link,
+  // goes away).
   void Close(const std::string& reason);
   void Close(const absl::Status& status);
+  // Close, and end the call now with UNAVAILABLE `reason`, so that the peer's
+  // waits fail at once too (or as soon as the call is established).
+  void Abort(const std::string& reason);
   bool closed();
 
   // Reactor side. Our hello (or ack) grants the peer `window_frames()`;
@@ -111,6 +119,9 @@ class ExchangeStream {
   // Grants back the frames we hold credit for, if the stage keeps up.
   void MaybeGrant() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CloseLocked(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends the attached writer's call with abort_, if both are set; the
+  // writer stays alive meanwhile (Detach waits).
+  void EndCallIfAborted();
   void Hold(size_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const ExchangeOptions options_;
@@ -133,6 +144,9 @@ class ExchangeStream {
   size_t held_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   size_t peak_held_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status closed_ ABSL_GUARDED_BY(mu_);  // not OK once closed
+  absl::Status abort_ ABSL_GUARDED_BY(mu_);   // not OK once aborted: the call must end
+  bool call_ended_ ABSL_GUARDED_BY(mu_) = false;
+  int writer_calls_ ABSL_GUARDED_BY(mu_) = 0;  // EndCall calls in progress
 };
 
 }  // namespace shardline::worker::transport

@@ -71,6 +71,10 @@ class ExchangeReactor final : public grpc::ServerGenericBidiReactor, public Fram
 
   void OnCancel() override { End(grpc::Status::CANCELLED, "the downstream stage cancelled the link"); }
 
+  void EndCall(const absl::Status& status) override {
+    End(common::ToGrpcStatus(status), std::string(status.message()));
+  }
+
   void OnDone() override {
     if (stream_ != nullptr) stream_->Detach(absl::UnavailableError("the link to the downstream stage ended"));
     delete this;

@@ -57,6 +57,8 @@ void UpstreamExchangeCall::StartFrameWrite(const grpc::ByteBuffer* frame, bool m
   StartWrite(frame, more_follows ? grpc::WriteOptions().set_buffer_hint() : grpc::WriteOptions());
 }
 
+void UpstreamExchangeCall::EndCall(const absl::Status& /*status*/) { context_.TryCancel(); }
+
 void UpstreamExchangeCall::OnWriteDone(bool ok) {
   if (hello_written_) {
     stream_->FrameWritten(ok);

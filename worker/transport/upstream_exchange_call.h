@@ -39,6 +39,8 @@ class UpstreamExchangeCall final : public grpc::ClientBidiReactor<grpc::ByteBuff
   void Shutdown();
 
   void StartFrameWrite(const grpc::ByteBuffer* frame, bool more_follows) override;
+  // Cancels the call (the upstream side sees it cancelled).
+  void EndCall(const absl::Status& status) override;
   void OnWriteDone(bool ok) override;
   void OnReadDone(bool ok) override;
   void OnDone(const grpc::Status& status) override;

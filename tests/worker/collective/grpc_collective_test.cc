@@ -1,0 +1,194 @@
+// GrpcCollective facing peers that misbehave on the wire: hellos for another
+// group, rank or epoch; frames that are stale, out of order, of the wrong
+// chunk, size or dtype, or not collective frames at all; and a peer that
+// vanishes in the middle of a reduction. Each gets a clear status within the
+// deadline: no hang, no crash.
+#include "worker/collective/grpc_collective.h"
+
+#include <atomic>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "tests/testing/thread_state.h"
+#include "tests/worker/backend/backend_test_util.h"
+#include "tests/worker/collective/collective_test_util.h"
+#include "tests/worker/nn/nn_test_util.h"
+
+namespace shardline::worker::collective {
+namespace {
+
+using shardline::v1::StageFrame;
+using transport::RawPeer;
+
+StageFrame CollectiveHello(const std::string& group, int rank, int to_rank, uint64_t epoch = 7) {
+  StageFrame f;
+  f.mutable_hello()->set_job_id("job-1");
+  f.mutable_hello()->set_plan_epoch(epoch);
+  f.mutable_hello()->set_group(group);
+  f.mutable_hello()->set_rank(rank);
+  f.mutable_hello()->set_to_rank(to_rank);
+  f.set_credit(8);
+  return f;
+}
+
+StageFrame Chunk(uint64_t sequence, int chunk, const std::vector<float>& values) {
+  StageFrame f;
+  f.set_kind(StageFrame::COLLECTIVE);
+  f.set_sequence(sequence);
+  f.set_micro_batch(chunk);
+  f.set_dtype(shardline::v1::DTYPE_F32);
+  f.set_elements(static_cast<int64_t>(values.size()));
+  f.set_chunk_count(1);
+  f.set_payload(std::string(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float)));
+  return f;
+}
+
+// Rank 0 of a group of two on its own server; rank 1 is played by the test.
+struct LoneRank {
+  std::unique_ptr<transport::Server> server = transport::StartServer();
+  std::unique_ptr<Backend> backend = worker::testing::CpuBackend();
+  std::unique_ptr<GrpcCollective> rank0;
+  explicit LoneRank(absl::Duration timeout = absl::Seconds(10)) {
+    GrpcCollectiveOptions o;
+    o.job_id = "job-1";
+    o.plan_epoch = 7;
+    o.group = "stage-2";
+    o.rank = 0;
+    o.peer_addresses = {server->address, "127.0.0.1:1"};  // rank 1 calls us; we never call it
+    o.service = server->service.get();
+    o.exchange = transport::Exchange(timeout);
+    auto c = GrpcCollective::Create(*backend, o);
+    EXPECT_TRUE(c.ok()) << c.status();
+    rank0 = std::move(*c);
+  }
+  ~LoneRank() {
+    rank0.reset();
+    server->server->Shutdown();
+  }
+};
+
+TEST(GrpcCollectiveTest, HellosForAnotherGroupRankOrEpochAreRefused) {
+  LoneRank lone;
+  RawPeer wrong_group(lone.server->address);
+  wrong_group.Write(CollectiveHello("stage-3", 1, 0));
+  const grpc::Status group = wrong_group.Finish();
+  EXPECT_EQ(group.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_NE(group.error_message().find("group 'stage-3'"), std::string::npos) << group.error_message();
+  RawPeer wrong_rank(lone.server->address);
+  wrong_rank.Write(CollectiveHello("stage-2", 2, 0));
+  EXPECT_EQ(wrong_rank.Finish().error_code(), grpc::StatusCode::NOT_FOUND);
+  RawPeer stale(lone.server->address);
+  stale.Write(CollectiveHello("stage-2", 1, 0, /*epoch=*/6));
+  const grpc::Status epoch = stale.Finish();
+  EXPECT_EQ(epoch.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(epoch.error_message().find("epoch 6"), std::string::npos) << epoch.error_message();
+}
+
+// Rank 0 all-reduces 4 floats (its chunk: elements 0 and 1) while the test,
+// as rank 1, answers with `bad` after `good` correct calls.
+absl::Status ReduceAgainst(int good, const StageFrame& bad) {
+  LoneRank lone;
+  RawPeer peer(lone.server->address);
+  EXPECT_TRUE(peer.Write(CollectiveHello("stage-2", 1, 0)));
+  absl::Status last;
+  std::thread rank0([&] {
+    DeviceBuffer buffer = worker::testing::Upload(*lone.backend, std::vector<float>{1, 2, 3, 4});
+    for (int call = 0; call <= good && last.ok(); ++call) last = lone.rank0->AllReduceSum(buffer.span<float>());
+  });
+  for (int call = 0; call < good; ++call) {
+    // A correct call: chunk 0's part for the reduce-scatter, then chunk 1's
+    // sum for the all-gather.
+    peer.Write(Chunk(2 * call, 0, {10, 20}));
+    peer.Write(Chunk(2 * call + 1, 1, {30, 40}));
+  }
+  peer.Write(bad);
+  rank0.join();
+  return last;
+}
+
+TEST(GrpcCollectiveTest, StaleOutOfOrderAndMismatchedFramesFailTheCall) {
+  struct Case {
+    const char* what;
+    int good;
+    StageFrame frame;
+    const char* message;
+  };
+  StageFrame bf16 = Chunk(0, 0, {1, 2});
+  bf16.set_dtype(shardline::v1::DTYPE_BF16);
+  bf16.set_elements(4);
+  StageFrame gradient = Chunk(0, 0, {1, 2});
+  gradient.set_kind(StageFrame::GRADIENT);
+  const std::vector<Case> cases = {
+      {"out of order", 0, Chunk(5, 0, {1, 2}), "(out of order)"},
+      {"stale", 1, Chunk(0, 0, {1, 2}), "(stale)"},
+      {"wrong chunk", 0, Chunk(0, 1, {1, 2}), "got chunk 1"},
+      {"wrong size", 0, Chunk(0, 0, {1, 2, 3}), "3 floats"},
+      {"wrong dtype", 0, bf16, "in bf16"},
+      {"not a collective frame", 0, gradient, "a stage-link message"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    const absl::Status status = ReduceAgainst(c.good, c.frame);
+    EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
+    EXPECT_TRUE(absl::StrContains(status.message(), c.message)) << status;
+    EXPECT_TRUE(absl::StrContains(status.message(), "from rank 1")) << status;
+  }
+}
+
+TEST(GrpcCollectiveTest, ACorrectPeerCompletesTheCalls) {
+  // The frames above, when right, give the sums (the control for the test
+  // above): chunk 0 = {1 + 10, 2 + 20}, chunk 1 = the peer's {30, 40}.
+  LoneRank lone;
+  RawPeer peer(lone.server->address);
+  ASSERT_TRUE(peer.Write(CollectiveHello("stage-2", 1, 0)));
+  DeviceBuffer buffer = worker::testing::Upload(*lone.backend, std::vector<float>{1, 2, 3, 4});
+  std::thread rank0([&] { EXPECT_TRUE(lone.rank0->AllReduceSum(buffer.span<float>()).ok()); });
+  peer.Write(Chunk(0, 0, {10, 20}));
+  peer.Write(Chunk(1, 1, {30, 40}));
+  rank0.join();
+  EXPECT_EQ(worker::testing::Download(*lone.backend, buffer), (std::vector<float>{11, 22, 30, 40}));
+}
+
+TEST(GrpcCollectiveTest, APeerThatVanishesMidReductionFailsTheCallPromptly) {
+  auto ranks = testing::MakeRanks("grpc", "cpu", 3, absl::Seconds(60));
+  ASSERT_NE(ranks, nullptr);
+  // One call that every rank makes: all streams are connected. (A peer that
+  // goes before it ever connected is noticed at the timeout only.)
+  testing::RunRanks(*ranks, [](int, Collective& c, Backend& backend) {
+    DeviceBuffer buffer = worker::testing::Upload(backend, std::vector<float>(10, 1.0f));
+    EXPECT_TRUE(c.AllReduceSum(buffer.span<float>()).ok());
+  });
+  std::atomic<pid_t> waiter{0};
+  std::atomic<bool> done{false};
+  absl::Status status;
+  absl::Duration took;
+  std::thread rank0([&] {
+    waiter = shardline::testing::CurrentThreadId();
+    DeviceBuffer buffer = worker::testing::Upload(*ranks->backends[0], std::vector<float>(1000, 1.0f));
+    const absl::Time start = absl::Now();
+    status = ranks->handles[0]->AllReduceSum(buffer.span<float>());
+    took = absl::Now() - start;
+    done = true;
+  });
+  std::thread rank2([&] {
+    DeviceBuffer buffer = worker::testing::Upload(*ranks->backends[2], std::vector<float>(1000, 1.0f));
+    EXPECT_FALSE(ranks->handles[2]->AllReduceSum(buffer.span<float>()).ok());
+  });
+  // Rank 0 waits for rank 1, which never calls: its worker goes away.
+  ASSERT_TRUE(shardline::testing::AwaitThreadBlockedOrDone(waiter, done, absl::Seconds(10)));
+  ranks->handles[1].reset();
+  ranks->servers[1]->server->Shutdown(std::chrono::system_clock::now());
+  rank0.join();
+  rank2.join();
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
+  EXPECT_TRUE(absl::StrContains(status.message(), "from rank 1")) << status;
+  EXPECT_LT(took, absl::Seconds(30)) << "waited out the timeout instead of seeing the peer go";
+}
+
+}  // namespace
+}  // namespace shardline::worker::collective

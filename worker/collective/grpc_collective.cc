@@ -1,0 +1,258 @@
+#include "worker/collective/grpc_collective.h"
+
+#include <algorithm>
+#include <optional>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace shardline::worker::collective {
+namespace {
+
+using transport::StageMessage;
+
+constexpr int kWholeBuffer = -1;  // the chunk of a broadcast
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<GrpcCollective>> GrpcCollective::Create(Backend& backend,
+                                                                        GrpcCollectiveOptions options) {
+  const int d = static_cast<int>(options.peer_addresses.size());
+  if (d < 1 || options.rank < 0 || options.rank >= d) {
+    return absl::InvalidArgumentError(absl::StrCat("rank ", options.rank, " of a group of ", d));
+  }
+  if (options.group.empty()) return absl::InvalidArgumentError("a collective group needs a name");
+  if (options.rank + 1 < d && options.service == nullptr) {
+    return absl::InvalidArgumentError("a rank with higher ranks needs this worker's StageLink service");
+  }
+  for (int q = 0; q < options.rank; ++q) {
+    if (options.peer_addresses[q].empty()) return absl::InvalidArgumentError(absl::StrCat("no address for rank ", q));
+  }
+  if (options.exchange.window_frames < 1 || options.exchange.max_waiting < 1) {
+    return absl::InvalidArgumentError("a collective needs a window of at least one frame and one waiting message");
+  }
+  std::unique_ptr<GrpcCollective> c(new GrpcCollective(backend, std::move(options)));
+  const GrpcCollectiveOptions& o = c->options_;
+  const size_t slot = o.staging_slot_bytes;
+  if (slot > 0 && d > 1) {
+    // Sending: a reduce-scatter's d − 1 chunks and an all-gather's one, each
+    // held until written; receiving: a few per peer (the credit window
+    // bounds what is in flight; the rest lands on the heap).
+    ASSIGN_OR_RETURN(c->send_pool_, transport::StagingPool::Create(slot, 2 * (d - 1) + 1, o.staging_memory));
+  }
+  c->streams_.resize(static_cast<size_t>(d));
+  c->connectors_.resize(static_cast<size_t>(d));
+  c->receive_pools_.resize(static_cast<size_t>(d));
+  for (int q = 0; q < d; ++q) {
+    if (q == o.rank) continue;
+    transport::ExchangeOptions exchange = o.exchange;
+    if (slot > 0) {
+      ASSIGN_OR_RETURN(c->receive_pools_[q], transport::StagingPool::Create(slot, 3, o.staging_memory));
+      exchange.receive_pool = c->receive_pools_[q];
+    }
+    if (q > o.rank) {
+      c->streams_[q] = o.service->ExpectPeer(o.job_id, o.plan_epoch, o.group, o.rank, q, exchange);
+      continue;
+    }
+    c->streams_[q] = std::make_shared<transport::ExchangeStream>(exchange);
+    shardline::v1::StageHello hello;
+    hello.set_job_id(o.job_id);
+    hello.set_plan_epoch(o.plan_epoch);
+    hello.set_group(o.group);
+    hello.set_rank(o.rank);
+    hello.set_to_rank(q);
+    c->connectors_[q] =
+        std::make_unique<transport::UpstreamConnector>(o.peer_addresses[q], hello, c->streams_[q], exchange.timeout);
+  }
+  return c;
+}
+
+GrpcCollective::~GrpcCollective() {
+  Close("this rank left its collective group");
+  connectors_.clear();
+  for (int q = rank() + 1; q < size(); ++q) options_.service->ForgetPeer(options_.job_id, options_.group, rank(), q);
+}
+
+void GrpcCollective::Close(const std::string& reason) {
+  // Ends the calls too: the peers' waits fail now, not at their timeout.
+  for (const auto& stream : streams_) {
+    if (stream != nullptr) stream->Abort(reason);
+  }
+}
+
+uint64_t GrpcCollective::BytesReceived() {
+  uint64_t bytes = 0;
+  for (const auto& stream : streams_) {
+    if (stream != nullptr) bytes += stream->bytes_received();
+  }
+  return bytes;
+}
+
+std::string GrpcCollective::Describe() const {
+  return absl::StrCat("rank ", rank(), " of group '", options_.group, "'");
+}
+
+template <typename Fn>
+absl::Status GrpcCollective::Run(Fn&& call) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!failed_.ok()) return failed_;
+  }
+  absl::Status status = call();
+  if (!status.ok()) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (failed_.ok()) failed_ = status;
+    }
+    // The peers are waiting for us, or we for them: end it for everyone.
+    Close(absl::StrCat(Describe(), " failed: ", status.message()));
+  }
+  return status;
+}
+
+absl::StatusOr<std::shared_ptr<const StageMessage>> GrpcCollective::Outgoing(uint64_t sequence, int chunk,
+                                                                             DeviceSpan<const float> source) {
+  auto message = std::make_shared<StageMessage>();
+  message->kind = StageMessage::Kind::kCollective;
+  message->sequence = sequence;
+  message->micro_batch = chunk;
+  std::optional<transport::StagingSlot> slot;
+  if (send_pool_ != nullptr && source.size() * sizeof(float) <= send_pool_->slot_bytes()) {
+    slot = send_pool_->TryAcquire();
+  }
+  message->values = slot.has_value() ? transport::HostBuffer(std::move(*slot), source.size())
+                                     : transport::HostBuffer::Zeros(source.size());
+  RETURN_IF_ERROR(backend_.CopyToHost(source, message->values.span()));
+  return std::shared_ptr<const StageMessage>(std::move(message));
+}
+
+absl::Status GrpcCollective::Send(int peer, std::shared_ptr<const StageMessage> message) {
+  const absl::Status status = streams_[peer]->Send(std::move(message));
+  if (status.ok()) return status;
+  return absl::Status(status.code(), absl::StrCat(Describe(), " sending to rank ", peer, " (",
+                                                  options_.peer_addresses[peer], "): ", status.message()));
+}
+
+absl::StatusOr<StageMessage> GrpcCollective::Expect(int peer, uint64_t sequence, int chunk, size_t elements) {
+  absl::StatusOr<StageMessage> m = streams_[peer]->Receive();
+  auto want = [&] {
+    return absl::StrCat(chunk == kWholeBuffer ? std::string("the whole buffer") : absl::StrCat("chunk ", chunk),
+                        " (", elements, " floats) of call ", sequence);
+  };
+  if (!m.ok()) {
+    return absl::Status(m.status().code(), absl::StrCat(Describe(), " waiting for ", want(), " from rank ", peer,
+                                                        " (", options_.peer_addresses[peer], "): ",
+                                                        m.status().message()));
+  }
+  if (m->kind != StageMessage::Kind::kCollective || m->dtype != common::DType::kF32 || m->sequence != sequence ||
+      m->micro_batch != chunk || m->values.size() != elements) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        Describe(), " expected ", want(), " from rank ", peer, ", got ",
+        m->kind == StageMessage::Kind::kCollective ? transport::DescribeMessage(*m) : "a stage-link message",
+        m->dtype != common::DType::kF32 ? absl::StrCat(" in ", common::DTypeName(m->dtype)) : "",
+        m->sequence < sequence ? " (stale)" : m->sequence > sequence ? " (out of order)" : ""));
+  }
+  return m;
+}
+
+absl::StatusOr<std::vector<float>> GrpcCollective::ReduceScatter(DeviceSpan<float> data, uint64_t sequence) {
+  const int d = size(), r = rank();
+  // Every other rank's chunk to it, nearest ranks after ours first.
+  for (int i = 1; i < d; ++i) {
+    const int q = (r + i) % d;
+    const Chunk c = ChunkOf(data.size(), d, q);
+    ASSIGN_OR_RETURN(auto message, Outgoing(sequence, q, DeviceSpan<const float>(data.subspan(c.begin, c.size()))));
+    RETURN_IF_ERROR(Send(q, std::move(message)));
+  }
+  // Our chunk: the d parts added in rank order (ours where it falls), as
+  // they come; one received part held at a time.
+  const Chunk own = ChunkOf(data.size(), d, r);
+  std::vector<float> sum(own.size());
+  std::vector<float> mine(own.size());
+  RETURN_IF_ERROR(backend_.CopyToHost(DeviceSpan<const float>(data.subspan(own.begin, own.size())),
+                                      absl::Span<float>(mine)));
+  for (int q = 0; q < d; ++q) {
+    StageMessage received;
+    const float* part = mine.data();
+    if (q != r) {
+      ASSIGN_OR_RETURN(received, Expect(q, sequence, r, own.size()));
+      part = received.values.data();
+    }
+    // AddInRankOrder, one part at a time: ((x₀ + x₁) + x₂) + …
+    if (q == 0) {
+      std::copy(part, part + own.size(), sum.begin());
+    } else {
+      for (size_t i = 0; i < own.size(); ++i) sum[i] += part[i];
+    }
+  }
+  RETURN_IF_ERROR(backend_.CopyToDevice(absl::Span<const float>(sum), data.subspan(own.begin, own.size())));
+  return sum;
+}
+
+absl::Status GrpcCollective::Gather(DeviceSpan<float> data, uint64_t sequence,
+                                    std::shared_ptr<const StageMessage> mine) {
+  const int d = size(), r = rank();
+  for (int i = 1; i < d; ++i) RETURN_IF_ERROR(Send((r + i) % d, mine));
+  for (int q = 0; q < d; ++q) {
+    if (q == r) continue;
+    const Chunk c = ChunkOf(data.size(), d, q);
+    ASSIGN_OR_RETURN(StageMessage theirs, Expect(q, sequence, q, c.size()));
+    RETURN_IF_ERROR(backend_.CopyToDevice(absl::Span<const float>(theirs.values), data.subspan(c.begin, c.size())));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GrpcCollective::ReduceScatterSum(DeviceSpan<float> data) {
+  return Run([&]() -> absl::Status {
+    const uint64_t sequence = next_sequence_++;
+    if (size() == 1) return absl::OkStatus();
+    return ReduceScatter(data, sequence).status();
+  });
+}
+
+absl::Status GrpcCollective::AllGather(DeviceSpan<float> data) {
+  return Run([&]() -> absl::Status {
+    const uint64_t sequence = next_sequence_++;
+    if (size() == 1) return absl::OkStatus();
+    const Chunk own = ChunkOf(data.size(), size(), rank());
+    ASSIGN_OR_RETURN(auto mine,
+                     Outgoing(sequence, rank(), DeviceSpan<const float>(data.subspan(own.begin, own.size()))));
+    return Gather(data, sequence, std::move(mine));
+  });
+}
+
+absl::Status GrpcCollective::AllReduceSum(DeviceSpan<float> data) {
+  // A reduce-scatter, then an all-gather of the summed chunks straight from
+  // the host copy of the sum.
+  return Run([&]() -> absl::Status {
+    const uint64_t scatter = next_sequence_++, gather = next_sequence_++;
+    if (size() == 1) return absl::OkStatus();
+    ASSIGN_OR_RETURN(std::vector<float> sum, ReduceScatter(data, scatter));
+    auto mine = std::make_shared<StageMessage>();
+    mine->kind = StageMessage::Kind::kCollective;
+    mine->sequence = gather;
+    mine->micro_batch = rank();
+    mine->values = transport::HostBuffer(std::move(sum));
+    return Gather(data, gather, std::move(mine));
+  });
+}
+
+absl::Status GrpcCollective::Broadcast(DeviceSpan<float> data, int root) {
+  if (root < 0 || root >= size()) {
+    return absl::InvalidArgumentError(absl::StrCat("broadcast root ", root, " is not a rank of a group of ", size()));
+  }
+  return Run([&]() -> absl::Status {
+    const uint64_t sequence = next_sequence_++;
+    if (size() == 1) return absl::OkStatus();
+    if (rank() == root) {
+      ASSIGN_OR_RETURN(auto whole, Outgoing(sequence, kWholeBuffer, DeviceSpan<const float>(data)));
+      for (int i = 1; i < size(); ++i) RETURN_IF_ERROR(Send((rank() + i) % size(), whole));
+      return absl::OkStatus();
+    }
+    ASSIGN_OR_RETURN(StageMessage whole, Expect(root, sequence, kWholeBuffer, data.size()));
+    return backend_.CopyToDevice(absl::Span<const float>(whole.values), data);
+  });
+}
+
+}  // namespace shardline::worker::collective

@@ -1,0 +1,108 @@
+// GrpcCollective is a Collective between worker daemons: one rank of a group
+// whose ranks are joined pairwise by StageLink.Exchange streams (each rank
+// calls every lower rank and serves every higher one through its worker's
+// StageLinkService), so it reuses the stage links' frame coding (frames that
+// alias the tensor), staging slots (pinned on CUDA workers) and credits.
+//
+// A reduce-scatter sends chunk q of the buffer to rank q and adds the d
+// chunks it receives for its own chunk in rank order; an all-gather sends its
+// chunk to every rank. Each rank so moves (d − 1)/d of the buffer out and in
+// per phase, as a ring does, and every element is summed in rank order
+// whatever the timing. AllReduceSum is a reduce-scatter and an all-gather
+// (two sequence numbers). Every frame carries its call's sequence number and
+// chunk, checked on arrival: a stale, out-of-order or mismatched one fails
+// the call with FAILED_PRECONDITION; a rank that does not answer in the
+// exchange timeout, with DEADLINE_EXCEEDED; a vanished one, UNAVAILABLE. Any
+// failure closes every stream of this rank, so its peers fail at once too,
+// and sticks. Memory stays bounded whatever the peers' speeds (the streams'
+// credits and queues). Not thread-safe (one thread per rank); Close() from
+// any thread.
+#ifndef SHARDLINE_WORKER_COLLECTIVE_GRPC_COLLECTIVE_H_
+#define SHARDLINE_WORKER_COLLECTIVE_GRPC_COLLECTIVE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "worker/backend/backend.h"
+#include "worker/collective/collective.h"
+#include "worker/transport/exchange_stream.h"
+#include "worker/transport/stage_link_service.h"
+#include "worker/transport/staging_pool.h"
+#include "worker/transport/upstream_connector.h"
+
+namespace shardline::worker::collective {
+
+struct GrpcCollectiveOptions {
+  std::string job_id;
+  uint64_t plan_epoch = 0;
+  std::string group;                        // e.g. "stage-1": the data-parallel replicas of stage 1
+  int rank = 0;
+  std::vector<std::string> peer_addresses;  // every rank's StageLink address, by rank (own unused)
+  transport::StageLinkService* service = nullptr;  // this worker's: higher ranks call it
+  transport::ExchangeOptions exchange;             // timeout, chunk size, flow control
+  // Staging slots for the chunks a call moves (the largest chunk's bytes),
+  // allocated at Create; 0: chunks live on the heap.
+  size_t staging_slot_bytes = 0;
+  transport::HostMemory staging_memory = transport::PlainHostMemory();  // pinned on CUDA workers
+};
+
+class GrpcCollective final : public Collective {
+ public:
+  // Registers with the service and starts calling the lower ranks; returns
+  // at once (calls wait for their peers, up to the exchange timeout).
+  // `backend` holds the buffers and must outlive the collective.
+  static absl::StatusOr<std::unique_ptr<GrpcCollective>> Create(Backend& backend, GrpcCollectiveOptions options);
+  ~GrpcCollective() override;
+
+  int rank() const override { return options_.rank; }
+  int size() const override { return static_cast<int>(options_.peer_addresses.size()); }
+  absl::Status AllReduceSum(DeviceSpan<float> data) override;
+  absl::Status ReduceScatterSum(DeviceSpan<float> data) override;
+  absl::Status AllGather(DeviceSpan<float> data) override;
+  absl::Status Broadcast(DeviceSpan<float> data, int root) override;
+  void Close(const std::string& reason) override;
+
+  // Payload bytes received from every peer so far.
+  uint64_t BytesReceived();
+
+ private:
+  GrpcCollective(Backend& backend, GrpcCollectiveOptions options)
+      : backend_(backend), options_(std::move(options)) {}
+
+  // The reduce-scatter of call `sequence`: this rank's chunk of the sum, on
+  // the host (also written to `data`).
+  absl::StatusOr<std::vector<float>> ReduceScatter(DeviceSpan<float> data, uint64_t sequence);
+  // Sends `mine` (this rank's chunk) to every peer and writes theirs into `data`.
+  absl::Status Gather(DeviceSpan<float> data, uint64_t sequence, std::shared_ptr<const transport::StageMessage> mine);
+  // A message of `elements` floats for chunk `chunk` of call `sequence`,
+  // copied from `source` on the device.
+  absl::StatusOr<std::shared_ptr<const transport::StageMessage>> Outgoing(uint64_t sequence, int chunk,
+                                                                          DeviceSpan<const float> source);
+  absl::Status Send(int peer, std::shared_ptr<const transport::StageMessage> message);
+  // Rank `peer`'s next message, which must be chunk `chunk` of call
+  // `sequence` with `elements` floats.
+  absl::StatusOr<transport::StageMessage> Expect(int peer, uint64_t sequence, int chunk, size_t elements);
+  // Runs one call: a failure closes every stream and sticks.
+  template <typename Fn>
+  absl::Status Run(Fn&& call);
+  std::string Describe() const;
+
+  Backend& backend_;
+  const GrpcCollectiveOptions options_;
+  std::vector<std::shared_ptr<transport::ExchangeStream>> streams_;           // by rank; null for our own
+  std::vector<std::unique_ptr<transport::UpstreamConnector>> connectors_;     // by rank, lower ranks only
+  std::shared_ptr<transport::StagingPool> send_pool_;
+  std::vector<std::shared_ptr<transport::StagingPool>> receive_pools_;
+  uint64_t next_sequence_ = 0;
+  absl::Mutex mu_;
+  absl::Status failed_ ABSL_GUARDED_BY(mu_);  // sticky
+};
+
+}  // namespace shardline::worker::collective
+
+#endif  // SHARDLINE_WORKER_COLLECTIVE_GRPC_COLLECTIVE_H_
