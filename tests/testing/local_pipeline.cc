@@ -51,7 +51,8 @@ absl::StatusOr<std::unique_ptr<LocalPipeline>> LocalPipeline::Create(
     ASSIGN_OR_RETURN(auto runtime, ShardRuntime::Create(*backend, config, begin, end,
                                                         spec.train().seed(), optimizer));
     PipelineStageOptions options{schedule, stages, s, spec.train().micro_batches(),
-                                 spec.train().global_batch(), wire, replica, replicas};
+                                 spec.train().global_batch(), wire, replica, replicas,
+                                 static_cast<size_t>(spec.parallel().bucket_mib() * (1 << 20))};
     worker::collective::Collective* group = nullptr;
     if (replicas > 1) {
       pipeline->replica_groups_.push_back(groups[s]->Rank(replica, *backend));

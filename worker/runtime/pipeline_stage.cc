@@ -295,7 +295,7 @@ absl::StatusOr<StageStepResult> PipelineStage::RunStepImpl(int64_t step) {
     return status;
   }
   result.peak_slots = runtime_.peak_slots_held();
-  if (replica_group_ != nullptr) RETURN_IF_ERROR(runtime_.AllReduceGradients(*replica_group_));
+  if (replica_group_ != nullptr) RETURN_IF_ERROR(buckets_.AllReduce(runtime_.Gradients(), *replica_group_));
   ASSIGN_OR_RETURN(double squared, ReduceGradNorm(step));
   result.grad_norm = std::sqrt(squared);
   const nn::OptimizerConfig& optimizer = runtime_.optimizer_config();

@@ -23,6 +23,7 @@
 #include "shardline/v1/job.pb.h"
 #include "worker/collective/collective.h"
 #include "worker/data/data_source.h"
+#include "worker/runtime/gradient_buckets.h"
 #include "worker/runtime/pipeline_schedule.h"
 #include "worker/runtime/shard_runtime.h"
 #include "worker/runtime/stage_sender.h"
@@ -44,6 +45,9 @@ struct PipelineStageOptions {
   // global_batch / (replicas · m) sequences each.
   int replica = 0;
   int replicas = 1;
+  // The replicas sum their gradients in buckets of at most this many bytes
+  // (parallel.bucket_mib).
+  size_t bucket_bytes = size_t{25} << 20;
 };
 
 struct StageStepResult {
@@ -93,7 +97,7 @@ class PipelineStage {
                 PipelineStageOptions options, collective::Collective* replica_group,
                 std::vector<PipelineAction> schedule)
       : runtime_(runtime), data_(data), link_(link), options_(options), replica_group_(replica_group),
-        schedule_(std::move(schedule)), sender_(link) {}
+        schedule_(std::move(schedule)), sender_(link), buckets_(runtime.backend(), options.bucket_bytes) {}
   // A received message whose tensor the device is still reading.
   struct Upload {
     HostTransfer read;
@@ -123,6 +127,7 @@ class PipelineStage {
   collective::Collective* const replica_group_;  // null with one replica
   const std::vector<PipelineAction> schedule_;
   StageSender sender_;
+  GradientBuckets buckets_;  // used with replicas
   std::deque<Upload> uploads_;
   // The step's passes, timed on the device; read at the end of the step.
   std::vector<std::unique_ptr<WorkTimer>> pass_timers_;

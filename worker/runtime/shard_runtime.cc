@@ -361,11 +361,6 @@ std::vector<DeviceSpan<float>> ShardRuntime::Gradients() {
   return grads;
 }
 
-absl::Status ShardRuntime::AllReduceGradients(collective::Collective& replicas) {
-  for (DeviceSpan<float> g : Gradients()) RETURN_IF_ERROR(replicas.AllReduceSum(g));
-  return absl::OkStatus();
-}
-
 absl::StatusOr<std::vector<double>> ShardRuntime::GradSumsOfSquares() {
   std::vector<DeviceSpan<const float>> grads;
   for (nn::Parameter* p : parameters()) grads.push_back(p->g());

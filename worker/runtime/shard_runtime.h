@@ -22,7 +22,6 @@
 #include "worker/backend/backend.h"
 #include "worker/nn/layer.h"
 #include "worker/nn/model_config.h"
-#include "worker/collective/collective.h"
 #include "worker/nn/optimizer.h"
 #include "worker/nn/slot_store.h"
 #include "worker/runtime/host_staging_buffer.h"
@@ -106,10 +105,6 @@ class ShardRuntime {
   absl::Status ZeroGrads();
   // This shard's parameters' gradient buffers, in parameter order.
   std::vector<DeviceSpan<float>> Gradients();
-  // Sums every gradient over `replicas` (this stage's data-parallel group),
-  // parameter by parameter in parameter order; all replicas end with the
-  // same sums.
-  absl::Status AllReduceGradients(collective::Collective& replicas);
   // Each of this shard's parameters' Σ grad², in parameter order.
   absl::StatusOr<std::vector<double>> GradSumsOfSquares();
   // Those terms added one by one, in parameter order (the global grad norm
