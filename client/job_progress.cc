@@ -45,8 +45,18 @@ std::string ProgressLine(const shardline::v1::JobStatus& s) {
     absl::StrAppendFormat(&line, "  loss %.4f  %s tok/s", s.loss(), Rate(s.tokens_per_s()));
   }
   if (s.stages_size() > 0 && s.step() > 0) {
+    // Per stage; with replicas, the mean over a stage's replicas.
+    std::vector<double> busy, count;
+    for (const auto& stage : s.stages()) {
+      const size_t i = static_cast<size_t>(stage.stage());
+      if (busy.size() <= i) busy.resize(i + 1, 0.0), count.resize(i + 1, 0.0);
+      busy[i] += stage.busy_fraction();
+      count[i] += 1;
+    }
     line += "  busy";
-    for (const auto& stage : s.stages()) absl::StrAppendFormat(&line, " %.0f%%", 100 * stage.busy_fraction());
+    for (size_t i = 0; i < busy.size(); ++i) {
+      absl::StrAppendFormat(&line, " %.0f%%", count[i] > 0 ? 100 * busy[i] / count[i] : 0.0);
+    }
   }
   if (!s.message().empty()) absl::StrAppend(&line, "  (", s.message(), ")");
   return line;
@@ -75,11 +85,23 @@ std::string WorkersTable(const shardline::v1::ListWorkersResponse& workers) {
 }
 
 std::string PlanTable(const shardline::v1::PlanResponse& plan) {
+  bool replicas = false;
+  for (const auto& s : plan.stages()) replicas |= s.replica() > 0;
   std::vector<std::vector<std::string>> rows = {{"STAGE", "WORKER", "UNITS", "MS/MICRO-BATCH", "MEMORY"}};
+  if (replicas) {
+    rows[0].insert(rows[0].begin() + 1, "REPLICA");
+    rows[0].push_back("ALL-REDUCE/STEP");
+  }
   for (const auto& s : plan.stages()) {
-    rows.push_back({absl::StrCat(s.stage()), s.worker(), absl::StrCat("[", s.unit_begin(), ", ", s.unit_end(), ")"),
-                    absl::StrFormat("%.3f", s.seconds_per_micro_batch() * 1e3),
-                    absl::StrFormat("%.1f MiB", static_cast<double>(s.memory_bytes()) / (1 << 20))});
+    std::vector<std::string> row = {
+        absl::StrCat(s.stage()), s.worker(), absl::StrCat("[", s.unit_begin(), ", ", s.unit_end(), ")"),
+        absl::StrFormat("%.3f", s.seconds_per_micro_batch() * 1e3),
+        absl::StrFormat("%.1f MiB", static_cast<double>(s.memory_bytes()) / (1 << 20))};
+    if (replicas) {
+      row.insert(row.begin() + 1, absl::StrCat(s.replica()));
+      row.push_back(absl::StrFormat("%.1f MiB", static_cast<double>(s.reduce_bytes_per_step()) / (1 << 20)));
+    }
+    rows.push_back(std::move(row));
   }
   return Table(rows) + absl::StrFormat("predicted step: %.4f s (pipeline bubble %.0f%%)\n",
                                        plan.predicted_step_seconds(), 100 * plan.bubble_fraction());
@@ -94,13 +116,19 @@ std::string DescribeJob(const shardline::v1::JobStatus& s) {
       s.committed_step() >= 0 ? absl::StrCat("step ", s.committed_step()) : "none");
   if (!s.message().empty()) absl::StrAppend(&out, "Message:    ", s.message(), "\n");
   if (s.stages_size() > 0) {
+    bool replicas = false;
+    for (const auto& st : s.stages()) replicas |= st.replica() > 0;
     std::vector<std::vector<std::string>> rows = {
         {"STAGE", "WORKER", "UNITS", "BUSY", "PEAK MICRO-BATCHES", "LINK PEAK MIB", "MINOR FAULTS/GIB RECEIVED"}};
+    if (replicas) rows[0].insert(rows[0].begin() + 1, "REPLICA");
     for (const auto& st : s.stages()) {
-      rows.push_back({absl::StrCat(st.stage()), st.worker(), absl::StrCat("[", st.unit_begin(), ", ", st.unit_end(), ")"),
-                      absl::StrFormat("%.0f%%", 100 * st.busy_fraction()), absl::StrCat(st.peak_slots()),
-                      absl::StrFormat("%.1f", static_cast<double>(st.link_peak_bytes()) / (1 << 20)),
-                      absl::StrFormat("%.0f", st.minor_faults_per_gib())});
+      std::vector<std::string> row = {
+          absl::StrCat(st.stage()), st.worker(), absl::StrCat("[", st.unit_begin(), ", ", st.unit_end(), ")"),
+          absl::StrFormat("%.0f%%", 100 * st.busy_fraction()), absl::StrCat(st.peak_slots()),
+          absl::StrFormat("%.1f", static_cast<double>(st.link_peak_bytes()) / (1 << 20)),
+          absl::StrFormat("%.0f", st.minor_faults_per_gib())};
+      if (replicas) row.insert(row.begin() + 1, absl::StrCat(st.replica()));
+      rows.push_back(std::move(row));
     }
     out += "Stages:\n" + Table(rows);
   }

@@ -1,8 +1,9 @@
-// shardline-local SPEC --workers=N [--metrics_out=FILE] [--out=FILE] [--device=cpu]
+// shardline-local SPEC [--workers=N] [--metrics_out=FILE] [--out=FILE] [--device=cpu]
 //
 // Runs a whole cluster on this machine: a coordinator and N workers as
-// separate processes on loopback (free ports, a temporary state directory),
-// submits SPEC as an N-stage pipeline, shows the job's progress, writes the
+// separate processes on loopback (free ports, a temporary state directory;
+// N defaults to the spec's pipeline_stages × data_parallel), submits SPEC
+// as N / data_parallel pipeline stages, shows the job's progress, writes the
 // same metrics JSONL as shardline-train, exports the weights, evaluates them
 // (shardline-train --eval_weights), and tears everything down, also on
 // Ctrl-C or when a daemon dies. Exit codes: 0 the job succeeded, 1 it did
@@ -31,7 +32,9 @@
 #include "common/job_spec.h"
 #include "common/metrics_log.h"
 
-ABSL_FLAG(int, workers, 2, "worker processes; the spec runs as one pipeline stage per worker");
+ABSL_FLAG(int, workers, 0,
+          "worker processes (0: pipeline_stages × data_parallel of the spec); the spec runs as "
+          "workers / data_parallel pipeline stages");
 ABSL_FLAG(std::string, metrics_out, "", "write JSON Lines metrics to this file");
 ABSL_FLAG(std::string, out, "", "final weights (default: <name>.safetensors next to --metrics_out, or here)");
 ABSL_FLAG(std::string, device, "cpu", "device for every worker (cpu, cuda:N, auto)");
@@ -151,14 +154,20 @@ std::string WeightsPath(const shardline::v1::JobSpec& spec) {
 int Run(const std::string& spec_path) {
   absl::StatusOr<shardline::v1::JobSpec> spec = common::LoadJobSpec(spec_path);
   if (!spec.ok()) return Fail(kInvalid, std::string(spec.status().message()));
-  const int n = absl::GetFlag(FLAGS_workers);
-  if (n < 1 || n > common::PipelineUnits(spec->model())) {
-    return Fail(kInvalid, absl::StrCat("--workers must be in [1, ", common::PipelineUnits(spec->model()), "]"));
+  const int d = spec->parallel().data_parallel();
+  const int n = absl::GetFlag(FLAGS_workers) > 0 ? absl::GetFlag(FLAGS_workers)
+                                                 : spec->parallel().pipeline_stages() * d;
+  if (n % d != 0 || n / d < 1 || n / d > common::PipelineUnits(spec->model())) {
+    return Fail(kInvalid, absl::StrCat("--workers must be a multiple of parallel.data_parallel (", d,
+                                       ") with at most ", common::PipelineUnits(spec->model()),
+                                       " pipeline stages per replica"));
   }
-  if (spec->parallel().pipeline_stages() != n) {
-    std::printf("note: running %d pipeline stages, one per worker (the spec says %d)\n", n,
+  const int stages = n / d;
+  if (spec->parallel().pipeline_stages() != stages) {
+    std::printf("note: running %d pipeline stages%s (the spec says %d)\n", stages,
+                d > 1 ? absl::StrCat(" in each of ", d, " replicas").c_str() : ", one per worker",
                 spec->parallel().pipeline_stages());
-    spec->mutable_parallel()->set_pipeline_stages(n);
+    spec->mutable_parallel()->set_pipeline_stages(stages);
   }
   auto log = common::MetricsLog::Open(absl::GetFlag(FLAGS_metrics_out));
   if (!log.ok()) return Fail(kInvalid, std::string(log.status().message()));
@@ -179,8 +188,8 @@ int Run(const std::string& spec_path) {
   absl::StatusOr<shardline::v1::JobStatus> submitted = admin.Submit(*spec);
   if (!submitted.ok()) return Fail(kInvalid, std::string(submitted.status().message()));
   const std::string job_id = submitted->job_id();
-  std::printf("submitted %s ('%s'): %d steps on %d stages\n", job_id.c_str(), spec->name().c_str(),
-              spec->train().steps(), n);
+  std::printf("submitted %s ('%s'): %d steps on %d stages%s\n", job_id.c_str(), spec->name().c_str(),
+              spec->train().steps(), stages, d > 1 ? absl::StrCat(" × ", d, " replicas").c_str() : "");
 
   // Interrupts and dead daemons end the watch by ending the job.
   std::atomic<bool> watching{true};

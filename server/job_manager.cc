@@ -12,12 +12,27 @@ namespace {
 
 using shardline::v1::JobState;
 
-std::vector<WorkerCapacity> Capacities(const std::vector<WorkerRecord>& workers) {
+// What each stage of a p × d grid can count on: its replicas share one cut,
+// so the slowest and the smallest of a stage's d workers (positions r·p + s)
+// decide, under replica 0's name.
+std::vector<WorkerCapacity> GridCapacities(const std::vector<WorkerRecord>& workers, int p, int d) {
   std::vector<WorkerCapacity> out;
-  for (const WorkerRecord& w : workers) {
-    out.push_back({w.name, w.capabilities.gemm_flops(), w.capabilities.memory_bytes()});
+  for (int s = 0; s < p; ++s) {
+    WorkerCapacity c{workers[s].name, workers[s].capabilities.gemm_flops(), workers[s].capabilities.memory_bytes()};
+    for (int r = 1; r < d; ++r) {
+      const auto& caps = workers[r * p + s].capabilities;
+      c.flops_per_second = std::min(c.flops_per_second, caps.gemm_flops());
+      c.memory_bytes = std::min(c.memory_bytes, caps.memory_bytes());
+    }
+    out.push_back(c);
   }
   return out;
+}
+
+// Gradient bytes one worker of a stage sends per step in its group's
+// all-reduce (reduce-scatter and all-gather, (d − 1)/d each).
+int64_t ReduceBytesPerStep(int64_t parameters, int d) {
+  return d > 1 ? 2 * (d - 1) * parameters * static_cast<int64_t>(sizeof(float)) / d : 0;
 }
 
 }  // namespace
@@ -36,9 +51,6 @@ absl::StatusOr<JobManager::Job*> JobManager::Find(const std::string& job_id) {
 
 absl::StatusOr<shardline::v1::JobStatus> JobManager::Submit(shardline::v1::JobSpec spec) {
   RETURN_IF_ERROR(common::ValidateJobSpec(spec));
-  if (spec.parallel().data_parallel() != 1) {
-    return absl::UnimplementedError("parallel.data_parallel > 1 is not built yet");
-  }
   absl::MutexLock lock(&mu_);
   const std::string id = absl::StrCat("job-", next_job_++);
   Job& job = jobs_[id];
@@ -93,17 +105,27 @@ absl::StatusOr<shardline::v1::JobStatus> JobManager::Cancel(const std::string& j
 
 absl::StatusOr<shardline::v1::PlanResponse> JobManager::Plan(shardline::v1::JobSpec spec) {
   RETURN_IF_ERROR(common::ValidateJobSpec(spec));
+  const int p = spec.parallel().pipeline_stages(), d = spec.parallel().data_parallel();
   const std::vector<WorkerRecord> idle = registry_.Idle();
-  ASSIGN_OR_RETURN(PipelinePlan plan, PlanPipeline(spec, Capacities(idle)));
+  if (static_cast<int>(idle.size()) < p * d) {
+    return absl::InvalidArgumentError(absl::StrCat("the plan needs ", p * d, " workers (", p, " stages × ", d,
+                                                   " replicas), ", idle.size(), " are idle"));
+  }
+  ASSIGN_OR_RETURN(PipelinePlan plan, PlanPipeline(spec, GridCapacities(idle, p, d)));
   shardline::v1::PlanResponse out;
-  for (size_t s = 0; s < plan.stages.size(); ++s) {
-    auto* st = out.add_stages();
-    st->set_stage(static_cast<int>(s));
-    st->set_worker(plan.stages[s].worker);
-    st->set_unit_begin(plan.stages[s].unit_begin);
-    st->set_unit_end(plan.stages[s].unit_end);
-    st->set_seconds_per_micro_batch(plan.stages[s].seconds_per_micro_batch);
-    st->set_memory_bytes(plan.stages[s].memory_bytes);
+  for (int r = 0; r < d; ++r) {
+    for (int s = 0; s < p; ++s) {
+      const StagePlan& sp = plan.stages[s];
+      auto* st = out.add_stages();
+      st->set_stage(s);
+      st->set_replica(r);
+      st->set_worker(idle[r * p + s].name);
+      st->set_unit_begin(sp.unit_begin);
+      st->set_unit_end(sp.unit_end);
+      st->set_seconds_per_micro_batch(sp.seconds_per_micro_batch);
+      st->set_memory_bytes(sp.memory_bytes);
+      st->set_reduce_bytes_per_step(ReduceBytesPerStep(sp.parameters, d));
+    }
   }
   out.set_predicted_step_seconds(plan.predicted_step_seconds);
   out.set_bubble_fraction(plan.bubble_fraction);
@@ -119,15 +141,17 @@ void JobManager::ScheduleLocked() {
   for (const std::string& id : order_) {
     Job& job = jobs_[id];
     if (job.status.state() != shardline::v1::PENDING) continue;
-    const int p = job.spec.parallel().pipeline_stages();
+    const int p = job.spec.parallel().pipeline_stages(), d = job.spec.parallel().data_parallel();
     std::vector<WorkerRecord> idle = registry_.Idle();
-    if (static_cast<int>(idle.size()) < p) {
-      job.status.set_message(absl::StrCat("waiting for ", p, " idle workers (", idle.size(), " now)"));
+    if (static_cast<int>(idle.size()) < p * d) {
+      job.status.set_message(d > 1 ? absl::StrCat("waiting for ", p * d, " idle workers (", p, " stages × ", d,
+                                                  " replicas; ", idle.size(), " now)")
+                                   : absl::StrCat("waiting for ", p, " idle workers (", idle.size(), " now)"));
       Publish(job);
       continue;
     }
-    idle.resize(p);
-    absl::StatusOr<PipelinePlan> plan = PlanPipeline(job.spec, Capacities(idle));
+    idle.resize(p * d);
+    absl::StatusOr<PipelinePlan> plan = PlanPipeline(job.spec, GridCapacities(idle, p, d));
     if (!plan.ok()) {
       End(job, shardline::v1::FAILED, absl::StrCat("cannot plan: ", plan.status().message()));
       continue;
@@ -137,59 +161,81 @@ void JobManager::ScheduleLocked() {
     job.status.set_plan_epoch(epoch);
     job.status.set_message("");
     job.status.clear_stages();
+    job.stages = p;
+    job.replicas = d;
     job.workers.clear();
-    job.stages.assign(p, StageReport());
-    for (int s = 0; s < p; ++s) {
-      const StagePlan& sp = plan->stages[s];
-      job.workers.push_back(idle[s].id);
-      registry_.SetJob(idle[s].id, id);
-      auto* status = job.status.add_stages();
-      status->set_stage(s);
-      status->set_worker(idle[s].name);
-      status->set_unit_begin(sp.unit_begin);
-      status->set_unit_end(sp.unit_end);
-      shardline::v1::Assignment a;
-      a.set_job_id(id);
-      a.set_plan_epoch(epoch);
-      *a.mutable_spec() = job.spec;
-      a.set_stage(s);
-      a.set_stages(p);
-      a.set_unit_begin(sp.unit_begin);
-      a.set_unit_end(sp.unit_end);
-      if (s > 0) a.set_upstream_address(idle[s - 1].capabilities.listen_address());
-      a.set_first_step(1);
-      deliver_(idle[s].id, std::move(a));
+    job.reports.assign(static_cast<size_t>(p * d), {});
+    for (int r = 0; r < d; ++r) {
+      for (int s = 0; s < p; ++s) {
+        const StagePlan& sp = plan->stages[s];
+        const WorkerRecord& w = idle[r * p + s];
+        job.workers.push_back(w.id);
+        registry_.SetJob(w.id, id);
+        auto* status = job.status.add_stages();
+        status->set_stage(s);
+        status->set_replica(r);
+        status->set_worker(w.name);
+        status->set_unit_begin(sp.unit_begin);
+        status->set_unit_end(sp.unit_end);
+        shardline::v1::Assignment a;
+        a.set_job_id(id);
+        a.set_plan_epoch(epoch);
+        *a.mutable_spec() = job.spec;
+        a.set_stage(s);
+        a.set_stages(p);
+        a.set_unit_begin(sp.unit_begin);
+        a.set_unit_end(sp.unit_end);
+        if (s > 0) a.set_upstream_address(idle[r * p + s - 1].capabilities.listen_address());
+        a.set_first_step(1);
+        a.set_replica(r);
+        a.set_replicas(d);
+        if (d > 1) {
+          for (int q = 0; q < d; ++q) a.add_replica_addresses(idle[q * p + s].capabilities.listen_address());
+        }
+        deliver_(w.id, std::move(a));
+      }
     }
     Publish(job);
   }
 }
 
-absl::Status JobManager::CheckSender(const Job& job, uint64_t epoch, int stage,
-                                     const std::string& worker_id) {
+std::string JobManager::PositionName(const Job& job, int position) {
+  const int s = position % job.stages, r = position / job.stages;
+  const std::string worker = job.status.stages(position).worker();
+  return job.replicas > 1 ? absl::StrCat("stage ", s, " of replica ", r, " (worker ", worker, ")")
+                          : absl::StrCat("stage ", s, " (worker ", worker, ")");
+}
+
+absl::StatusOr<int> JobManager::CheckSender(const Job& job, uint64_t epoch, int stage, int replica,
+                                            const std::string& worker_id) {
   if (epoch != job.status.plan_epoch()) {
     return absl::FailedPreconditionError(absl::StrCat("plan epoch ", epoch, " is stale; job ",
                                                       job.status.job_id(), " is at epoch ",
                                                       job.status.plan_epoch()));
   }
-  if (stage < 0 || stage >= static_cast<int>(job.workers.size())) {
+  if (stage < 0 || stage >= job.stages) {
     return absl::InvalidArgumentError(absl::StrCat("job ", job.status.job_id(), " has no stage ", stage));
   }
-  if (!worker_id.empty() && job.workers[stage] != worker_id) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("worker ", worker_id, " does not hold stage ", stage, " of ", job.status.job_id()));
+  if (replica < 0 || replica >= job.replicas) {
+    return absl::InvalidArgumentError(absl::StrCat("job ", job.status.job_id(), " has no replica ", replica));
   }
-  return absl::OkStatus();
+  const int position = replica * job.stages + stage;
+  if (!worker_id.empty() && job.workers[position] != worker_id) {
+    return absl::FailedPreconditionError(absl::StrCat("worker ", worker_id, " does not hold stage ", stage,
+                                                      job.replicas > 1 ? absl::StrCat(" of replica ", replica) : "",
+                                                      " of ", job.status.job_id()));
+  }
+  return position;
 }
 
 absl::StatusOr<bool> JobManager::ReportStep(const shardline::v1::ReportStepRequest& r) {
   absl::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(Job * job, Find(r.job_id()));
   if (job->status.state() != shardline::v1::RUNNING) return true;
-  RETURN_IF_ERROR(CheckSender(*job, r.plan_epoch(), r.stage(), r.worker_id()));
-  const std::string& worker = job->status.stages(r.stage()).worker();
+  ASSIGN_OR_RETURN(const int position, CheckSender(*job, r.plan_epoch(), r.stage(), r.replica(), r.worker_id()));
   if (!r.error().empty()) {
-    const std::string message = absl::StrCat("stage ", r.stage(), " (worker ", worker,
-                                             ") failed at step ", r.step(), ": ", r.error());
+    const std::string message = absl::StrCat(PositionName(*job, position), " failed at step ", r.step(), ": ",
+                                             r.error());
     const auto code = static_cast<absl::StatusCode>(r.error_code());
     const bool link_broke = code == absl::StatusCode::kUnavailable ||
                             code == absl::StatusCode::kDeadlineExceeded ||
@@ -209,38 +255,59 @@ absl::StatusOr<bool> JobManager::ReportStep(const shardline::v1::ReportStepReque
                                                    job->status.total_steps()));
   }
   if (r.step() <= job->status.step()) return false;  // a retried report
-  StageReport& stage = job->stages[r.stage()];
-  stage.last = r;
-  stage.steps.insert(r.step());
-  // The step is complete when every stage has reported it.
-  for (const StageReport& s : job->stages) {
-    if (!s.steps.count(r.step())) return false;
+  job->reports[position][r.step()] = r;
+  MaybeCompleteStep(*job, r.step());
+  return job->status.state() != shardline::v1::RUNNING;
+}
+
+void JobManager::MaybeCompleteStep(Job& job, int64_t step) {
+  for (const auto& reports : job.reports) {
+    if (!reports.count(step)) return;
   }
-  double slowest = 0;
-  for (size_t s = 0; s < job->stages.size(); ++s) {
-    StageReport& report = job->stages[s];
-    report.steps.erase(report.steps.begin(), report.steps.upper_bound(r.step()));
-    slowest = std::max(slowest, report.last.step_seconds());
-    auto* status = job->status.mutable_stages(static_cast<int>(s));
-    status->set_busy_fraction(report.last.step_seconds() > 0
-                                  ? report.last.busy_seconds() / report.last.step_seconds()
-                                  : 0.0);
-    status->set_peak_slots(report.last.peak_slots());
-    const double gib = static_cast<double>(report.last.received_bytes()) / (1 << 30);
-    status->set_minor_faults_per_gib(gib > 0 ? report.last.minor_faults() / gib : 0.0);
-    status->set_link_peak_bytes(report.last.link_peak_bytes());
+  const int p = job.stages, d = job.replicas;
+  auto report = [&](int s, int r) -> const shardline::v1::ReportStepRequest& {
+    return job.reports[r * p + s].at(step);
+  };
+  // The replicas of a stage hold the same shard at a checkpoint.
+  for (int s = 0; s < p; ++s) {
+    for (int r = 1; r < d; ++r) {
+      if (report(s, r).shard_digest() != report(s, 0).shard_digest()) {
+        End(job, shardline::v1::FAILED,
+            absl::StrCat("the replicas of stage ", s, " diverged at step ", step, ": replica ", r,
+                         "'s shard differs from replica 0's (digest ", absl::Hex(report(s, r).shard_digest()),
+                         " vs ", absl::Hex(report(s, 0).shard_digest()), ")"));
+        return;
+      }
+    }
   }
-  const auto& last = job->stages.back().last;
-  job->status.set_step(r.step());
-  job->status.set_loss(last.loss());
-  job->status.set_lr(last.lr());
-  job->status.set_grad_norm(last.grad_norm());
-  job->status.set_tokens_per_s(slowest > 0 ? last.tokens() / slowest : 0.0);
-  job->recent_steps.push_back(job->status);
-  if (job->recent_steps.size() > kRecentSteps) job->recent_steps.pop_front();
-  Publish(*job);
-  MaybeSucceed(*job);
-  return false;
+  double slowest = 0, loss = 0;
+  int64_t tokens = 0;
+  for (int position = 0; position < p * d; ++position) {
+    const shardline::v1::ReportStepRequest& rep = job.reports[position].at(step);
+    slowest = std::max(slowest, rep.step_seconds());
+    auto* status = job.status.mutable_stages(position);
+    status->set_busy_fraction(rep.step_seconds() > 0 ? rep.busy_seconds() / rep.step_seconds() : 0.0);
+    status->set_peak_slots(rep.peak_slots());
+    const double gib = static_cast<double>(rep.received_bytes()) / (1 << 30);
+    status->set_minor_faults_per_gib(gib > 0 ? rep.minor_faults() / gib : 0.0);
+    status->set_link_peak_bytes(rep.link_peak_bytes());
+  }
+  // The step's loss and tokens: the replicas' last stages', in rank order.
+  for (int r = 0; r < d; ++r) {
+    loss += report(p - 1, r).loss();
+    tokens += report(p - 1, r).tokens();
+  }
+  const shardline::v1::ReportStepRequest& last = report(p - 1, 0);
+  job.status.set_step(step);
+  job.status.set_loss(loss);
+  job.status.set_lr(last.lr());
+  job.status.set_grad_norm(last.grad_norm());
+  job.status.set_tokens_per_s(slowest > 0 ? tokens / slowest : 0.0);
+  for (auto& reports : job.reports) reports.erase(reports.begin(), reports.upper_bound(step));
+  job.recent_steps.push_back(job.status);
+  if (job.recent_steps.size() > kRecentSteps) job.recent_steps.pop_front();
+  Publish(job);
+  MaybeSucceed(job);
 }
 
 absl::StatusOr<bool> JobManager::ReportShard(const shardline::v1::ShardHeader& h,
@@ -250,10 +317,11 @@ absl::StatusOr<bool> JobManager::ReportShard(const shardline::v1::ShardHeader& h
   if (job->status.state() != shardline::v1::RUNNING) {
     return absl::FailedPreconditionError(absl::StrCat("job ", h.job_id(), " is not running"));
   }
-  RETURN_IF_ERROR(CheckSender(*job, h.plan_epoch(), h.stage(), ""));
-  if (h.stages() != static_cast<int>(job->workers.size())) {
+  // Replica 0 sends the shards (the others' agree: their digests).
+  RETURN_IF_ERROR(CheckSender(*job, h.plan_epoch(), h.stage(), 0, "").status());
+  if (h.stages() != job->stages) {
     return absl::InvalidArgumentError(absl::StrCat("shard says ", h.stages(), " stages; the plan has ",
-                                                   job->workers.size()));
+                                                   job->stages));
   }
   if (h.step() < 0 || h.step() > job->status.total_steps()) {
     return absl::InvalidArgumentError(absl::StrCat("shard of step ", h.step(), " is out of range"));
@@ -300,10 +368,12 @@ void JobManager::WorkersLost(const std::vector<WorkerRecord>& lost) {
   for (const WorkerRecord& w : lost) {
     for (auto& [id, job] : jobs_) {
       if (job.status.state() != shardline::v1::RUNNING) continue;
-      for (size_t s = 0; s < job.workers.size(); ++s) {
-        if (job.workers[s] != w.id) continue;
+      for (size_t position = 0; position < job.workers.size(); ++position) {
+        if (job.workers[position] != w.id) continue;
+        const int s = static_cast<int>(position) % job.stages, r = static_cast<int>(position) / job.stages;
         End(job, shardline::v1::FAILED,
-            absl::StrCat("worker ", w.name, " (stage ", s, ") was lost: no heartbeat within its lease"));
+            absl::StrCat("worker ", w.name, " (stage ", s, job.replicas > 1 ? absl::StrCat(" of replica ", r) : "",
+                         ") was lost: no heartbeat within its lease"));
         break;
       }
     }

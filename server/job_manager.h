@@ -7,6 +7,14 @@
 // worker is checked against the job's current epoch and plan. Watchers get
 // the statuses of the last completed steps, then the job's status after
 // every change. Thread-safe.
+//
+// A job with parallel.data_parallel = d runs on a p × d grid of positions
+// (stage s, replica r; position r·p + s): d copies of one pipeline cut,
+// planned on the slowest and smallest worker of each stage. A step is
+// complete when every position reported it; its loss is the replicas'
+// last-stage losses added in rank order. Replica 0 sends the shards; at
+// checkpoint steps every replica reports its shard's digest, and replicas
+// that disagree fail the job.
 #ifndef SHARDLINE_SERVER_JOB_MANAGER_H_
 #define SHARDLINE_SERVER_JOB_MANAGER_H_
 
@@ -71,15 +79,14 @@ class JobManager {
                      std::shared_ptr<StreamMailbox<shardline::v1::JobStatus>> mailbox);
 
  private:
-  struct StageReport {
-    shardline::v1::ReportStepRequest last;
-    std::set<int64_t> steps;  // reported steps not yet complete on every stage
-  };
   struct Job {
     shardline::v1::JobSpec spec;
     shardline::v1::JobStatus status;
-    std::vector<std::string> workers;  // worker id per stage
-    std::vector<StageReport> stages;
+    int stages = 0;    // p
+    int replicas = 1;  // d
+    std::vector<std::string> workers;  // worker id per position (replica · p + stage)
+    // Per position, its reports of the steps not yet complete everywhere.
+    std::vector<std::map<int64_t, shardline::v1::ReportStepRequest>> reports;
     std::vector<std::shared_ptr<StreamMailbox<shardline::v1::JobStatus>>> watchers;
     std::deque<shardline::v1::JobStatus> recent_steps;  // as each of the last steps ended
     // A stage lost its link: usually a neighbour died. Wait up to a lease for
@@ -89,8 +96,13 @@ class JobManager {
   };
 
   absl::StatusOr<Job*> Find(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status CheckSender(const Job& job, uint64_t epoch, int stage, const std::string& worker_id)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The position of (stage, replica), if the sender holds it at `epoch`.
+  absl::StatusOr<int> CheckSender(const Job& job, uint64_t epoch, int stage, int replica,
+                                  const std::string& worker_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // "stage 1" or, with replicas, "stage 1 of replica 2", and its worker.
+  static std::string PositionName(const Job& job, int position);
+  // Completes step `step` once every position reported it.
+  void MaybeCompleteStep(Job& job, int64_t step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void End(Job& job, shardline::v1::JobState state, const std::string& message)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -41,8 +41,9 @@ absl::StatusOr<PipelinePlan> PlanPipeline(const shardline::v1::JobSpec& spec,
     }
   }
   const int m = spec.train().micro_batches();
+  const int d = std::max(1, spec.parallel().data_parallel());
   const int64_t t = spec.model().context();
-  const double tokens = static_cast<double>(spec.train().global_batch() / m) * t;
+  const double tokens = static_cast<double>(spec.train().global_batch() / (int64_t{m} * d)) * t;
   const std::vector<common::UnitCost> units = common::ModelUnitCosts(spec.model(), t);
   const int state_copies = spec.train().optimizer().kind() == "adamw" ? 4 : 3;  // w, g, m, v
   const bool one_f_one_b = spec.parallel().schedule() == "1f1b";
@@ -114,7 +115,7 @@ absl::StatusOr<PipelinePlan> PlanPipeline(const shardline::v1::JobSpec& spec,
     const RangeCost cost = range(s, a, j);
     plan.stages[s] = StagePlan{a, j, workers[s].name,
                                cost.flops_per_micro_batch / workers[s].flops_per_second,
-                               cost.memory_bytes};
+                               cost.memory_bytes, static_cast<int64_t>(parameters[j] - parameters[a])};
     j = a;
   }
   plan.predicted_step_seconds = (m + p - 1) * best[p - 1][n];

@@ -27,6 +27,7 @@ struct StagePlan {
   std::string worker;
   double seconds_per_micro_batch = 0;  // predicted compute, forward + backward
   int64_t memory_bytes = 0;            // predicted peak: parameters, gradients, optimizer, activations
+  int64_t parameters = 0;              // of the stage's units
 };
 
 struct PipelinePlan {
@@ -38,6 +39,8 @@ struct PipelinePlan {
 
 // Plans spec.parallel.pipeline_stages stages on `workers`, which must be at
 // least that many; stages go to the first p workers in the order given.
+// With data parallelism each stage's micro-batches are 1/d of the global
+// batch's (the caller passes, per stage, what its d workers can all do).
 // INVALID_ARGUMENT for too few workers or units; RESOURCE_EXHAUSTED when no
 // cut fits in memory, saying which worker falls short and by how much.
 absl::StatusOr<PipelinePlan> PlanPipeline(const shardline::v1::JobSpec& spec,

@@ -1,7 +1,10 @@
 #include "worker/stage_job.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "common/job_spec.h"
+#include "common/rng.h"
 #include "common/safetensors.h"
 #include "common/status_macros.h"
 #include "worker/data/data_source.h"
@@ -17,6 +20,7 @@ shardline::v1::ReportStepRequest Report(const shardline::v1::Assignment& a,
   r.set_job_id(a.job_id());
   r.set_plan_epoch(a.plan_epoch());
   r.set_stage(a.stage());
+  r.set_replica(a.replica());
   r.set_worker_id(worker_id);
   r.set_step(step);
   return r;
@@ -31,13 +35,18 @@ absl::Status ReportFailure(const shardline::v1::Assignment& a, const std::string
   return error;
 }
 
-absl::Status SendShard(const shardline::v1::Assignment& a, int64_t step,
-                       runtime::ShardRuntime& runtime, StageReporter& reporter) {
+// The shard's bytes at `step` (the same on every replica of the stage).
+absl::StatusOr<std::string> ShardBytes(const shardline::v1::Assignment& a, int64_t step,
+                                       runtime::ShardRuntime& runtime) {
   common::SafetensorsContents contents;
   ASSIGN_OR_RETURN(contents.tensors, runtime.ExportState());
   contents.metadata = {{"job_id", a.job_id()}, {"stage", std::to_string(a.stage())},
                        {"step", std::to_string(step)}};
-  ASSIGN_OR_RETURN(std::string bytes, common::SerializeSafetensors(contents));
+  return common::SerializeSafetensors(contents);
+}
+
+absl::Status SendShard(const shardline::v1::Assignment& a, int64_t step, const std::string& bytes,
+                       StageReporter& reporter) {
   shardline::v1::ShardHeader header;
   header.set_job_id(a.job_id());
   header.set_plan_epoch(a.plan_epoch());
@@ -51,8 +60,8 @@ absl::Status SendShard(const shardline::v1::Assignment& a, int64_t step,
 }  // namespace
 
 absl::Status RunStageJob(const shardline::v1::Assignment& a, const std::string& worker_id,
-                         Backend& backend, transport::StageLink& link, StageReporter& reporter,
-                         const std::atomic<bool>& cancelled) {
+                         Backend& backend, transport::StageLink& link, collective::Collective* replicas,
+                         StageReporter& reporter, const std::atomic<bool>& cancelled) {
   shardline::v1::JobSpec spec = a.spec();
   absl::Status status = common::ValidateJobSpec(spec);
   std::unique_ptr<data::DataSource> data;
@@ -77,10 +86,16 @@ absl::Status RunStageJob(const shardline::v1::Assignment& a, const std::string& 
     if (created.ok()) runtime = std::move(*created);
   }
   if (status.ok()) {
-    runtime::PipelineStageOptions options{*schedule, a.stages(), a.stage(),
-                                          spec.train().micro_batches(), spec.train().global_batch(),
-                                          *wire};
-    auto created = runtime::PipelineStage::Create(*runtime, data.get(), link, options);
+    runtime::PipelineStageOptions options{*schedule,
+                                          a.stages(),
+                                          a.stage(),
+                                          spec.train().micro_batches(),
+                                          spec.train().global_batch(),
+                                          *wire,
+                                          a.replica(),
+                                          std::max(1, a.replicas()),
+                                          static_cast<size_t>(spec.parallel().bucket_mib() * (1 << 20))};
+    auto created = runtime::PipelineStage::Create(*runtime, data.get(), link, options, replicas);
     status = created.status();
     if (created.ok()) stage = std::move(*created);
   }
@@ -90,6 +105,7 @@ absl::Status RunStageJob(const shardline::v1::Assignment& a, const std::string& 
   const int every = spec.checkpoint().every_steps();
   for (int64_t step = a.first_step(); step <= total; ++step) {
     if (cancelled) return absl::CancelledError("the job was cancelled");
+    const uint64_t collective_before = replicas != nullptr ? replicas->BytesReceived() : 0;
     absl::StatusOr<runtime::StageStepResult> result = stage->RunStep(step);
     if (!result.ok()) return ReportFailure(a, worker_id, step, result.status(), reporter);
     shardline::v1::ReportStepRequest r = Report(a, worker_id, step);
@@ -103,10 +119,20 @@ absl::Status RunStageJob(const shardline::v1::Assignment& a, const std::string& 
     r.set_received_bytes(static_cast<int64_t>(result->received_bytes));
     r.set_minor_faults(result->minor_faults);
     r.set_link_peak_bytes(static_cast<int64_t>(result->link_peak_bytes));
+    if (replicas != nullptr) r.set_collective_bytes(static_cast<int64_t>(replicas->BytesReceived() - collective_before));
+    // At a checkpoint: replica 0 sends the shard, every replica its digest.
+    const bool checkpoint = (every > 0 && step % every == 0) || step == total;
+    std::string shard;
+    if (checkpoint) {
+      absl::StatusOr<std::string> bytes = ShardBytes(a, step, *runtime);
+      if (!bytes.ok()) return ReportFailure(a, worker_id, step, bytes.status(), reporter);
+      shard = std::move(*bytes);
+      r.set_shard_digest(common::HashString(shard));
+    }
     ASSIGN_OR_RETURN(bool stop, reporter.ReportStep(r));
     if (stop) return absl::CancelledError("the coordinator stopped the job");
-    if ((every > 0 && step % every == 0) || step == total) {
-      if (absl::Status s = SendShard(a, step, *runtime, reporter); !s.ok()) {
+    if (checkpoint && a.replica() == 0) {
+      if (absl::Status s = SendShard(a, step, shard, reporter); !s.ok()) {
         return ReportFailure(a, worker_id, step, s, reporter);
       }
     }

@@ -2,8 +2,11 @@
 // the assigned units, drives a PipelineStage over the link step after step,
 // reports every step and, every checkpoint.every_steps and at the end, the
 // shard (weights and optimizer state). A failed step is reported with its
-// error before it is returned. `cancelled` is polled between steps; to
-// interrupt a step, close the link. Synchronous; one call per assignment.
+// error before it is returned. With data parallelism `replicas` is the
+// stage's data-parallel group (assignment.replica is its rank); replica 0
+// sends the shards, every replica reports their digests. `cancelled` is
+// polled between steps; to interrupt a step, close the link (and the
+// group). Synchronous; one call per assignment.
 #ifndef SHARDLINE_WORKER_STAGE_JOB_H_
 #define SHARDLINE_WORKER_STAGE_JOB_H_
 
@@ -13,14 +16,15 @@
 #include "absl/status/status.h"
 #include "shardline/v1/coordinator.pb.h"
 #include "worker/backend/backend.h"
+#include "worker/collective/collective.h"
 #include "worker/stage_reporter.h"
 #include "worker/transport/stage_link.h"
 
 namespace shardline::worker {
 
 absl::Status RunStageJob(const shardline::v1::Assignment& assignment, const std::string& worker_id,
-                         Backend& backend, transport::StageLink& link, StageReporter& reporter,
-                         const std::atomic<bool>& cancelled);
+                         Backend& backend, transport::StageLink& link, collective::Collective* replicas,
+                         StageReporter& reporter, const std::atomic<bool>& cancelled);
 
 }  // namespace shardline::worker
 

@@ -8,7 +8,10 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
+#include "common/cost_model.h"
 #include "worker/backend/backend_factory.h"
+#include "worker/collective/grpc_collective.h"
+#include "worker/runtime/gradient_buckets.h"
 #include "worker/runtime/pipeline_stage.h"
 #include "worker/runtime/stage_sender.h"
 #include "worker/stage_job.h"
@@ -95,6 +98,7 @@ void WorkerServer::Stop() {
     absl::MutexLock lock(&mu_);
     job_cancelled_ = true;
     if (link_ != nullptr) link_->Close("the worker is shutting down");
+    if (replicas_ != nullptr) replicas_->Close("the worker is shutting down");
   }
   JoinJob();
   if (coordinator_ != nullptr) coordinator_->CancelWatch();
@@ -136,6 +140,7 @@ void WorkerServer::OnAssignment(const shardline::v1::Assignment& a) {
       LOG(INFO) << "job " << a.job_id() << " cancelled by the coordinator";
       job_cancelled_ = true;
       if (link_ != nullptr) link_->Close(absl::StrCat("job ", a.job_id(), " was cancelled"));
+      if (replicas_ != nullptr) replicas_->Close(absl::StrCat("job ", a.job_id(), " was cancelled"));
     }
     return;
   }
@@ -156,7 +161,8 @@ void WorkerServer::JoinJob() {
 }
 
 void WorkerServer::RunJob(shardline::v1::Assignment a) {
-  LOG(INFO) << "job " << a.job_id() << ": stage " << a.stage() << " of " << a.stages() << ", units ["
+  LOG(INFO) << "job " << a.job_id() << ": stage " << a.stage() << " of " << a.stages()
+            << (a.replicas() > 1 ? absl::StrCat(", replica ", a.replica(), " of ", a.replicas()) : "") << ", units ["
             << a.unit_begin() << ", " << a.unit_end() << "), epoch " << a.plan_epoch();
   transport::GrpcStageLinkOptions options;
   options.job_id = a.job_id();
@@ -177,15 +183,47 @@ void WorkerServer::RunJob(shardline::v1::Assignment a) {
   options.staging_budget_bytes = options_.link_staging_bytes;
   absl::StatusOr<std::unique_ptr<transport::GrpcStageLink>> link = transport::GrpcStageLink::Create(options);
   absl::Status status = link.status();
-  if (link.ok()) {
+  // With replicas: the stage's data-parallel group, over the same service.
+  std::unique_ptr<collective::GrpcCollective> replicas;
+  if (status.ok() && a.replicas() > 1) {
+    collective::GrpcCollectiveOptions group;
+    group.job_id = a.job_id();
+    group.plan_epoch = a.plan_epoch();
+    group.group = absl::StrCat("stage-", a.stage());
+    group.rank = a.replica();
+    group.peer_addresses.assign(a.replica_addresses().begin(), a.replica_addresses().end());
+    group.service = &link_service_;
+    group.exchange = options_.link;
+    // Slots for the largest chunk of a bucket, or of all the stage's
+    // gradients when they fill less than one.
+    int64_t parameters = 0;
+    const std::vector<common::UnitCost> units = common::ModelUnitCosts(a.spec().model(), a.spec().model().context());
+    for (int u = a.unit_begin(); u < a.unit_end() && u < static_cast<int>(units.size()); ++u) {
+      parameters += units[u].parameters;
+    }
+    const size_t bucket = std::min(static_cast<size_t>(a.spec().parallel().bucket_mib() * (1 << 20)),
+                                   static_cast<size_t>(std::max<int64_t>(1, parameters)) * sizeof(float));
+    group.staging_slot_bytes = runtime::GradientBuckets::LargestChunkBytes(bucket, a.replicas());
+    group.staging_memory = transport::HostStagingMemory(*backend_);
+    absl::StatusOr<std::unique_ptr<collective::GrpcCollective>> created =
+        collective::GrpcCollective::Create(*backend_, group);
+    status = created.status();
+    if (created.ok()) replicas = std::move(*created);
+  }
+  if (status.ok()) {
     {
       absl::MutexLock lock(&mu_);
       link_ = link->get();
-      if (job_cancelled_) link_->Close("cancelled");
+      replicas_ = replicas.get();
+      if (job_cancelled_) {
+        link_->Close("cancelled");
+        if (replicas_ != nullptr) replicas_->Close("cancelled");
+      }
     }
-    status = RunStageJob(a, worker_id_, *backend_, **link, *coordinator_, job_cancelled_);
+    status = RunStageJob(a, worker_id_, *backend_, **link, replicas.get(), *coordinator_, job_cancelled_);
     absl::MutexLock lock(&mu_);
     link_ = nullptr;
+    replicas_ = nullptr;
   }
   if (status.ok()) {
     LOG(INFO) << "job " << a.job_id() << ": stage " << a.stage() << " done";

@@ -20,6 +20,7 @@
 #include "absl/time/time.h"
 #include "worker/backend/backend.h"
 #include "worker/grpc_coordinator_client.h"
+#include "worker/collective/collective.h"
 #include "worker/transport/grpc_stage_link.h"
 #include "worker/transport/stage_link_service.h"
 
@@ -76,6 +77,7 @@ class WorkerServer {
   std::thread job_ ABSL_GUARDED_BY(mu_);
   std::string job_id_ ABSL_GUARDED_BY(mu_);
   transport::GrpcStageLink* link_ ABSL_GUARDED_BY(mu_) = nullptr;  // of the running job
+  collective::Collective* replicas_ ABSL_GUARDED_BY(mu_) = nullptr;  // its data-parallel group, if any
   std::atomic<bool> job_cancelled_{false};
 };
 

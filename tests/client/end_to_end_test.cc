@@ -32,14 +32,16 @@ using testing::RunToEnd;
 using testing::TempDir;
 using testing::WaitForPort;
 
-std::string WriteSpec(const std::string& dir, int steps, int stages) {
+std::string WriteSpec(const std::string& dir, int steps, int stages, int replicas = 1) {
   const std::string path = dir + "/spec.json";
   std::ofstream(path) << R"({"name": "tiny",
     "model": {"kind": "gpt", "vocab_size": 16, "context": 12, "d_model": 32, "n_heads": 2, "n_layers": 3},
     "data": {"kind": "addition", "digits": 2},
-    "train": {"steps": )" << steps << R"(, "global_batch": 8, "micro_batches": 4, "seed": 5, "log_every": 1,
-              "eval_examples": 200, "optimizer": {"kind": "adamw", "lr": 0.003, "warmup_steps": 2}},
-    "parallel": {"pipeline_stages": )" << stages << R"(, "schedule": "1f1b"},
+    "train": {"steps": )" << steps << R"(, "global_batch": 8, "micro_batches": )" << 4 / replicas
+                      << R"(, "seed": 5, "log_every": 1, "eval_examples": 200,
+              "optimizer": {"kind": "adamw", "lr": 0.003, "warmup_steps": 2, "grad_clip": 1.0}},
+    "parallel": {"pipeline_stages": )" << stages << R"(, "schedule": "1f1b", "data_parallel": )" << replicas
+                      << R"(},
     "checkpoint": {"every_steps": 5}})";
   return path;
 }
@@ -59,17 +61,19 @@ std::vector<std::string> Lines(const std::string& path) {
   return absl::StrSplit(text.value_or(""), '\n', absl::SkipEmpty());
 }
 
-TEST(EndToEndTest, LocalClusterTrainsExactlyLikeTheReferenceTrainer) {
-  const std::string dir = TempDir("equivalence");
-  const std::string spec = WriteSpec(dir, 12, 3);
+// shardline-train and shardline-local on `spec`, the latter with
+// `local_flags`: every metrics record and every weight the same.
+void ExpectLocalEqualsTrain(const std::string& dir, const std::string& spec,
+                            const std::vector<std::string>& local_flags) {
   EXPECT_EQ(RunToEnd({kBin + "/shardline-train", spec, "--threads=1", "--metrics_out=" + dir + "/ref/metrics.jsonl",
                       "--out=" + dir + "/ref.safetensors"},
                      dir + "/train.log", 120),
             "exited with status 0");
-  EXPECT_EQ(RunToEnd({kBin + "/shardline-local", spec, "--workers=3", "--threads_per_worker=1",
-                      "--metrics_out=" + dir + "/local/metrics.jsonl", "--out=" + dir + "/local.safetensors"},
-                     dir + "/local.log", 240),
-            "exited with status 0")
+  std::vector<std::string> argv = {kBin + "/shardline-local", spec, "--threads_per_worker=1",
+                                    "--metrics_out=" + dir + "/local/metrics.jsonl",
+                                    "--out=" + dir + "/local.safetensors"};
+  argv.insert(argv.end(), local_flags.begin(), local_flags.end());
+  EXPECT_EQ(RunToEnd(argv, dir + "/local.log", 240), "exited with status 0")
       << common::ReadFile(dir + "/local.log").value_or("");
   // Every record: the same step, loss, learning rate, grad norm and accuracy,
   // to the last digit; the measured speed differs.
@@ -92,6 +96,19 @@ TEST(EndToEndTest, LocalClusterTrainsExactlyLikeTheReferenceTrainer) {
     ASSERT_EQ(x.size(), y.size()) << name;
     for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(x[i], y[i]) << name << "[" << i << "]";
   }
+}
+
+TEST(EndToEndTest, LocalClusterTrainsExactlyLikeTheReferenceTrainer) {
+  const std::string dir = TempDir("equivalence");
+  ExpectLocalEqualsTrain(dir, WriteSpec(dir, 12, 3), {"--workers=3"});
+}
+
+// Two replicas of a two-stage pipeline, four worker processes (the default
+// for the spec), gradients summed over gRPC: still shardline-train's bits.
+TEST(EndToEndTest, LocalGridOfReplicasTrainsExactlyLikeTheReferenceTrainer) {
+  const std::string dir = TempDir("grid");
+  ExpectLocalEqualsTrain(dir, WriteSpec(dir, 12, 2, /*replicas=*/2), {});
+  EXPECT_NE(common::ReadFile(dir + "/local.log").value_or("").find("on 2 stages × 2 replicas"), std::string::npos);
 }
 
 TEST(EndToEndTest, AKilledWorkerFailsTheJobNamingIt) {

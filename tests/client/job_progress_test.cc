@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 
@@ -54,6 +55,23 @@ TEST(JobProgressTest, DescribeShowsOneAlignedRowPerStage) {
             "STAGE  WORKER         UNITS   BUSY  PEAK MICRO-BATCHES  LINK PEAK MIB  MINOR FAULTS/GIB RECEIVED");
   EXPECT_EQ(lines[header + 1], "0      gpu-a          [0, 3)  50%   2                   1.5            1234");
   EXPECT_EQ(lines[header + 2], "1      cpu-long-name  [3, 6)  88%   1                   0.0            1234");
+}
+
+// A 2 × 2 grid: the progress line shows each stage's mean over its
+// replicas; describe adds a REPLICA column.
+TEST(JobProgressTest, ReplicasShowPerStageAndInTheirOwnColumn) {
+  shardline::v1::JobStatus s = Running();
+  for (int i = 0; i < 2; ++i) {
+    auto* st = s.add_stages();
+    st->set_stage(i);
+    st->set_replica(1);
+    st->set_worker(absl::StrCat("twin-", i));
+    st->set_busy_fraction(i == 0 ? 0.7 : 0.125);
+  }
+  EXPECT_EQ(ProgressLine(s), "job-7 RUNNING [#####---------------] 300/1200  loss 0.1235  16.2k tok/s  busy 60% 50%");
+  const std::string text = DescribeJob(s);
+  EXPECT_NE(text.find("STAGE  REPLICA  WORKER"), std::string::npos) << text;
+  EXPECT_NE(text.find("\n1      1        twin-1 "), std::string::npos) << text;
 }
 
 }  // namespace

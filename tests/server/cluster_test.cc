@@ -1,9 +1,11 @@
 // Whole jobs through the daemons (coordinator and workers in-process, real
-// gRPC on loopback): for 1 to 4 stages and both schedules, the per-step
+// gRPC on loopback): for 1 to 4 stages, both schedules, and p × d grids of
+// data-parallel replicas (gradients summed over gRPC), the per-step
 // losses the coordinator reports and the weights it exports equal the
 // reference trainer's bit for bit (the same arithmetic: see
 // pipeline_equivalence_test.cc); a cancelled job frees its workers.
 #include <cmath>
+#include <set>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -22,18 +24,21 @@ struct Case {
   int stages;
   std::string schedule;
   int micro_batches;
+  int replicas = 1;
 };
 
 class ClusterTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(ClusterTest, DistributedTrainingEqualsTheReference) {
   const Case& c = GetParam();
-  auto spec = worker::testing::TinySpec(c.micro_batches, 2 * c.micro_batches);
+  auto spec = worker::testing::TinySpec(c.micro_batches, 2 * c.micro_batches * c.replicas);
   spec.mutable_train()->set_steps(6);
   spec.mutable_parallel()->set_pipeline_stages(c.stages);
   spec.mutable_parallel()->set_schedule(c.schedule);
+  spec.mutable_parallel()->set_data_parallel(c.replicas);
+  spec.mutable_train()->mutable_optimizer()->set_grad_clip(1.0);  // the global norm matters
   spec.mutable_checkpoint()->set_every_steps(4);
-  auto cluster = testing::InProcessCluster::Start(c.stages);
+  auto cluster = testing::InProcessCluster::Start(c.stages * c.replicas);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   client::AdminClient admin((*cluster)->address());
   auto submitted = admin.Submit(spec);
@@ -48,6 +53,11 @@ TEST_P(ClusterTest, DistributedTrainingEqualsTheReference) {
   // what credits and queues allow both neighbours (docs/protocol.md).
   const uint64_t tensor = worker::runtime::LargestLinkTensorBytes(spec);
   const uint64_t most = 2 * (2 * 8 + 16) * tensor;  // max_waiting 8, window 16 frames of ≥ 1 tensor each
+  // Every position of the p × d grid, each on its own worker.
+  ASSERT_EQ(last->stages_size(), c.stages * c.replicas);
+  std::set<std::string> workers;
+  for (const auto& stage : last->stages()) workers.insert(stage.worker());
+  EXPECT_EQ(static_cast<int>(workers.size()), c.stages * c.replicas);
   for (const auto& stage : last->stages()) {
     // (Faults per GiB of a real receive: grpc_stage_link_test, where the
     // staging memory is fresh pages; here the process's allocator decides.)
@@ -89,10 +99,11 @@ TEST_P(ClusterTest, DistributedTrainingEqualsTheReference) {
 
 INSTANTIATE_TEST_SUITE_P(Pipelines, ClusterTest,
                          ::testing::Values(Case{1, "1f1b", 2}, Case{2, "gpipe", 3}, Case{3, "1f1b", 4},
-                                           Case{4, "1f1b", 5}, Case{4, "gpipe", 2}),
+                                           Case{4, "1f1b", 5}, Case{4, "gpipe", 2}, Case{1, "1f1b", 2, 2},
+                                           Case{2, "1f1b", 3, 2}, Case{3, "gpipe", 2, 2}, Case{1, "1f1b", 1, 4}),
                          [](const ::testing::TestParamInfo<Case>& info) {
-                           return absl::StrCat(info.param.stages, "stages_", info.param.schedule, "_m",
-                                               info.param.micro_batches);
+                           return absl::StrCat(info.param.stages, "stages_", info.param.replicas, "replicas_",
+                                               info.param.schedule, "_m", info.param.micro_batches);
                          });
 
 TEST(ClusterCancelTest, ACancelledJobFreesItsWorkers) {

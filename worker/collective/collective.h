@@ -21,6 +21,7 @@
 #define SHARDLINE_WORKER_COLLECTIVE_COLLECTIVE_H_
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "absl/status/status.h"
@@ -49,6 +50,10 @@ class Collective {
   // Fails this rank's calls, now and later, and those of the ranks waiting
   // for it, with UNAVAILABLE `reason` (the step has failed; no hang).
   virtual void Close(const std::string& reason) = 0;
+
+  // Payload bytes received from the other ranks so far (0 where nothing
+  // crosses a wire).
+  virtual uint64_t BytesReceived() { return 0; }
 };
 
 // Elements [begin, end) of a buffer of `n` cut into `ranks` chunks: chunk r

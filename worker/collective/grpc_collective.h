@@ -67,8 +67,7 @@ class GrpcCollective final : public Collective {
   absl::Status Broadcast(DeviceSpan<float> data, int root) override;
   void Close(const std::string& reason) override;
 
-  // Payload bytes received from every peer so far.
-  uint64_t BytesReceived();
+  uint64_t BytesReceived() override;
 
  private:
   GrpcCollective(Backend& backend, GrpcCollectiveOptions options)
