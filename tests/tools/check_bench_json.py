@@ -1,4 +1,4 @@
-"""Runs the transport and pipeline benchmarks small and checks what they write.
+"""Runs the transport, collective and pipeline benchmarks small and checks what they write.
 
 The figures themselves depend on the machine and are not judged here (they
 belong in docs/benchmarks.md), but for the capped wire below; what is
@@ -123,6 +123,43 @@ def check_transport_across_capped_veth(bin_dir, workdir, source_dir):
         assert 0.05 < rows[0][path + "_gbps"] < 0.2, rows
 
 
+COLLECTIVE_RANKS = [2, 3]
+COLLECTIVE_SIZES = [65536, 1048576]
+COLLECTIVE_REPS = 4
+COLLECTIVE_TRIALS = 2
+
+
+def check_collective(bin_dir, workdir):
+    rows, wall = run([os.path.join(bin_dir, "bench_collective"),
+                      "--ranks=" + ",".join(map(str, COLLECTIVE_RANKS)),
+                      "--sizes=" + ",".join(map(str, COLLECTIVE_SIZES)),
+                      "--reps=%d" % COLLECTIVE_REPS, "--trials=%d" % COLLECTIVE_TRIALS],
+                     os.path.join(workdir, "collective.json"))
+    assert [(r["ranks"], r["bytes"]) for r in rows] == \
+        [(d, b) for d in COLLECTIVE_RANKS for b in COLLECTIVE_SIZES], rows
+    timed = 0.0
+    for r in rows:
+        check_fields(r, ["reps", "trials", "algbw_gbps", "busbw_gbps", "tcp_busbw_gbps", "busbw_vs_tcp",
+                         "correct", "allreduce_s", "allreduce_total_s", "tcp_s"])
+        d, reps = r["ranks"], r["reps"]
+        assert reps == COLLECTIVE_REPS and r["trials"] == COLLECTIVE_TRIALS, r
+        # Every rank's result was the exact sum d(d + 1)/2.
+        assert r["correct"] == 1, r
+        # The figures, from the raw timings (nccl-tests' definitions).
+        algbw = r["bytes"] / r["allreduce_s"] / 1e9
+        factor = 2 * (d - 1) / d
+        tcp = r["bytes"] / r["tcp_s"] / 1e9 * factor
+        assert close(r["algbw_gbps"], algbw), r
+        assert close(r["busbw_gbps"], algbw * factor), r
+        assert close(r["tcp_busbw_gbps"], tcp), r
+        assert close(r["busbw_vs_tcp"], algbw * factor / tcp), r
+        # The median trial (of two: the slower) within all trials' time.
+        total = r["allreduce_total_s"]
+        assert 0 < total / COLLECTIVE_TRIALS <= r["allreduce_s"] * reps * (1 + 1e-4) <= total * (1 + 1e-4), r
+        timed += total + r["tcp_s"] * reps * COLLECTIVE_TRIALS
+    assert timed < wall, ("the trials took longer than the whole benchmark", timed, wall)
+
+
 def check_pipeline(bin_dir, workdir):
     rows, wall = run([os.path.join(bin_dir, "bench_pipeline"),
                       "--stages=" + ",".join(map(str, PIPELINE_STAGES)),
@@ -173,6 +210,7 @@ def main():
     os.makedirs(workdir, exist_ok=True)
     check_transport(bin_dir, workdir)
     check_transport_across_capped_veth(bin_dir, workdir, source_dir)
+    check_collective(bin_dir, workdir)
     check_pipeline(bin_dir, workdir)
     print("bench JSON checks passed")
 

@@ -36,10 +36,10 @@ absl::StatusOr<std::unique_ptr<GrpcCollective>> GrpcCollective::Create(Backend& 
   const GrpcCollectiveOptions& o = c->options_;
   const size_t slot = o.staging_slot_bytes;
   if (slot > 0 && d > 1) {
-    // Sending: a reduce-scatter's d − 1 chunks and an all-gather's one, each
-    // held until written; receiving: a few per peer (the credit window
-    // bounds what is in flight; the rest lands on the heap).
-    ASSIGN_OR_RETURN(c->send_pool_, transport::StagingPool::Create(slot, 2 * (d - 1) + 1, o.staging_memory));
+    // Sending: a reduce-scatter's d − 1 chunks, the sum an all-gather sends,
+    // each held until written (and as many of the call before); receiving: a
+    // few per peer (the credit window bounds what is in flight; the rest lands on the heap).
+    ASSIGN_OR_RETURN(c->send_pool_, transport::StagingPool::Create(slot, 2 * d, o.staging_memory));
   }
   c->streams_.resize(static_cast<size_t>(d));
   c->connectors_.resize(static_cast<size_t>(d));
@@ -117,12 +117,7 @@ absl::StatusOr<std::shared_ptr<const StageMessage>> GrpcCollective::Outgoing(uin
   message->kind = StageMessage::Kind::kCollective;
   message->sequence = sequence;
   message->micro_batch = chunk;
-  std::optional<transport::StagingSlot> slot;
-  if (send_pool_ != nullptr && source.size() * sizeof(float) <= send_pool_->slot_bytes()) {
-    slot = send_pool_->TryAcquire();
-  }
-  message->values = slot.has_value() ? transport::HostBuffer(std::move(*slot), source.size())
-                                     : transport::HostBuffer::Zeros(source.size());
+  message->values = HostChunk(source.size());
   RETURN_IF_ERROR(backend_.CopyToHost(source, message->values.span()));
   return std::shared_ptr<const StageMessage>(std::move(message));
 }
@@ -156,7 +151,16 @@ absl::StatusOr<StageMessage> GrpcCollective::Expect(int peer, uint64_t sequence,
   return m;
 }
 
-absl::StatusOr<std::vector<float>> GrpcCollective::ReduceScatter(DeviceSpan<float> data, uint64_t sequence) {
+transport::HostBuffer GrpcCollective::HostChunk(size_t elements) {
+  if (send_pool_ != nullptr && elements * sizeof(float) <= send_pool_->slot_bytes()) {
+    if (std::optional<transport::StagingSlot> slot = send_pool_->TryAcquire()) {
+      return transport::HostBuffer(std::move(*slot), elements);
+    }
+  }
+  return transport::HostBuffer(std::vector<float>(elements));
+}
+
+absl::StatusOr<transport::HostBuffer> GrpcCollective::ReduceScatter(DeviceSpan<float> data, uint64_t sequence) {
   const int d = size(), r = rank();
   // Every other rank's chunk to it, nearest ranks after ours first.
   for (int i = 1; i < d; ++i) {
@@ -168,13 +172,13 @@ absl::StatusOr<std::vector<float>> GrpcCollective::ReduceScatter(DeviceSpan<floa
   // Our chunk: the d parts added in rank order (ours where it falls), as
   // they come; one received part held at a time.
   const Chunk own = ChunkOf(data.size(), d, r);
-  std::vector<float> sum(own.size());
-  std::vector<float> mine(own.size());
+  transport::HostBuffer sum = HostChunk(own.size());
+  own_.resize(own.size());
   RETURN_IF_ERROR(backend_.CopyToHost(DeviceSpan<const float>(data.subspan(own.begin, own.size())),
-                                      absl::Span<float>(mine)));
+                                      absl::Span<float>(own_)));
   for (int q = 0; q < d; ++q) {
     StageMessage received;
-    const float* part = mine.data();
+    const float* part = own_.data();
     if (q != r) {
       ASSIGN_OR_RETURN(received, Expect(q, sequence, r, own.size()));
       part = received.values.data();
@@ -228,12 +232,12 @@ absl::Status GrpcCollective::AllReduceSum(DeviceSpan<float> data) {
   return Run([&]() -> absl::Status {
     const uint64_t scatter = next_sequence_++, gather = next_sequence_++;
     if (size() == 1) return absl::OkStatus();
-    ASSIGN_OR_RETURN(std::vector<float> sum, ReduceScatter(data, scatter));
+    ASSIGN_OR_RETURN(transport::HostBuffer sum, ReduceScatter(data, scatter));
     auto mine = std::make_shared<StageMessage>();
     mine->kind = StageMessage::Kind::kCollective;
     mine->sequence = gather;
     mine->micro_batch = rank();
-    mine->values = transport::HostBuffer(std::move(sum));
+    mine->values = std::move(sum);
     return Gather(data, gather, std::move(mine));
   });
 }

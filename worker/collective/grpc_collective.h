@@ -75,7 +75,9 @@ class GrpcCollective final : public Collective {
 
   // The reduce-scatter of call `sequence`: this rank's chunk of the sum, on
   // the host (also written to `data`).
-  absl::StatusOr<std::vector<float>> ReduceScatter(DeviceSpan<float> data, uint64_t sequence);
+  absl::StatusOr<transport::HostBuffer> ReduceScatter(DeviceSpan<float> data, uint64_t sequence);
+  // Host memory for a chunk of `elements`: a staging slot when one is free.
+  transport::HostBuffer HostChunk(size_t elements);
   // Sends `mine` (this rank's chunk) to every peer and writes theirs into `data`.
   absl::Status Gather(DeviceSpan<float> data, uint64_t sequence, std::shared_ptr<const transport::StageMessage> mine);
   // A message of `elements` floats for chunk `chunk` of call `sequence`,
@@ -98,6 +100,7 @@ class GrpcCollective final : public Collective {
   std::shared_ptr<transport::StagingPool> send_pool_;
   std::vector<std::shared_ptr<transport::StagingPool>> receive_pools_;
   uint64_t next_sequence_ = 0;
+  std::vector<float> own_;  // this rank's own chunk on the host, reused
   absl::Mutex mu_;
   absl::Status failed_ ABSL_GUARDED_BY(mu_);  // sticky
 };
