@@ -111,9 +111,12 @@ TEST(EndToEndTest, LocalGridOfReplicasTrainsExactlyLikeTheReferenceTrainer) {
   EXPECT_NE(common::ReadFile(dir + "/local.log").value_or("").find("on 2 stages × 2 replicas"), std::string::npos);
 }
 
-TEST(EndToEndTest, AKilledWorkerFailsTheJobNamingIt) {
-  const std::string dir = TempDir("kill");
-  const std::string spec_path = WriteSpec(dir, 100000, 3);
+// Kills the worker of the last stage of the last replica of a `stages` ×
+// `replicas` grid mid-run: the job fails within the deadlines naming it.
+void ExpectAKilledWorkerFailsTheJobNamingIt(const std::string& name, int stages, int replicas) {
+  const std::string dir = TempDir(name);
+  const std::string spec_path = WriteSpec(dir, 100000, stages, replicas);
+  const int n = stages * replicas;
   auto coordinator = ChildProcess::Start({kBin + "/shardline-coordinator", "--listen=127.0.0.1:0",
                                           "--state_dir=" + dir + "/state", "--port_file=" + dir + "/port",
                                           "--lease_ms=1000"},
@@ -123,7 +126,7 @@ TEST(EndToEndTest, AKilledWorkerFailsTheJobNamingIt) {
   ASSERT_FALSE(port.empty()) << common::ReadFile(dir + "/coordinator.log").value_or("");
   const std::string address = "127.0.0.1:" + port;
   std::vector<std::unique_ptr<ChildProcess>> workers;
-  for (int i = 0; i < 3; ++i) {
+  for (int i = 0; i < n; ++i) {
     auto w = ChildProcess::Start({kBin + "/shardline-worker", "--coordinator=" + address, absl::StrCat("--name=w", i),
                                   "--threads=1", "--link_timeout_ms=20000"},
                                  absl::StrCat(dir, "/w", i, ".log"));
@@ -133,20 +136,21 @@ TEST(EndToEndTest, AKilledWorkerFailsTheJobNamingIt) {
   AdminClient admin(address);
   for (int i = 0; i < 500; ++i) {
     auto listed = admin.ListWorkers();
-    if (listed.ok() && listed->workers_size() == 3) break;
+    if (listed.ok() && listed->workers_size() == n) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   auto spec = common::LoadJobSpec(spec_path);
   ASSERT_TRUE(spec.ok());
   auto job = admin.Submit(*spec);
   ASSERT_TRUE(job.ok()) << job.status();
-  // Wait for training to be under way, then kill the worker of stage 1.
+  // Wait for training to be under way, then kill the last position's worker.
   std::string victim;
   for (int i = 0; i < 1000; ++i) {
     auto status = admin.Get(job->job_id());
     ASSERT_TRUE(status.ok());
     if (status->step() >= 3) {
-      victim = status->stages(1).worker();
+      ASSERT_EQ(status->stages_size(), n);
+      victim = status->stages(n - 1).worker();
       break;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -167,6 +171,10 @@ TEST(EndToEndTest, AKilledWorkerFailsTheJobNamingIt) {
   EXPECT_EQ(final_status.state(), shardline::v1::FAILED) << final_status.message();
   EXPECT_NE(final_status.message().find("worker " + victim), std::string::npos) << final_status.message();
   EXPECT_NE(final_status.message().find("lost"), std::string::npos) << final_status.message();
+  if (replicas > 1) {
+    EXPECT_NE(final_status.message().find(absl::StrCat("of replica ", replicas - 1)), std::string::npos)
+        << final_status.message();
+  }
   EXPECT_LT(seconds, 10.0) << "lease 1 s: the job must fail well within the deadlines";
   // The survivors are idle again and the coordinator still serves.
   auto listed = admin.ListWorkers();
@@ -177,6 +185,12 @@ TEST(EndToEndTest, AKilledWorkerFailsTheJobNamingIt) {
     }
   }
 }
+
+TEST(EndToEndTest, AKilledWorkerFailsTheJobNamingIt) { ExpectAKilledWorkerFailsTheJobNamingIt("kill", 3, 1); }
+
+// A replica's worker dies: its twins' all-reduce fails at once, the job
+// fails naming the lost worker and its place in the grid.
+TEST(EndToEndTest, AKilledReplicaFailsTheJobNamingIt) { ExpectAKilledWorkerFailsTheJobNamingIt("kill-grid", 2, 2); }
 
 // Processes whose command line contains every one of `needles`.
 int CountProcesses(const std::vector<std::string>& needles) {
