@@ -13,8 +13,8 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 build=${SHARDLINE_GPU_BUILD_DIR:-$root/build-gpu}
 out=$root/.gpu-bundle
 binaries=(backend_conformance_test backend_transfer_test backend_errors_test gradient_check_test
-          worker_pipeline_equivalence_test bench_backend bench_train bench_gpu_transport
-          bench_pipeline shardline-train)
+          worker_pipeline_equivalence_test worker_collective_test bench_backend bench_train
+          bench_gpu_transport bench_pipeline shardline-train)
 
 bash "$root/deploy/install-deps.sh"
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DSHARDLINE_CUDA=ON \

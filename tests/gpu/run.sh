@@ -38,7 +38,7 @@ failed=0
 # says so, so that no skip is expected.
 gpus=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | wc -l)
 run_suite() {
-  local name=$1 log=$out/$1.log filter='*/cuda0:CudaFactoryTest.*' left_out=""
+  local name=$1 log=$out/$1.log filter=${2:-'*/cuda0:CudaFactoryTest.*'} left_out=""
   if [ "$gpus" -lt 2 ]; then
     filter="$filter-CudaFactoryTest.SecondDeviceWorksFromAThreadUsingTheFirst"
     [ "$name" = backend_transfer_test ] && left_out=" (2-GPU test not run: $gpus GPU)"
@@ -60,6 +60,9 @@ for suite in backend_conformance_test backend_transfer_test backend_errors_test 
              worker_pipeline_equivalence_test; do
   run_suite "$suite"
 done
+# Both collectives (in-process and gRPC between ranks) on cuda:0 buffers.
+run_suite worker_collective_test '*_cuda0'
+
 
 # A few training steps of a small GPT on cuda:0 and on the CPU: the losses
 # must agree (FP32 on both; cuBLAS and OpenBLAS sum in different orders, and
