@@ -47,6 +47,10 @@ class DataSource {
   virtual int64_t vocab_needed() const = 0;
   // `sequences` sequences for micro-batch `micro_batch` of step `step`.
   virtual Batch TrainBatch(int64_t step, int micro_batch, int64_t sequences) const = 0;
+  // The scored targets of any such batch (TrainBatch(...).target_count(),
+  // the same for every step and micro-batch), without making it: a
+  // data-parallel replica counts the whole global batch's this way.
+  virtual int64_t TrainTargets(int64_t sequences) const = 0;
   // Up to `max_examples` held-out examples (prompts or sequences).
   virtual EvalSet MakeEvalSet(int max_examples) const = 0;
 };

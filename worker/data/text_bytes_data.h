@@ -25,6 +25,8 @@ class TextBytesData final : public DataSource {
   int64_t sequence_length() const override { return context_; }
   int64_t vocab_needed() const override { return 256; }
   Batch TrainBatch(int64_t step, int micro_batch, int64_t sequences) const override;
+  // Every position of each window.
+  int64_t TrainTargets(int64_t sequences) const override { return sequences * context_; }
   EvalSet MakeEvalSet(int max_examples) const override;
 
   size_t train_bytes() const { return split_; }

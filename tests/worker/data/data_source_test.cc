@@ -105,6 +105,22 @@ TEST_F(TextBytesDataTest, SplitsTrainingAndValidationByPosition) {
   EXPECT_EQ(eval.batches[0].ids[0], text[800]);
 }
 
+// What a replica counts without making the other replicas' batches.
+TEST_F(TextBytesDataTest, TrainTargetsCountWhatTheBatchesScore) {
+  std::string text;
+  for (int i = 0; i < 1000; ++i) text += static_cast<char>('a' + i % 26);
+  auto bytes = TextBytesData::Load(Write("count.txt", text), 0.2, 8, 1);
+  ASSERT_TRUE(bytes.ok());
+  AdditionData addition(2, 0.1, 3);
+  for (const DataSource* data : {static_cast<const DataSource*>(bytes->get()), static_cast<const DataSource*>(&addition)}) {
+    for (int step = 1; step <= 5; ++step) {
+      for (int64_t sequences : {1, 7, 16}) {
+        EXPECT_EQ(data->TrainTargets(sequences), data->TrainBatch(step, step % 3, sequences).target_count());
+      }
+    }
+  }
+}
+
 TEST_F(TextBytesDataTest, BadFilesGiveClearErrors) {
   EXPECT_EQ(TextBytesData::Load("/nonexistent", 0.1, 8, 1).status().code(),
             absl::StatusCode::kNotFound);
