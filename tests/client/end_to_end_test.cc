@@ -21,6 +21,7 @@
 #include "common/job_spec.h"
 #include "common/safetensors.h"
 #include "gtest/gtest.h"
+#include "tests/client/process_cluster.h"
 #include "tests/client/process_test_util.h"
 
 namespace shardline::client {
@@ -114,31 +115,12 @@ TEST(EndToEndTest, LocalGridOfReplicasTrainsExactlyLikeTheReferenceTrainer) {
 // Kills the worker of the last stage of the last replica of a `stages` ×
 // `replicas` grid mid-run: the job fails within the deadlines naming it.
 void ExpectAKilledWorkerFailsTheJobNamingIt(const std::string& name, int stages, int replicas) {
-  const std::string dir = TempDir(name);
+  const std::string dir = TempDir(name + "-spec");
   const std::string spec_path = WriteSpec(dir, 100000, stages, replicas);
   const int n = stages * replicas;
-  auto coordinator = ChildProcess::Start({kBin + "/shardline-coordinator", "--listen=127.0.0.1:0",
-                                          "--state_dir=" + dir + "/state", "--port_file=" + dir + "/port",
-                                          "--lease_ms=1000"},
-                                         dir + "/coordinator.log");
-  ASSERT_TRUE(coordinator.ok());
-  const std::string port = WaitForPort(dir + "/port");
-  ASSERT_FALSE(port.empty()) << common::ReadFile(dir + "/coordinator.log").value_or("");
-  const std::string address = "127.0.0.1:" + port;
-  std::vector<std::unique_ptr<ChildProcess>> workers;
-  for (int i = 0; i < n; ++i) {
-    auto w = ChildProcess::Start({kBin + "/shardline-worker", "--coordinator=" + address, absl::StrCat("--name=w", i),
-                                  "--threads=1", "--link_timeout_ms=20000"},
-                                 absl::StrCat(dir, "/w", i, ".log"));
-    ASSERT_TRUE(w.ok());
-    workers.push_back(std::move(*w));
-  }
-  AdminClient admin(address);
-  for (int i = 0; i < 500; ++i) {
-    auto listed = admin.ListWorkers();
-    if (listed.ok() && listed->workers_size() == n) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  auto cluster = testing::ProcessCluster::Start(name, {n, "", 20000});
+  ASSERT_NE(cluster, nullptr);
+  AdminClient admin(cluster->address());
   auto spec = common::LoadJobSpec(spec_path);
   ASSERT_TRUE(spec.ok());
   auto job = admin.Submit(*spec);
@@ -157,7 +139,7 @@ void ExpectAKilledWorkerFailsTheJobNamingIt(const std::string& name, int stages,
   }
   ASSERT_FALSE(victim.empty());
   const int index = victim.back() - '0';
-  ::kill(workers[index]->pid(), SIGKILL);
+  ::kill(cluster->worker_pid(index), SIGKILL);
   const auto killed = std::chrono::steady_clock::now();
   shardline::v1::JobStatus final_status;
   for (int i = 0; i < 1500; ++i) {

@@ -30,6 +30,7 @@
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
 #include "shardline/v1/admin.pb.h"
+#include "tests/client/process_cluster.h"
 #include "tests/client/process_test_util.h"
 
 namespace shardline::client {
@@ -38,7 +39,6 @@ namespace {
 using testing::kBin;
 using testing::RunToEnd;
 using testing::TempDir;
-using testing::WaitForPort;
 
 constexpr int kSteps = 8;
 
@@ -53,73 +53,8 @@ std::string WriteSpec(const std::string& path, int steps) {
   return path;
 }
 
-// One shardctl run: how it ended and what it wrote on stdout and stderr.
-struct CtlRun {
-  std::string ended;
-  std::string out;
-  std::string err;
-  std::vector<std::string> lines() const { return absl::StrSplit(out, '\n', absl::SkipEmpty()); }
-};
-
-// A coordinator and two workers, each a process, with shardctl pointed at it.
-class Cluster {
- public:
-  // Workers listen on 127.0.0.1 and advertise `advertise_host`.
-  static std::unique_ptr<Cluster> Start(const std::string& name, const std::string& advertise_host) {
-    auto c = std::unique_ptr<Cluster>(new Cluster(TempDir(name)));
-    auto coordinator = ChildProcess::Start({kBin + "/shardline-coordinator", "--listen=127.0.0.1:0",
-                                            "--state_dir=" + c->dir_ + "/state",
-                                            "--port_file=" + c->dir_ + "/port", "--lease_ms=1000"},
-                                           c->dir_ + "/coordinator.log");
-    EXPECT_TRUE(coordinator.ok()) << coordinator.status();
-    if (!coordinator.ok()) return nullptr;
-    c->daemons_.push_back(std::move(*coordinator));
-    const std::string port = WaitForPort(c->dir_ + "/port");
-    EXPECT_FALSE(port.empty()) << common::ReadFile(c->dir_ + "/coordinator.log").value_or("");
-    if (port.empty()) return nullptr;
-    c->address_ = "127.0.0.1:" + port;
-    for (int i = 0; i < 2; ++i) {
-      const std::string port_file = absl::StrCat(c->dir_, "/w", i, ".port");
-      auto worker = ChildProcess::Start(
-          {kBin + "/shardline-worker", "--coordinator=" + c->address_, absl::StrCat("--name=w", i),
-           "--threads=1", "--listen=127.0.0.1:0", "--advertise_host=" + advertise_host,
-           "--link_timeout_ms=3000", "--port_file=" + port_file},
-          absl::StrCat(c->dir_, "/w", i, ".log"));
-      EXPECT_TRUE(worker.ok()) << worker.status();
-      if (!worker.ok()) return nullptr;
-      c->daemons_.push_back(std::move(*worker));
-      c->worker_ports_.push_back(WaitForPort(port_file));  // written once registered
-      EXPECT_FALSE(c->worker_ports_.back().empty());
-      if (c->worker_ports_.back().empty()) return nullptr;
-    }
-    return c;
-  }
-
-  CtlRun Ctl(const std::vector<std::string>& args, const std::string& coordinator = "") {
-    std::vector<std::string> argv = {kBin + "/shardctl",
-                                     "--coordinator=" + (coordinator.empty() ? address_ : coordinator)};
-    argv.insert(argv.end(), args.begin(), args.end());
-    const std::string out = absl::StrCat(dir_, "/ctl", runs_, ".out"), err = absl::StrCat(dir_, "/ctl", runs_, ".err");
-    ++runs_;
-    CtlRun r;
-    r.ended = RunToEnd(argv, out, 120, err);
-    r.out = common::ReadFile(out).value_or("");
-    r.err = common::ReadFile(err).value_or("");
-    return r;
-  }
-
-  const std::string& dir() const { return dir_; }
-  const std::string& address() const { return address_; }
-  const std::vector<std::string>& worker_ports() const { return worker_ports_; }
-
- private:
-  explicit Cluster(std::string dir) : dir_(std::move(dir)) {}
-  const std::string dir_;
-  std::string address_;
-  std::vector<std::string> worker_ports_;
-  std::vector<std::unique_ptr<ChildProcess>> daemons_;  // stopped (SIGTERM) when the cluster goes
-  int runs_ = 0;
-};
+using testing::CtlRun;
+using Cluster = testing::ProcessCluster;
 
 template <typename Message>
 Message FromJson(const std::string& json) {
@@ -136,7 +71,7 @@ constexpr char kInvalid[] = "exited with status 3";
 
 class ShardctlTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() { cluster_ = Cluster::Start("shardctl", "localhost").release(); }
+  static void SetUpTestSuite() { cluster_ = Cluster::Start("shardctl", {2, "localhost"}).release(); }
   static void TearDownTestSuite() {
     delete cluster_;
     cluster_ = nullptr;
@@ -435,7 +370,7 @@ TEST_F(ShardctlTest, EveryDaemonAnswersTheHealthService) {
 // they listen on 127.0.0.1): their neighbours dial what was advertised, so
 // the job fails at the link, and shardctl shows the address and the failure.
 TEST(AdvertiseHostTest, NeighboursDialTheAdvertisedHost) {
-  auto cluster = Cluster::Start("advertise", "127.0.0.3");
+  auto cluster = Cluster::Start("advertise", {2, "127.0.0.3"});
   ASSERT_NE(cluster, nullptr);
   const CtlRun workers = cluster->Ctl({"-o", "json", "get", "workers"});
   ASSERT_EQ(workers.ended, kOk) << workers.err;

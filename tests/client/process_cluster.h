@@ -1,0 +1,105 @@
+// ProcessCluster: a coordinator and N workers of the real binaries, each a
+// process on loopback (lease 1 s, free ports learnt through --port_file),
+// stopped with SIGTERM when the cluster goes, and shardctl runs against it.
+// For the end-to-end tests.
+#ifndef SHARDLINE_TESTS_CLIENT_PROCESS_CLUSTER_H_
+#define SHARDLINE_TESTS_CLIENT_PROCESS_CLUSTER_H_
+
+#include <sys/types.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "client/child_process.h"
+#include "common/file_util.h"
+#include "gtest/gtest.h"
+#include "tests/client/process_test_util.h"
+
+namespace shardline::client::testing {
+
+// One shardctl run: how it ended and what it wrote on stdout and stderr.
+struct CtlRun {
+  std::string ended;
+  std::string out;
+  std::string err;
+  std::vector<std::string> lines() const { return absl::StrSplit(out, '\n', absl::SkipEmpty()); }
+};
+
+class ProcessCluster {
+ public:
+  struct Options {
+    int workers = 2;
+    std::string advertise_host;  // empty: the listen host (127.0.0.1)
+    int64_t link_timeout_ms = 3000;
+  };
+
+  // Workers w0, w1, … listen on 127.0.0.1; each has registered when this
+  // returns. Null (with a test failure) if a daemon did not come up.
+  static std::unique_ptr<ProcessCluster> Start(const std::string& name, const Options& options) {
+    auto c = std::unique_ptr<ProcessCluster>(new ProcessCluster(TempDir(name)));
+    auto coordinator = ChildProcess::Start({kBin + "/shardline-coordinator", "--listen=127.0.0.1:0",
+                                            "--state_dir=" + c->dir_ + "/state",
+                                            "--port_file=" + c->dir_ + "/port", "--lease_ms=1000"},
+                                           c->dir_ + "/coordinator.log");
+    EXPECT_TRUE(coordinator.ok()) << coordinator.status();
+    if (!coordinator.ok()) return nullptr;
+    c->coordinator_ = std::move(*coordinator);
+    const std::string port = WaitForPort(c->dir_ + "/port");
+    EXPECT_FALSE(port.empty()) << common::ReadFile(c->dir_ + "/coordinator.log").value_or("");
+    if (port.empty()) return nullptr;
+    c->address_ = "127.0.0.1:" + port;
+    for (int i = 0; i < options.workers; ++i) {
+      const std::string port_file = absl::StrCat(c->dir_, "/w", i, ".port");
+      std::vector<std::string> argv = {kBin + "/shardline-worker", "--coordinator=" + c->address_,
+                                       absl::StrCat("--name=w", i), "--threads=1", "--listen=127.0.0.1:0",
+                                       absl::StrCat("--link_timeout_ms=", options.link_timeout_ms),
+                                       "--port_file=" + port_file};
+      if (!options.advertise_host.empty()) argv.push_back("--advertise_host=" + options.advertise_host);
+      auto worker = ChildProcess::Start(argv, absl::StrCat(c->dir_, "/w", i, ".log"));
+      EXPECT_TRUE(worker.ok()) << worker.status();
+      if (!worker.ok()) return nullptr;
+      c->workers_.push_back(std::move(*worker));
+      c->worker_ports_.push_back(WaitForPort(port_file));  // written once registered
+      EXPECT_FALSE(c->worker_ports_.back().empty());
+      if (c->worker_ports_.back().empty()) return nullptr;
+    }
+    return c;
+  }
+
+  // shardctl ARGS against this cluster (or `coordinator` when given).
+  CtlRun Ctl(const std::vector<std::string>& args, const std::string& coordinator = "") {
+    std::vector<std::string> argv = {kBin + "/shardctl",
+                                     "--coordinator=" + (coordinator.empty() ? address_ : coordinator)};
+    argv.insert(argv.end(), args.begin(), args.end());
+    const std::string out = absl::StrCat(dir_, "/ctl", runs_, ".out"), err = absl::StrCat(dir_, "/ctl", runs_, ".err");
+    ++runs_;
+    CtlRun r;
+    r.ended = RunToEnd(argv, out, 120, err);
+    r.out = common::ReadFile(out).value_or("");
+    r.err = common::ReadFile(err).value_or("");
+    return r;
+  }
+
+  const std::string& dir() const { return dir_; }
+  const std::string& address() const { return address_; }
+  const std::vector<std::string>& worker_ports() const { return worker_ports_; }
+  // The process of worker `w<i>`.
+  pid_t worker_pid(int i) const { return workers_[i]->pid(); }
+
+ private:
+  explicit ProcessCluster(std::string dir) : dir_(std::move(dir)) {}
+  const std::string dir_;
+  std::string address_;
+  std::vector<std::string> worker_ports_;
+  // Stopped (SIGTERM, then SIGKILL) when the cluster goes: workers first.
+  std::unique_ptr<ChildProcess> coordinator_;
+  std::vector<std::unique_ptr<ChildProcess>> workers_;
+  int runs_ = 0;
+};
+
+}  // namespace shardline::client::testing
+
+#endif  // SHARDLINE_TESTS_CLIENT_PROCESS_CLUSTER_H_
