@@ -1,0 +1,142 @@
+#include "bench/transport_receiver.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <grpcpp/grpcpp.h>
+#include <netinet/tcp.h>
+#include <sched.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "shardline/v1/stage_link.grpc.pb.h"
+#include "worker/transport/grpc_stage_link.h"
+
+namespace shardline::bench {
+namespace {
+
+using worker::transport::StageMessage;
+
+// Plain gRPC: reads whole-tensor frames, acks each `reps`-th with a tiny frame.
+class SinkService final : public shardline::v1::StageLink::Service {
+ public:
+  grpc::Status Exchange(grpc::ServerContext*,
+                        grpc::ServerReaderWriter<shardline::v1::StageFrame, shardline::v1::StageFrame>* stream) override {
+    shardline::v1::StageFrame frame, ack;
+    while (stream->Read(&frame)) {
+      if (frame.chunk_index() + 1 == frame.chunk_count()) stream->Write(ack);  // chunk_count carries the ack cadence
+    }
+    return grpc::Status::OK;
+  }
+};
+
+void TcpSink(int listener) {
+  while (true) {
+    const int fd = ::accept(listener, nullptr, nullptr);
+    if (fd < 0) return;
+    // Acks go out at once: with Nagle's algorithm the last one of a batch
+    // waits for the sender's delayed ACK (up to 40 ms), as gRPC's never do.
+    const int one = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    std::vector<char> buffer(1 << 20);
+    uint64_t expected = 0;
+    while (::recv(fd, &expected, sizeof(expected), MSG_WAITALL) == sizeof(expected)) {
+      uint64_t got = 0;
+      while (got < expected) {
+        const ssize_t n = ::recv(fd, buffer.data(), std::min<uint64_t>(buffer.size(), expected - got), 0);
+        if (n <= 0) break;
+        got += static_cast<uint64_t>(n);
+      }
+      const char ack = 1;
+      if (::send(fd, &ack, 1, 0) != 1) break;
+    }
+    ::close(fd);
+  }
+}
+
+}  // namespace
+
+// An IPv4 socket address; false if `ip` is not one.
+bool Ipv4(const std::string& ip, int port, sockaddr_in* addr) {
+  *addr = sockaddr_in{};
+  addr->sin_family = AF_INET;
+  addr->sin_port = htons(static_cast<uint16_t>(port));
+  return ::inet_pton(AF_INET, ip.c_str(), &addr->sin_addr) == 1;
+}
+
+// A listening TCP socket on `ip` (port chosen by the kernel), or -1.
+int ListenTcp(const std::string& ip, int* port) {
+  sockaddr_in addr;
+  if (!Ipv4(ip, 0, &addr)) return -1;
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  socklen_t len = sizeof(addr);
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || ::listen(fd, 4) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    std::perror("tcp listen");
+    return -1;
+  }
+  *port = ntohs(addr.sin_port);
+  return fd;
+}
+
+// Serves the sinks, then acts as the downstream stage of the StageLink pair
+// (it acks every message with an empty gradient).
+int RunTransportReceiver(const TransportReceiverConfig& config, int ports_pipe, int link_port_pipe) {
+  const std::string& netns = config.netns;
+  if (!netns.empty()) {
+    const std::string path = "/var/run/netns/" + netns;
+    const int ns = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (ns < 0 || ::setns(ns, CLONE_NEWNET) != 0) {
+      std::perror(path.c_str());
+      return 1;
+    }
+    ::close(ns);
+  }
+  const std::string& ip = config.ip;
+  ReceiverPorts ports;
+  const int tcp_listener = ListenTcp(ip, &ports.tcp);
+  if (tcp_listener < 0) return 1;
+  SinkService sink;
+  grpc::ServerBuilder builder;
+  builder.AddChannelArgument("grpc.so_reuseport", 0);
+  builder.SetMaxReceiveMessageSize(-1);
+  builder.AddListeningPort(absl::StrCat(ip, ":0"), grpc::InsecureServerCredentials(), &ports.sink);
+  builder.RegisterService(&sink);
+  auto server = builder.BuildAndStart();
+  if (server == nullptr) return 1;
+  if (::write(ports_pipe, &ports, sizeof(ports)) != sizeof(ports)) return 1;
+  std::thread tcp([tcp_listener] { TcpSink(tcp_listener); });
+  tcp.detach();
+  int link_port = 0;
+  if (::read(link_port_pipe, &link_port, sizeof(link_port)) != sizeof(link_port)) return 1;
+  const std::string stagelink_upstream = absl::StrCat(config.sender_ip, ":", link_port);
+  worker::transport::GrpcStageLinkOptions options;
+  options.job_id = "bench";
+  options.plan_epoch = 1;
+  options.stage = 1;
+  options.stages = 2;
+  options.upstream_address = stagelink_upstream;
+  options.exchange = config.exchange;
+  options.staging_slot_bytes = config.largest_bytes;  // as a worker sizes them for its job
+  auto link = worker::transport::GrpcStageLink::Create(options);
+  if (!link.ok()) return 1;
+  while (true) {
+    absl::StatusOr<StageMessage> m = (*link)->ReceiveFromPrevious();
+    if (!m.ok()) break;  // the sender is done
+    StageMessage ack;
+    ack.kind = StageMessage::Kind::kGradient;
+    ack.step = m->step;
+    ack.micro_batch = m->micro_batch;
+    if (!(*link)->SendToPrevious(ack).ok()) break;
+  }
+  server->Shutdown();
+  return 0;
+}
+
+
+}  // namespace shardline::bench
