@@ -17,9 +17,16 @@
 // seconds of the timed steps, the trainer's tokens and seconds), so a reader
 // can recompute every figure.
 //
-//   bench_pipeline [--stages=2,4] [--steps=N] [--threads=N] [--device=cpu|cuda:N] [--json=FILE]
-#include <grpcpp/grpcpp.h>
-
+// --data_parallel=1,2 adds rows with d replicas of each pipeline (p × d
+// positions, PipelineGrid) training the same global batch, the d replicas
+// of a stage summing their gradients over gRPC (GrpcCollective) in buckets
+// that overlap the backward pass: each such row gives the share of the
+// reduction time hidden behind the backward pass (reduce_hidden = 1 −
+// reduce_exposed_s ÷ reduce_s, over every position) and tokens/s next to
+// d = 1 on the same total threads (vs_d1).
+//
+//   bench_pipeline [--stages=2,4] [--data_parallel=1,2] [--steps=N] [--threads=N] [--device=cpu|cuda:N]
+//                  [--json=FILE]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -34,17 +41,16 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "bench/bench_report.h"
+#include "bench/pipeline_grid.h"
 #include "common/init.h"
 #include "common/job_spec.h"
 #include "worker/backend/backend_factory.h"
 #include "worker/runtime/pipeline_stage.h"
-#include "worker/runtime/stage_sender.h"
 #include "worker/trainer/trainer.h"
-#include "worker/transport/grpc_stage_link.h"
-#include "worker/transport/stage_link_service.h"
-#include "worker/transport/staging_pool.h"
 
 ABSL_FLAG(std::string, stages, "2,4", "pipeline depths to measure");
+ABSL_FLAG(double, bucket_mib, 25, "gradient bucket size of the d > 1 rows (parallel.bucket_mib)");
+ABSL_FLAG(std::string, data_parallel, "1", "replicas of each pipeline to measure (e.g. 1,2); d > 1 rows compare to d = 1");
 ABSL_FLAG(int, steps, 6, "timed steps per configuration (after one warm-up step)");
 ABSL_FLAG(int, threads, 0, "total compute threads (0: all cores), divided among the stages");
 ABSL_FLAG(std::string, json, "", "write the rows as JSON to this file");
@@ -56,7 +62,9 @@ namespace {
 using worker::runtime::StageStepResult;
 
 // The "default larger model" of the issues: d_model 512, 8 layers, context 128.
-shardline::v1::JobSpec Spec(int stages) {
+// m = 4p micro-batches of two sequences per step, split among the d
+// replicas: the same global batch (and micro-batch size) for every d.
+shardline::v1::JobSpec Spec(int stages, int replicas) {
   auto spec = common::ParseJobSpec(R"({"name": "bench",
     "model": {"kind": "gpt", "vocab_size": 256, "context": 128, "d_model": 512, "n_heads": 8, "n_layers": 8},
     "data": {"kind": "text_bytes", "path": "/usr/share/common-licenses/GPL-3"},
@@ -64,7 +72,9 @@ shardline::v1::JobSpec Spec(int stages) {
               "optimizer": {"kind": "adamw", "lr": 0.0003}}})");
   BENCH_CHECK_OK(spec.status());
   spec->mutable_parallel()->set_pipeline_stages(stages);
-  spec->mutable_train()->set_micro_batches(4 * stages);
+  spec->mutable_parallel()->set_data_parallel(replicas);
+  spec->mutable_parallel()->set_bucket_mib(absl::GetFlag(FLAGS_bucket_mib));
+  spec->mutable_train()->set_micro_batches(4 * stages / replicas);
   spec->mutable_train()->set_global_batch(2 * 4 * stages);
   return *spec;
 }
@@ -111,135 +121,89 @@ Reference RunReference(const shardline::v1::JobSpec& spec, int threads, int step
   return out;
 }
 
-void Measure(int p, int total_threads, int steps, BenchReport& report) {
-  const shardline::v1::JobSpec spec = Spec(p);
+// One row: p stages × d replicas sharing `total_threads`; `d1` is the
+// tokens/s of the same p with d = 1 in this run (0 for that row itself).
+double Measure(int p, int d, int total_threads, int steps, double d1, BenchReport& report) {
+  const shardline::v1::JobSpec spec = Spec(p, d);
   const auto config = worker::nn::ModelConfig::FromSpec(spec.model());
-  const auto optimizer = worker::nn::OptimizerConfig::FromSpec(spec.train());
-  auto data = worker::data::CreateDataSource(spec);
-  BENCH_CHECK_OK(data.status());
-  const std::vector<int> cuts = Cuts(config.units(), p);
-  // OpenBLAS' thread count is process-wide: the stages share one budget.
-  std::vector<std::unique_ptr<worker::transport::StageLinkService>> services;
-  std::vector<std::unique_ptr<grpc::Server>> servers;
-  std::vector<std::string> addresses;
-  for (int s = 0; s < p; ++s) {
-    services.push_back(std::make_unique<worker::transport::StageLinkService>());
-    grpc::ServerBuilder builder;
-    int port = 0;
-    builder.AddChannelArgument("grpc.so_reuseport", 0);
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-    services.back()->RegisterWith(builder);
-    servers.push_back(builder.BuildAndStart());
-    addresses.push_back(absl::StrCat("127.0.0.1:", port));
-  }
-  const int stage_threads = std::max(1, total_threads / p);
-  std::vector<std::unique_ptr<worker::Backend>> backends;
-  std::vector<std::unique_ptr<worker::runtime::ShardRuntime>> runtimes;
-  std::vector<std::unique_ptr<worker::transport::GrpcStageLink>> links;
-  std::vector<std::unique_ptr<worker::runtime::PipelineStage>> stages;
-  for (int s = 0; s < p; ++s) {
-    auto backend = worker::CreateBackend(absl::GetFlag(FLAGS_device), {stage_threads});
-    BENCH_CHECK_OK(backend.status());
-    backends.push_back(std::move(*backend));
-    auto runtime = worker::runtime::ShardRuntime::Create(*backends[s], config, cuts[s], cuts[s + 1],
-                                                         spec.train().seed(), optimizer);
-    BENCH_CHECK_OK(runtime.status());
-    runtimes.push_back(std::move(*runtime));
-    worker::transport::GrpcStageLinkOptions options;
-    options.job_id = "bench";
-    options.plan_epoch = 1;
-    options.stage = s;
-    options.stages = p;
-    options.service = services[s].get();
-    if (s > 0) options.upstream_address = addresses[s - 1];
-    options.staging_slot_bytes = worker::runtime::LargestLinkTensorBytes(spec);
-    options.staging_memory = worker::transport::HostStagingMemory(*backends[s]);  // as a worker's
-    if (backends[s]->host_staging_pinned()) {
-      options.extra_send_slots = worker::runtime::StageSender::kDefaultMaxQueued;
-    }
-    auto link = worker::transport::GrpcStageLink::Create(options);
-    BENCH_CHECK_OK(link.status());
-    links.push_back(std::move(*link));
-    auto stage = worker::runtime::PipelineStage::Create(
-        *runtimes[s], data->get(), *links[s],
-        {worker::runtime::ScheduleKind::kOneFOneB, p, s, spec.train().micro_batches(), spec.train().global_batch()});
-    BENCH_CHECK_OK(stage.status());
-    stages.push_back(std::move(*stage));
-  }
-  auto run_step = [&](int64_t step) {
-    std::vector<absl::StatusOr<StageStepResult>> results(p, absl::UnknownError(""));
-    std::vector<std::thread> threads;
-    for (int s = 0; s < p; ++s) threads.emplace_back([&, s] { results[s] = stages[s]->RunStep(step); });
-    for (auto& t : threads) t.join();
-    std::vector<StageStepResult> out;
-    for (auto& r : results) {
-      BENCH_CHECK_OK(r.status());
-      out.push_back(*r);
-    }
-    return out;
-  };
-  run_step(1);  // warm-up: allocations, connections
-  double wall = 0, busy = 0, busiest = 0, exposed = 0;
+  const int stage_threads = std::max(1, total_threads / (p * d));
+  PipelineGrid grid(spec, Cuts(config.units(), p), absl::GetFlag(FLAGS_device), stage_threads);
+  grid.RunStep(1);  // warm-up: allocations, connections
+  double wall = 0, busy = 0, busiest = 0, exposed = 0, reduce = 0, reduce_exposed = 0;
   int64_t tokens = 0;
   size_t peak = 0;
   std::vector<double> losses;
   for (int step = 2; step < 2 + steps; ++step) {
     const auto start = std::chrono::steady_clock::now();
-    const std::vector<StageStepResult> r = run_step(step);
+    const std::vector<StageStepResult> r = grid.RunStep(step);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     wall += seconds;
-    tokens += r[0].tokens;
-    losses.push_back(r.back().loss);
+    double loss = 0;  // the replicas' parts, in rank order
+    for (int q = 0; q < d; ++q) {
+      tokens += r[q * p].tokens;
+      loss += r[q * p + p - 1].loss;
+    }
+    losses.push_back(loss);
     double most = 0;
     for (const auto& s : r) {
       busy += s.busy_seconds;
       most = std::max(most, s.busy_seconds);
       peak = std::max(peak, s.peak_slots);
+      reduce += s.reduce_seconds;
+      reduce_exposed += s.reduce_exposed_seconds;
     }
     busiest += most;
     exposed += seconds - most;
   }
-  uint64_t link_peak = 0;
-  int staging_peak = 0;
-  for (const auto& link : links) {
-    link_peak = std::max(link_peak, link->PeakHeldBytes());
-    staging_peak = std::max(staging_peak, link->PeakStagingSlots());
-  }
-  links.clear();
-  for (auto& server : servers) server->Shutdown();
+  const uint64_t link_peak = grid.LinkPeakBytes();
+  const int staging_peak = grid.LinkPeakStagingSlots();
   const int m = spec.train().micro_batches();
-  const double efficiency = busy / (p * wall);
+  const double efficiency = busy / (p * d * wall);
   const double bound = 1.0 - static_cast<double>(p - 1) / (m + p - 1);
+  // The trainer with the same spec (it sums the replicas' gradients as they do).
   const Reference reference = RunReference(spec, total_threads, steps);
   double loss_gap = 0;
   for (size_t i = 0; i < losses.size(); ++i) {
     loss_gap = std::max(loss_gap, std::fabs(losses[i] - reference.losses[i]) / std::fabs(reference.losses[i]));
   }
   const double reference_tokens_per_s = reference.tokens / reference.seconds;
-  report.Add({{"stages", static_cast<double>(p)},
-              {"micro_batches", static_cast<double>(m)},
-              {"threads_per_stage", static_cast<double>(stage_threads)},
-              {"tokens_per_s", tokens / wall},
-              {"efficiency", efficiency},
-              {"analytic_bound", bound},
-              {"efficiency_vs_bound", efficiency / bound},
-              {"exposed_comm_ms", exposed / steps * 1e3},
-              {"step_ms", wall / steps * 1e3},
-              {"peak_slots", static_cast<double>(peak)},
-              {"link_peak_mib", static_cast<double>(link_peak) / (1 << 20)},
-              {"staging_slots_peak", static_cast<double>(staging_peak)},
-              {"peak_rss_mib", PeakRssMiB()},
-              {"reference_tokens_per_s", reference_tokens_per_s},
-              {"vs_reference", tokens / wall / reference_tokens_per_s},
-              {"max_loss_gap", loss_gap},
-              // The raw timings the figures above come from.
-              {"timed_steps", static_cast<double>(steps)},
-              {"tokens", static_cast<double>(tokens)},
-              {"wall_s", wall},
-              {"busy_s", busy},
-              {"busiest_s", busiest},
-              {"reference_tokens", static_cast<double>(reference.tokens)},
-              {"reference_wall_s", reference.seconds}});
+  BenchReport::Row row = {{"stages", static_cast<double>(p)},
+                          {"data_parallel", static_cast<double>(d)},
+                          {"micro_batches", static_cast<double>(m)},
+                          {"threads_per_stage", static_cast<double>(stage_threads)},
+                          {"bucket_mib", spec.parallel().bucket_mib()},
+                          {"tokens_per_s", tokens / wall},
+                          {"efficiency", efficiency},
+                          {"analytic_bound", bound},
+                          {"efficiency_vs_bound", efficiency / bound},
+                          {"exposed_comm_ms", exposed / steps * 1e3},
+                          {"step_ms", wall / steps * 1e3},
+                          {"peak_slots", static_cast<double>(peak)},
+                          {"link_peak_mib", static_cast<double>(link_peak) / (1 << 20)},
+                          {"staging_slots_peak", static_cast<double>(staging_peak)},
+                          {"peak_rss_mib", PeakRssMiB()},
+                          {"reference_tokens_per_s", reference_tokens_per_s},
+                          {"vs_reference", tokens / wall / reference_tokens_per_s}};
+  if (d > 1) {
+    // The share of the gradient reduction the backward pass hid, and the
+    // throughput next to one pipeline on the same threads.
+    row.push_back({"reduce_hidden", reduce > 0 ? 1.0 - reduce_exposed / reduce : 0.0});
+    row.push_back({"vs_d1", d1 > 0 ? tokens / wall / d1 : 0.0});
+  }
+  row.insert(row.end(), {{"max_loss_gap", loss_gap},
+                         // The raw timings the figures above come from.
+                         {"timed_steps", static_cast<double>(steps)},
+                         {"tokens", static_cast<double>(tokens)},
+                         {"wall_s", wall},
+                         {"busy_s", busy},
+                         {"busiest_s", busiest},
+                         {"reference_tokens", static_cast<double>(reference.tokens)},
+                         {"reference_wall_s", reference.seconds}});
+  if (d > 1) {
+    row.insert(row.end(), {{"reduce_s", reduce}, {"reduce_exposed_s", reduce_exposed}, {"d1_tokens_per_s", d1}});
+  }
+  report.Add(std::move(row));
+  return tokens / wall;
 }
 
 int Main() {
@@ -252,13 +216,39 @@ int Main() {
     return 3;
   }
   BenchReport report;
+  std::vector<int> replicas;
+  for (absl::string_view s : absl::StrSplit(absl::GetFlag(FLAGS_data_parallel), ',', absl::SkipEmpty())) {
+    int d = 0;
+    if (!absl::SimpleAtoi(s, &d) || d < 1 || d > 8) {
+      std::fprintf(stderr, "Error: bad --data_parallel entry '%s' (1..8)\n", std::string(s).c_str());
+      return 3;
+    }
+    replicas.push_back(d);
+  }
+  if (replicas.empty()) replicas.push_back(1);
   for (absl::string_view s : absl::StrSplit(absl::GetFlag(FLAGS_stages), ',', absl::SkipEmpty())) {
     int p = 0;
     if (!absl::SimpleAtoi(s, &p) || p < 2 || p > 10) {
       std::fprintf(stderr, "Error: bad --stages entry '%s' (2..10)\n", std::string(s).c_str());
       return 3;
     }
-    Measure(p, threads, std::max(1, absl::GetFlag(FLAGS_steps)), report);
+    for (int d : replicas) {
+      if (4 * p % d != 0) {
+        std::fprintf(stderr, "Error: %d replicas do not divide %d stages' %d micro-batches\n", d, p, 4 * p);
+        return 3;
+      }
+    }
+    // d = 1 first, for the ratios (measured even when not asked for a row of its own).
+    const int steps = std::max(1, absl::GetFlag(FLAGS_steps));
+    BenchReport single;
+    const double d1 = Measure(p, 1, threads, steps, 0, single);
+    for (int d : replicas) {
+      if (d == 1) {
+        report.Add(single.rows()[0]);
+      } else {
+        Measure(p, d, threads, steps, d1, report);
+      }
+    }
   }
   BENCH_CHECK_OK(report.Publish(absl::GetFlag(FLAGS_json)));
   return 0;

@@ -31,9 +31,10 @@ TRANSPORT_SIZES = [65536, 1048576]
 TRANSPORT_REPS = 8
 TRANSPORT_TRIALS = 2
 PIPELINE_STAGES = [2]
+PIPELINE_REPLICAS = [1, 2]
 PIPELINE_STEPS = 1
 # bench_pipeline's model (bench/bench_pipeline.cc): context 128, a global
-# batch of 8 sequences per stage, m = 4p micro-batches.
+# batch of 8 sequences per stage, m = 4p micro-batches in all (4p/d per replica).
 PIPELINE_CONTEXT = 128
 
 
@@ -163,21 +164,25 @@ def check_collective(bin_dir, workdir):
 def check_pipeline(bin_dir, workdir):
     rows, wall = run([os.path.join(bin_dir, "bench_pipeline"),
                       "--stages=" + ",".join(map(str, PIPELINE_STAGES)),
+                      "--data_parallel=" + ",".join(map(str, PIPELINE_REPLICAS)),
                       "--steps=%d" % PIPELINE_STEPS, "--threads=2"],
                      os.path.join(workdir, "pipeline.json"))
-    assert [r["stages"] for r in rows] == PIPELINE_STAGES, rows
+    assert [(r["stages"], r["data_parallel"]) for r in rows] == \
+        [(p, d) for p in PIPELINE_STAGES for d in PIPELINE_REPLICAS], rows
     timed = 0.0
+    single = {}  # tokens/s of d = 1, by p
     for r in rows:
         check_fields(r, ["micro_batches", "tokens_per_s", "efficiency", "analytic_bound",
                          "efficiency_vs_bound", "exposed_comm_ms", "step_ms", "peak_slots",
                          "link_peak_mib", "staging_slots_peak", "peak_rss_mib",
                          "reference_tokens_per_s", "vs_reference", "max_loss_gap", "timed_steps",
                          "tokens", "wall_s", "busy_s", "busiest_s", "reference_tokens",
-                         "reference_wall_s"])
-        p, m, steps = r["stages"], r["micro_batches"], r["timed_steps"]
-        assert m == 4 * p and steps == PIPELINE_STEPS, r
-        # Every token of every timed step, from the configuration alone; the
-        # trainer trained the same ones.
+                         "reference_wall_s", "bucket_mib"])
+        assert r["bucket_mib"] == 25, r  # the default
+        p, d, m, steps = r["stages"], r["data_parallel"], r["micro_batches"], r["timed_steps"]
+        assert m * d == 4 * p and steps == PIPELINE_STEPS, r
+        # Every token of every timed step, from the configuration alone (the
+        # same global batch for any d); the trainer trained the same ones.
         assert r["tokens"] == steps * 8 * p * PIPELINE_CONTEXT, r
         assert r["reference_tokens"] == r["tokens"], r
         assert close(r["analytic_bound"], 1 - (p - 1) / (m + p - 1)), r
@@ -185,7 +190,7 @@ def check_pipeline(bin_dir, workdir):
         wall_s, busy_s, busiest_s = r["wall_s"], r["busy_s"], r["busiest_s"]
         tokens_per_s = r["tokens"] / wall_s
         reference_tokens_per_s = r["reference_tokens"] / r["reference_wall_s"]
-        efficiency = busy_s / (p * wall_s)
+        efficiency = busy_s / (p * d * wall_s)
         assert close(r["tokens_per_s"], tokens_per_s), r
         assert close(r["reference_tokens_per_s"], reference_tokens_per_s), r
         assert close(r["vs_reference"], tokens_per_s / reference_tokens_per_s), r
@@ -193,14 +198,27 @@ def check_pipeline(bin_dir, workdir):
         assert close(r["efficiency_vs_bound"], efficiency / r["analytic_bound"]), r
         assert close(r["step_ms"], wall_s / steps * 1e3), r
         assert close(r["exposed_comm_ms"], (wall_s - busiest_s) / steps * 1e3), r
-        # Each stage was busy for some of each step and at most all of it:
-        # the busiest stage within the wall time, all of them within p times.
-        assert 0 < busiest_s <= wall_s and busiest_s <= busy_s <= p * busiest_s, r
+        # Each position was busy for some of each step and at most all of it:
+        # the busiest within the wall time, all of them within p·d times.
+        assert 0 < busiest_s <= wall_s and busiest_s <= busy_s <= p * d * busiest_s, r
         # 1F1B keeps at most p micro-batches' activations on a stage.
         assert 1 <= r["peak_slots"] <= p, r
         assert r["link_peak_mib"] > 0 and r["peak_rss_mib"] > 0, r
-        # On the CPU the pipeline is the reference arithmetic, bit for bit.
+        # On the CPU the grid is the reference arithmetic, bit for bit.
         assert r["max_loss_gap"] == 0, r
+        if d == 1:
+            single[p] = tokens_per_s
+            assert "reduce_s" not in r, r
+        else:
+            check_fields(r, ["reduce_hidden", "vs_d1", "reduce_s", "reduce_exposed_s", "d1_tokens_per_s"])
+            # Every position reduced, for part of each step at most (its
+            # copy of the gradients too), and never showed more than that.
+            reduce_s, exposed_s = r["reduce_s"], r["reduce_exposed_s"]
+            assert 0 < reduce_s <= p * d * wall_s, r
+            assert 0 < exposed_s <= reduce_s * 1.01, r
+            assert close(r["reduce_hidden"], 1 - exposed_s / reduce_s), r
+            assert close(r["d1_tokens_per_s"], single[p]), (r, single)
+            assert close(r["vs_d1"], tokens_per_s / single[p]), r
         timed += wall_s + r["reference_wall_s"]
     assert timed < wall, ("the timed steps took longer than the whole benchmark", timed, wall)
 

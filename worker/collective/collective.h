@@ -15,8 +15,12 @@
 // elements is cut into size() chunks, chunk r = ChunkOf(n, size(), r), which
 // rank r owns in ReduceScatterSum and AllGather.
 //
-// Not thread-safe: one thread per rank calls it. Close() may be called from
-// any thread.
+// Each operation also comes on host memory (…Host): such a call touches no
+// backend, so a thread of its own may make it while the rank's backend
+// thread goes on queuing work (the gradient reduction overlapping the
+// backward pass). The calls of one rank must not overlap: one thread at a
+// time calls it (handing over with a lock). Close() may be called from any
+// thread.
 #ifndef SHARDLINE_WORKER_COLLECTIVE_COLLECTIVE_H_
 #define SHARDLINE_WORKER_COLLECTIVE_COLLECTIVE_H_
 
@@ -46,6 +50,10 @@ class Collective {
   virtual absl::Status AllGather(DeviceSpan<float> data) = 0;
   // Every rank's `data` becomes rank `root`'s.
   virtual absl::Status Broadcast(DeviceSpan<float> data, int root) = 0;
+  // The same on host memory.
+  virtual absl::Status AllReduceSumHost(absl::Span<float> data) = 0;
+  virtual absl::Status ReduceScatterSumHost(absl::Span<float> data) = 0;
+  virtual absl::Status AllGatherHost(absl::Span<float> data) = 0;
 
   // Fails this rank's calls, now and later, and those of the ranks waiting
   // for it, with UNAVAILABLE `reason` (the step has failed; no hang).

@@ -112,13 +112,13 @@ absl::Status GrpcCollective::Run(Fn&& call) {
 }
 
 absl::StatusOr<std::shared_ptr<const StageMessage>> GrpcCollective::Outgoing(uint64_t sequence, int chunk,
-                                                                             DeviceSpan<const float> source) {
+                                                                             const CallBuffer& data, Chunk range) {
   auto message = std::make_shared<StageMessage>();
   message->kind = StageMessage::Kind::kCollective;
   message->sequence = sequence;
   message->micro_batch = chunk;
-  message->values = HostChunk(source.size());
-  RETURN_IF_ERROR(backend_.CopyToHost(source, message->values.span()));
+  message->values = HostChunk(range.size());
+  RETURN_IF_ERROR(data.Read(range.begin, message->values.span()));
   return std::shared_ptr<const StageMessage>(std::move(message));
 }
 
@@ -160,13 +160,12 @@ transport::HostBuffer GrpcCollective::HostChunk(size_t elements) {
   return transport::HostBuffer(std::vector<float>(elements));
 }
 
-absl::StatusOr<transport::HostBuffer> GrpcCollective::ReduceScatter(DeviceSpan<float> data, uint64_t sequence) {
+absl::StatusOr<transport::HostBuffer> GrpcCollective::ReduceScatter(const CallBuffer& data, uint64_t sequence) {
   const int d = size(), r = rank();
   // Every other rank's chunk to it, nearest ranks after ours first.
   for (int i = 1; i < d; ++i) {
     const int q = (r + i) % d;
-    const Chunk c = ChunkOf(data.size(), d, q);
-    ASSIGN_OR_RETURN(auto message, Outgoing(sequence, q, DeviceSpan<const float>(data.subspan(c.begin, c.size()))));
+    ASSIGN_OR_RETURN(auto message, Outgoing(sequence, q, data, ChunkOf(data.size(), d, q)));
     RETURN_IF_ERROR(Send(q, std::move(message)));
   }
   // Our chunk: the d parts added in rank order (ours where it falls), as
@@ -174,8 +173,7 @@ absl::StatusOr<transport::HostBuffer> GrpcCollective::ReduceScatter(DeviceSpan<f
   const Chunk own = ChunkOf(data.size(), d, r);
   transport::HostBuffer sum = HostChunk(own.size());
   own_.resize(own.size());
-  RETURN_IF_ERROR(backend_.CopyToHost(DeviceSpan<const float>(data.subspan(own.begin, own.size())),
-                                      absl::Span<float>(own_)));
+  RETURN_IF_ERROR(data.Read(own.begin, absl::Span<float>(own_)));
   for (int q = 0; q < d; ++q) {
     StageMessage received;
     const float* part = own_.data();
@@ -190,11 +188,11 @@ absl::StatusOr<transport::HostBuffer> GrpcCollective::ReduceScatter(DeviceSpan<f
       for (size_t i = 0; i < own.size(); ++i) sum[i] += part[i];
     }
   }
-  RETURN_IF_ERROR(backend_.CopyToDevice(absl::Span<const float>(sum), data.subspan(own.begin, own.size())));
+  RETURN_IF_ERROR(data.Write(own.begin, absl::Span<const float>(sum)));
   return sum;
 }
 
-absl::Status GrpcCollective::Gather(DeviceSpan<float> data, uint64_t sequence,
+absl::Status GrpcCollective::Gather(const CallBuffer& data, uint64_t sequence,
                                     std::shared_ptr<const StageMessage> mine) {
   const int d = size(), r = rank();
   for (int i = 1; i < d; ++i) RETURN_IF_ERROR(Send((r + i) % d, mine));
@@ -202,12 +200,18 @@ absl::Status GrpcCollective::Gather(DeviceSpan<float> data, uint64_t sequence,
     if (q == r) continue;
     const Chunk c = ChunkOf(data.size(), d, q);
     ASSIGN_OR_RETURN(StageMessage theirs, Expect(q, sequence, q, c.size()));
-    RETURN_IF_ERROR(backend_.CopyToDevice(absl::Span<const float>(theirs.values), data.subspan(c.begin, c.size())));
+    RETURN_IF_ERROR(data.Write(c.begin, absl::Span<const float>(theirs.values)));
   }
   return absl::OkStatus();
 }
 
-absl::Status GrpcCollective::ReduceScatterSum(DeviceSpan<float> data) {
+absl::Status GrpcCollective::ReduceScatterSum(DeviceSpan<float> data) { return ReduceScatterOnly(OnDevice(data)); }
+
+absl::Status GrpcCollective::AllGather(DeviceSpan<float> data) { return AllGatherOnly(OnDevice(data)); }
+
+absl::Status GrpcCollective::AllReduceSum(DeviceSpan<float> data) { return AllReduce(OnDevice(data)); }
+
+absl::Status GrpcCollective::ReduceScatterOnly(const CallBuffer& data) {
   return Run([&]() -> absl::Status {
     const uint64_t sequence = next_sequence_++;
     if (size() == 1) return absl::OkStatus();
@@ -215,18 +219,16 @@ absl::Status GrpcCollective::ReduceScatterSum(DeviceSpan<float> data) {
   });
 }
 
-absl::Status GrpcCollective::AllGather(DeviceSpan<float> data) {
+absl::Status GrpcCollective::AllGatherOnly(const CallBuffer& data) {
   return Run([&]() -> absl::Status {
     const uint64_t sequence = next_sequence_++;
     if (size() == 1) return absl::OkStatus();
-    const Chunk own = ChunkOf(data.size(), size(), rank());
-    ASSIGN_OR_RETURN(auto mine,
-                     Outgoing(sequence, rank(), DeviceSpan<const float>(data.subspan(own.begin, own.size()))));
+    ASSIGN_OR_RETURN(auto mine, Outgoing(sequence, rank(), data, ChunkOf(data.size(), size(), rank())));
     return Gather(data, sequence, std::move(mine));
   });
 }
 
-absl::Status GrpcCollective::AllReduceSum(DeviceSpan<float> data) {
+absl::Status GrpcCollective::AllReduce(const CallBuffer& data) {
   // A reduce-scatter, then an all-gather of the summed chunks straight from
   // the host copy of the sum.
   return Run([&]() -> absl::Status {
@@ -246,16 +248,17 @@ absl::Status GrpcCollective::Broadcast(DeviceSpan<float> data, int root) {
   if (root < 0 || root >= size()) {
     return absl::InvalidArgumentError(absl::StrCat("broadcast root ", root, " is not a rank of a group of ", size()));
   }
+  const CallBuffer buffer = OnDevice(data);
   return Run([&]() -> absl::Status {
     const uint64_t sequence = next_sequence_++;
     if (size() == 1) return absl::OkStatus();
     if (rank() == root) {
-      ASSIGN_OR_RETURN(auto whole, Outgoing(sequence, kWholeBuffer, DeviceSpan<const float>(data)));
+      ASSIGN_OR_RETURN(auto whole, Outgoing(sequence, kWholeBuffer, buffer, Chunk{0, data.size()}));
       for (int i = 1; i < size(); ++i) RETURN_IF_ERROR(Send((rank() + i) % size(), whole));
       return absl::OkStatus();
     }
     ASSIGN_OR_RETURN(StageMessage whole, Expect(root, sequence, kWholeBuffer, data.size()));
-    return backend_.CopyToDevice(absl::Span<const float>(whole.values), data);
+    return buffer.Write(0, absl::Span<const float>(whole.values));
   });
 }
 

@@ -29,6 +29,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "worker/backend/backend.h"
+#include "worker/collective/call_buffer.h"
 #include "worker/collective/collective.h"
 #include "worker/transport/exchange_stream.h"
 #include "worker/transport/stage_link_service.h"
@@ -65,6 +66,11 @@ class GrpcCollective final : public Collective {
   absl::Status ReduceScatterSum(DeviceSpan<float> data) override;
   absl::Status AllGather(DeviceSpan<float> data) override;
   absl::Status Broadcast(DeviceSpan<float> data, int root) override;
+  absl::Status AllReduceSumHost(absl::Span<float> data) override { return AllReduce(CallBuffer::OnHost(data)); }
+  absl::Status ReduceScatterSumHost(absl::Span<float> data) override {
+    return ReduceScatterOnly(CallBuffer::OnHost(data));
+  }
+  absl::Status AllGatherHost(absl::Span<float> data) override { return AllGatherOnly(CallBuffer::OnHost(data)); }
   void Close(const std::string& reason) override;
 
   uint64_t BytesReceived() override;
@@ -73,17 +79,21 @@ class GrpcCollective final : public Collective {
   GrpcCollective(Backend& backend, GrpcCollectiveOptions options)
       : backend_(backend), options_(std::move(options)) {}
 
+  CallBuffer OnDevice(DeviceSpan<float> data) { return CallBuffer::OnDevice(backend_, data); }
+  // The operations on either kind of memory.
+  absl::Status AllReduce(const CallBuffer& data);
+  absl::Status ReduceScatterOnly(const CallBuffer& data);
+  absl::Status AllGatherOnly(const CallBuffer& data);
   // The reduce-scatter of call `sequence`: this rank's chunk of the sum, on
   // the host (also written to `data`).
-  absl::StatusOr<transport::HostBuffer> ReduceScatter(DeviceSpan<float> data, uint64_t sequence);
+  absl::StatusOr<transport::HostBuffer> ReduceScatter(const CallBuffer& data, uint64_t sequence);
   // Host memory for a chunk of `elements`: a staging slot when one is free.
   transport::HostBuffer HostChunk(size_t elements);
   // Sends `mine` (this rank's chunk) to every peer and writes theirs into `data`.
-  absl::Status Gather(DeviceSpan<float> data, uint64_t sequence, std::shared_ptr<const transport::StageMessage> mine);
-  // A message of `elements` floats for chunk `chunk` of call `sequence`,
-  // copied from `source` on the device.
+  absl::Status Gather(const CallBuffer& data, uint64_t sequence, std::shared_ptr<const transport::StageMessage> mine);
+  // A message for chunk `chunk` of call `sequence`: elements `range` of `data`.
   absl::StatusOr<std::shared_ptr<const transport::StageMessage>> Outgoing(uint64_t sequence, int chunk,
-                                                                          DeviceSpan<const float> source);
+                                                                          const CallBuffer& data, Chunk range);
   absl::Status Send(int peer, std::shared_ptr<const transport::StageMessage> message);
   // Rank `peer`'s next message, which must be chunk `chunk` of call
   // `sequence` with `elements` floats.

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
+#include "worker/collective/call_buffer.h"
 
 namespace shardline::worker::collective {
 
@@ -19,24 +20,34 @@ class InProcessCollective final : public Collective {
   int size() const override { return group_.size_; }
 
   absl::Status AllReduceSum(DeviceSpan<float> data) override {
-    return Run(InProcessGroup::Op::kAllReduceSum, data, 0);
+    return Run(InProcessGroup::Op::kAllReduceSum, OnDevice(data), 0);
   }
   absl::Status ReduceScatterSum(DeviceSpan<float> data) override {
-    return Run(InProcessGroup::Op::kReduceScatterSum, data, 0);
+    return Run(InProcessGroup::Op::kReduceScatterSum, OnDevice(data), 0);
   }
   absl::Status AllGather(DeviceSpan<float> data) override {
-    return Run(InProcessGroup::Op::kAllGather, data, 0);
+    return Run(InProcessGroup::Op::kAllGather, OnDevice(data), 0);
   }
   absl::Status Broadcast(DeviceSpan<float> data, int root) override {
     if (root < 0 || root >= size()) {
       return absl::InvalidArgumentError(absl::StrCat("broadcast root ", root, " is not a rank of a group of ", size()));
     }
-    return Run(InProcessGroup::Op::kBroadcast, data, root);
+    return Run(InProcessGroup::Op::kBroadcast, OnDevice(data), root);
+  }
+  absl::Status AllReduceSumHost(absl::Span<float> data) override {
+    return Run(InProcessGroup::Op::kAllReduceSum, CallBuffer::OnHost(data), 0);
+  }
+  absl::Status ReduceScatterSumHost(absl::Span<float> data) override {
+    return Run(InProcessGroup::Op::kReduceScatterSum, CallBuffer::OnHost(data), 0);
+  }
+  absl::Status AllGatherHost(absl::Span<float> data) override {
+    return Run(InProcessGroup::Op::kAllGather, CallBuffer::OnHost(data), 0);
   }
   void Close(const std::string& reason) override { group_.Close(reason); }
 
  private:
-  absl::Status Run(InProcessGroup::Op op, DeviceSpan<float> data, int root);
+  CallBuffer OnDevice(DeviceSpan<float> data) { return CallBuffer::OnDevice(backend_, data); }
+  absl::Status Run(InProcessGroup::Op op, const CallBuffer& data, int root);
 
   InProcessGroup& group_;
   const int rank_;
@@ -44,10 +55,10 @@ class InProcessCollective final : public Collective {
   uint64_t next_sequence_ = 0;
 };
 
-absl::Status InProcessCollective::Run(InProcessGroup::Op op, DeviceSpan<float> data, int root) {
+absl::Status InProcessCollective::Run(InProcessGroup::Op op, const CallBuffer& data, int root) {
   const uint64_t sequence = next_sequence_++;
   auto values = std::make_shared<std::vector<float>>(data.size());
-  RETURN_IF_ERROR(backend_.CopyToHost(DeviceSpan<const float>(data), absl::Span<float>(*values)));
+  RETURN_IF_ERROR(data.Read(0, absl::Span<float>(*values)));
   InProcessGroup::Contribution mine;
   mine.op = op;
   mine.elements = data.size();
@@ -57,10 +68,9 @@ absl::Status InProcessCollective::Run(InProcessGroup::Op op, DeviceSpan<float> d
   const int d = size();
   // Not written into `values`: the other ranks may still be reading it.
   std::vector<float> result(data.size());
-  // Writes chunk r of `result` back to the device.
+  // Writes chunk c of `result` back.
   auto write_chunk = [&](const Chunk& c) {
-    return backend_.CopyToDevice(absl::Span<const float>(result.data() + c.begin, c.size()),
-                                 data.subspan(c.begin, c.size()));
+    return data.Write(c.begin, absl::Span<const float>(result.data() + c.begin, c.size()));
   };
   absl::Status status;
   switch (op) {

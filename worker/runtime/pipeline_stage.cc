@@ -66,8 +66,14 @@ absl::StatusOr<std::unique_ptr<PipelineStage>> PipelineStage::Create(
   ASSIGN_OR_RETURN(std::vector<PipelineAction> schedule,
                    BuildSchedule(options.schedule, options.stages, options.stage,
                                  options.micro_batches));
-  return std::unique_ptr<PipelineStage>(new PipelineStage(
-      runtime, data, link, options, options.replicas > 1 ? replica_group : nullptr, std::move(schedule)));
+  std::unique_ptr<GradientBuckets> buckets;
+  if (options.replicas > 1) {
+    ASSIGN_OR_RETURN(buckets, GradientBuckets::Create(runtime.backend(), runtime.Gradients(), options.bucket_bytes,
+                                                      *replica_group));
+  }
+  return std::unique_ptr<PipelineStage>(new PipelineStage(runtime, data, link, options,
+                                                          options.replicas > 1 ? replica_group : nullptr,
+                                                          std::move(schedule), std::move(buckets)));
 }
 
 absl::StatusOr<transport::StageMessage> PipelineStage::Expect(absl::StatusOr<transport::StageMessage> message,
@@ -166,7 +172,7 @@ absl::Status PipelineStage::Forward(int64_t step, int k, const std::vector<data:
   return sender_.Send(StageSender::Direction::kNext, std::move(out), std::move(edge.output_written));
 }
 
-absl::Status PipelineStage::Backward(int64_t step, int k, StageStepResult& result) {
+absl::Status PipelineStage::Backward(int64_t step, int k, bool last, StageStepResult& result) {
   transport::StageMessage gradient;
   if (!runtime_.is_last()) {
     ASSIGN_OR_RETURN(gradient, Expect(link_.ReceiveFromNext(), Kind::kGradient, step, k));
@@ -177,8 +183,12 @@ absl::Status PipelineStage::Backward(int64_t step, int k, StageStepResult& resul
     grad_input = link_.OutgoingBuffer(Kind::kGradient, static_cast<size_t>(tokens * runtime_.input_width()));
   }
   RETURN_IF_ERROR(StartPass());
+  ShardRuntime::GradientsFinal gradients_final;
+  if (last && buckets_ != nullptr) {
+    gradients_final = [this](size_t first) { return buckets_->Ready(first); };
+  }
   ASSIGN_OR_RETURN(ShardRuntime::EdgeTransfers edge,
-                   runtime_.BackwardAsync(k, gradient.values, grad_input.span()));
+                   runtime_.BackwardAsync(k, gradient.values, grad_input.span(), gradients_final));
   RETURN_IF_ERROR(EndPass());
   KeepUntilRead(std::move(edge.inputs_read), std::move(gradient));
   if (runtime_.is_first()) return absl::OkStatus();
@@ -237,6 +247,7 @@ absl::StatusOr<StageStepResult> PipelineStage::RunStep(int64_t step) {
   if (!result.ok() && replica_group_ != nullptr) {
     replica_group_->Close(absl::StrCat("stage ", options_.stage, " of replica ", options_.replica,
                                        " failed step ", step, ": ", result.status().message()));
+    buckets_->Abandon();  // its calls in flight fail now
   }
   return result;
 }
@@ -262,11 +273,16 @@ absl::StatusOr<StageStepResult> PipelineStage::RunStepImpl(int64_t step) {
   RETURN_IF_ERROR(runtime_.ZeroGrads());
   runtime_.ResetPeakSlots();
   absl::Status status = [&]() -> absl::Status {
-    for (const PipelineAction& action : schedule_) {
+    size_t last_backward = 0;
+    for (size_t i = 0; i < schedule_.size(); ++i) {
+      if (schedule_[i].type == PipelineAction::Type::kBackward) last_backward = i;
+    }
+    for (size_t i = 0; i < schedule_.size(); ++i) {
+      const PipelineAction& action = schedule_[i];
       ReleaseUploads(/*wait=*/false);
       RETURN_IF_ERROR(action.type == PipelineAction::Type::kForward
                           ? Forward(step, action.micro_batch, batches, loss_scale, result)
-                          : Backward(step, action.micro_batch, result));
+                          : Backward(step, action.micro_batch, i == last_backward, result));
     }
     return absl::OkStatus();
   }();
@@ -291,7 +307,11 @@ absl::StatusOr<StageStepResult> PipelineStage::RunStepImpl(int64_t step) {
     return status;
   }
   result.peak_slots = runtime_.peak_slots_held();
-  if (replica_group_ != nullptr) RETURN_IF_ERROR(buckets_.AllReduce(runtime_.Gradients(), *replica_group_));
+  if (buckets_ != nullptr) {
+    RETURN_IF_ERROR(buckets_->Finish());
+    result.reduce_seconds = buckets_->reduce_seconds();
+    result.reduce_exposed_seconds = buckets_->exposed_seconds();
+  }
   ASSIGN_OR_RETURN(double squared, ReduceGradNorm(step));
   result.grad_norm = std::sqrt(squared);
   const nn::OptimizerConfig& optimizer = runtime_.optimizer_config();

@@ -62,6 +62,10 @@ struct StageStepResult {
   uint64_t received_bytes = 0;  // link payload bytes received during the step
   int64_t minor_faults = 0;     // minor page faults of the whole process during the step
   uint64_t link_peak_bytes = 0;  // most tensor bytes the links held at once, so far
+  // With replicas: seconds the gradient reduction ran, and the part of them
+  // the backward pass did not hide (GradientBuckets).
+  double reduce_seconds = 0;
+  double reduce_exposed_seconds = 0;
 };
 
 // The most bytes one stage-link tensor of `spec`'s jobs holds (a
@@ -73,7 +77,8 @@ class PipelineStage {
  public:
   // `data` is required on stage 0 and ignored elsewhere. With replicas > 1,
   // `replica_group` is this stage's data-parallel group (rank = replica):
-  // the gradients are summed over it after the last backward pass. Nothing
+  // the gradients are summed over it in buckets, each as soon as the step's
+  // last backward pass has finished its layers (GradientBuckets). Nothing
   // is owned; everything must outlive the stage.
   static absl::StatusOr<std::unique_ptr<PipelineStage>> Create(ShardRuntime& runtime,
                                                                const data::DataSource* data,
@@ -95,9 +100,9 @@ class PipelineStage {
  private:
   PipelineStage(ShardRuntime& runtime, const data::DataSource* data, transport::StageLink& link,
                 PipelineStageOptions options, collective::Collective* replica_group,
-                std::vector<PipelineAction> schedule)
+                std::vector<PipelineAction> schedule, std::unique_ptr<GradientBuckets> buckets)
       : runtime_(runtime), data_(data), link_(link), options_(options), replica_group_(replica_group),
-        schedule_(std::move(schedule)), sender_(link), buckets_(runtime.backend(), options.bucket_bytes) {}
+        schedule_(std::move(schedule)), sender_(link), buckets_(std::move(buckets)) {}
   // A received message whose tensor the device is still reading.
   struct Upload {
     HostTransfer read;
@@ -106,7 +111,9 @@ class PipelineStage {
   absl::Status Forward(int64_t step, int k, const std::vector<data::Batch>& batches,
                        float loss_scale, StageStepResult& result);
   absl::StatusOr<StageStepResult> RunStepImpl(int64_t step);
-  absl::Status Backward(int64_t step, int k, StageStepResult& result);
+  // `last`: the step's last backward pass on this stage, which finishes
+  // the gradients.
+  absl::Status Backward(int64_t step, int k, bool last, StageStepResult& result);
   absl::StatusOr<double> ReduceGradNorm(int64_t step);
   absl::StatusOr<transport::StageMessage> Expect(absl::StatusOr<transport::StageMessage> message,
                                                  transport::StageMessage::Kind kind, int64_t step,
@@ -127,7 +134,7 @@ class PipelineStage {
   collective::Collective* const replica_group_;  // null with one replica
   const std::vector<PipelineAction> schedule_;
   StageSender sender_;
-  GradientBuckets buckets_;  // used with replicas
+  std::unique_ptr<GradientBuckets> buckets_;  // with replicas
   std::deque<Upload> uploads_;
   // The step's passes, timed on the device; read at the end of the step.
   std::vector<std::unique_ptr<WorkTimer>> pass_timers_;

@@ -260,16 +260,18 @@ absl::StatusOr<double> ShardRuntime::Loss(int slot) {
 
 absl::Status ShardRuntime::Backward(int slot, absl::Span<const float> grad_output,
                                     absl::Span<float> grad_input) {
-  return BackwardImpl(slot, grad_output, grad_input, /*wait=*/true).status();
+  return BackwardImpl(slot, grad_output, grad_input, /*wait=*/true, nullptr).status();
 }
 
 absl::StatusOr<ShardRuntime::EdgeTransfers> ShardRuntime::BackwardAsync(
-    int slot, absl::Span<const float> grad_output, absl::Span<float> grad_input) {
-  return BackwardImpl(slot, grad_output, grad_input, /*wait=*/false);
+    int slot, absl::Span<const float> grad_output, absl::Span<float> grad_input,
+    const GradientsFinal& gradients_final) {
+  return BackwardImpl(slot, grad_output, grad_input, /*wait=*/false, gradients_final);
 }
 
 absl::StatusOr<ShardRuntime::EdgeTransfers> ShardRuntime::BackwardImpl(
-    int slot, absl::Span<const float> grad_output, absl::Span<float> grad_input, bool wait) {
+    int slot, absl::Span<const float> grad_output, absl::Span<float> grad_input, bool wait,
+    const GradientsFinal& gradients_final) {
   ASSIGN_OR_RETURN(Slot * s, slots_.Find(slot));
   const int64_t rows = s->batch * s->t;
   if (is_last() && !grad_output.empty()) {
@@ -299,6 +301,8 @@ absl::StatusOr<ShardRuntime::EdgeTransfers> ShardRuntime::BackwardImpl(
     GradIn& out = grad_in_[grad_in_next_];
     grad_in_next_ ^= 1;
     const nn::MicroBatch mb = MicroBatchOf(slot, *s);
+    size_t first_parameter = 0;  // of layer i, in parameters() order
+    for (const auto& layer : layers_) first_parameter += layer->parameters().size();
     for (size_t i = layers_.size(); i-- > 0;) {
       nn::Layer& layer = *layers_[i];
       DeviceSpan<float> dx;
@@ -310,6 +314,8 @@ absl::StatusOr<ShardRuntime::EdgeTransfers> ShardRuntime::BackwardImpl(
         dx = Prefix<float>(target, n);
       }
       RETURN_IF_ERROR(layer.Backward(mb, Prefix<float>(s->acts[i], rows * layer.input_width()), dy, dx));
+      first_parameter -= layer.parameters().size();
+      if (gradients_final) RETURN_IF_ERROR(gradients_final(first_parameter));
       dy = dx;
       std::swap(dy_buffer, dx_buffer);
     }

@@ -10,6 +10,7 @@
 #ifndef SHARDLINE_WORKER_RUNTIME_SHARD_RUNTIME_H_
 #define SHARDLINE_WORKER_RUNTIME_SHARD_RUNTIME_H_
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -95,8 +96,15 @@ class ShardRuntime {
   // memory and the output memory as they are until the transfers are done.
   // On the CPU backend everything has run when they return.
   absl::StatusOr<EdgeTransfers> ForwardAsync(int slot, const Inputs& inputs, absl::Span<float> output);
+  // `gradients_final`, when set, is called after each layer's backward
+  // work is queued with the index (in parameters() order) of the layer's
+  // first parameter: on the step's last backward pass, the gradients from
+  // there on are final (GradientBuckets starts their reduction); an error
+  // it returns fails the pass.
+  using GradientsFinal = std::function<absl::Status(size_t first_parameter)>;
   absl::StatusOr<EdgeTransfers> BackwardAsync(int slot, absl::Span<const float> grad_output,
-                                              absl::Span<float> grad_input);
+                                              absl::Span<float> grad_input,
+                                              const GradientsFinal& gradients_final = nullptr);
   // Tokens (batch·t) of a held slot; FAILED_PRECONDITION if it is not held.
   absl::StatusOr<int64_t> SlotTokens(int slot);
   // Frees a slot without a backward pass (evaluation).
@@ -182,7 +190,8 @@ class ShardRuntime {
   absl::StatusOr<EdgeTransfers> ForwardImpl(int slot, const Inputs& inputs, absl::Span<float> output,
                                             bool wait);
   absl::StatusOr<EdgeTransfers> BackwardImpl(int slot, absl::Span<const float> grad_output,
-                                             absl::Span<float> grad_input, bool wait);
+                                             absl::Span<float> grad_input, bool wait,
+                                             const GradientsFinal& gradients_final);
   // One edge tensor between the host (at edge_dtype_) and the device (f32);
   // `narrow` is the device buffer a 16-bit tensor lands in (upload) or is
   // converted into (download). The transfer is done at once when `wait`; an

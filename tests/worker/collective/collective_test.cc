@@ -150,6 +150,32 @@ TEST_P(CollectiveTest, ReduceScatterThenAllGatherIsAllReduce) {
   });
 }
 
+// The host-memory calls compute the same bits, and meet the device calls of
+// the same operation (the ranks' memory is their own business).
+TEST_P(CollectiveTest, HostMemoryCallsGiveTheDeviceCallsBits) {
+  const size_t n = 1001;
+  const int d = 3;
+  const std::vector<float> want = RankOrderSum(d, n);
+  RunRanks(d, [&](int r, Collective& c, Backend& backend) {
+    std::vector<float> host = Input(r, n);
+    ASSERT_TRUE(c.AllReduceSumHost(absl::Span<float>(host)).ok());
+    EXPECT_EQ(host, want) << "rank " << r;
+    host = Input(r, n);
+    ASSERT_TRUE(c.ReduceScatterSumHost(absl::Span<float>(host)).ok());
+    const Chunk own = ChunkOf(n, d, r);
+    for (size_t i = 0; i < n; ++i) {
+      ASSERT_EQ(host[i], i >= own.begin && i < own.end ? want[i] : Input(r, n)[i]) << "rank " << r << " float " << i;
+    }
+    ASSERT_TRUE(c.AllGatherHost(absl::Span<float>(host)).ok());
+    EXPECT_EQ(host, want) << "rank " << r;
+    // Rank 0 on the host, the others on their devices.
+    DeviceBuffer buffer = worker::testing::Upload(backend, Input(r, n));
+    host = Input(r, n);
+    ASSERT_TRUE((r == 0 ? c.AllReduceSumHost(absl::Span<float>(host)) : c.AllReduceSum(buffer.span<float>())).ok());
+    EXPECT_EQ(r == 0 ? host : worker::testing::Download(backend, buffer), want) << "rank " << r;
+  });
+}
+
 TEST_P(CollectiveTest, BroadcastCopiesTheRootsBuffer) {
   RunRanks(3, [&](int r, Collective& c, Backend& backend) {
     DeviceBuffer buffer = worker::testing::Upload(backend, Input(r, 50));

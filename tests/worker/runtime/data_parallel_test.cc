@@ -25,13 +25,14 @@ struct Case {
   int replicas;
   std::string schedule;
   int micro_batches;  // per replica
+  double bucket_mib = 25;  // the tiny model's stages: 1/256 MiB is a few buckets each
 };
 
 std::string Name(const Case& c) {
   std::string cuts;
   for (int cut : c.cuts) absl::StrAppend(&cuts, "_", cut);
   return absl::StrCat(c.cuts.size() + 1, "stages", cuts, "_", c.replicas, "replicas_", c.schedule, "_m",
-                      c.micro_batches);
+                      c.micro_batches, c.bucket_mib < 1 ? "_small_buckets" : "");
 }
 
 shardline::v1::JobSpec GridSpec(const Case& c) {
@@ -39,6 +40,7 @@ shardline::v1::JobSpec GridSpec(const Case& c) {
   spec.mutable_parallel()->set_pipeline_stages(static_cast<int>(c.cuts.size()) + 1);
   spec.mutable_parallel()->set_schedule(c.schedule);
   spec.mutable_parallel()->set_data_parallel(c.replicas);
+  spec.mutable_parallel()->set_bucket_mib(c.bucket_mib);
   spec.mutable_train()->mutable_optimizer()->set_grad_clip(1.0);  // the global norm matters
   return spec;
 }
@@ -78,6 +80,10 @@ TEST_P(DataParallelTest, LossesAndWeightsMatchTheReferenceTrainerBitForBit) {
         EXPECT_EQ(stage.grad_norm, want->grad_norm) << "step " << step << " replica " << r;
       }
       EXPECT_EQ(got->results[r].front().tokens, want->tokens / c.replicas) << "each replica trains 1/d";
+      for (const StageStepResult& stage : got->results[r]) {
+        EXPECT_GT(stage.reduce_seconds, 0.0) << "the replicas summed their gradients";
+        EXPECT_GE(stage.reduce_exposed_seconds, 0.0);
+      }
     }
     // The replicas of every stage hold the same weights after every step.
     const auto first = Weights((*grid)->replica(0));
@@ -99,7 +105,8 @@ INSTANTIATE_TEST_SUITE_P(Grids, DataParallelTest,
                          ::testing::Values(Case{{}, 2, "1f1b", 2}, Case{{2}, 2, "1f1b", 3},
                                            Case{{1}, 2, "gpipe", 2}, Case{{1, 3}, 2, "1f1b", 3},
                                            Case{{1, 2}, 2, "gpipe", 2}, Case{{}, 4, "1f1b", 2},
-                                           Case{{}, 4, "gpipe", 1}),
+                                           Case{{}, 4, "gpipe", 1}, Case{{2}, 2, "1f1b", 3, 1.0 / 256},
+                                           Case{{1, 3}, 3, "gpipe", 2, 1.0 / 256}),
                          [](const ::testing::TestParamInfo<Case>& info) { return Name(info.param); });
 
 // The same global batch with d = 1 (d·m micro-batches of the same size):

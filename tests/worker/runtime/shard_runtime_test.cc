@@ -325,6 +325,46 @@ TEST_F(ShardRuntimeTest, HalfPrecisionEdgesEqualTheF32EdgeOnRoundedValues) {
   EXPECT_EQ(runtime->set_edge_dtype(common::DType::kI32).code(), absl::StatusCode::kInvalidArgument);
 }
 
+// The hook GradientBuckets starts its reductions from: after each layer,
+// from the last to the first, the gradients from the named parameter on
+// hold their values of the whole pass, and the earlier ones do not yet.
+TEST_F(ShardRuntimeTest, GradientsFinalNamesEachLayersFirstParameterAsItsGradientsAreDone) {
+  const float scale = static_cast<float>(1.0 / batch_.target_count());
+  auto runtime = Make(0, config_.units());
+  const std::vector<nn::Parameter*> params = runtime->parameters();
+  std::vector<size_t> calls;
+  std::vector<std::vector<std::vector<float>>> seen;  // at each call: every gradient from `first` on
+  auto download = [&](size_t p) {
+    std::vector<float> g(params[p]->count());
+    EXPECT_TRUE(backend_->CopyToHost(DeviceSpan<const float>(params[p]->g()), absl::Span<float>(g)).ok());
+    return g;
+  };
+  ASSERT_TRUE(runtime->ZeroGrads().ok());
+  ASSERT_TRUE(runtime->ForwardAsync(0, Inputs(batch_, scale), {}).ok());
+  ASSERT_TRUE(runtime->BackwardAsync(0, {}, {}, [&](size_t first) {
+    calls.push_back(first);
+    seen.emplace_back();
+    for (size_t p = first; p < params.size(); ++p) seen.back().push_back(download(p));
+    // The parameter just before `first` still waits for its layer.
+    if (first > 0) {
+      EXPECT_EQ(download(first - 1), std::vector<float>(params[first - 1]->count(), 0.0f));
+    }
+    return absl::OkStatus();
+  }).ok());
+  ASSERT_EQ(calls.size(), static_cast<size_t>(config_.units()));  // one layer per unit here
+  EXPECT_EQ(calls.back(), 0u);
+  for (size_t c = 1; c < calls.size(); ++c) EXPECT_LT(calls[c], calls[c - 1]);
+  for (size_t c = 0; c < calls.size(); ++c) {
+    for (size_t p = calls[c]; p < params.size(); ++p) {
+      EXPECT_EQ(seen[c][p - calls[c]], download(p)) << params[p]->name << " after call " << c;
+    }
+  }
+  // An error from the hook fails the pass.
+  ASSERT_TRUE(runtime->ForwardAsync(0, Inputs(batch_, scale), {}).ok());
+  EXPECT_EQ(runtime->BackwardAsync(0, {}, {}, [](size_t) { return absl::AbortedError("no"); }).status().code(),
+            absl::StatusCode::kAborted);
+}
+
 TEST_F(ShardRuntimeTest, CountsHeldMicroBatches) {
   auto runtime = Make(0, config_.units());
   for (int k = 0; k < 3; ++k) ASSERT_TRUE(runtime->Forward(k, Inputs(batch_, 0.1f)).ok());
