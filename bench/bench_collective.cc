@@ -33,6 +33,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/barrier.h"
 #include "bench/bench_report.h"
+#include "bench/loopback_server.h"
 #include "common/init.h"
 #include "worker/backend/backend_factory.h"
 #include "worker/collective/grpc_collective.h"
@@ -189,14 +190,9 @@ std::vector<Rank> StartRanks(int d, size_t largest_bytes) {
   std::vector<Rank> ranks(static_cast<size_t>(d));
   std::vector<std::string> addresses;
   for (Rank& r : ranks) {
-    grpc::ServerBuilder builder;
-    int port = 0;
-    builder.AddChannelArgument("grpc.so_reuseport", 0);
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-    r.service->RegisterWith(builder);
-    r.server = builder.BuildAndStart();
-    if (r.server == nullptr || port == 0) std::abort();
-    r.address = absl::StrCat("127.0.0.1:", port);
+    LoopbackServer server = StartLoopbackServer(*r.service);
+    r.server = std::move(server.server);
+    r.address = server.address;
     addresses.push_back(r.address);
     auto backend = worker::CreateBackend("cpu", {1});
     BENCH_CHECK_OK(backend.status());

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "bench/bench_report.h"
+#include "bench/loopback_server.h"
 #include "worker/backend/backend_factory.h"
 #include "worker/runtime/gradient_buckets.h"
 #include "worker/runtime/stage_sender.h"
@@ -23,13 +24,9 @@ PipelineGrid::PipelineGrid(const shardline::v1::JobSpec& spec, const std::vector
   positions_.resize(static_cast<size_t>(p_ * d_));
   for (Position& at : positions_) {
     at.service = std::make_unique<worker::transport::StageLinkService>();
-    grpc::ServerBuilder builder;
-    int port = 0;
-    builder.AddChannelArgument("grpc.so_reuseport", 0);
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-    at.service->RegisterWith(builder);
-    at.server = builder.BuildAndStart();
-    at.address = absl::StrCat("127.0.0.1:", port);
+    LoopbackServer server = StartLoopbackServer(*at.service);
+    at.server = std::move(server.server);
+    at.address = server.address;
   }
   const size_t bucket = static_cast<size_t>(spec.parallel().bucket_mib() * (1 << 20));
   for (int r = 0; r < d_; ++r) {

@@ -301,8 +301,8 @@ absl::StatusOr<ShardRuntime::EdgeTransfers> ShardRuntime::BackwardImpl(
     GradIn& out = grad_in_[grad_in_next_];
     grad_in_next_ ^= 1;
     const nn::MicroBatch mb = MicroBatchOf(slot, *s);
-    size_t first_parameter = 0;  // of layer i, in parameters() order
-    for (const auto& layer : layers_) first_parameter += layer->parameters().size();
+    size_t first_parameter = 0;  // of layer i, in parameters() order; counted for the hook only
+    if (gradients_final) first_parameter = parameters().size();
     for (size_t i = layers_.size(); i-- > 0;) {
       nn::Layer& layer = *layers_[i];
       DeviceSpan<float> dx;
@@ -314,8 +314,10 @@ absl::StatusOr<ShardRuntime::EdgeTransfers> ShardRuntime::BackwardImpl(
         dx = Prefix<float>(target, n);
       }
       RETURN_IF_ERROR(layer.Backward(mb, Prefix<float>(s->acts[i], rows * layer.input_width()), dy, dx));
-      first_parameter -= layer.parameters().size();
-      if (gradients_final) RETURN_IF_ERROR(gradients_final(first_parameter));
+      if (gradients_final) {
+        first_parameter -= layer.parameters().size();
+        RETURN_IF_ERROR(gradients_final(first_parameter));
+      }
       dy = dx;
       std::swap(dy_buffer, dx_buffer);
     }

@@ -60,6 +60,21 @@ std::vector<DeviceSpan<float>> Spans(std::vector<DeviceBuffer>& buffers) {
   return out;
 }
 
+// Rank r of `group`: its backend, counted handle, gradients and buckets of
+// `bucket_floats`.
+struct RankBuckets {
+  RankBuckets(collective::InProcessGroup& group, int r, size_t bucket_floats)
+      : backend(testing::CpuBackend()), handle(group.Rank(r, *backend)), buffers(Gradients(*backend, r)) {
+    auto created = GradientBuckets::Create(*backend, Spans(buffers), bucket_floats * sizeof(float), handle);
+    EXPECT_TRUE(created.ok()) << created.status();
+    if (created.ok()) buckets = std::move(*created);
+  }
+  std::unique_ptr<Backend> backend;
+  CountingCollective handle;
+  std::vector<DeviceBuffer> buffers;
+  std::unique_ptr<GradientBuckets> buckets;
+};
+
 // Three gradients of 5, 17 and 3 floats on each of two ranks, summed in
 // buckets of `bucket_floats` as a backward pass would start them (last
 // parameter first), over two steps; every rank's result and its calls.
@@ -74,25 +89,26 @@ void Check(size_t bucket_floats, int want_buckets) {
   std::vector<std::thread> ranks;
   for (int r = 0; r < 2; ++r) {
     ranks.emplace_back([&, r] {
-      auto backend = testing::CpuBackend();
-      CountingCollective handle((*group)->Rank(r, *backend));
-      std::vector<DeviceBuffer> buffers = Gradients(*backend, r);
-      auto buckets = GradientBuckets::Create(*backend, Spans(buffers), bucket_floats * sizeof(float), handle);
-      ASSERT_TRUE(buckets.ok()) << buckets.status();
-      EXPECT_EQ((*buckets)->buckets(), want_buckets) << bucket_floats << "-float buckets";
+      RankBuckets rank(**group, r, bucket_floats);
+      ASSERT_NE(rank.buckets, nullptr);
+      Backend* backend = rank.backend.get();
+      CountingCollective& handle = rank.handle;
+      std::vector<DeviceBuffer>& buffers = rank.buffers;
+      GradientBuckets* buckets = rank.buckets.get();
+      EXPECT_EQ(buckets->buckets(), want_buckets) << bucket_floats << "-float buckets";
       for (int step = 0; step < 2; ++step) {
         for (size_t p = 0; step > 0 && p < kSizes.size(); ++p) {  // the next step's gradients
           const std::vector<float> g = testing::RandomVector(kSizes[p], (r == 0 ? 10 : 20) + p);
           ASSERT_TRUE(backend->CopyToDevice(absl::Span<const float>(g), buffers[p].span<float>()).ok());
         }
-        for (size_t first : {2, 1}) ASSERT_TRUE((*buckets)->Ready(first).ok());
-        ASSERT_TRUE((*buckets)->Finish().ok());  // starts the rest
+        for (size_t first : {2, 1}) ASSERT_TRUE(buckets->Ready(first).ok());
+        ASSERT_TRUE(buckets->Finish().ok());  // starts the rest
         EXPECT_EQ(handle.host_sums.load(), want_buckets * (step + 1));
         for (size_t p = 0; p < kSizes.size(); ++p) {
           EXPECT_EQ(testing::Download(*backend, buffers[p]), want[p]) << "rank " << r << " parameter " << p;
         }
-        EXPECT_GE((*buckets)->reduce_seconds(), 0.0);
-        EXPECT_GE((*buckets)->exposed_seconds(), 0.0);
+        EXPECT_GE(buckets->reduce_seconds(), 0.0);
+        EXPECT_GE(buckets->exposed_seconds(), 0.0);
       }
     });
   }
@@ -115,17 +131,16 @@ TEST(GradientBucketsTest, ABucketIsSummedAsSoonAsItsParametersAreFinal) {
   std::vector<std::thread> ranks;
   for (int r = 0; r < 2; ++r) {
     ranks.emplace_back([&, r] {
-      auto backend = testing::CpuBackend();
-      CountingCollective handle((*group)->Rank(r, *backend));
-      std::vector<DeviceBuffer> buffers = Gradients(*backend, r);
-      auto buckets = GradientBuckets::Create(*backend, Spans(buffers), 3 * sizeof(float), handle);
-      ASSERT_TRUE(buckets.ok());
-      ASSERT_TRUE((*buckets)->Ready(2).ok());
+      RankBuckets rank(**group, r, 3);
+      ASSERT_NE(rank.buckets, nullptr);
+      ASSERT_TRUE(rank.buckets->Ready(2).ok());
       const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-      while (handle.host_sums.load() < 1 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
-      EXPECT_EQ(handle.host_sums.load(), 1) << "rank " << r << ": bucket 0 was not summed before Finish";
-      ASSERT_TRUE((*buckets)->Finish().ok());
-      EXPECT_EQ(handle.host_sums.load(), (*buckets)->buckets());
+      while (rank.handle.host_sums.load() < 1 && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::yield();
+      }
+      EXPECT_EQ(rank.handle.host_sums.load(), 1) << "rank " << r << ": bucket 0 was not summed before Finish";
+      ASSERT_TRUE(rank.buckets->Finish().ok());
+      EXPECT_EQ(rank.handle.host_sums.load(), rank.buckets->buckets());
     });
   }
   for (auto& t : ranks) t.join();
