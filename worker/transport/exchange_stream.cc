@@ -183,6 +183,12 @@ void ExchangeStream::EndCallIfAborted() {
   --writer_calls_;
 }
 
+bool ExchangeStream::AwaitSent(absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  auto sent = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !closed_.ok() || (outbox_.empty() && !writing_); };
+  return mu_.AwaitWithTimeout(absl::Condition(&sent), timeout);
+}
+
 bool ExchangeStream::closed() {
   absl::MutexLock lock(&mu_);
   return !closed_.ok();

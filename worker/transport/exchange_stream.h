@@ -74,6 +74,11 @@ class ExchangeStream {
   // waits fail at once too (or as soon as the call is established).
   void Abort(const std::string& reason);
   bool closed();
+  // Waits until every frame queued so far is written (or the stream is
+  // closed), up to `timeout`; whether it was. A link going away after its
+  // stage's last step calls it first, so the last message still queued
+  // (the last step's norm total) is not dropped with the call.
+  bool AwaitSent(absl::Duration timeout);
 
   // Reactor side. Our hello (or ack) grants the peer `window_frames()`;
   // Attach, with the peer's grant, before the first write; Detach once the

@@ -112,6 +112,11 @@ absl::Status GrpcStageLink::CreateStagingPools(bool has_next, bool has_previous)
 }
 
 GrpcStageLink::~GrpcStageLink() {
+  // What the stage sent last reaches the neighbour before the call ends
+  // (bounded: a neighbour that stopped reading does not hold us).
+  const absl::Duration drain = std::min(options_.exchange.timeout, absl::Seconds(5));
+  if (upstream_stream_ != nullptr) (void)upstream_stream_->AwaitSent(drain);
+  if (downstream_ != nullptr) (void)downstream_->AwaitSent(drain);
   if (upstream_stream_ != nullptr) {
     upstream_stream_->Close("this stage closed its link");
     upstream_.reset();
