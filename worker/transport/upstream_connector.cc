@@ -48,7 +48,7 @@ UpstreamConnector::~UpstreamConnector() {
   closing_ = true;
   if (thread_.joinable()) thread_.join();
   absl::MutexLock lock(&mu_);
-  if (current_ != nullptr) current_->Shutdown();
+  if (current_ != nullptr) current_->Shutdown(std::min(timeout_, absl::Seconds(5)));
 }
 
 }  // namespace shardline::worker::transport

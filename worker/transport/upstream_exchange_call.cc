@@ -45,7 +45,24 @@ absl::Status UpstreamExchangeCall::status() {
   return status_;
 }
 
-void UpstreamExchangeCall::Shutdown() {
+void UpstreamExchangeCall::Shutdown(absl::Duration grace) {
+  if (grace > absl::ZeroDuration() && attached_) {
+    // Orderly: the upstream side reads every frame we wrote before it sees
+    // our half-close (a cancel would let it drop those not yet read, such as
+    // the last step's norm total) and then ends the call itself.
+    stream_->StopWriting();
+    while (stream_->writing()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    bool writes_done = false;
+    {
+      absl::MutexLock lock(&mu_);
+      // Before OnReadDone(!ok) our hold still keeps the call alive, so the
+      // operation may start; after it the call is ending anyway.
+      writes_done = !ending_;
+    }
+    if (writes_done) StartWritesDone();
+    absl::MutexLock lock(&mu_);
+    mu_.AwaitWithTimeout(absl::Condition(&ending_), grace);
+  }
   context_.TryCancel();
   while (stream_->writing()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   ReleaseHold();

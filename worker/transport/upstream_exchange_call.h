@@ -35,8 +35,11 @@ class UpstreamExchangeCall final : public grpc::ClientBidiReactor<grpc::ByteBuff
   bool done();
   // Why the call ended (once done()).
   absl::Status status();
-  // Stops the call and waits until gRPC is done with this object.
-  void Shutdown();
+  // Stops the call and waits until gRPC is done with this object. With a
+  // `grace`, an established call is half-closed first and the upstream side
+  // given that long to read what was sent and end the call; then (or at
+  // once) the call is cancelled.
+  void Shutdown(absl::Duration grace = absl::ZeroDuration());
 
   void StartFrameWrite(const grpc::ByteBuffer* frame, bool more_follows) override;
   // Cancels the call (the upstream side sees it cancelled).

@@ -2,7 +2,8 @@
 // through StageLink.Exchange must train exactly like the reference trainer,
 // with tensors split into many chunks; a slow receiver holds a fast sender
 // to bounded memory; tensors travel through staging slots that come back; a
-// downstream stage may connect first; a dead upstream worker fails the step
+// downstream stage may connect first; what a closing stage sent last
+// arrives; a dead upstream worker fails the step
 // promptly. (Misbehaving peers: stage_link_service_test.cc.)
 #include <grpcpp/grpcpp.h>
 
@@ -352,6 +353,41 @@ TEST(GrpcStageLinkTest, TheDownstreamStageMayConnectBeforeTheUpstreamOneIsReady)
   link->reset();
   upstream->server->Shutdown();
   own->server->Shutdown();
+}
+
+// A stage done with its last step sends its last message (the norm total)
+// and closes its link at once: the upstream stage, slower to read, must still
+// get every message before it sees the link closed.
+TEST(GrpcStageLinkTest, WhatAStageSentBeforeClosingItsLinkStillArrives) {
+  for (int round = 0; round < 5; ++round) {
+    auto server = StartServer();
+    ExchangeOptions options = Exchange(absl::Seconds(10));
+    options.window_frames = 4096;
+    auto receiver = server->service->Expect("job-1", 7, 0, options);
+    GrpcStageLinkOptions sender_options = Options(1, 2, server.get(), server.get());
+    sender_options.exchange = options;
+    auto sender = GrpcStageLink::Create(sender_options);
+    ASSERT_TRUE(sender.ok());
+    constexpr int kMessages = 6;
+    for (int i = 0; i < kMessages; ++i) {
+      StageMessage m;
+      m.kind = i + 1 == kMessages ? StageMessage::Kind::kNormTotal : StageMessage::Kind::kGradient;
+      m.step = i;
+      m.values = std::vector<float>(20'000, static_cast<float>(i));
+      ASSERT_TRUE((*sender)->SendToPrevious(std::move(m)).ok());
+    }
+    sender->reset();  // the stage is done: its link closes
+    for (int i = 0; i < kMessages; ++i) {
+      auto m = receiver->Receive();
+      ASSERT_TRUE(m.ok()) << "round " << round << ", message " << i << ": " << m.status();
+      EXPECT_EQ(m->step, i);
+      ASSERT_EQ(m->values.size(), 20'000u);
+      EXPECT_EQ(m->values[19'999], static_cast<float>(i));
+    }
+    auto after = receiver->Receive();
+    EXPECT_EQ(after.status().code(), absl::StatusCode::kUnavailable) << after.status();
+    server->server->Shutdown();
+  }
 }
 
 TEST(GrpcStageLinkTest, ALostUpstreamWorkerFailsTheReceiverPromptly) {
