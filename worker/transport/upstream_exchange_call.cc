@@ -52,15 +52,11 @@ void UpstreamExchangeCall::Shutdown(absl::Duration grace) {
     // the last step's norm total) and then ends the call itself.
     stream_->StopWriting();
     while (stream_->writing()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    bool writes_done = false;
-    {
-      absl::MutexLock lock(&mu_);
-      // Before OnReadDone(!ok) our hold still keeps the call alive, so the
-      // operation may start; after it the call is ending anyway.
-      writes_done = !ending_;
-    }
-    if (writes_done) StartWritesDone();
     absl::MutexLock lock(&mu_);
+    // Until OnReadDone(!ok) (it takes mu_) our hold keeps the call alive, so
+    // the operation may start; after it the call is ending anyway. OnDone
+    // cannot run inside StartWritesDone while the hold stands.
+    if (!ending_) StartWritesDone();
     mu_.AwaitWithTimeout(absl::Condition(&ending_), grace);
   }
   context_.TryCancel();
