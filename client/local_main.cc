@@ -189,7 +189,11 @@ int Run(const std::string& spec_path) {
   if (!submitted.ok()) return Fail(kInvalid, std::string(submitted.status().message()));
   const std::string job_id = submitted->job_id();
   std::printf("submitted %s ('%s'): %d steps on %d stages%s\n", job_id.c_str(), spec->name().c_str(),
-              spec->train().steps(), stages, d > 1 ? absl::StrCat(" × ", d, " replicas").c_str() : "");
+              spec->train().steps(), stages,
+              d > 1 ? absl::StrCat(" × ", d, " replicas",
+                                   spec->parallel().shard_optimizer() ? " (optimizer state sharded: ZeRO-1)" : "")
+                          .c_str()
+                    : "");
 
   // Interrupts and dead daemons end the watch by ending the job.
   std::atomic<bool> watching{true};

@@ -110,6 +110,7 @@ absl::Status ValidateParallel(shardline::v1::ParallelSpec& p, const shardline::v
   if (!p.has_data_parallel()) p.set_data_parallel(1);
   if (!p.has_wire_dtype()) p.set_wire_dtype("f32");
   if (!p.has_bucket_mib()) p.set_bucket_mib(25.0);
+  if (!p.has_shard_optimizer()) p.set_shard_optimizer(false);
   RETURN_IF_ERROR(CheckRange("parallel.bucket_mib", p.bucket_mib(), 1.0 / 256, 1024.0));
   const int units = PipelineUnits(model);
   if (p.pipeline_stages() < 1 || p.pipeline_stages() > units) {

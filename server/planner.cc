@@ -45,7 +45,10 @@ absl::StatusOr<PipelinePlan> PlanPipeline(const shardline::v1::JobSpec& spec,
   const int64_t t = spec.model().context();
   const double tokens = static_cast<double>(spec.train().global_batch() / (int64_t{m} * d)) * t;
   const std::vector<common::UnitCost> units = common::ModelUnitCosts(spec.model(), t);
-  const int state_copies = spec.train().optimizer().kind() == "adamw" ? 4 : 3;  // w, g, m, v
+  // Floats per parameter: weight and gradient, and the optimizer's m (and
+  // v), of which a ZeRO-1 replica keeps 1/d.
+  const double optimizer_copies = spec.train().optimizer().kind() == "adamw" ? 2.0 : 1.0;
+  const double state_copies = 2.0 + optimizer_copies / (spec.parallel().shard_optimizer() ? d : 1);
   const bool one_f_one_b = spec.parallel().schedule() == "1f1b";
 
   // Prefix sums, so that a range's cost is O(1) in the O(p·n²) search.

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "glog/logging.h"
 #include "common/job_spec.h"
 #include "common/rng.h"
 #include "common/safetensors.h"
@@ -37,9 +38,9 @@ absl::Status ReportFailure(const shardline::v1::Assignment& a, const std::string
 
 // The shard's bytes at `step` (the same on every replica of the stage).
 absl::StatusOr<std::string> ShardBytes(const shardline::v1::Assignment& a, int64_t step,
-                                       runtime::ShardRuntime& runtime) {
+                                       runtime::PipelineStage& stage) {
   common::SafetensorsContents contents;
-  ASSIGN_OR_RETURN(contents.tensors, runtime.ExportState());
+  ASSIGN_OR_RETURN(contents.tensors, stage.ExportState());
   contents.metadata = {{"job_id", a.job_id()}, {"stage", std::to_string(a.stage())},
                        {"step", std::to_string(step)}};
   return common::SerializeSafetensors(contents);
@@ -94,7 +95,8 @@ absl::Status RunStageJob(const shardline::v1::Assignment& a, const std::string& 
                                           *wire,
                                           a.replica(),
                                           std::max(1, a.replicas()),
-                                          static_cast<size_t>(spec.parallel().bucket_mib() * (1 << 20))};
+                                          static_cast<size_t>(spec.parallel().bucket_mib() * (1 << 20)),
+                                          spec.parallel().shard_optimizer()};
     auto created = runtime::PipelineStage::Create(*runtime, data.get(), link, options, replicas);
     status = created.status();
     if (created.ok()) stage = std::move(*created);
@@ -108,6 +110,11 @@ absl::Status RunStageJob(const shardline::v1::Assignment& a, const std::string& 
     const uint64_t collective_before = replicas != nullptr ? replicas->BytesReceived() : 0;
     absl::StatusOr<runtime::StageStepResult> result = stage->RunStep(step);
     if (!result.ok()) return ReportFailure(a, worker_id, step, result.status(), reporter);
+    if (step == a.first_step()) {
+      LOG(INFO) << "job " << a.job_id() << " stage " << a.stage() << " replica " << a.replica() << ": "
+                << result->optimizer_state_bytes << " bytes of optimizer state"
+                << (spec.parallel().shard_optimizer() ? " (its ZeRO-1 share)" : "");
+    }
     shardline::v1::ReportStepRequest r = Report(a, worker_id, step);
     r.set_loss(result->loss);
     r.set_grad_norm(result->grad_norm);
@@ -124,7 +131,7 @@ absl::Status RunStageJob(const shardline::v1::Assignment& a, const std::string& 
     const bool checkpoint = (every > 0 && step % every == 0) || step == total;
     std::string shard;
     if (checkpoint) {
-      absl::StatusOr<std::string> bytes = ShardBytes(a, step, *runtime);
+      absl::StatusOr<std::string> bytes = ShardBytes(a, step, *stage);
       if (!bytes.ok()) return ReportFailure(a, worker_id, step, bytes.status(), reporter);
       shard = std::move(*bytes);
       r.set_shard_digest(common::HashString(shard));

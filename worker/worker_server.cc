@@ -203,7 +203,8 @@ void WorkerServer::RunJob(shardline::v1::Assignment a) {
     }
     const size_t bucket = std::min(static_cast<size_t>(a.spec().parallel().bucket_mib() * (1 << 20)),
                                    static_cast<size_t>(std::max<int64_t>(1, parameters)) * sizeof(float));
-    group.staging_slot_bytes = runtime::GradientBuckets::LargestChunkBytes(bucket, a.replicas());
+    group.staging_slot_bytes = runtime::GradientBuckets::LargestChunkBytes(bucket, a.replicas(),
+                                                                                  a.spec().parallel().shard_optimizer());
     group.staging_memory = transport::HostStagingMemory(*backend_);
     absl::StatusOr<std::unique_ptr<collective::GrpcCollective>> created =
         collective::GrpcCollective::Create(*backend_, group);

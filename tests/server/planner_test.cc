@@ -2,6 +2,7 @@
 
 #include <chrono>
 
+#include "common/cost_model.h"
 #include "common/job_spec.h"
 #include "gtest/gtest.h"
 
@@ -74,6 +75,26 @@ TEST(PlannerTest, OneFOneBNeedsLessMemoryThanGPipeOnTheFirstStage) {
   auto gpipe = PlanPipeline(Spec(8, 2, "gpipe"), w);
   ASSERT_TRUE(one.ok() && gpipe.ok());
   EXPECT_LT(one->stages[0].memory_bytes, gpipe->stages[0].memory_bytes);
+}
+
+// ZeRO-1: a replica keeps 1/d of AdamW's m and v, so a stage's estimate
+// drops by about (1 − 1/d)·2 of its 4 floats per parameter.
+TEST(PlannerTest, AShardedOptimizerNeedsLessMemoryPerWorker) {
+  const std::vector<WorkerCapacity> w = {{"a", 1e11, 64 * kGiB}, {"b", 1e11, 64 * kGiB}};
+  auto spec = Spec(8, 2);
+  spec.mutable_parallel()->set_data_parallel(4);
+  auto plain = PlanPipeline(spec, w);
+  spec.mutable_parallel()->set_shard_optimizer(true);
+  auto sharded = PlanPipeline(spec, w);
+  ASSERT_TRUE(plain.ok() && sharded.ok());
+  ASSERT_EQ(plain->stages[0].unit_end, sharded->stages[0].unit_end) << "the same cut, for the comparison";
+  EXPECT_LT(sharded->stages[0].memory_bytes, plain->stages[0].memory_bytes);
+  // Per parameter of the stage: 4 floats become 2 + 2/4.
+  double parameters = 0;
+  const auto units = common::ModelUnitCosts(spec.model(), spec.model().context());
+  for (int u = sharded->stages[0].unit_begin; u < sharded->stages[0].unit_end; ++u) parameters += units[u].parameters;
+  EXPECT_NEAR(static_cast<double>(plain->stages[0].memory_bytes - sharded->stages[0].memory_bytes),
+              parameters * 4 * 1.5, 2.0);
 }
 
 TEST(PlannerTest, BadRequests) {

@@ -52,7 +52,8 @@ absl::StatusOr<std::unique_ptr<LocalPipeline>> LocalPipeline::Create(
                                                         spec.train().seed(), optimizer));
     PipelineStageOptions options{schedule, stages, s, spec.train().micro_batches(),
                                  spec.train().global_batch(), wire, replica, replicas,
-                                 static_cast<size_t>(spec.parallel().bucket_mib() * (1 << 20))};
+                                 static_cast<size_t>(spec.parallel().bucket_mib() * (1 << 20)),
+                                 spec.parallel().shard_optimizer()};
     worker::collective::Collective* group = nullptr;
     if (replicas > 1) {
       pipeline->replica_groups_.push_back(groups[s]->Rank(replica, *backend));

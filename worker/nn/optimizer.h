@@ -8,6 +8,7 @@
 #ifndef SHARDLINE_WORKER_NN_OPTIMIZER_H_
 #define SHARDLINE_WORKER_NN_OPTIMIZER_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -49,6 +50,17 @@ class Optimizer {
   // Scales the gradients by grad_factor (when ≠ 1) and updates every
   // parameter for `step` (1-based).
   absl::Status Step(const std::vector<Parameter*>& params, int64_t step, double grad_factor);
+  // The same on some runs of elements of each parameter only (`shares[i]`
+  // for params[i], ascending, not overlapping), keeping state for those
+  // alone, the runs end to end: a ZeRO-1 replica's share. Element-wise, so
+  // each element gets the bits Step gives it. A parameter's share stays the
+  // same from step to step.
+  struct Range {
+    size_t begin = 0, end = 0;
+  };
+  using Share = std::vector<Range>;
+  absl::Status StepShares(const std::vector<Parameter*>& params, const std::vector<Share>& shares, int64_t step,
+                          double grad_factor);
 
  private:
   Backend& backend_;

@@ -27,7 +27,9 @@ struct Parameter {
   bool decay = false;  // weight decay applies (matrices and embeddings, not norms or biases)
   DeviceBuffer value;
   DeviceBuffer grad;
-  DeviceBuffer state1;  // AdamW m / SGD momentum; allocated by the optimizer
+  // Allocated by the optimizer: for every element, or (ZeRO-1) for the
+  // replica's share of them only (nn::Optimizer::StepShares).
+  DeviceBuffer state1;  // AdamW m / SGD momentum
   DeviceBuffer state2;  // AdamW v
 
   size_t count() const { return value.bytes() / sizeof(float); }

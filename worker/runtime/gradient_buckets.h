@@ -1,15 +1,21 @@
 // GradientBuckets sums a shard's gradients over its data-parallel group in
 // buckets whose reductions overlap the backward pass, as PyTorch DDP does.
-// The gradients, last parameters first (the backward pass finishes them
-// first), are cut into buckets of at most `bucket_bytes` (a parameter larger
-// than a bucket spans several; small ones share one). During the step's last
-// backward pass the runtime says, layer by layer, from which parameter on
-// the gradients are final (ShardRuntime::BackwardAsync's hook); each bucket
-// they complete is queued for copying to host memory (pinned on CUDA) and
-// handed to a reduction thread of its own, which sums it over the group
-// (Collective::AllReduceSumHost, no backend involved) while the backward
-// pass goes on through the earlier layers. Finish() starts what is left,
-// waits for the last sum and copies the sums back into the gradients.
+// The buckets (BucketLayout: whole norm pieces, last parameters first) are
+// cut once, at Create. During the step's last backward pass the runtime
+// says, layer by layer, from which parameter on the gradients are final
+// (ShardRuntime::BackwardAsync's hook); each bucket they complete is queued
+// for copying to host memory (pinned on CUDA) and handed to a reduction
+// thread of its own, which sums it over the group (a host-memory collective
+// call, no backend involved) while the backward pass goes on through the
+// earlier layers. Finish() starts what is left, waits for the last sum and
+// copies the sums back into the gradients.
+//
+// Sharded (ZeRO-1), each bucket is reduce-scattered instead of all-reduced:
+// a rank gets the sums of the pieces it owns only, and only those are
+// copied back; it computes their norm terms (GatheredSumsOfSquares), updates
+// its own elements (owned_ranges()) and then hands its pieces of the new
+// weights to the others (GatherParameters). The same wire bytes as the
+// all-reduce; the optimizer state is the rank's share only.
 //
 // Every rank cuts the same buckets and starts them in the same order, so the
 // ranks' collective calls match; the sums are element-wise in rank order, so
@@ -21,6 +27,7 @@
 
 #include <cstddef>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -30,15 +37,21 @@
 #include "absl/synchronization/mutex.h"
 #include "worker/backend/backend.h"
 #include "worker/collective/collective.h"
+#include "worker/nn/optimizer.h"
+#include "worker/runtime/bucket_layout.h"
 
 namespace shardline::worker::runtime {
 
 class GradientBuckets {
  public:
-  // `gradients` in parameter order; they, `backend` and `group` must outlive this.
+  // `gradients` in parameter order; they, `backend` and `group` must
+  // outlive this. `shard`: ZeRO-1, as above. `piece_elements` other than
+  // the norm's own are for tests.
   static absl::StatusOr<std::unique_ptr<GradientBuckets>> Create(Backend& backend,
                                                                  std::vector<DeviceSpan<float>> gradients,
-                                                                 size_t bucket_bytes, collective::Collective& group);
+                                                                 size_t bucket_bytes, collective::Collective& group,
+                                                                 bool shard = false,
+                                                                 size_t piece_elements = kNormPieceElements);
   // Waits for the reduction thread (call Finish or Abandon first).
   ~GradientBuckets();
 
@@ -47,14 +60,32 @@ class GradientBuckets {
   // only decreases.
   absl::Status Ready(size_t first);
   // Starts the buckets still waiting, waits for every sum and writes the
-  // sums into the gradients. The next Ready begins the next step.
+  // sums into the gradients (sharded: of the rank's own pieces). The next
+  // Ready begins the next step.
   absl::Status Finish();
   // After a failed step, once the group is closed (so a call in flight
   // fails at once): waits for the reduction thread to give up and drops the
   // step's buckets.
   void Abandon();
 
-  int buckets() const { return static_cast<int>(buckets_.size()); }
+  // Sharded, after Finish: the Σ grad² of every norm piece of the shard, in
+  // order (as ShardRuntime::GradSumsOfSquares gives them unsharded), each
+  // computed by the piece's owner and gathered over the group.
+  absl::StatusOr<std::vector<double>> GatheredSumsOfSquares();
+  // The elements of each parameter this rank updates: all of them
+  // unsharded, its own pieces sharded (a run per bucket of the parameter).
+  const std::vector<nn::Optimizer::Share>& owned() const { return owned_; }
+  // Sharded, after this rank's update: every rank's `values` (the
+  // parameters, in order) get every owner's pieces of them.
+  absl::Status GatherParameters(const std::vector<DeviceSpan<float>>& values);
+  // Sharded: every parameter's whole optimizer state, gathered from the
+  // owners' shares (`shares[i]`: parameter i's state for owned()[i], its
+  // runs end to end; empty where the rank owns nothing). One host vector
+  // per parameter.
+  absl::StatusOr<std::vector<std::vector<float>>> GatherState(const std::vector<DeviceSpan<const float>>& shares);
+
+  bool sharded() const { return shard_; }
+  int buckets() const { return static_cast<int>(layout_.buckets.size()); }
   // Of the last finished step: the seconds of reduction work (the
   // reduction thread's time on the buckets, waiting for their copies to the
   // host included, plus Finish copying the sums back), and the part of them
@@ -67,22 +98,18 @@ class GradientBuckets {
 
   // The largest chunk (bytes) one rank of `ranks` moves for a bucket of
   // `bucket_bytes`: what a collective's staging slots must hold.
-  static size_t LargestChunkBytes(size_t bucket_bytes, int ranks);
+  static size_t LargestChunkBytes(size_t bucket_bytes, int ranks, bool shard = false);
 
  private:
-  // A part of one parameter's gradient and its place in the host copy.
-  struct Piece {
-    DeviceSpan<float> gradient;
-    size_t host_offset = 0;
-  };
-  struct Bucket {
-    std::vector<Piece> pieces;
-    size_t lowest_parameter = 0;  // complete once gradients from here on are final
-    absl::Span<float> host;       // its pieces, one after the other
-    std::vector<HostTransfer> copies;  // to the host, this step
-  };
-
-  GradientBuckets(Backend& backend, collective::Collective& group) : backend_(backend), group_(group) {}
+  GradientBuckets(Backend& backend, collective::Collective& group, bool shard)
+      : backend_(backend), group_(group), shard_(shard) {}
+  bool Mine(const BucketLayout::Piece& piece) const { return piece.owner < 0 || piece.owner == group_.rank(); }
+  absl::Span<float> HostOf(const BucketLayout::Piece& piece) { return {host_ + piece.host_offset, piece.size}; }
+  // Every rank's host copy gets every owner's pieces, each rank having
+  // filled in its own (`fill`: the piece, its place in the rank's share,
+  // its host memory).
+  absl::Status GatherPieces(
+      const std::function<absl::Status(const BucketLayout::Piece&, size_t, absl::Span<float>)>& fill);
   // The reduction thread: sums the started buckets in order.
   void Reduce();
   // Waits for the started buckets' sums; the step's first failure.
@@ -91,9 +118,14 @@ class GradientBuckets {
 
   Backend& backend_;
   collective::Collective& group_;
-  std::vector<Bucket> buckets_;
-  float* host_ = nullptr;  // the host copy (AllocateHostStaging)
-  size_t next_ = 0;        // the next bucket to start, this step
+  const bool shard_;
+  BucketLayout layout_;
+  std::vector<DeviceSpan<float>> gradients_;
+  std::vector<nn::Optimizer::Share> owned_;
+  std::vector<std::vector<size_t>> share_offset_;  // [bucket][piece]: an own piece's place in its share
+  float* host_ = nullptr;                         // the host copy (AllocateHostStaging)
+  std::vector<std::vector<HostTransfer>> copies_;  // by bucket: to the host, this step
+  size_t next_ = 0;                               // the next bucket to start, this step
   double last_reduce_seconds_ = 0, last_exposed_seconds_ = 0;
   std::thread thread_;
 

@@ -69,7 +69,7 @@ absl::StatusOr<std::unique_ptr<PipelineStage>> PipelineStage::Create(
   std::unique_ptr<GradientBuckets> buckets;
   if (options.replicas > 1) {
     ASSIGN_OR_RETURN(buckets, GradientBuckets::Create(runtime.backend(), runtime.Gradients(), options.bucket_bytes,
-                                                      *replica_group));
+                                                      *replica_group, options.shard_optimizer));
   }
   return std::unique_ptr<PipelineStage>(new PipelineStage(runtime, data, link, options,
                                                           options.replicas > 1 ? replica_group : nullptr,
@@ -205,7 +205,8 @@ absl::Status PipelineStage::Backward(int64_t step, int k, bool last, StageStepRe
 absl::StatusOr<double> PipelineStage::ReduceGradNorm(int64_t step) {
   // This stage's parts first (its device works while the earlier stages
   // finish their backward passes).
-  ASSIGN_OR_RETURN(const std::vector<double> own, runtime_.GradSumsOfSquares());
+  ASSIGN_OR_RETURN(const std::vector<double> own, sharded() ? buckets_->GatheredSumsOfSquares()
+                                                            : runtime_.GradSumsOfSquares());
   // The running sum travels 0 → p−1 and each stage adds its parameters' parts
   // one by one, as the trainer adds every parameter's: the same bits for any
   // cut. The total comes back p−1 → 0.
@@ -316,13 +317,44 @@ absl::StatusOr<StageStepResult> PipelineStage::RunStepImpl(int64_t step) {
   result.grad_norm = std::sqrt(squared);
   const nn::OptimizerConfig& optimizer = runtime_.optimizer_config();
   result.lr = nn::LearningRate(optimizer, step);
-  RETURN_IF_ERROR(runtime_.ApplyOptimizer(step, nn::ClipFactor(optimizer, result.grad_norm)));
+  const double clip = nn::ClipFactor(optimizer, result.grad_norm);
+  if (sharded()) {
+    RETURN_IF_ERROR(runtime_.ApplyOptimizer(step, clip, buckets_->owned()));
+    std::vector<DeviceSpan<float>> values;
+    for (nn::Parameter* p : runtime_.parameters()) values.push_back(p->v());
+    RETURN_IF_ERROR(buckets_->GatherParameters(values));
+  } else {
+    RETURN_IF_ERROR(runtime_.ApplyOptimizer(step, clip));
+  }
+  stepped_ = true;
+  result.optimizer_state_bytes = runtime_.optimizer_state_bytes();
   RETURN_IF_ERROR(sender_.Flush());
   result.step_seconds = Since(start);
   result.received_bytes = link_.BytesReceived() - received_before;
   result.minor_faults = MinorFaults() - faults_before;
   result.link_peak_bytes = link_.PeakHeldBytes();
   return result;
+}
+
+absl::StatusOr<std::map<std::string, common::Tensor>> PipelineStage::ExportState() {
+  ASSIGN_OR_RETURN(auto out, runtime_.ExportState());
+  if (!sharded()) return out;
+  const std::vector<nn::Parameter*> params = runtime_.parameters();
+  for (auto [member, prefix] : {std::pair{&nn::Parameter::state1, "optimizer.m."},
+                                std::pair{&nn::Parameter::state2, "optimizer.v."}}) {
+    // Known alike on every replica (one may own no element of the shard).
+    const bool kept = stepped_ && (member == &nn::Parameter::state1 || runtime_.optimizer_config().adamw);
+    if (!kept) continue;
+    std::vector<DeviceSpan<const float>> shares;
+    for (nn::Parameter* p : params) shares.push_back(DeviceSpan<const float>((p->*member).span<float>()));
+    ASSIGN_OR_RETURN(std::vector<std::vector<float>> whole, buckets_->GatherState(shares));
+    for (size_t i = 0; i < params.size(); ++i) {
+      ASSIGN_OR_RETURN(common::Tensor t, common::Tensor::Zeros(common::DType::kF32, params[i]->shape));
+      std::copy(whole[i].begin(), whole[i].end(), t.values<float>().begin());
+      out.emplace(prefix + params[i]->name, std::move(t));
+    }
+  }
+  return out;
 }
 
 }  // namespace shardline::worker::runtime

@@ -17,9 +17,12 @@
 
 #include <cstdint>
 #include <deque>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/tensor.h"
 #include "shardline/v1/job.pb.h"
 #include "worker/collective/collective.h"
 #include "worker/data/data_source.h"
@@ -48,6 +51,10 @@ struct PipelineStageOptions {
   // The replicas sum their gradients in buckets of at most this many bytes
   // (parallel.bucket_mib).
   size_t bucket_bytes = size_t{25} << 20;
+  // ZeRO-1 (parallel.shard_optimizer): each replica updates, and keeps
+  // optimizer state for, its share of the parameters only; the replicas
+  // then gather each other's shares of the new weights.
+  bool shard_optimizer = false;
 };
 
 struct StageStepResult {
@@ -66,6 +73,9 @@ struct StageStepResult {
   // the backward pass did not hide (GradientBuckets).
   double reduce_seconds = 0;
   double reduce_exposed_seconds = 0;
+  // The optimizer state this replica holds after the step (bytes; with
+  // shard_optimizer, its share).
+  size_t optimizer_state_bytes = 0;
 };
 
 // The most bytes one stage-link tensor of `spec`'s jobs holds (a
@@ -97,12 +107,19 @@ class PipelineStage {
   // came after the flush.
   absl::StatusOr<StageStepResult> RunStep(int64_t step);
 
+  // The shard's weights and whole optimizer state (ShardRuntime::
+  // ExportState). With shard_optimizer the state is gathered from every
+  // replica's share, so every replica of the stage must call it at the
+  // same point (a checkpoint step), and all export the same tensors.
+  absl::StatusOr<std::map<std::string, common::Tensor>> ExportState();
+
  private:
   PipelineStage(ShardRuntime& runtime, const data::DataSource* data, transport::StageLink& link,
                 PipelineStageOptions options, collective::Collective* replica_group,
                 std::vector<PipelineAction> schedule, std::unique_ptr<GradientBuckets> buckets)
       : runtime_(runtime), data_(data), link_(link), options_(options), replica_group_(replica_group),
         schedule_(std::move(schedule)), sender_(link), buckets_(std::move(buckets)) {}
+  bool sharded() const { return buckets_ != nullptr && buckets_->sharded(); }
   // A received message whose tensor the device is still reading.
   struct Upload {
     HostTransfer read;
@@ -135,6 +152,7 @@ class PipelineStage {
   const std::vector<PipelineAction> schedule_;
   StageSender sender_;
   std::unique_ptr<GradientBuckets> buckets_;  // with replicas
+  bool stepped_ = false;                      // the optimizer has run at least once
   std::deque<Upload> uploads_;
   // The step's passes, timed on the device; read at the end of the step.
   std::vector<std::unique_ptr<WorkTimer>> pass_timers_;

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "worker/nn/model_layers.h"
+#include "worker/runtime/norm_pieces.h"
 
 namespace shardline::worker::runtime {
 namespace {
@@ -370,9 +371,15 @@ std::vector<DeviceSpan<float>> ShardRuntime::Gradients() {
 }
 
 absl::StatusOr<std::vector<double>> ShardRuntime::GradSumsOfSquares() {
-  std::vector<DeviceSpan<const float>> grads;
-  for (nn::Parameter* p : parameters()) grads.push_back(p->g());
-  return backend_.SumsOfSquares(grads);
+  std::vector<DeviceSpan<const float>> pieces;
+  for (nn::Parameter* p : parameters()) {
+    const DeviceSpan<const float> g = p->g();
+    for (size_t k = 0; k < NormPieceCount(g.size()); ++k) {
+      const size_t offset = k * kNormPieceElements;
+      pieces.push_back(g.subspan(offset, std::min(kNormPieceElements, g.size() - offset)));
+    }
+  }
+  return backend_.SumsOfSquares(pieces);
 }
 
 absl::StatusOr<double> ShardRuntime::GradSquaredNorm() {
@@ -384,6 +391,17 @@ absl::StatusOr<double> ShardRuntime::GradSquaredNorm() {
 
 absl::Status ShardRuntime::ApplyOptimizer(int64_t step, double grad_factor) {
   return optimizer_.Step(parameters(), step, grad_factor);
+}
+
+absl::Status ShardRuntime::ApplyOptimizer(int64_t step, double grad_factor,
+                                          const std::vector<nn::Optimizer::Share>& owned) {
+  return optimizer_.StepShares(parameters(), owned, step, grad_factor);
+}
+
+size_t ShardRuntime::optimizer_state_bytes() {
+  size_t bytes = 0;
+  for (nn::Parameter* p : parameters()) bytes += p->state1.bytes() + p->state2.bytes();
+  return bytes;
 }
 
 absl::Status ShardRuntime::ImportWeights(const std::map<std::string, common::Tensor>& weights) {
@@ -404,7 +422,7 @@ absl::StatusOr<std::map<std::string, common::Tensor>> ShardRuntime::ExportState(
   ASSIGN_OR_RETURN(auto out, ExportWeights());
   for (nn::Parameter* p : parameters()) {
     for (auto [buffer, prefix] : {std::pair{&p->state1, "optimizer.m."}, {&p->state2, "optimizer.v."}}) {
-      if (buffer->bytes() == 0) continue;
+      if (buffer->bytes() != p->value.bytes()) continue;  // none yet, or a ZeRO-1 share
       ASSIGN_OR_RETURN(common::Tensor t, common::Tensor::Zeros(common::DType::kF32, p->shape));
       RETURN_IF_ERROR(backend_.CopyToHost(DeviceSpan<const float>(buffer->span<float>()),
                                           t.values<float>()));

@@ -113,15 +113,20 @@ class ShardRuntime {
   absl::Status ZeroGrads();
   // This shard's parameters' gradient buffers, in parameter order.
   std::vector<DeviceSpan<float>> Gradients();
-  // Each of this shard's parameters' Σ grad², in parameter order.
+  // The Σ grad² of each of this shard's norm pieces (norm_pieces.h), in
+  // parameter order, piece order.
   absl::StatusOr<std::vector<double>> GradSumsOfSquares();
-  // Those terms added one by one, in parameter order (the global grad norm
-  // of a shard holding every layer). A pipeline stage adds its terms the
-  // same way onto the sum carried in from the earlier stages, so that any
-  // cut gives the same bits (PipelineStage::ReduceGradNorm).
+  // Those terms added one by one, in order (the global grad norm of a shard
+  // holding every layer). A pipeline stage adds its terms the same way onto
+  // the sum carried in from the earlier stages, so that any cut gives the
+  // same bits (PipelineStage::ReduceGradNorm).
   absl::StatusOr<double> GradSquaredNorm();
   // One optimizer update for `step` (1-based), gradients multiplied by grad_factor.
   absl::Status ApplyOptimizer(int64_t step, double grad_factor);
+  // The same on `owned[i]` of parameter i only (ZeRO-1: nn::Optimizer::StepShares).
+  absl::Status ApplyOptimizer(int64_t step, double grad_factor, const std::vector<nn::Optimizer::Share>& owned);
+  // The optimizer state this shard holds now (bytes, on the backend).
+  size_t optimizer_state_bytes();
 
   // Micro-batches whose activations are held now, and the most held at once
   // since the last ResetPeakSlots().
@@ -133,7 +138,8 @@ class ShardRuntime {
   absl::StatusOr<std::map<std::string, common::Tensor>> ExportWeights();
   // ExportWeights plus the optimizer state, as "optimizer.m.<name>" and
   // "optimizer.v.<name>" (AdamW) or "optimizer.m.<name>" (SGD momentum),
-  // once the optimizer has stepped.
+  // once the optimizer has stepped; a ZeRO-1 share of the state is left
+  // out (PipelineStage::ExportState gathers it).
   absl::StatusOr<std::map<std::string, common::Tensor>> ExportState();
   // Sets this shard's parameters from `weights` (by global name, f32, same
   // shapes); extra names are ignored. NOT_FOUND / INVALID_ARGUMENT name the

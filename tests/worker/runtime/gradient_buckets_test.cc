@@ -3,6 +3,9 @@
 // would, with one collective call per bucket; a bucket's sum runs on the
 // reduction thread as soon as its parameters are final, before Finish; a
 // failure reaches Finish and Abandon ends a step whatever is in flight.
+// Sharded (ZeRO-1), each rank gets the sums of its own pieces, which cover
+// every element once over the ranks, the norm terms of every piece, and
+// every owner's pieces of the weights and of the optimizer state.
 #include "worker/runtime/gradient_buckets.h"
 
 #include <atomic>
@@ -61,11 +64,13 @@ std::vector<DeviceSpan<float>> Spans(std::vector<DeviceBuffer>& buffers) {
 }
 
 // Rank r of `group`: its backend, counted handle, gradients and buckets of
-// `bucket_floats`.
+// `bucket_floats` (pieces of `piece` floats; sharded or not).
 struct RankBuckets {
-  RankBuckets(collective::InProcessGroup& group, int r, size_t bucket_floats)
+  RankBuckets(collective::InProcessGroup& group, int r, size_t bucket_floats, size_t piece = kNormPieceElements,
+              bool shard = false)
       : backend(testing::CpuBackend()), handle(group.Rank(r, *backend)), buffers(Gradients(*backend, r)) {
-    auto created = GradientBuckets::Create(*backend, Spans(buffers), bucket_floats * sizeof(float), handle);
+    auto created =
+        GradientBuckets::Create(*backend, Spans(buffers), bucket_floats * sizeof(float), handle, shard, piece);
     EXPECT_TRUE(created.ok()) << created.status();
     if (created.ok()) buckets = std::move(*created);
   }
@@ -78,7 +83,7 @@ struct RankBuckets {
 // Three gradients of 5, 17 and 3 floats on each of two ranks, summed in
 // buckets of `bucket_floats` as a backward pass would start them (last
 // parameter first), over two steps; every rank's result and its calls.
-void Check(size_t bucket_floats, int want_buckets) {
+void Check(size_t bucket_floats, size_t piece, int want_buckets) {
   auto group = collective::InProcessGroup::Create(2, absl::Seconds(10));
   ASSERT_TRUE(group.ok());
   std::vector<std::vector<float>> want(kSizes.size());
@@ -89,7 +94,7 @@ void Check(size_t bucket_floats, int want_buckets) {
   std::vector<std::thread> ranks;
   for (int r = 0; r < 2; ++r) {
     ranks.emplace_back([&, r] {
-      RankBuckets rank(**group, r, bucket_floats);
+      RankBuckets rank(**group, r, bucket_floats, piece);
       ASSERT_NE(rank.buckets, nullptr);
       Backend* backend = rank.backend.get();
       CountingCollective& handle = rank.handle;
@@ -116,10 +121,10 @@ void Check(size_t bucket_floats, int want_buckets) {
 }
 
 TEST(GradientBucketsTest, BucketsOfAnySizeGiveTheSameSums) {
-  Check(1 << 20, 1);  // everything in one bucket
-  Check(8, 4);        // 25 floats: a parameter spans three buckets, others share one
-  Check(17, 2);
-  Check(1, 25);       // one float per call
+  Check(1 << 20, kNormPieceElements, 1);  // everything in one bucket
+  Check(8, 4, 4);   // 25 floats in pieces of 4: a parameter spans three buckets, others share one
+  Check(17, kNormPieceElements, 3);  // whole parameters: none fits beside another
+  Check(1, 1, 25);  // one float per call
 }
 
 // With 3-float buckets the last parameter (3 floats) is bucket 0 alone:
@@ -169,8 +174,100 @@ TEST(GradientBucketsTest, AFailedSumReachesFinishAndAbandonEndsTheStep) {
 }
 
 TEST(GradientBucketsTest, ChunksOfABucketFitTheStagingSlots) {
-  EXPECT_EQ(GradientBuckets::LargestChunkBytes(100 * sizeof(float), 3), 34 * sizeof(float));
-  EXPECT_EQ(GradientBuckets::LargestChunkBytes(100 * sizeof(float), 1), 100 * sizeof(float));
+  const size_t floats = 1 << 20;
+  EXPECT_EQ(GradientBuckets::LargestChunkBytes(floats * sizeof(float), 4), floats / 4 * sizeof(float));
+  EXPECT_EQ(GradientBuckets::LargestChunkBytes(floats * sizeof(float), 4, /*shard=*/true),
+            (floats / 4 + kNormPieceElements) * sizeof(float));
+  EXPECT_EQ(GradientBuckets::LargestChunkBytes(100 * sizeof(float), 1), kNormPieceElements * sizeof(float))
+      << "a bucket holds at least one whole piece";
+}
+
+// Two ranks, pieces of 4 floats, buckets of 8 (parameter 1 spans three).
+TEST(GradientBucketsTest, ShardedRanksSumTheirOwnPiecesAndGatherTheRest) {
+  auto group = collective::InProcessGroup::Create(2, absl::Seconds(10));
+  ASSERT_TRUE(group.ok());
+  std::vector<std::vector<float>> sum(kSizes.size());
+  for (size_t p = 0; p < kSizes.size(); ++p) {
+    const auto a = testing::RandomVector(kSizes[p], 10 + p), b = testing::RandomVector(kSizes[p], 20 + p);
+    for (size_t i = 0; i < kSizes[p]; ++i) sum[p].push_back(a[i] + b[i]);
+  }
+  // The norm terms: each 4-float piece's Σ g² in double, parameter order.
+  std::vector<double> want_terms;
+  for (size_t p = 0; p < kSizes.size(); ++p) {
+    for (size_t k = 0; k * 4 < kSizes[p]; ++k) {
+      double t = 0;
+      for (size_t i = k * 4; i < std::min(kSizes[p], k * 4 + 4); ++i) t += static_cast<double>(sum[p][i]) * sum[p][i];
+      want_terms.push_back(t);
+    }
+  }
+  std::vector<std::vector<nn::Optimizer::Share>> owned(2);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 2; ++r) {
+    ranks.emplace_back([&, r] {
+      RankBuckets rank(**group, r, 8, 4, /*shard=*/true);
+      ASSERT_NE(rank.buckets, nullptr);
+      GradientBuckets& buckets = *rank.buckets;
+      ASSERT_TRUE(buckets.sharded());
+      owned[r] = buckets.owned();
+      ASSERT_TRUE(buckets.Finish().ok());
+      for (size_t p = 0; p < kSizes.size(); ++p) {
+        const std::vector<float> got = testing::Download(*rank.backend, rank.buffers[p]);
+        for (const nn::Optimizer::Range& run : owned[r][p]) {
+          for (size_t i = run.begin; i < run.end; ++i) {
+            EXPECT_EQ(got[i], sum[p][i]) << "rank " << r << " parameter " << p << " element " << i;
+          }
+        }
+      }
+      auto terms = buckets.GatheredSumsOfSquares();
+      ASSERT_TRUE(terms.ok()) << terms.status();
+      EXPECT_EQ(*terms, want_terms) << "rank " << r;
+      // Weights: each rank writes 100·r + i into its own elements; after the
+      // gather every rank holds every owner's.
+      std::vector<DeviceBuffer> values;
+      std::vector<DeviceSpan<float>> value_spans;
+      std::vector<DeviceBuffer> state;
+      std::vector<DeviceSpan<const float>> state_spans;
+      for (size_t p = 0; p < kSizes.size(); ++p) {
+        std::vector<float> v(kSizes[p], -1.0f), s;
+        for (const nn::Optimizer::Range& run : owned[r][p]) {
+          for (size_t i = run.begin; i < run.end; ++i) {
+            v[i] = static_cast<float>(100 * r + i);
+            s.push_back(static_cast<float>(1000 * r + i));
+          }
+        }
+        values.push_back(testing::Upload(*rank.backend, v));
+        value_spans.push_back(values.back().span<float>());
+        state.push_back(s.empty() ? DeviceBuffer() : testing::Upload(*rank.backend, s));
+        state_spans.push_back(DeviceSpan<const float>(state.back().span<float>()));
+      }
+      ASSERT_TRUE(buckets.GatherParameters(value_spans).ok());
+      auto whole_state = buckets.GatherState(state_spans);
+      ASSERT_TRUE(whole_state.ok()) << whole_state.status();
+      for (size_t p = 0; p < kSizes.size(); ++p) {
+        const std::vector<float> got = testing::Download(*rank.backend, values[p]);
+        for (size_t i = 0; i < kSizes[p]; ++i) {
+          EXPECT_TRUE(got[i] == static_cast<float>(i) || got[i] == static_cast<float>(100 + i))
+              << "rank " << r << " parameter " << p << " element " << i << ": " << got[i];
+          EXPECT_EQ((*whole_state)[p][i] - 1000 * (got[i] >= 100 ? 1 : 0), static_cast<float>(i));
+        }
+      }
+    });
+  }
+  for (auto& t : ranks) t.join();
+  // Over the ranks, every element is owned exactly once; parameter 1 (17
+  // floats over three buckets) has more than one run on some rank.
+  size_t runs_of_1 = 0;
+  for (size_t p = 0; p < kSizes.size(); ++p) {
+    std::vector<int> owners(kSizes[p], 0);
+    for (int r = 0; r < 2; ++r) {
+      for (const nn::Optimizer::Range& run : owned[r][p]) {
+        for (size_t i = run.begin; i < run.end; ++i) ++owners[i];
+        if (p == 1) ++runs_of_1;
+      }
+    }
+    EXPECT_EQ(owners, std::vector<int>(kSizes[p], 1)) << "parameter " << p;
+  }
+  EXPECT_GT(runs_of_1, 2u);
 }
 
 }  // namespace
