@@ -23,10 +23,11 @@
 // that overlap the backward pass: each such row gives the share of the
 // reduction time hidden behind the backward pass (reduce_hidden = 1 −
 // reduce_exposed_s ÷ reduce_s, over every position) and tokens/s next to
-// d = 1 on the same total threads (vs_d1).
+// d = 1 on the same total threads (vs_d1). --shard_optimizer runs those
+// rows with ZeRO-1; optimizer_state_mib is the most one position holds.
 //
-//   bench_pipeline [--stages=2,4] [--data_parallel=1,2] [--steps=N] [--threads=N] [--device=cpu|cuda:N]
-//                  [--json=FILE]
+//   bench_pipeline [--stages=2,4] [--data_parallel=1,2] [--bucket_mib=N] [--shard_optimizer] [--steps=N]
+//                  [--threads=N] [--device=cpu|cuda:N] [--json=FILE]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -50,6 +51,7 @@
 
 ABSL_FLAG(std::string, stages, "2,4", "pipeline depths to measure");
 ABSL_FLAG(double, bucket_mib, 25, "gradient bucket size of the d > 1 rows (parallel.bucket_mib)");
+ABSL_FLAG(bool, shard_optimizer, false, "ZeRO-1 in the d > 1 rows (parallel.shard_optimizer)");
 ABSL_FLAG(std::string, data_parallel, "1", "replicas of each pipeline to measure (e.g. 1,2); d > 1 rows compare to d = 1");
 ABSL_FLAG(int, steps, 6, "timed steps per configuration (after one warm-up step)");
 ABSL_FLAG(int, threads, 0, "total compute threads (0: all cores), divided among the stages");
@@ -74,6 +76,7 @@ shardline::v1::JobSpec Spec(int stages, int replicas) {
   spec->mutable_parallel()->set_pipeline_stages(stages);
   spec->mutable_parallel()->set_data_parallel(replicas);
   spec->mutable_parallel()->set_bucket_mib(absl::GetFlag(FLAGS_bucket_mib));
+  spec->mutable_parallel()->set_shard_optimizer(replicas > 1 && absl::GetFlag(FLAGS_shard_optimizer));
   spec->mutable_train()->set_micro_batches(4 * stages / replicas);
   spec->mutable_train()->set_global_batch(2 * 4 * stages);
   return *spec;
@@ -131,7 +134,7 @@ double Measure(int p, int d, int total_threads, int steps, double d1, BenchRepor
   grid.RunStep(1);  // warm-up: allocations, connections
   double wall = 0, busy = 0, busiest = 0, exposed = 0, reduce = 0, reduce_exposed = 0;
   int64_t tokens = 0;
-  size_t peak = 0;
+  size_t peak = 0, optimizer_state = 0;
   std::vector<double> losses;
   for (int step = 2; step < 2 + steps; ++step) {
     const auto start = std::chrono::steady_clock::now();
@@ -151,6 +154,7 @@ double Measure(int p, int d, int total_threads, int steps, double d1, BenchRepor
       peak = std::max(peak, s.peak_slots);
       reduce += s.reduce_seconds;
       reduce_exposed += s.reduce_exposed_seconds;
+      optimizer_state = std::max(optimizer_state, s.optimizer_state_bytes);
     }
     busiest += most;
     exposed += seconds - most;
@@ -172,6 +176,9 @@ double Measure(int p, int d, int total_threads, int steps, double d1, BenchRepor
                           {"micro_batches", static_cast<double>(m)},
                           {"threads_per_stage", static_cast<double>(stage_threads)},
                           {"bucket_mib", spec.parallel().bucket_mib()},
+                          {"shard_optimizer", spec.parallel().shard_optimizer() ? 1.0 : 0.0},
+                          // The most one position holds (ZeRO-1: its share).
+                          {"optimizer_state_mib", static_cast<double>(optimizer_state) / (1 << 20)},
                           {"tokens_per_s", tokens / wall},
                           {"efficiency", efficiency},
                           {"analytic_bound", bound},

@@ -60,7 +60,8 @@ PipelineGrid::PipelineGrid(const shardline::v1::JobSpec& spec, const std::vector
         group.rank = r;
         for (int q = 0; q < d_; ++q) group.peer_addresses.push_back(At(s, q).address);
         group.service = at.service.get();
-        group.staging_slot_bytes = worker::runtime::GradientBuckets::LargestChunkBytes(bucket, d_);
+        group.staging_slot_bytes = worker::runtime::GradientBuckets::LargestChunkBytes(bucket, d_,
+                                                                                           spec.parallel().shard_optimizer());
         group.staging_memory = worker::transport::HostStagingMemory(*at.backend);
         auto collective = worker::collective::GrpcCollective::Create(*at.backend, group);
         BENCH_CHECK_OK(collective.status());
@@ -75,6 +76,7 @@ PipelineGrid::PipelineGrid(const shardline::v1::JobSpec& spec, const std::vector
       options.replica = r;
       options.replicas = d_;
       options.bucket_bytes = bucket;
+      options.shard_optimizer = spec.parallel().shard_optimizer();
       auto stage = worker::runtime::PipelineStage::Create(*at.runtime, data_.get(), *at.link, options,
                                                           at.replicas.get());
       BENCH_CHECK_OK(stage.status());

@@ -165,20 +165,22 @@ def check_pipeline(bin_dir, workdir):
     rows, wall = run([os.path.join(bin_dir, "bench_pipeline"),
                       "--stages=" + ",".join(map(str, PIPELINE_STAGES)),
                       "--data_parallel=" + ",".join(map(str, PIPELINE_REPLICAS)),
-                      "--steps=%d" % PIPELINE_STEPS, "--threads=2"],
+                      "--steps=%d" % PIPELINE_STEPS, "--threads=2", "--shard_optimizer"],
                      os.path.join(workdir, "pipeline.json"))
     assert [(r["stages"], r["data_parallel"]) for r in rows] == \
         [(p, d) for p in PIPELINE_STAGES for d in PIPELINE_REPLICAS], rows
     timed = 0.0
     single = {}  # tokens/s of d = 1, by p
+    single_state = {}  # the most optimizer state one position holds with d = 1, by p
     for r in rows:
         check_fields(r, ["micro_batches", "tokens_per_s", "efficiency", "analytic_bound",
                          "efficiency_vs_bound", "exposed_comm_ms", "step_ms", "peak_slots",
                          "link_peak_mib", "staging_slots_peak", "peak_rss_mib",
                          "reference_tokens_per_s", "vs_reference", "max_loss_gap", "timed_steps",
                          "tokens", "wall_s", "busy_s", "busiest_s", "reference_tokens",
-                         "reference_wall_s", "bucket_mib"])
+                         "reference_wall_s", "bucket_mib", "shard_optimizer", "optimizer_state_mib"])
         assert r["bucket_mib"] == 25, r  # the default
+        assert r["shard_optimizer"] == (1 if r["data_parallel"] > 1 else 0), r
         p, d, m, steps = r["stages"], r["data_parallel"], r["micro_batches"], r["timed_steps"]
         assert m * d == 4 * p and steps == PIPELINE_STEPS, r
         # Every token of every timed step, from the configuration alone (the
@@ -208,6 +210,8 @@ def check_pipeline(bin_dir, workdir):
         assert r["max_loss_gap"] == 0, r
         if d == 1:
             single[p] = tokens_per_s
+            single_state[p] = r["optimizer_state_mib"]
+            assert r["optimizer_state_mib"] > 0, r
             assert "reduce_s" not in r, r
         else:
             check_fields(r, ["reduce_hidden", "vs_d1", "reduce_s", "reduce_exposed_s", "d1_tokens_per_s"])
@@ -219,6 +223,9 @@ def check_pipeline(bin_dir, workdir):
             assert close(r["reduce_hidden"], 1 - exposed_s / reduce_s), r
             assert close(r["d1_tokens_per_s"], single[p]), (r, single)
             assert close(r["vs_d1"], tokens_per_s / single[p]), r
+            # ZeRO-1: a position's share of the same cut's state, 1/d of it
+            # but for one norm piece's AdamW state (0.5 MiB) per bucket.
+            assert 0 < r["optimizer_state_mib"] <= single_state[p] / d + 0.5 * 4, (r, single_state)
         timed += wall_s + r["reference_wall_s"]
     assert timed < wall, ("the timed steps took longer than the whole benchmark", timed, wall)
 

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/worker/backend/backend_test_util.h"
 #include "tests/worker/nn/nn_test_util.h"
 
 namespace shardline::worker::nn {
@@ -67,6 +68,50 @@ TEST(OptimizerTest, AdamWDecaysOnlyMarkedParameters) {
       }
       EXPECT_NEAR(got[i], value, 1e-6) << (decay ? "weight" : "bias") << "[" << i << "]";
     }
+  }
+}
+
+// A share (ZeRO-1): the elements in its runs get exactly the bits a whole
+// step gives them, the others stay as they were, and the state holds the
+// runs alone, end to end; runs out of order or range are refused.
+TEST(OptimizerTest, AShareUpdatesItsRunsAsAWholeStepWould) {
+  for (bool adamw : {true, false}) {
+    auto backend = testing::CpuBackend();
+    OptimizerConfig c;
+    c.adamw = adamw;
+    c.lr = 0.1;
+    c.weight_decay = 0.1;
+    c.total_steps = 10;
+    auto whole = CreateParameter(*backend, 1, "w", {10}, InitKind::kNormal, 1.0f, /*decay=*/true);
+    auto part = CreateParameter(*backend, 1, "w", {10}, InitKind::kNormal, 1.0f, /*decay=*/true);
+    ASSERT_TRUE(whole.ok() && part.ok());
+    const std::vector<float> initial = testing::Download(*backend, part->value);
+    Optimizer a(*backend, c), b(*backend, c);
+    const Optimizer::Share share = {{1, 3}, {6, 9}};
+    for (int step = 1; step <= 3; ++step) {
+      const std::vector<float> g = testing::RandomVector(10, 40 + step);
+      for (Parameter* p : {&*whole, &*part}) {
+        ASSERT_TRUE(backend->CopyToDevice(absl::Span<const float>(g), p->g()).ok());
+      }
+      ASSERT_TRUE(a.Step({&*whole}, step, 0.7).ok());
+      ASSERT_TRUE(b.StepShares({&*part}, {share}, step, 0.7).ok());
+    }
+    const std::vector<float> want = testing::Download(*backend, whole->value);
+    const std::vector<float> got = testing::Download(*backend, part->value);
+    for (int i = 0; i < 10; ++i) {
+      const bool mine = (i >= 1 && i < 3) || (i >= 6 && i < 9);
+      EXPECT_EQ(got[i], mine ? want[i] : initial[i]) << (adamw ? "adamw" : "sgd") << " element " << i;
+    }
+    EXPECT_EQ(part->state1.bytes(), 5 * sizeof(float));
+    EXPECT_EQ(part->state2.bytes(), adamw ? 5 * sizeof(float) : 0u);
+    const std::vector<float> m_whole = testing::Download(*backend, whole->state1);
+    const std::vector<float> m_part = testing::Download(*backend, part->state1);
+    EXPECT_EQ(m_part, (std::vector<float>{m_whole[1], m_whole[2], m_whole[6], m_whole[7], m_whole[8]}));
+    EXPECT_EQ(b.StepShares({&*part}, {{{6, 9}, {1, 3}}}, 4, 1.0).code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(b.StepShares({&*part}, {{{1, 11}}}, 4, 1.0).code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(b.StepShares({&*part}, {{{1, 3}}}, 4, 1.0).code(), absl::StatusCode::kFailedPrecondition)
+        << "another share than the state's";
+    EXPECT_EQ(b.StepShares({&*part}, {}, 4, 1.0).code(), absl::StatusCode::kInvalidArgument);
   }
 }
 
