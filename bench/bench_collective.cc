@@ -12,7 +12,14 @@
 // holds r + 1 everywhere, so every element must sum to d(d + 1)/2). The
 // rows also carry the raw timings.
 //
+// With --rank_ips (and --rank_netns) the ranks are processes in network
+// namespaces of their own (SpreadRanks), so the bytes cross veth links, and
+// the raw-TCP ring runs between the same namespaces;
+// bench/bench_collective_netns.sh builds such a testbed (a bridge, a veth
+// per rank capped by tc tbf) and runs it.
+//
 //   bench_collective [--ranks=2,4] [--sizes=1048576,...] [--reps=N] [--trials=N] [--json=FILE]
+//                    [--rank_ips=IP0,IP1,... --rank_netns=NS1,...]
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
@@ -34,6 +41,7 @@
 #include "absl/synchronization/barrier.h"
 #include "bench/bench_report.h"
 #include "bench/loopback_server.h"
+#include "bench/spread_ranks.h"
 #include "common/init.h"
 #include "worker/backend/backend_factory.h"
 #include "worker/collective/grpc_collective.h"
@@ -45,6 +53,11 @@ ABSL_FLAG(int, reps, 0, "all-reduces per trial (0: enough for ~128 MiB per rank,
 ABSL_FLAG(int, trials, 3, "trials per figure (median)");
 ABSL_FLAG(int, chunk_kib, 1024, "payload KiB per frame");
 ABSL_FLAG(std::string, json, "", "write the rows as JSON to this file");
+ABSL_FLAG(std::string, rank_ips, "",
+          "spread the ranks over network namespaces: rank r on the r-th of these IPs (one group of that many "
+          "ranks; --ranks is ignored)");
+ABSL_FLAG(std::string, rank_netns, "",
+          "with --rank_ips: the namespaces (/var/run/netns/NAME) of ranks 1, 2, …; rank 0 stays in this one");
 
 namespace shardline::bench {
 namespace {
@@ -90,21 +103,8 @@ Timing MeasureAllReduce(std::vector<Rank>& ranks, size_t bytes, int reps, int tr
     std::vector<std::thread> threads;
     for (int r = 0; r < d; ++r) {
       threads.emplace_back([&, r, start] {
-        std::vector<float> values(n, static_cast<float>(r + 1));
         if (start->Block()) delete start;
-        for (int i = 0; i < reps; ++i) {
-          // The values grow call after call (to inf: the same work); the
-          // last call starts from r + 1 again, so its result can be checked.
-          if (i == 0 || i + 1 == reps) {
-            BENCH_CHECK_OK(ranks[r].backend->CopyToDevice(absl::Span<const float>(values), buffers[r].span<float>()));
-          }
-          BENCH_CHECK_OK(ranks[r].collective->AllReduceSum(buffers[r].span<float>()));
-        }
-        std::vector<float> out(n);
-        BENCH_CHECK_OK(ranks[r].backend->CopyToHost(worker::DeviceSpan<const float>(buffers[r].span<float>()),
-                                                    absl::Span<float>(out)));
-        const float want = static_cast<float>(d * (d + 1) / 2);
-        if (std::any_of(out.begin(), out.end(), [want](float x) { return x != want; })) correct = false;
+        if (!AllReduceReps(*ranks[r].backend, *ranks[r].collective, buffers[r], n, r, d, reps)) correct = false;
       });
     }
     const auto begin = Clock::now();
@@ -242,27 +242,59 @@ int Main() {
     return 3;
   }
   BenchReport report;
+  auto add_row = [&report, trials](int d, size_t bytes, int reps, double allreduce_s, double total_s, double tcp_s,
+                                   bool correct, bool spread) {
+    const double algbw = static_cast<double>(bytes) / allreduce_s / 1e9;
+    const double busbw = algbw * 2.0 * (d - 1) / d;
+    const double tcp = static_cast<double>(bytes) / tcp_s / 1e9 * 2.0 * (d - 1) / d;  // as a bus bandwidth
+    report.Add({{"ranks", static_cast<double>(d)},
+                {"bytes", static_cast<double>(bytes)},
+                {"netns", spread ? 1.0 : 0.0},
+                {"reps", static_cast<double>(reps)},
+                {"trials", static_cast<double>(trials)},
+                {"algbw_gbps", algbw},
+                {"busbw_gbps", busbw},
+                {"tcp_busbw_gbps", tcp},
+                {"busbw_vs_tcp", busbw / tcp},
+                {"correct", correct ? 1.0 : 0.0},
+                {"allreduce_s", allreduce_s},
+                {"allreduce_total_s", total_s},
+                {"tcp_s", tcp_s}});
+  };
+  if (!absl::GetFlag(FLAGS_rank_ips).empty()) {
+    SpreadConfig config;
+    config.ips = absl::StrSplit(absl::GetFlag(FLAGS_rank_ips), ',', absl::SkipEmpty());
+    config.netns = {""};
+    for (absl::string_view ns : absl::StrSplit(absl::GetFlag(FLAGS_rank_netns), ',', absl::SkipEmpty())) {
+      config.netns.emplace_back(ns);
+    }
+    if (config.ips.size() < 2 || config.netns.size() != config.ips.size()) {
+      std::fprintf(stderr, "Error: --rank_ips needs two or more IPs and --rank_netns one namespace for each rank after rank 0\n");
+      return 3;
+    }
+    config.sizes = sizes;
+    config.trials = trials;
+    config.chunk_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_chunk_kib)) << 10;
+    config.reps = RepsFor;
+    absl::StatusOr<std::vector<SpreadResult>> results = RunSpreadRanks(config);
+    if (!results.ok()) {
+      std::fprintf(stderr, "Error: %s\n", results.status().ToString().c_str());
+      return 2;
+    }
+    for (const SpreadResult& r : *results) {
+      add_row(static_cast<int>(config.ips.size()), r.bytes, r.reps, r.allreduce_s, r.allreduce_total_s, r.tcp_s,
+              r.correct, true);
+    }
+    BENCH_CHECK_OK(report.Publish(absl::GetFlag(FLAGS_json)));
+    return 0;
+  }
   for (int d : group_sizes) {
     std::vector<Rank> ranks = StartRanks(d, *std::max_element(sizes.begin(), sizes.end()));
     for (size_t bytes : sizes) {
       const int reps = RepsFor(bytes);
       const Timing t = MeasureAllReduce(ranks, bytes, reps, trials);
       const double tcp_s = MeasureTcp(d, bytes, reps, trials);
-      const double algbw = static_cast<double>(bytes) / t.median_s / 1e9;
-      const double busbw = algbw * 2.0 * (d - 1) / d;
-      const double tcp = static_cast<double>(bytes) / tcp_s / 1e9 * 2.0 * (d - 1) / d;  // as a bus bandwidth
-      report.Add({{"ranks", static_cast<double>(d)},
-                  {"bytes", static_cast<double>(bytes)},
-                  {"reps", static_cast<double>(reps)},
-                  {"trials", static_cast<double>(trials)},
-                  {"algbw_gbps", algbw},
-                  {"busbw_gbps", busbw},
-                  {"tcp_busbw_gbps", tcp},
-                  {"busbw_vs_tcp", busbw / tcp},
-                  {"correct", t.correct ? 1.0 : 0.0},
-                  {"allreduce_s", t.median_s},
-                  {"allreduce_total_s", t.total_s},
-                  {"tcp_s", tcp_s}});
+      add_row(d, bytes, reps, t.median_s, t.total_s, tcp_s, t.correct, false);
     }
     for (Rank& r : ranks) r.collective.reset();
     for (Rank& r : ranks) r.server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));

@@ -47,6 +47,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "bench/bench_report.h"
+#include "bench/net_util.h"
 #include "bench/transport_receiver.h"
 #include "shardline/v1/stage_link.grpc.pb.h"
 #include "common/dtype.h"

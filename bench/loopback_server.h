@@ -1,5 +1,5 @@
-// A gRPC server on 127.0.0.1 (a port the kernel picks) serving a worker's
-// StageLink service, as the benchmarks' in-process ranks and stages need.
+// A gRPC server on 127.0.0.1, or `ip` (a port the kernel picks), serving a
+// worker's StageLink service, as the benchmarks' ranks and stages need.
 // Stops the process when it cannot listen: a benchmark without its server
 // would measure nothing.
 #ifndef SHARDLINE_BENCH_LOOPBACK_SERVER_H_
@@ -16,10 +16,12 @@ namespace shardline::bench {
 
 struct LoopbackServer {
   std::unique_ptr<grpc::Server> server;
-  std::string address;  // "127.0.0.1:PORT"
+  std::string address;  // "IP:PORT"
+  int port = 0;
 };
 
-LoopbackServer StartLoopbackServer(worker::transport::StageLinkService& service);
+LoopbackServer StartLoopbackServer(worker::transport::StageLinkService& service,
+                                   const std::string& ip = "127.0.0.1");
 
 }  // namespace shardline::bench
 

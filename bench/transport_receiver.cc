@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "bench/net_util.h"
 #include "shardline/v1/stage_link.grpc.pb.h"
 #include "worker/transport/grpc_stage_link.h"
 
@@ -61,42 +62,10 @@ void TcpSink(int listener) {
 
 }  // namespace
 
-// An IPv4 socket address; false if `ip` is not one.
-bool Ipv4(const std::string& ip, int port, sockaddr_in* addr) {
-  *addr = sockaddr_in{};
-  addr->sin_family = AF_INET;
-  addr->sin_port = htons(static_cast<uint16_t>(port));
-  return ::inet_pton(AF_INET, ip.c_str(), &addr->sin_addr) == 1;
-}
-
-// A listening TCP socket on `ip` (port chosen by the kernel), or -1.
-int ListenTcp(const std::string& ip, int* port) {
-  sockaddr_in addr;
-  if (!Ipv4(ip, 0, &addr)) return -1;
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  socklen_t len = sizeof(addr);
-  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || ::listen(fd, 4) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    std::perror("tcp listen");
-    return -1;
-  }
-  *port = ntohs(addr.sin_port);
-  return fd;
-}
-
 // Serves the sinks, then acts as the downstream stage of the StageLink pair
 // (it acks every message with an empty gradient).
 int RunTransportReceiver(const TransportReceiverConfig& config, int ports_pipe, int link_port_pipe) {
-  const std::string& netns = config.netns;
-  if (!netns.empty()) {
-    const std::string path = "/var/run/netns/" + netns;
-    const int ns = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (ns < 0 || ::setns(ns, CLONE_NEWNET) != 0) {
-      std::perror(path.c_str());
-      return 1;
-    }
-    ::close(ns);
-  }
+  if (!config.netns.empty() && !EnterNetns(config.netns)) return 1;
   const std::string& ip = config.ip;
   ReceiverPorts ports;
   const int tcp_listener = ListenTcp(ip, &ports.tcp);

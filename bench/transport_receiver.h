@@ -33,11 +33,6 @@ struct ReceiverPorts {
 // The process's exit code: 0, or 1 when something could not start.
 int RunTransportReceiver(const TransportReceiverConfig& config, int ports_pipe, int link_port_pipe);
 
-// An IPv4 socket address; false if `ip` is not one.
-bool Ipv4(const std::string& ip, int port, sockaddr_in* addr);
-// A listening TCP socket on `ip` (port chosen by the kernel), or -1.
-int ListenTcp(const std::string& ip, int* port);
-
 }  // namespace shardline::bench
 
 #endif  // SHARDLINE_BENCH_TRANSPORT_RECEIVER_H_

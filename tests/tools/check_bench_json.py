@@ -14,7 +14,9 @@ links on the CPU gives exactly the single-process trainer's losses.
 
 Where this process may create network namespaces (root, iproute2), it also
 runs the transport benchmark across a veth pair capped at 1 Gbit/s
-(bench/bench_transport_netns.sh) and checks that every path's figure is
+(bench/bench_transport_netns.sh) and the collective benchmark with three
+ranks in namespaces of their own behind a bridge of capped veths
+(bench/bench_collective_netns.sh), and checks that every path's figure is
 that of the capped wire, not of loopback.
 
 Usage: check_bench_json.py BIN_DIR WORKDIR SOURCE_DIR
@@ -161,6 +163,27 @@ def check_collective(bin_dir, workdir):
     assert timed < wall, ("the trials took longer than the whole benchmark", timed, wall)
 
 
+def check_collective_across_capped_veth(bin_dir, workdir, source_dir):
+    if not can_make_network_namespaces():
+        print("capped-veth collective check skipped: cannot create shaped network namespaces here")
+        return
+    json_path = os.path.join(workdir, "collective_netns.json")
+    env = dict(os.environ, BENCH_COLLECTIVE=os.path.join(bin_dir, "bench_collective"))
+    subprocess.run([os.path.join(source_dir, "bench", "bench_collective_netns.sh"), "1gbit", "3",
+                    "--sizes=1048576", "--reps=24", "--trials=1", "--json=" + json_path],
+                   check=True, timeout=240, stdout=subprocess.DEVNULL, env=env)
+    with open(json_path) as f:
+        rows = json.load(f)
+    assert [(r["ranks"], r["bytes"], r["netns"]) for r in rows] == [(3, 1048576, 1)], rows
+    r = rows[0]
+    assert r["correct"] == 1, r
+    # Every rank's bytes crossed its capped veth (1 Gbit/s = 0.125 GB/s each
+    # way; the token buckets let a few MB through at once), the collective's
+    # and raw TCP's alike.
+    assert 0.05 < r["tcp_busbw_gbps"] < 0.2, r
+    assert 0.01 < r["busbw_gbps"] < 0.2, r
+
+
 def check_pipeline(bin_dir, workdir):
     rows, wall = run([os.path.join(bin_dir, "bench_pipeline"),
                       "--stages=" + ",".join(map(str, PIPELINE_STAGES)),
@@ -235,6 +258,7 @@ def main():
     os.makedirs(workdir, exist_ok=True)
     check_transport(bin_dir, workdir)
     check_transport_across_capped_veth(bin_dir, workdir, source_dir)
+    check_collective_across_capped_veth(bin_dir, workdir, source_dir)
     check_collective(bin_dir, workdir)
     check_pipeline(bin_dir, workdir)
     print("bench JSON checks passed")

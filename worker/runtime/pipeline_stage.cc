@@ -337,8 +337,8 @@ absl::StatusOr<StageStepResult> PipelineStage::RunStepImpl(int64_t step) {
 }
 
 absl::StatusOr<std::map<std::string, common::Tensor>> PipelineStage::ExportState() {
-  ASSIGN_OR_RETURN(auto out, runtime_.ExportState());
-  if (!sharded()) return out;
+  if (!sharded()) return runtime_.ExportState();
+  ASSIGN_OR_RETURN(auto out, runtime_.ExportWeights());
   const std::vector<nn::Parameter*> params = runtime_.parameters();
   for (auto [member, prefix] : {std::pair{&nn::Parameter::state1, "optimizer.m."},
                                 std::pair{&nn::Parameter::state2, "optimizer.v."}}) {
