@@ -26,6 +26,8 @@ class CallBuffer {
   absl::Status Read(size_t begin, absl::Span<float> out) const;
   // Writes `values` over elements [begin, begin + values.size()).
   absl::Status Write(size_t begin, absl::Span<const float> values) const;
+  // Host memory: the elements themselves, to read without a copy; null on a device.
+  const float* host_data() const { return backend_ != nullptr ? nullptr : host_.data(); }
 
  private:
   CallBuffer(Backend* backend, DeviceSpan<float> device, absl::Span<float> host)

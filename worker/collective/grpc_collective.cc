@@ -169,20 +169,29 @@ absl::StatusOr<transport::HostBuffer> GrpcCollective::ReduceScatter(const CallBu
     RETURN_IF_ERROR(Send(q, std::move(message)));
   }
   // Our chunk: the d parts added in rank order (ours where it falls), as
-  // they come; one received part held at a time.
+  // they come; one received part held at a time. Our part is read in place
+  // from host memory (copied once from a device), and rank 0's part, when
+  // received, becomes the running sum as it is.
   const Chunk own = ChunkOf(data.size(), d, r);
-  transport::HostBuffer sum = HostChunk(own.size());
-  own_.resize(own.size());
-  RETURN_IF_ERROR(data.Read(own.begin, absl::Span<float>(own_)));
+  const float* mine = data.host_data() != nullptr ? data.host_data() + own.begin : nullptr;
+  if (mine == nullptr) {
+    own_.resize(own.size());
+    RETURN_IF_ERROR(data.Read(own.begin, absl::Span<float>(own_)));
+    mine = own_.data();
+  }
+  transport::HostBuffer sum;
   for (int q = 0; q < d; ++q) {
     StageMessage received;
-    const float* part = own_.data();
+    const float* part = mine;
     if (q != r) {
       ASSIGN_OR_RETURN(received, Expect(q, sequence, r, own.size()));
       part = received.values.data();
     }
     // AddInRankOrder, one part at a time: ((x₀ + x₁) + x₂) + …
-    if (q == 0) {
+    if (q == 0 && q != r) {
+      sum = std::move(received.values);
+    } else if (q == 0) {
+      sum = HostChunk(own.size());
       std::copy(part, part + own.size(), sum.begin());
     } else {
       for (size_t i = 0; i < own.size(); ++i) sum[i] += part[i];
