@@ -1,28 +1,19 @@
-// JobManager is the coordinator's job state machine: PENDING until enough
-// idle workers exist, then planned and assigned (a new plan epoch) and
-// RUNNING; step reports from the stages are aggregated; shards go to the
-// WeightStore; the job SUCCEEDS once every stage finished the last step and
-// its weights are committed, and FAILS (naming the stage and worker) when a
-// stage reports an error or a worker's lease lapses. Every message from a
-// worker is checked against the job's current epoch and plan. Watchers get
-// the statuses of the last completed steps, then the job's status after
-// every change. Thread-safe.
-//
-// A job with parallel.data_parallel = d runs on a p × d grid of positions
-// (stage s, replica r; position r·p + s): d copies of one pipeline cut,
-// planned on the slowest and smallest worker of each stage. A step is
-// complete when every position reported it; its loss is the replicas'
-// last-stage losses added in rank order. Replica 0 sends the shards; at
-// checkpoint steps every replica reports its shard's digest, and replicas
-// that disagree fail the job.
+// JobManager is the coordinator's jobs: it takes submissions, starts a
+// PENDING job (a new plan epoch) once p × d workers are idle, placing it
+// with PlaceGrid, and tells the workers (assignments, cancellations) and the
+// registry (who is busy). Worker messages are checked against the job's
+// current epoch and plan and handed to the job's record (RunningJob: state,
+// step aggregation, watchers); shards go to the WeightStore. A job SUCCEEDS
+// once every position finished the last step and its weights are
+// committed, and FAILS (naming the stage and worker) when a stage reports an
+// error, the replicas' shards diverge, or a worker's lease lapses.
+// Thread-safe: one mutex over every job.
 #ifndef SHARDLINE_SERVER_JOB_MANAGER_H_
 #define SHARDLINE_SERVER_JOB_MANAGER_H_
 
-#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -31,6 +22,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "server/planner.h"
+#include "server/running_job.h"
 #include "server/stream_mailbox.h"
 #include "server/weight_store.h"
 #include "server/worker_registry.h"
@@ -74,47 +66,24 @@ class JobManager {
   // Streams to `mailbox` the job's status as each of its last kRecentSteps
   // completed steps ended (so that a watcher subscribing after a job started
   // still sees every recent step), then its status now and after every change.
-  static constexpr size_t kRecentSteps = 256;
+  static constexpr size_t kRecentSteps = RunningJob::kRecentSteps;
   absl::Status Watch(const std::string& job_id,
                      std::shared_ptr<StreamMailbox<shardline::v1::JobStatus>> mailbox);
 
  private:
-  struct Job {
-    shardline::v1::JobSpec spec;
-    shardline::v1::JobStatus status;
-    int stages = 0;    // p
-    int replicas = 1;  // d
-    std::vector<std::string> workers;  // worker id per position (replica · p + stage)
-    // Per position, its reports of the steps not yet complete everywhere.
-    std::vector<std::map<int64_t, shardline::v1::ReportStepRequest>> reports;
-    std::vector<std::shared_ptr<StreamMailbox<shardline::v1::JobStatus>>> watchers;
-    std::deque<shardline::v1::JobStatus> recent_steps;  // as each of the last steps ended
-    // A stage lost its link: usually a neighbour died. Wait up to a lease for
-    // the registry to name the lost worker before failing with this message.
-    std::string pending_failure;
-    absl::Time failure_deadline;
-  };
-
-  absl::StatusOr<Job*> Find(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The position of (stage, replica), if the sender holds it at `epoch`.
-  absl::StatusOr<int> CheckSender(const Job& job, uint64_t epoch, int stage, int replica,
-                                  const std::string& worker_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // "stage 1" or, with replicas, "stage 1 of replica 2", and its worker.
-  static std::string PositionName(const Job& job, int position);
-  // Completes step `step` once every position reported it.
-  void MaybeCompleteStep(Job& job, int64_t step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<RunningJob*> Find(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void End(Job& job, shardline::v1::JobState state, const std::string& message)
+  // Ends the job; a running one's workers are told to stop (unless it
+  // succeeded) and become idle; waiting jobs may start on them.
+  void End(RunningJob& job, shardline::v1::JobState state, const std::string& message)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void MaybeSucceed(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Publish(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  static bool Ended(const Job& job);
+  void MaybeSucceed(RunningJob& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   WorkerRegistry& registry_;
   WeightStore& weights_;
   const Deliver deliver_;
   absl::Mutex mu_;
-  std::map<std::string, Job> jobs_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, RunningJob> jobs_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> order_ ABSL_GUARDED_BY(mu_);  // submission order
   int64_t next_job_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t next_epoch_ ABSL_GUARDED_BY(mu_) = 1;

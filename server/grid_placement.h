@@ -1,0 +1,42 @@
+// Placement of a job on a p × d grid of idle workers (positions r·p + s:
+// stage s of replica r), beside the planner: the d replicas share one
+// pipeline cut, planned on the slowest and smallest worker of each stage.
+// PreviewGrid answers `shardctl plan`; PlaceGrid builds what starting the
+// job needs: each position's worker, its StageStatus and its Assignment.
+#ifndef SHARDLINE_SERVER_GRID_PLACEMENT_H_
+#define SHARDLINE_SERVER_GRID_PLACEMENT_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "server/worker_registry.h"
+#include "shardline/v1/admin.pb.h"
+#include "shardline/v1/coordinator.pb.h"
+#include "shardline/v1/job.pb.h"
+
+namespace shardline::server {
+
+struct GridPlacement {
+  int stages = 0;    // p
+  int replicas = 1;  // d
+  // By position.
+  std::vector<std::string> workers;  // worker ids
+  std::vector<shardline::v1::StageStatus> stage_statuses;
+  std::vector<shardline::v1::Assignment> assignments;
+};
+
+// The plan `spec` (validated) would get on `idle` now. INVALID_ARGUMENT
+// when fewer than p × d are idle; the planner's errors as they come.
+absl::StatusOr<shardline::v1::PlanResponse> PreviewGrid(const shardline::v1::JobSpec& spec,
+                                                        const std::vector<WorkerRecord>& idle);
+
+// Places job `job_id` at plan `epoch` on the first p × d of `idle` (there
+// must be that many), every assignment starting at step 1.
+absl::StatusOr<GridPlacement> PlaceGrid(const shardline::v1::JobSpec& spec, const std::string& job_id,
+                                        uint64_t epoch, const std::vector<WorkerRecord>& idle);
+
+}  // namespace shardline::server
+
+#endif  // SHARDLINE_SERVER_GRID_PLACEMENT_H_

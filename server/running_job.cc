@@ -1,0 +1,163 @@
+#include "server/running_job.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
+namespace shardline::server {
+
+RunningJob::RunningJob(const std::string& id, shardline::v1::JobSpec spec) : spec_(std::move(spec)) {
+  status_.set_job_id(id);
+  status_.set_name(spec_.name());
+  status_.set_state(shardline::v1::PENDING);
+  status_.set_total_steps(spec_.train().steps());
+  status_.set_committed_step(-1);
+}
+
+bool RunningJob::ended() const {
+  const shardline::v1::JobState s = status_.state();
+  return s == shardline::v1::SUCCEEDED || s == shardline::v1::FAILED || s == shardline::v1::CANCELLED;
+}
+
+void RunningJob::Wait(const std::string& why) {
+  status_.set_message(why);
+  Publish();
+}
+
+void RunningJob::Start(uint64_t epoch, GridPlacement placement) {
+  status_.set_state(shardline::v1::RUNNING);
+  status_.set_plan_epoch(epoch);
+  status_.set_message("");
+  status_.clear_stages();
+  for (shardline::v1::StageStatus& stage : placement.stage_statuses) *status_.add_stages() = std::move(stage);
+  stages_ = placement.stages;
+  replicas_ = placement.replicas;
+  workers_ = std::move(placement.workers);
+  reports_.assign(workers_.size(), {});
+  Publish();
+}
+
+void RunningJob::End(shardline::v1::JobState state, const std::string& message) {
+  if (ended()) return;
+  status_.set_state(state);
+  status_.set_message(message);
+  Publish();
+}
+
+absl::StatusOr<int> RunningJob::CheckSender(uint64_t epoch, int stage, int replica,
+                                            const std::string& worker_id) const {
+  if (epoch != status_.plan_epoch()) {
+    return absl::FailedPreconditionError(absl::StrCat("plan epoch ", epoch, " is stale; job ", status_.job_id(),
+                                                      " is at epoch ", status_.plan_epoch()));
+  }
+  if (stage < 0 || stage >= stages_) {
+    return absl::InvalidArgumentError(absl::StrCat("job ", status_.job_id(), " has no stage ", stage));
+  }
+  if (replica < 0 || replica >= replicas_) {
+    return absl::InvalidArgumentError(absl::StrCat("job ", status_.job_id(), " has no replica ", replica));
+  }
+  const int position = replica * stages_ + stage;
+  if (!worker_id.empty() && workers_[position] != worker_id) {
+    return absl::FailedPreconditionError(absl::StrCat("worker ", worker_id, " does not hold stage ", stage,
+                                                      replicas_ > 1 ? absl::StrCat(" of replica ", replica) : "",
+                                                      " of ", status_.job_id()));
+  }
+  return position;
+}
+
+std::string RunningJob::PositionName(int position) const {
+  const int s = position % stages_, r = position / stages_;
+  const std::string& worker = status_.stages(position).worker();
+  return replicas_ > 1 ? absl::StrCat("stage ", s, " of replica ", r, " (worker ", worker, ")")
+                       : absl::StrCat("stage ", s, " (worker ", worker, ")");
+}
+
+absl::Status RunningJob::AddReport(int position, const shardline::v1::ReportStepRequest& report) {
+  const int64_t step = report.step();
+  if (step <= status_.step()) return absl::OkStatus();  // a retried report
+  reports_[position][step] = report;
+  for (const auto& reports : reports_) {
+    if (!reports.count(step)) return absl::OkStatus();
+  }
+  // The replicas of a stage hold the same shard at a checkpoint.
+  const int p = stages_;
+  for (int s = 0; s < p; ++s) {
+    const uint64_t want = reports_[s].at(step).shard_digest();
+    for (int r = 1; r < replicas_; ++r) {
+      const uint64_t got = reports_[r * p + s].at(step).shard_digest();
+      if (got != want) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "the replicas of stage ", s, " diverged at step ", step, ": replica ", r,
+            "'s shard differs from replica 0's (digest ", absl::Hex(got), " vs ", absl::Hex(want), ")"));
+      }
+    }
+  }
+  CompleteStep(step);
+  return absl::OkStatus();
+}
+
+void RunningJob::CompleteStep(int64_t step) {
+  const int p = stages_;
+  double slowest = 0, loss = 0;
+  int64_t tokens = 0;
+  for (size_t position = 0; position < reports_.size(); ++position) {
+    const shardline::v1::ReportStepRequest& rep = reports_[position].at(step);
+    slowest = std::max(slowest, rep.step_seconds());
+    auto* status = status_.mutable_stages(static_cast<int>(position));
+    status->set_busy_fraction(rep.step_seconds() > 0 ? rep.busy_seconds() / rep.step_seconds() : 0.0);
+    status->set_peak_slots(rep.peak_slots());
+    const double gib = static_cast<double>(rep.received_bytes()) / (1 << 30);
+    status->set_minor_faults_per_gib(gib > 0 ? rep.minor_faults() / gib : 0.0);
+    status->set_link_peak_bytes(rep.link_peak_bytes());
+  }
+  // The step's loss and tokens: the replicas' last stages', in rank order.
+  for (int r = 0; r < replicas_; ++r) {
+    loss += reports_[r * p + p - 1].at(step).loss();
+    tokens += reports_[r * p + p - 1].at(step).tokens();
+  }
+  const shardline::v1::ReportStepRequest& last = reports_[p - 1].at(step);
+  status_.set_step(step);
+  status_.set_loss(loss);
+  status_.set_lr(last.lr());
+  status_.set_grad_norm(last.grad_norm());
+  status_.set_tokens_per_s(slowest > 0 ? tokens / slowest : 0.0);
+  for (auto& reports : reports_) reports.erase(reports.begin(), reports.upper_bound(step));
+  recent_steps_.push_back(status_);
+  if (recent_steps_.size() > kRecentSteps) recent_steps_.pop_front();
+  Publish();
+}
+
+void RunningJob::Commit(int64_t step) {
+  status_.set_committed_step(step);
+  Publish();
+}
+
+bool RunningJob::finished() const {
+  return status_.step() == status_.total_steps() && status_.committed_step() == status_.total_steps();
+}
+
+void RunningJob::NoteLinkFailure(const std::string& message, absl::Time deadline) {
+  if (!pending_failure_.empty()) return;
+  pending_failure_ = message;
+  failure_deadline_ = deadline;
+  status_.set_message("a stage lost its link; checking whether a worker was lost");
+  Publish();
+}
+
+void RunningJob::Watch(std::shared_ptr<StreamMailbox<shardline::v1::JobStatus>> mailbox) {
+  for (const shardline::v1::JobStatus& past : recent_steps_) {
+    if (past.step() < status_.step()) mailbox->Push(past);  // the current step comes with the status now
+  }
+  mailbox->Push(status_);
+  if (!ended()) watchers_.push_back(std::move(mailbox));
+}
+
+void RunningJob::Publish() {
+  std::vector<std::shared_ptr<StreamMailbox<shardline::v1::JobStatus>>> alive;
+  for (auto& watcher : watchers_) {
+    if (watcher->Push(status_)) alive.push_back(std::move(watcher));
+  }
+  watchers_ = ended() ? decltype(alive)() : std::move(alive);
+}
+
+}  // namespace shardline::server

@@ -1,0 +1,100 @@
+// RunningJob is one job's record at the coordinator: its spec, status and
+// state (PENDING → RUNNING at a plan epoch → SUCCEEDED / FAILED /
+// CANCELLED), the grid it runs on, its positions' step reports until every
+// position has reported a step (then the step completes: its loss is the
+// replicas' last-stage losses added in rank order; at a checkpoint the
+// replicas' shard digests must agree), the watchers of its status and the
+// statuses of its last completed steps. Telling workers and the registry
+// is JobManager's; this only keeps the record. Not thread-safe (the
+// JobManager's mutex guards every job).
+#ifndef SHARDLINE_SERVER_RUNNING_JOB_H_
+#define SHARDLINE_SERVER_RUNNING_JOB_H_
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "server/grid_placement.h"
+#include "server/stream_mailbox.h"
+#include "shardline/v1/admin.pb.h"
+#include "shardline/v1/coordinator.pb.h"
+#include "shardline/v1/job.pb.h"
+
+namespace shardline::server {
+
+class RunningJob {
+ public:
+  // Watchers get the statuses of this many last completed steps first.
+  static constexpr size_t kRecentSteps = 256;
+
+  // PENDING.
+  RunningJob(const std::string& id, shardline::v1::JobSpec spec);
+
+  const shardline::v1::JobSpec& spec() const { return spec_; }
+  const shardline::v1::JobStatus& status() const { return status_; }
+  bool running() const { return status_.state() == shardline::v1::RUNNING; }
+  bool ended() const;
+  // Worker ids by position (replica · p + stage) while it runs.
+  const std::vector<std::string>& workers() const { return workers_; }
+  int stages() const { return stages_; }
+  int replicas() const { return replicas_; }
+
+  // Still PENDING, for `why`.
+  void Wait(const std::string& why);
+  // RUNNING at `epoch` on `placement`.
+  void Start(uint64_t epoch, GridPlacement placement);
+  // The job's new state; no further change once it has ended.
+  void End(shardline::v1::JobState state, const std::string& message);
+
+  // The position of (stage, replica), if `worker_id` (any, when empty)
+  // holds it at `epoch`: FAILED_PRECONDITION for a stale epoch or another
+  // worker, INVALID_ARGUMENT for a stage or replica the job lacks.
+  absl::StatusOr<int> CheckSender(uint64_t epoch, int stage, int replica, const std::string& worker_id) const;
+  // "stage 1" or, with replicas, "stage 1 of replica 2", and its worker.
+  std::string PositionName(int position) const;
+
+  // Keeps a step report of `position` (one of a step already complete is
+  // a retry, ignored) and completes the step once every position reported
+  // it. FAILED_PRECONDITION, naming the stage, when the replicas' shard
+  // digests disagree at a checkpoint (the job should fail).
+  absl::Status AddReport(int position, const shardline::v1::ReportStepRequest& report);
+  // The weights of `step` are committed.
+  void Commit(int64_t step);
+  // Every step run and the last one's weights committed.
+  bool finished() const;
+
+  // A stage lost its link (usually a neighbour died): the failure to report
+  // if no lost worker is named before `deadline`. Only the first counts.
+  void NoteLinkFailure(const std::string& message, absl::Time deadline);
+  bool link_failure_due(absl::Time now) const { return !pending_failure_.empty() && now >= failure_deadline_; }
+  const std::string& pending_failure() const { return pending_failure_; }
+
+  // Streams to `mailbox` the recent steps' statuses, the status now and,
+  // unless the job has ended, every later one.
+  void Watch(std::shared_ptr<StreamMailbox<shardline::v1::JobStatus>> mailbox);
+
+ private:
+  void CompleteStep(int64_t step);
+  void Publish();
+
+  shardline::v1::JobSpec spec_;
+  shardline::v1::JobStatus status_;
+  int stages_ = 0;    // p
+  int replicas_ = 1;  // d
+  std::vector<std::string> workers_;
+  // Per position, its reports of the steps not yet complete everywhere.
+  std::vector<std::map<int64_t, shardline::v1::ReportStepRequest>> reports_;
+  std::vector<std::shared_ptr<StreamMailbox<shardline::v1::JobStatus>>> watchers_;
+  std::deque<shardline::v1::JobStatus> recent_steps_;  // as each of the last steps ended
+  std::string pending_failure_;
+  absl::Time failure_deadline_;
+};
+
+}  // namespace shardline::server
+
+#endif  // SHARDLINE_SERVER_RUNNING_JOB_H_
