@@ -69,18 +69,22 @@ class ShardReader final : public grpc::ServerReadReactor<shardline::v1::ShardChu
 
 }  // namespace
 
-std::shared_ptr<StreamMailbox<shardline::v1::Assignment>> CoordinatorService::Mailbox(
-    const std::string& worker_id) {
-  absl::MutexLock lock(&mu_);
-  auto& mailbox = mailboxes_[worker_id];
-  if (mailbox == nullptr) {
-    mailbox = std::make_shared<StreamMailbox<shardline::v1::Assignment>>(StreamMailbox<shardline::v1::Assignment>::kUnlimited);
+std::shared_ptr<CoordinatorService::AssignmentMailbox> CoordinatorService::Renew(
+    std::shared_ptr<AssignmentMailbox>& slot) {
+  auto fresh = std::make_shared<AssignmentMailbox>(AssignmentMailbox::kUnlimited);
+  if (slot != nullptr) {
+    for (shardline::v1::Assignment& unsent : slot->TakeUnsent()) fresh->Push(std::move(unsent));
   }
-  return mailbox;
+  slot = fresh;
+  return fresh;
 }
 
 void CoordinatorService::Deliver(const std::string& worker_id, shardline::v1::Assignment assignment) {
-  Mailbox(worker_id)->Push(std::move(assignment));
+  // Under the lock, so that a watch renewing the mailbox takes it along.
+  absl::MutexLock lock(&mu_);
+  std::shared_ptr<AssignmentMailbox>& mailbox = mailboxes_[worker_id];
+  if (mailbox != nullptr && mailbox->Push(assignment)) return;
+  Renew(mailbox)->Push(std::move(assignment));  // no stream now: kept for the next watch
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::Register(grpc::CallbackServerContext* context,
@@ -90,8 +94,7 @@ grpc::ServerUnaryReactor* CoordinatorService::Register(grpc::CallbackServerConte
   if (!id.ok()) return Done(context, id.status());
   {
     absl::MutexLock lock(&mu_);
-    mailboxes_[*id] = std::make_shared<StreamMailbox<shardline::v1::Assignment>>(
-        StreamMailbox<shardline::v1::Assignment>::kUnlimited);
+    mailboxes_[*id] = std::make_shared<AssignmentMailbox>(AssignmentMailbox::kUnlimited);
   }
   response->set_worker_id(*id);
   response->set_lease_ms(absl::ToInt64Milliseconds(registry_.lease()));
@@ -113,8 +116,14 @@ grpc::ServerWriteReactor<shardline::v1::Assignment>* CoordinatorService::WatchAs
     return new RejectedWriter<shardline::v1::Assignment>(grpc::Status(
         grpc::StatusCode::NOT_FOUND, absl::StrCat("worker ", request->worker_id(), " is not registered")));
   }
-  return new MailboxWriter<shardline::v1::Assignment>(Mailbox(request->worker_id()),
-                                                      [](const auto&) { return false; });
+  // Each watch its own mailbox: after a broken stream the worker watches
+  // again and gets what the old one did not deliver (a broken write's too).
+  std::shared_ptr<AssignmentMailbox> mailbox;
+  {
+    absl::MutexLock lock(&mu_);
+    mailbox = Renew(mailboxes_[request->worker_id()]);
+  }
+  return new MailboxWriter<shardline::v1::Assignment>(std::move(mailbox), [](const auto&) { return false; });
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::ReportStep(grpc::CallbackServerContext* context,

@@ -47,7 +47,11 @@ class CoordinatorService final : public shardline::v1::Coordinator::CallbackServ
   JobManager& jobs() { return *jobs_; }
 
  private:
-  std::shared_ptr<StreamMailbox<shardline::v1::Assignment>> Mailbox(const std::string& worker_id);
+  using AssignmentMailbox = StreamMailbox<shardline::v1::Assignment>;
+  // A fresh mailbox in `slot` holding what the one there (if any) has not
+  // delivered; each watch stream gets its own, and assignments for a worker
+  // whose stream broke wait in a new one for its next watch.
+  static std::shared_ptr<AssignmentMailbox> Renew(std::shared_ptr<AssignmentMailbox>& slot);
 
   WorkerRegistry& registry_;
   JobManager* jobs_ = nullptr;

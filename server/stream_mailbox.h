@@ -5,7 +5,9 @@
 // finished reactor. A mailbox made with a limit drops, past that many queued
 // messages, the oldest it has not sent (a status stream: the subscriber
 // still gets the latest); one without keeps everything (assignments: a
-// worker gets at most two per job). Thread-safe.
+// worker gets at most two per job). A mailbox serves one stream: once that
+// stream is gone, TakeUnsent moves what it did not deliver to the next
+// one's. Thread-safe.
 #ifndef SHARDLINE_SERVER_STREAM_MAILBOX_H_
 #define SHARDLINE_SERVER_STREAM_MAILBOX_H_
 
@@ -59,14 +61,15 @@ class StreamMailbox {
     if (next != nullptr) start(next);
     return true;
   }
-  // The reactor's OnWriteDone.
+  // The reactor's OnWriteDone. A failed write keeps its message, for
+  // TakeUnsent (the stream broke: it may never have arrived).
   void Written(bool ok) {
     const T* next = nullptr;
     StartWrite start;
     {
       absl::MutexLock lock(&mu_);
       writing_ = false;
-      if (!queue_.empty()) queue_.pop_front();
+      if (ok && !queue_.empty()) queue_.pop_front();
       if (!ok) closed_ = true;
       next = NextLocked();
       start = start_write_;
@@ -76,6 +79,19 @@ class StreamMailbox {
   bool writing() {
     absl::MutexLock lock(&mu_);
     return writing_;
+  }
+  // Closes the mailbox and hands over the messages not yet written (a write
+  // in flight keeps its own), for a new stream's mailbox.
+  std::deque<T> TakeUnsent() {
+    absl::MutexLock lock(&mu_);
+    closed_ = true;
+    std::deque<T> out;
+    const size_t first = writing_ ? 1 : 0;
+    while (queue_.size() > first) {
+      out.push_front(std::move(queue_.back()));
+      queue_.pop_back();
+    }
+    return out;
   }
   // No more writes start; returns whether one is in flight.
   bool Close() {

@@ -144,9 +144,18 @@ void WorkerServer::OnAssignment(const shardline::v1::Assignment& a) {
     }
     return;
   }
+  {
+    // The coordinator resends what a broken stream may not have delivered.
+    absl::MutexLock lock(&mu_);
+    if (job_id_ == a.job_id() && job_epoch_ == a.plan_epoch()) {
+      LOG(INFO) << "job " << a.job_id() << ": assignment at epoch " << a.plan_epoch() << " already taken";
+      return;
+    }
+  }
   JoinJob();  // a previous job's thread, finished or being cancelled
   absl::MutexLock lock(&mu_);
   job_id_ = a.job_id();
+  job_epoch_ = a.plan_epoch();
   job_cancelled_ = false;
   job_ = std::thread([this, a] { RunJob(a); });
 }

@@ -76,6 +76,7 @@ class WorkerServer {
   absl::Mutex mu_;
   std::thread job_ ABSL_GUARDED_BY(mu_);
   std::string job_id_ ABSL_GUARDED_BY(mu_);
+  uint64_t job_epoch_ ABSL_GUARDED_BY(mu_) = 0;  // of the assignment job_id_ came with
   transport::GrpcStageLink* link_ ABSL_GUARDED_BY(mu_) = nullptr;  // of the running job
   collective::Collective* replicas_ ABSL_GUARDED_BY(mu_) = nullptr;  // its data-parallel group, if any
   std::atomic<bool> job_cancelled_{false};

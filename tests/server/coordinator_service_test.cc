@@ -2,6 +2,7 @@
 // request gets a clear gRPC status and the next request is served.
 #include <grpcpp/grpcpp.h>
 
+#include <chrono>
 #include <filesystem>
 
 #include "common/job_spec.h"
@@ -214,6 +215,55 @@ TEST_F(CoordinatorServiceTest, StaleOrForeignReportsAreRefused) {
   EXPECT_EQ(after.state(), shardline::v1::FAILED);
   EXPECT_NE(after.message().find("stage 0 (worker w0)"), std::string::npos) << after.message();
   EXPECT_TRUE(StillServing());
+}
+
+// A worker whose assignment stream broke watches again: the new stream gets
+// the assignment the coordinator made while no stream was open, and one made
+// later (issue 13's first defect: the closed mailbox used to be reused, so
+// the worker never got an assignment again).
+TEST_F(CoordinatorServiceTest, AWorkerWatchingAgainAfterItsStreamBrokeGetsItsAssignments) {
+  std::string worker;
+  ASSERT_TRUE(Register("w0", &worker).ok());
+  auto watch = [&](grpc::ClientContext& context) {
+    shardline::v1::WatchAssignmentsRequest request;
+    request.set_worker_id(worker);
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+    return worker_stub_->WatchAssignments(&context, request);
+  };
+  {
+    grpc::ClientContext first;
+    auto reader = watch(first);
+    first.TryCancel();  // the stream breaks
+    shardline::v1::Assignment ignored;
+    while (reader->Read(&ignored)) {
+    }
+    (void)reader->Finish();
+  }
+  absl::SleepFor(absl::Milliseconds(200));  // the coordinator has seen it go
+  grpc::Status status;
+  const shardline::v1::JobStatus job = Submit(Spec(), &status);  // assigned while no stream is open
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_EQ(job.state(), shardline::v1::RUNNING);
+  grpc::ClientContext second;
+  auto reader = watch(second);
+  shardline::v1::Assignment assignment;
+  ASSERT_TRUE(reader->Read(&assignment)) << "the assignment never came on the new stream";
+  EXPECT_EQ(assignment.job_id(), job.job_id());
+  EXPECT_EQ(assignment.plan_epoch(), job.plan_epoch());
+  EXPECT_FALSE(assignment.cancel());
+  // And what comes later (here: the cancellation) reaches it too.
+  grpc::ClientContext cancel_context;
+  shardline::v1::GetJobRequest cancel;
+  cancel.set_job_id(job.job_id());
+  shardline::v1::JobStatus cancelled;
+  ASSERT_TRUE(admin_stub_->CancelJob(&cancel_context, cancel, &cancelled).ok());
+  ASSERT_TRUE(reader->Read(&assignment));
+  EXPECT_EQ(assignment.job_id(), job.job_id());
+  EXPECT_TRUE(assignment.cancel());
+  second.TryCancel();
+  while (reader->Read(&assignment)) {
+  }
+  (void)reader->Finish();
 }
 
 }  // namespace
