@@ -8,7 +8,7 @@ packages=(
   build-essential cmake pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libgoogle-glog-dev libgflags-dev libgtest-dev libgmock-dev
-  libgoogle-perftools-dev libopenblas-dev
+  libgoogle-perftools-dev libopenblas-dev libsqlite3-dev
 )
 
 # Python tools for tests and benchmarks only (the product never runs Python):

@@ -10,18 +10,21 @@
 #include <thread>
 
 #include "absl/flags/flag.h"
+#include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/file_util.h"
 #include "common/init.h"
 #include "glog/logging.h"
 #include "server/admin_service.h"
 #include "server/coordinator_service.h"
+#include "server/coordinator_store.h"
 #include "server/job_manager.h"
 #include "server/weight_store.h"
 #include "server/worker_registry.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:7400", "address to serve on (port 0: any free port)");
-ABSL_FLAG(std::string, state_dir, "", "directory for committed weights (required)");
+ABSL_FLAG(std::string, state_dir, "", "directory for the coordinator's state: jobs, ids and committed weights (required)");
 ABSL_FLAG(int64_t, lease_ms, 3000, "a worker silent for this long is lost");
 ABSL_FLAG(std::string, port_file, "", "write the bound port here once serving (for launchers)");
 
@@ -40,18 +43,30 @@ int Run() {
     std::fprintf(stderr, "Error: --lease_ms must be at least 100\n");
     return 3;
   }
-  auto weights = WeightStore::Open(absl::GetFlag(FLAGS_state_dir));
+  const std::string state_dir = absl::GetFlag(FLAGS_state_dir);
+  auto weights = WeightStore::Open(state_dir);
   if (!weights.ok()) {
     std::fprintf(stderr, "Error: %s\n", std::string(weights.status().message()).c_str());
     return 3;
   }
+  auto store = CoordinatorStore::Open(state_dir + "/coordinator.db");
+  if (!store.ok()) {
+    std::fprintf(stderr, "Error: %s\n", std::string(store.status().message()).c_str());
+    return 3;
+  }
   const absl::Duration lease = absl::Milliseconds(absl::GetFlag(FLAGS_lease_ms));
-  WorkerRegistry registry(lease);
+  // Worker ids carry this incarnation and a random part.
+  const std::string tag = absl::StrFormat("%d%06x", (*store)->incarnation(), absl::Uniform<uint32_t>(absl::BitGen(), 0, 1 << 24));
+  WorkerRegistry registry(lease, [] { return absl::Now(); }, tag);
   CoordinatorService coordinator(registry);
-  JobManager jobs(registry, **weights, [&](const std::string& worker, shardline::v1::Assignment a) {
+  JobManager jobs(registry, **weights, **store, [&](const std::string& worker, shardline::v1::Assignment a) {
     coordinator.Deliver(worker, std::move(a));
   });
   coordinator.set_jobs(&jobs);
+  if (absl::Status s = jobs.Recover(); !s.ok()) {
+    std::fprintf(stderr, "Error: %s\n", std::string(s.message()).c_str());
+    return 3;
+  }
   AdminService admin(jobs, registry, **weights);
 
   grpc::EnableDefaultHealthCheckService(true);

@@ -63,7 +63,7 @@ absl::StatusOr<shardline::v1::PlanResponse> PreviewGrid(const shardline::v1::Job
 }
 
 absl::StatusOr<GridPlacement> PlaceGrid(const shardline::v1::JobSpec& spec, const std::string& job_id,
-                                        uint64_t epoch, const std::vector<WorkerRecord>& idle) {
+                                        uint64_t epoch, int64_t first_step, const std::vector<WorkerRecord>& idle) {
   const int p = spec.parallel().pipeline_stages(), d = spec.parallel().data_parallel();
   if (static_cast<int>(idle.size()) < p * d) {
     return absl::FailedPreconditionError(absl::StrCat("placing ", p * d, " positions on ", idle.size(), " workers"));
@@ -93,7 +93,7 @@ absl::StatusOr<GridPlacement> PlaceGrid(const shardline::v1::JobSpec& spec, cons
       a.set_unit_begin(sp.unit_begin);
       a.set_unit_end(sp.unit_end);
       if (s > 0) a.set_upstream_address(grid[r * p + s - 1].capabilities.listen_address());
-      a.set_first_step(1);
+      a.set_first_step(first_step);
       a.set_replica(r);
       a.set_replicas(d);
       if (d > 1) {

@@ -33,9 +33,10 @@ absl::StatusOr<shardline::v1::PlanResponse> PreviewGrid(const shardline::v1::Job
                                                         const std::vector<WorkerRecord>& idle);
 
 // Places job `job_id` at plan `epoch` on the first p × d of `idle` (there
-// must be that many), every assignment starting at step 1.
+// must be that many), every assignment starting at `first_step` (1 for a
+// fresh job; after a restart or a loss, one after the committed version).
 absl::StatusOr<GridPlacement> PlaceGrid(const shardline::v1::JobSpec& spec, const std::string& job_id,
-                                        uint64_t epoch, const std::vector<WorkerRecord>& idle);
+                                        uint64_t epoch, int64_t first_step, const std::vector<WorkerRecord>& idle);
 
 }  // namespace shardline::server
 

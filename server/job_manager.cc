@@ -6,6 +6,7 @@
 #include "common/job_spec.h"
 #include "common/safetensors.h"
 #include "common/status_macros.h"
+#include "glog/logging.h"
 #include "server/grid_placement.h"
 
 namespace shardline::server {
@@ -18,14 +19,44 @@ absl::StatusOr<RunningJob*> JobManager::Find(const std::string& job_id) {
   return &it->second;
 }
 
+absl::Status JobManager::Recover() {
+  ASSIGN_OR_RETURN(std::vector<CoordinatorStore::StoredJob> saved, store_.LoadJobs());
+  absl::MutexLock lock(&mu_);
+  for (CoordinatorStore::StoredJob& s : saved) {
+    const std::string id = s.status.job_id();
+    // The weights are the truth for what was committed (the record may
+    // predate the last commit).
+    absl::StatusOr<int64_t> committed = weights_.CommittedStep(id);
+    s.status.set_committed_step(committed.ok() ? *committed : -1);
+    RunningJob& job = jobs_.try_emplace(id, std::move(s.spec), std::move(s.status)).first->second;
+    order_.push_back(id);
+    if (job.ended()) continue;
+    LOG(INFO) << "job " << id << ": " << job.status().message();
+    if (job.finished()) End(job, shardline::v1::SUCCEEDED, "");
+    Save(job);
+  }
+  if (!saved.empty()) LOG(INFO) << "recovered " << saved.size() << " jobs";
+  return absl::OkStatus();
+}
+
 absl::StatusOr<shardline::v1::JobStatus> JobManager::Submit(shardline::v1::JobSpec spec) {
   RETURN_IF_ERROR(common::ValidateJobSpec(spec));
   absl::MutexLock lock(&mu_);
-  const std::string id = absl::StrCat("job-", next_job_++);
-  RunningJob& job = jobs_.try_emplace(id, id, std::move(spec)).first->second;
+  ASSIGN_OR_RETURN(const int64_t number, store_.TakeJobNumber());
+  const std::string id = absl::StrCat("job-", number);
+  RunningJob job(id, std::move(spec));
+  // Acknowledged only once durable.
+  RETURN_IF_ERROR(store_.SaveJob(job.spec(), job.status()));
+  jobs_.emplace(id, std::move(job));
   order_.push_back(id);
   ScheduleLocked();
-  return job.status();
+  return jobs_.at(id).status();
+}
+
+void JobManager::Save(const RunningJob& job) {
+  if (absl::Status s = store_.SaveJob(job.spec(), job.status()); !s.ok()) {
+    LOG(ERROR) << "job " << job.status().job_id() << " was not saved: " << s;
+  }
 }
 
 absl::StatusOr<shardline::v1::JobStatus> JobManager::Get(const std::string& job_id) {
@@ -83,20 +114,26 @@ void JobManager::ScheduleLocked() {
     const int p = job.spec().parallel().pipeline_stages(), d = job.spec().parallel().data_parallel();
     const std::vector<WorkerRecord> idle = registry_.Idle();
     if (static_cast<int>(idle.size()) < p * d) {
-      job.Wait(d > 1 ? absl::StrCat("waiting for ", p * d, " idle workers (", p, " stages × ", d, " replicas; ",
-                                    idle.size(), " now)")
-                     : absl::StrCat("waiting for ", p, " idle workers (", idle.size(), " now)"));
+      const std::string resume =
+          job.first_step() > 1 ? absl::StrCat("resuming at step ", job.first_step(), ": ") : "";
+      job.Wait(d > 1 ? absl::StrCat(resume, "waiting for ", p * d, " idle workers (", p, " stages × ", d,
+                                    " replicas; ", idle.size(), " now)")
+                     : absl::StrCat(resume, "waiting for ", p, " idle workers (", idle.size(), " now)"));
       continue;
     }
-    const uint64_t epoch = next_epoch_;
-    absl::StatusOr<GridPlacement> placement = PlaceGrid(job.spec(), id, epoch, idle);
+    absl::StatusOr<uint64_t> epoch = store_.TakeEpoch();
+    if (!epoch.ok()) {
+      job.Wait(absl::StrCat("cannot take a plan epoch: ", epoch.status().message()));
+      continue;
+    }
+    absl::StatusOr<GridPlacement> placement = PlaceGrid(job.spec(), id, *epoch, job.first_step(), idle);
     if (!placement.ok()) {
       End(job, shardline::v1::FAILED, absl::StrCat("cannot plan: ", placement.status().message()));
       continue;
     }
-    ++next_epoch_;
     std::vector<shardline::v1::Assignment> assignments = std::move(placement->assignments);
-    job.Start(epoch, *std::move(placement));
+    job.Start(*epoch, *std::move(placement));
+    Save(job);
     for (size_t position = 0; position < assignments.size(); ++position) {
       const std::string& worker = job.workers()[position];
       registry_.SetJob(worker, id);
@@ -155,6 +192,7 @@ absl::StatusOr<bool> JobManager::ReportShard(const shardline::v1::ShardHeader& h
                    weights_.Report({h.job_id(), h.stage(), h.stages(), h.step(), std::move(contents)}));
   if (committed) {
     job->Commit(h.step());
+    Save(*job);
     MaybeSucceed(*job);
   }
   return committed;
@@ -167,6 +205,7 @@ void JobManager::MaybeSucceed(RunningJob& job) {
 void JobManager::End(RunningJob& job, JobState state, const std::string& message) {
   const bool was_running = job.running();
   job.End(state, message);
+  Save(job);
   if (was_running) {
     for (const std::string& worker : job.workers()) {
       if (state != shardline::v1::SUCCEEDED) {

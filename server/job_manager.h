@@ -7,6 +7,10 @@
 // once every position finished the last step and its weights are
 // committed, and FAILS (naming the stage and worker) when a stage reports an
 // error, the replicas' shards diverge, or a worker's lease lapses.
+// Every job's spec and status is saved in the CoordinatorStore when it
+// changes state (submitted, started, committed, ended), and job numbers and
+// plan epochs come from it, so Recover() after a restart serves every
+// earlier job and resumes the unfinished ones from their committed step.
 // Thread-safe: one mutex over every job.
 #ifndef SHARDLINE_SERVER_JOB_MANAGER_H_
 #define SHARDLINE_SERVER_JOB_MANAGER_H_
@@ -21,6 +25,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "server/coordinator_store.h"
 #include "server/planner.h"
 #include "server/running_job.h"
 #include "server/stream_mailbox.h"
@@ -36,8 +41,13 @@ class JobManager {
   // Sends an assignment (or cancellation) to a worker's watch stream.
   using Deliver = std::function<void(const std::string& worker_id, shardline::v1::Assignment)>;
 
-  JobManager(WorkerRegistry& registry, WeightStore& weights, Deliver deliver)
-      : registry_(registry), weights_(weights), deliver_(std::move(deliver)) {}
+  JobManager(WorkerRegistry& registry, WeightStore& weights, CoordinatorStore& store, Deliver deliver)
+      : registry_(registry), weights_(weights), store_(store), deliver_(std::move(deliver)) {}
+
+  // Loads the saved jobs (once, before serving): ended ones as they ended,
+  // the others PENDING, to run from their committed step at a new epoch once
+  // enough workers have (re-)registered.
+  absl::Status Recover();
 
   // INVALID_ARGUMENT for a spec that fails validation (naming the field).
   absl::StatusOr<shardline::v1::JobStatus> Submit(shardline::v1::JobSpec spec);
@@ -78,15 +88,16 @@ class JobManager {
   void End(RunningJob& job, shardline::v1::JobState state, const std::string& message)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MaybeSucceed(RunningJob& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Saves the job's record; a failure is logged (the job goes on).
+  void Save(const RunningJob& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   WorkerRegistry& registry_;
   WeightStore& weights_;
+  CoordinatorStore& store_;
   const Deliver deliver_;
   absl::Mutex mu_;
   std::map<std::string, RunningJob> jobs_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> order_ ABSL_GUARDED_BY(mu_);  // submission order
-  int64_t next_job_ ABSL_GUARDED_BY(mu_) = 1;
-  uint64_t next_epoch_ ABSL_GUARDED_BY(mu_) = 1;
 };
 
 }  // namespace shardline::server

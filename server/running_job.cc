@@ -14,6 +14,18 @@ RunningJob::RunningJob(const std::string& id, shardline::v1::JobSpec spec) : spe
   status_.set_committed_step(-1);
 }
 
+RunningJob::RunningJob(shardline::v1::JobSpec spec, shardline::v1::JobStatus saved)
+    : spec_(std::move(spec)), status_(std::move(saved)) {
+  if (ended()) return;
+  const int64_t committed = std::max<int64_t>(status_.committed_step(), 0);
+  status_.set_state(shardline::v1::PENDING);
+  status_.set_step(committed);
+  status_.clear_stages();
+  status_.set_message(committed > 0 ? absl::StrCat("resuming from its committed step ", committed,
+                                                   " after a coordinator restart")
+                                    : "restarting after a coordinator restart (nothing was committed)");
+}
+
 bool RunningJob::ended() const {
   const shardline::v1::JobState s = status_.state();
   return s == shardline::v1::SUCCEEDED || s == shardline::v1::FAILED || s == shardline::v1::CANCELLED;
@@ -34,6 +46,7 @@ void RunningJob::Start(uint64_t epoch, GridPlacement placement) {
   replicas_ = placement.replicas;
   workers_ = std::move(placement.workers);
   reports_.assign(workers_.size(), {});
+  pending_failure_.clear();
   Publish();
 }
 

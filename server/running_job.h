@@ -10,6 +10,7 @@
 #ifndef SHARDLINE_SERVER_RUNNING_JOB_H_
 #define SHARDLINE_SERVER_RUNNING_JOB_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -34,6 +35,9 @@ class RunningJob {
 
   // PENDING.
   RunningJob(const std::string& id, shardline::v1::JobSpec spec);
+  // As saved (CoordinatorStore): an ended job as it ended; one that had
+  // not ended PENDING again, to resume from its committed step.
+  RunningJob(shardline::v1::JobSpec spec, shardline::v1::JobStatus saved);
 
   const shardline::v1::JobSpec& spec() const { return spec_; }
   const shardline::v1::JobStatus& status() const { return status_; }
@@ -48,6 +52,8 @@ class RunningJob {
   void Wait(const std::string& why);
   // RUNNING at `epoch` on `placement`.
   void Start(uint64_t epoch, GridPlacement placement);
+  // The step a (re)start runs first: one after the committed version.
+  int64_t first_step() const { return std::max<int64_t>(status_.committed_step(), 0) + 1; }
   // The job's new state; no further change once it has ended.
   void End(shardline::v1::JobState state, const std::string& message);
 

@@ -31,7 +31,7 @@ absl::StatusOr<std::string> WorkerRegistry::Register(
   }
   WorkerRecord record;
   record.order = next_id_;
-  record.id = absl::StrCat("worker-", next_id_++);
+  record.id = absl::StrCat("worker-", next_id_++, tag_.empty() ? "" : ".", tag_);
   record.name = name;
   record.capabilities = caps;
   record.lease_expiry = clock_() + lease_;

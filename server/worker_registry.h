@@ -31,8 +31,13 @@ struct WorkerRecord {
 class WorkerRegistry {
  public:
   using Clock = std::function<absl::Time()>;
-  explicit WorkerRegistry(absl::Duration lease, Clock clock = [] { return absl::Now(); })
-      : lease_(lease), clock_(std::move(clock)) {}
+  // Worker ids are "worker-<n>.<incarnation_tag>" ("worker-<n>" without a
+  // tag): the coordinator passes a tag unique to its incarnation, so an id
+  // is never handed out twice across restarts, and a worker still holding
+  // an earlier incarnation's id is told NOT_FOUND and registers again.
+  explicit WorkerRegistry(absl::Duration lease, Clock clock = [] { return absl::Now(); },
+                          std::string incarnation_tag = "")
+      : lease_(lease), clock_(std::move(clock)), tag_(std::move(incarnation_tag)) {}
 
   absl::Duration lease() const { return lease_; }
   // The registry's clock: the coordinator's one clock for leases and the
@@ -57,6 +62,7 @@ class WorkerRegistry {
  private:
   const absl::Duration lease_;
   const Clock clock_;
+  const std::string tag_;
   absl::Mutex mu_;
   std::map<std::string, WorkerRecord> workers_ ABSL_GUARDED_BY(mu_);
   int64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;

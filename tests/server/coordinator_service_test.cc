@@ -24,7 +24,8 @@ class CoordinatorServiceTest : public ::testing::Test {
     weights_ = std::move(*WeightStore::Open(dir));
     registry_ = std::make_unique<WorkerRegistry>(absl::Seconds(30));
     coordinator_ = std::make_unique<CoordinatorService>(*registry_);
-    jobs_ = std::make_unique<JobManager>(*registry_, *weights_,
+    store_ = std::move(*CoordinatorStore::Open(dir + "/coordinator.db"));
+    jobs_ = std::make_unique<JobManager>(*registry_, *weights_, *store_,
                                          [this](const std::string& w, shardline::v1::Assignment a) {
                                            coordinator_->Deliver(w, std::move(a));
                                          });
@@ -92,6 +93,7 @@ class CoordinatorServiceTest : public ::testing::Test {
   }
 
   std::unique_ptr<WeightStore> weights_;
+  std::unique_ptr<CoordinatorStore> store_;
   std::unique_ptr<WorkerRegistry> registry_;
   std::unique_ptr<CoordinatorService> coordinator_;
   std::unique_ptr<JobManager> jobs_;

@@ -5,6 +5,7 @@
 
 #include <filesystem>
 
+#include "absl/strings/str_cat.h"
 #include "common/job_spec.h"
 #include "common/safetensors.h"
 #include "gtest/gtest.h"
@@ -18,14 +19,27 @@ using shardline::v1::JobStatus;
 class JobManagerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const std::string dir = ::testing::TempDir() + "/job-manager-" +
-                            ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    std::filesystem::remove_all(dir);
-    weights_ = std::move(*WeightStore::Open(dir));
-    registry_ = std::make_unique<WorkerRegistry>(absl::Milliseconds(50), [this] { return now_; });
-    jobs_ = std::make_unique<JobManager>(*registry_, *weights_, [this](const std::string& w, Assignment a) {
+    dir_ = ::testing::TempDir() + "/job-manager-" + ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::filesystem::remove_all(dir_);
+    Open();
+  }
+  // (Re)starts the coordinator on dir_: what a restarted process has.
+  void Open() {
+    jobs_.reset();
+    registry_.reset();
+    store_.reset();
+    weights_.reset();
+    delivered_.clear();
+    weights_ = std::move(*WeightStore::Open(dir_));
+    auto store = CoordinatorStore::Open(dir_ + "/coordinator.db");
+    ASSERT_TRUE(store.ok()) << store.status();
+    store_ = std::move(*store);
+    registry_ = std::make_unique<WorkerRegistry>(
+        absl::Milliseconds(50), [this] { return now_; }, absl::StrCat("i", store_->incarnation()));
+    jobs_ = std::make_unique<JobManager>(*registry_, *weights_, *store_, [this](const std::string& w, Assignment a) {
       delivered_.emplace_back(w, std::move(a));
     });
+    ASSERT_TRUE(jobs_->Recover().ok());
   }
   std::string AddWorker(const std::string& name, double flops = 1e10) {
     shardline::v1::WorkerCapabilities caps;
@@ -81,8 +95,10 @@ class JobManagerTest : public ::testing::Test {
     return jobs_->ReportShard(h, Shard(stage));
   }
 
+  std::string dir_;
   absl::Time now_ = absl::FromUnixSeconds(1000);
   std::unique_ptr<WeightStore> weights_;
+  std::unique_ptr<CoordinatorStore> store_;
   std::unique_ptr<WorkerRegistry> registry_;
   std::unique_ptr<JobManager> jobs_;
   std::vector<std::pair<std::string, Assignment>> delivered_;
@@ -382,6 +398,89 @@ TEST(WorkerRegistryTest, LeasesLapseWithoutHeartbeats) {
   EXPECT_TRUE(registry.ExpireLeases().empty()) << "reported once";
   EXPECT_TRUE(registry.Register("b", caps).ok()) << "a lost worker's name can be used again";
   EXPECT_EQ(registry.Register("a", caps).status().code(), absl::StatusCode::kAlreadyExists);
+}
+
+}  // namespace
+}  // namespace shardline::server
+
+namespace shardline::server {
+namespace {
+
+// Runs `job` (2 stages) through steps [from, to], each stage checkpointing at `to`.
+class JobManagerRestartTest : public JobManagerTest {
+ protected:
+  void RunSteps(const JobStatus& job, int64_t from, int64_t to) {
+    NoteAssignments();
+    for (int64_t step = from; step <= to; ++step) {
+      for (int stage = 0; stage < 2; ++stage) ASSERT_TRUE(jobs_->ReportStep(Report(job, stage, step)).ok());
+    }
+    for (int stage = 0; stage < 2; ++stage) ASSERT_TRUE(SendShard(job, stage, 2, to).ok());
+  }
+};
+
+TEST_F(JobManagerRestartTest, ARestartedCoordinatorServesEarlierJobsAndNeverReusesAnId) {
+  const std::string old_worker = AddWorker("w0");
+  AddWorker("w1");
+  auto done = jobs_->Submit(Spec(2, 2));
+  ASSERT_TRUE(done.ok());
+  done = jobs_->Get(done->job_id());
+  RunSteps(*done, 1, 2);
+  ASSERT_EQ(jobs_->Get("job-1")->state(), shardline::v1::SUCCEEDED);
+  auto cancelled = jobs_->Submit(Spec(2, 2));
+  ASSERT_TRUE(cancelled.ok());
+  ASSERT_TRUE(jobs_->Cancel(cancelled->job_id()).ok());
+
+  Open();
+  // Both jobs are still served, as they ended.
+  EXPECT_EQ(jobs_->Get("job-1")->state(), shardline::v1::SUCCEEDED);
+  EXPECT_EQ(jobs_->Get("job-1")->committed_step(), 2);
+  EXPECT_EQ(jobs_->Get("job-2")->state(), shardline::v1::CANCELLED);
+  EXPECT_EQ(jobs_->Spec("job-2")->name(), "t");
+  EXPECT_TRUE(weights_->ExportWeights("job-1", {}).ok());
+  ASSERT_EQ(jobs_->List().size(), 2u);
+  // Job numbers continue (a new job-1 would have met the old one's shards).
+  auto next = jobs_->Submit(Spec(2, 2));
+  ASSERT_TRUE(next.ok());
+  EXPECT_EQ(next->job_id(), "job-3");
+  // A worker of the earlier incarnation is unknown: it must register again,
+  // and the ids it and its successor get are new.
+  EXPECT_TRUE(absl::IsNotFound(registry_->Heartbeat(old_worker)));
+  const std::string again = AddWorker("w0");
+  EXPECT_NE(again, old_worker);
+}
+
+TEST_F(JobManagerRestartTest, AJobRunningAtARestartResumesFromItsCommittedStepAtANewEpoch) {
+  AddWorker("w0");
+  AddWorker("w1");
+  auto job = jobs_->Submit(Spec(2, 4));
+  ASSERT_TRUE(job.ok());
+  job = jobs_->Get(job->job_id());
+  RunSteps(*job, 1, 2);
+  // Step 3 reported by one stage only, then the coordinator dies.
+  ASSERT_TRUE(jobs_->ReportStep(Report(*job, 0, 3)).ok());
+  const JobStatus before = *jobs_->Get(job->job_id());
+  ASSERT_EQ(before.committed_step(), 2);
+
+  Open();
+  jobs_->Schedule();
+  JobStatus waiting = *jobs_->Get(job->job_id());
+  EXPECT_EQ(waiting.state(), shardline::v1::PENDING);
+  EXPECT_EQ(waiting.step(), 2);
+  EXPECT_NE(waiting.message().find("resuming at step 3"), std::string::npos) << waiting.message();
+  AddWorker("w0");
+  AddWorker("w1");
+  const JobStatus resumed = *jobs_->Get(job->job_id());
+  ASSERT_EQ(resumed.state(), shardline::v1::RUNNING);
+  EXPECT_GT(resumed.plan_epoch(), before.plan_epoch());
+  ASSERT_EQ(delivered_.size(), 2u);
+  for (const auto& [worker, a] : delivered_) EXPECT_EQ(a.first_step(), 3) << worker;
+  // The old epoch's traffic is refused; the new one's completes the job.
+  NoteAssignments();
+  auto stale = jobs_->ReportStep(Report(before, 1, 3));
+  EXPECT_EQ(stale.status().code(), absl::StatusCode::kFailedPrecondition) << stale.status();
+  RunSteps(resumed, 3, 4);
+  EXPECT_EQ(jobs_->Get(job->job_id())->state(), shardline::v1::SUCCEEDED);
+  EXPECT_EQ(weights_->CommittedStep(job->job_id()).value_or(-1), 4);
 }
 
 }  // namespace

@@ -17,8 +17,9 @@ absl::StatusOr<std::unique_ptr<InProcessCluster>> InProcessCluster::Start(int wo
   c->registry_ = std::make_unique<server::WorkerRegistry>(lease);
   c->coordinator_ = std::make_unique<server::CoordinatorService>(*c->registry_);
   InProcessCluster* self = c.get();
+  ASSIGN_OR_RETURN(c->store_, server::CoordinatorStore::Open(dir + "/coordinator.db"));
   c->jobs_ = std::make_unique<server::JobManager>(
-      *c->registry_, *c->weights_, [self](const std::string& worker, shardline::v1::Assignment a) {
+      *c->registry_, *c->weights_, *c->store_, [self](const std::string& worker, shardline::v1::Assignment a) {
         self->coordinator_->Deliver(worker, std::move(a));
       });
   c->coordinator_->set_jobs(c->jobs_.get());

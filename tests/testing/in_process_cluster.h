@@ -19,6 +19,7 @@
 #include "server/admin_service.h"
 #include "server/coordinator_service.h"
 #include "server/job_manager.h"
+#include "server/coordinator_store.h"
 #include "server/weight_store.h"
 #include "server/worker_registry.h"
 #include "worker/worker_server.h"
@@ -39,6 +40,7 @@ class InProcessCluster {
   InProcessCluster() = default;
 
   std::unique_ptr<server::WeightStore> weights_;
+  std::unique_ptr<server::CoordinatorStore> store_;
   std::unique_ptr<server::WorkerRegistry> registry_;
   std::unique_ptr<server::CoordinatorService> coordinator_;
   std::unique_ptr<server::JobManager> jobs_;
