@@ -4,6 +4,7 @@
 #include "common/grpc_status.h"
 #include "common/job_spec.h"
 #include "common/safetensors.h"
+#include "server/chunk_writer.h"
 #include "server/grpc_mailbox_writer.h"
 
 namespace shardline::server {
@@ -33,29 +34,6 @@ bool Terminal(const JobStatus& status) {
          status.state() == shardline::v1::CANCELLED;
 }
 
-// Streams one in-memory file in chunks.
-class ChunkWriter final : public grpc::ServerWriteReactor<shardline::v1::ExportChunk> {
- public:
-  explicit ChunkWriter(std::string bytes) : bytes_(std::move(bytes)) { Next(); }
-  void OnWriteDone(bool ok) override {
-    if (!ok) return Finish(grpc::Status(grpc::StatusCode::CANCELLED, "export interrupted"));
-    Next();
-  }
-  void OnDone() override { delete this; }
-
- private:
-  void Next() {
-    if (offset_ >= bytes_.size() && offset_ > 0) return Finish(grpc::Status::OK);
-    const size_t n = std::min(AdminService::kExportChunkBytes, bytes_.size() - offset_);
-    chunk_.set_data(bytes_.data() + offset_, n);
-    offset_ += n;
-    if (n == 0) offset_ = 1;  // an empty file is one empty chunk
-    StartWrite(&chunk_);
-  }
-  const std::string bytes_;
-  size_t offset_ = 0;
-  shardline::v1::ExportChunk chunk_;
-};
 
 }  // namespace
 
@@ -130,7 +108,7 @@ grpc::ServerWriteReactor<shardline::v1::ExportChunk>* AdminService::ExportWeight
   absl::StatusOr<std::string> bytes =
       contents.ok() ? common::SerializeSafetensors(*contents) : contents.status();
   if (!bytes.ok()) return new RejectedWriter<shardline::v1::ExportChunk>(ToGrpcStatus(bytes.status()));
-  return new ChunkWriter(std::move(*bytes));
+  return new ChunkWriter<shardline::v1::ExportChunk>(std::move(*bytes));
 }
 
 }  // namespace shardline::server

@@ -14,8 +14,6 @@ namespace shardline::server {
 
 class AdminService final : public shardline::v1::Admin::CallbackService {
  public:
-  static constexpr size_t kExportChunkBytes = 1 << 20;
-
   AdminService(JobManager& jobs, WorkerRegistry& registry, WeightStore& weights)
       : jobs_(jobs), registry_(registry), weights_(weights) {}
 

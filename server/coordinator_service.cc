@@ -1,7 +1,10 @@
 #include "server/coordinator_service.h"
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
+#include "common/safetensors.h"
+#include "server/chunk_writer.h"
 #include "server/grpc_mailbox_writer.h"
 
 namespace shardline::server {
@@ -137,6 +140,23 @@ grpc::ServerUnaryReactor* CoordinatorService::ReportStep(grpc::CallbackServerCon
 grpc::ServerReadReactor<shardline::v1::ShardChunk>* CoordinatorService::ReportShard(
     grpc::CallbackServerContext* context, shardline::v1::ReportShardResponse* response) {
   return new ShardReader(*jobs_, response);
+}
+
+grpc::ServerWriteReactor<shardline::v1::ShardChunk>* CoordinatorService::FetchState(
+    grpc::CallbackServerContext* context, const shardline::v1::FetchStateRequest* request) {
+  absl::StatusOr<common::SafetensorsContents> contents = jobs_->FetchState(*request);
+  absl::StatusOr<std::string> bytes = contents.ok() ? common::SerializeSafetensors(*contents) : contents.status();
+  if (!bytes.ok()) return new RejectedWriter<shardline::v1::ShardChunk>(common::ToGrpcStatus(bytes.status()));
+  shardline::v1::ShardHeader header;
+  header.set_job_id(request->job_id());
+  header.set_plan_epoch(request->plan_epoch());
+  header.set_stage(request->stage());
+  int64_t step = -1;
+  (void)absl::SimpleAtoi(contents->metadata["step"], &step);
+  header.set_step(step);
+  header.set_total_bytes(static_cast<int64_t>(bytes->size()));
+  return new ChunkWriter<shardline::v1::ShardChunk>(
+      std::move(*bytes), [header](shardline::v1::ShardChunk& first) { *first.mutable_header() = header; });
 }
 
 }  // namespace shardline::server

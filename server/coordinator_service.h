@@ -43,6 +43,8 @@ class CoordinatorService final : public shardline::v1::Coordinator::CallbackServ
                                        shardline::v1::ReportStepResponse* response) override;
   grpc::ServerReadReactor<shardline::v1::ShardChunk>* ReportShard(
       grpc::CallbackServerContext* context, shardline::v1::ReportShardResponse* response) override;
+  grpc::ServerWriteReactor<shardline::v1::ShardChunk>* FetchState(
+      grpc::CallbackServerContext* context, const shardline::v1::FetchStateRequest* request) override;
 
   JobManager& jobs() { return *jobs_; }
 

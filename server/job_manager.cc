@@ -198,6 +198,18 @@ absl::StatusOr<bool> JobManager::ReportShard(const shardline::v1::ShardHeader& h
   return committed;
 }
 
+absl::StatusOr<common::SafetensorsContents> JobManager::FetchState(const shardline::v1::FetchStateRequest& r) {
+  if (r.worker_id().empty()) return absl::InvalidArgumentError("worker_id is required");
+  if (r.names().empty()) return absl::InvalidArgumentError("no tensor names");
+  {
+    absl::MutexLock lock(&mu_);
+    ASSIGN_OR_RETURN(RunningJob * job, Find(r.job_id()));
+    if (!job->running()) return absl::FailedPreconditionError(absl::StrCat("job ", r.job_id(), " is not running"));
+    RETURN_IF_ERROR(job->CheckSender(r.plan_epoch(), r.stage(), r.replica(), r.worker_id()).status());
+  }
+  return weights_.FetchTensors(r.job_id(), std::vector<std::string>(r.names().begin(), r.names().end()));
+}
+
 void JobManager::MaybeSucceed(RunningJob& job) {
   if (job.running() && job.finished()) End(job, shardline::v1::SUCCEEDED, "");
 }

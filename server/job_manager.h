@@ -66,6 +66,10 @@ class JobManager {
   // Returns true when the worker should stop (the job is no longer running).
   absl::StatusOr<bool> ReportStep(const shardline::v1::ReportStepRequest& report);
   absl::StatusOr<bool> ReportShard(const shardline::v1::ShardHeader& header, const std::string& bytes);
+  // The committed state a position (re)starting after step 1 loads: its
+  // tensors by name with their optimizer state (WeightStore::FetchTensors),
+  // read outside the jobs' lock.
+  absl::StatusOr<common::SafetensorsContents> FetchState(const shardline::v1::FetchStateRequest& request);
 
   void WorkersLost(const std::vector<WorkerRecord>& lost);
   // Fails jobs whose stages reported a broken link and whose lost worker, if

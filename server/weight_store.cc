@@ -186,4 +186,34 @@ absl::StatusOr<common::SafetensorsContents> WeightStore::FetchShard(const std::s
   return common::ReadSafetensors(ShardPath(job_id, job->committed_step, shard));
 }
 
+absl::StatusOr<common::SafetensorsContents> WeightStore::FetchTensors(const std::string& job_id,
+                                                                       const std::vector<std::string>& names) {
+  absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(const Job* job, Committed(job_id));
+  const std::set<std::string> wanted(names.begin(), names.end());
+  auto is_wanted = [&](const std::string& name) {
+    if (wanted.count(name)) return true;
+    if (!absl::StartsWith(name, kOptimizerPrefix)) return false;
+    // "optimizer.<kind>.<name>"
+    const size_t dot = name.find('.', sizeof(kOptimizerPrefix) - 1);
+    return dot != std::string::npos && wanted.count(name.substr(dot + 1));
+  };
+  common::SafetensorsContents out;
+  out.metadata["step"] = std::to_string(job->committed_step);
+  for (int s = 0; s < job->committed_shards; ++s) {
+    ASSIGN_OR_RETURN(common::SafetensorsContents shard,
+                     common::ReadSafetensors(ShardPath(job_id, job->committed_step, s)));
+    for (auto& [name, tensor] : shard.tensors) {
+      if (is_wanted(name)) out.tensors.emplace(name, std::move(tensor));
+    }
+  }
+  for (const std::string& name : wanted) {
+    if (!out.tensors.count(name)) {
+      return absl::NotFoundError(absl::StrCat("job ", job_id, ": the committed version (step ", job->committed_step,
+                                              ") has no tensor ", name));
+    }
+  }
+  return out;
+}
+
 }  // namespace shardline::server

@@ -17,6 +17,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
@@ -55,6 +56,11 @@ class WeightStore {
       const std::string& job_id, const std::map<std::string, std::string>& metadata);
   // One shard of the committed version, optimizer state included (recovery).
   absl::StatusOr<common::SafetensorsContents> FetchShard(const std::string& job_id, int shard);
+  // The tensors `names` of the committed version with their optimizer
+  // state, from whichever shards hold them (recovery onto any cut), and
+  // metadata "step". NOT_FOUND names a tensor the version lacks.
+  absl::StatusOr<common::SafetensorsContents> FetchTensors(const std::string& job_id,
+                                                           const std::vector<std::string>& names);
 
  private:
   struct Job {

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 
+#include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
+#include "common/status_macros.h"
 
 namespace shardline::worker {
 
@@ -93,6 +95,39 @@ absl::Status GrpcCoordinatorClient::ReportShard(const shardline::v1::ShardHeader
   } while (ok && offset < bytes.size());
   writer->WritesDone();
   return FromGrpcStatus(writer->Finish());
+}
+
+absl::StatusOr<common::SafetensorsContents> GrpcCoordinatorClient::FetchState(
+    const shardline::v1::FetchStateRequest& request) {
+  grpc::ClientContext context;
+  // A whole stage's state: more time than one small call.
+  context.set_deadline(absl::ToChronoTime(absl::Now() + 6 * deadline_));
+  auto reader = stub_->FetchState(&context, request);
+  shardline::v1::ShardChunk chunk;
+  int64_t total = -1;
+  std::string bytes;
+  while (reader->Read(&chunk)) {
+    if (total < 0) {
+      if (!chunk.has_header() || chunk.header().total_bytes() < 0) {
+        context.TryCancel();
+        (void)reader->Finish();
+        return absl::DataLossError("the coordinator's state stream lacks its header");
+      }
+      total = chunk.header().total_bytes();
+      bytes.reserve(static_cast<size_t>(total));
+    }
+    bytes += chunk.data();
+    if (static_cast<int64_t>(bytes.size()) > total) {
+      context.TryCancel();
+      (void)reader->Finish();
+      return absl::DataLossError(absl::StrCat("the coordinator sent more than the ", total, " bytes it announced"));
+    }
+  }
+  RETURN_IF_ERROR(FromGrpcStatus(reader->Finish()));
+  if (static_cast<int64_t>(bytes.size()) != total) {
+    return absl::DataLossError(absl::StrCat("the state stream ended at ", bytes.size(), " of ", total, " bytes"));
+  }
+  return common::ParseSafetensors(bytes);
 }
 
 }  // namespace shardline::worker

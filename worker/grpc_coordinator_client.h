@@ -32,6 +32,7 @@ class GrpcCoordinatorClient final : public StageReporter {
 
   absl::StatusOr<bool> ReportStep(const shardline::v1::ReportStepRequest& report) override;
   absl::Status ReportShard(const shardline::v1::ShardHeader& header, const std::string& bytes) override;
+  absl::StatusOr<common::SafetensorsContents> FetchState(const shardline::v1::FetchStateRequest& request) override;
 
  private:
   void SetDeadline(grpc::ClientContext& context) const;

@@ -58,6 +58,30 @@ absl::Status SendShard(const shardline::v1::Assignment& a, int64_t step, const s
   return reporter.ReportShard(header, bytes);
 }
 
+// A position restarting at first_step > 1 (after a coordinator restart or a
+// lost worker) loads the committed version of the step before it.
+absl::Status LoadCommittedState(const shardline::v1::Assignment& a, const std::string& worker_id,
+                                runtime::ShardRuntime& runtime, runtime::PipelineStage& stage,
+                                StageReporter& reporter) {
+  shardline::v1::FetchStateRequest request;
+  request.set_job_id(a.job_id());
+  request.set_plan_epoch(a.plan_epoch());
+  request.set_stage(a.stage());
+  request.set_replica(a.replica());
+  request.set_worker_id(worker_id);
+  for (const nn::Parameter* p : runtime.parameters()) request.add_names(p->name);
+  ASSIGN_OR_RETURN(common::SafetensorsContents state, reporter.FetchState(request));
+  const std::string want = std::to_string(a.first_step() - 1);
+  if (state.metadata["step"] != want) {
+    return absl::FailedPreconditionError(absl::StrCat("the committed version is of step ", state.metadata["step"],
+                                                      ", not ", want, " as the assignment says"));
+  }
+  RETURN_IF_ERROR(stage.ImportState(state.tensors));
+  LOG(INFO) << "job " << a.job_id() << " stage " << a.stage() << " replica " << a.replica()
+            << ": resumed from the committed step " << want << " (" << state.tensors.size() << " tensors)";
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status RunStageJob(const shardline::v1::Assignment& a, const std::string& worker_id,
@@ -101,6 +125,7 @@ absl::Status RunStageJob(const shardline::v1::Assignment& a, const std::string& 
     status = created.status();
     if (created.ok()) stage = std::move(*created);
   }
+  if (status.ok() && a.first_step() > 1) status = LoadCommittedState(a, worker_id, *runtime, *stage, reporter);
   if (!status.ok()) return ReportFailure(a, worker_id, a.first_step(), status, reporter);
 
   const int64_t total = spec.train().steps();

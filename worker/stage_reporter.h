@@ -1,4 +1,5 @@
-// StageReporter is where a running stage sends its progress and shards: the
+// StageReporter is where a running stage sends its progress and shards (and
+// where a restarted one gets its committed state): the
 // coordinator (GrpcCoordinatorClient) in a worker daemon, a fake in tests.
 #ifndef SHARDLINE_WORKER_STAGE_REPORTER_H_
 #define SHARDLINE_WORKER_STAGE_REPORTER_H_
@@ -6,6 +7,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "common/safetensors.h"
 #include "shardline/v1/coordinator.pb.h"
 
 namespace shardline::worker {
@@ -18,6 +20,9 @@ class StageReporter {
   // `bytes` is a safetensors file of the shard.
   virtual absl::Status ReportShard(const shardline::v1::ShardHeader& header,
                                    const std::string& bytes) = 0;
+  // The committed state a restarted position loads (Coordinator.FetchState):
+  // a safetensors file's contents, metadata "step" its committed step.
+  virtual absl::StatusOr<common::SafetensorsContents> FetchState(const shardline::v1::FetchStateRequest& request) = 0;
 };
 
 }  // namespace shardline::worker

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <vector>
 
+#include "absl/random/random.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -66,7 +67,7 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const WorkerOp
   const std::string host = options.advertise_host.empty() ? HostOf(options.listen) : options.advertise_host;
 
   w->coordinator_ = std::make_unique<GrpcCoordinatorClient>(options.coordinator, options.rpc_deadline);
-  shardline::v1::RegisterRequest request;
+  shardline::v1::RegisterRequest& request = w->registration_;
   request.set_name(options.name);
   auto* caps = request.mutable_capabilities();
   caps->set_device(w->backend_->name());
@@ -76,8 +77,11 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const WorkerOp
   caps->set_listen_address(absl::StrCat(host, ":", w->port_));
   caps->set_build_version("shardline 0.1.0");
   ASSIGN_OR_RETURN(shardline::v1::RegisterResponse registered, w->coordinator_->Register(request));
-  w->worker_id_ = registered.worker_id();
-  LOG(INFO) << "worker " << options.name << " registered as " << w->worker_id_ << " ("
+  {
+    absl::MutexLock lock(&w->id_mu_);
+    w->worker_id_ = registered.worker_id();
+  }
+  LOG(INFO) << "worker " << options.name << " registered as " << registered.worker_id() << " ("
             << w->backend_->description() << ", " << flops / 1e9 << " GFLOP/s, StageLink on port "
             << w->port_ << ")";
   const absl::Duration every = absl::Milliseconds(std::max<int64_t>(registered.lease_ms() / 4, 10));
@@ -85,6 +89,11 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const WorkerOp
   w->heartbeat_ = std::thread([self, every] { self->HeartbeatLoop(every); });
   w->watch_ = std::thread([self] { self->WatchLoop(); });
   return w;
+}
+
+std::string WorkerServer::worker_id() const {
+  absl::MutexLock lock(&id_mu_);
+  return worker_id_;
 }
 
 WorkerServer::~WorkerServer() { Stop(); }
@@ -109,28 +118,76 @@ void WorkerServer::Stop() {
 }
 
 void WorkerServer::HeartbeatLoop(absl::Duration every) {
+  bool reachable = true;
   while (!stopping_) {
     const absl::Time next = absl::Now() + every;
     while (!stopping_ && absl::Now() < next) absl::SleepFor(absl::Milliseconds(5));
     if (stopping_) return;
-    const absl::Status status = coordinator_->Heartbeat(worker_id_);
+    const absl::Status status = coordinator_->Heartbeat(worker_id());
     if (absl::IsNotFound(status)) {
-      LOG(ERROR) << "the coordinator no longer knows this worker (lease lapsed): stopping";
-      std::thread([this] { Stop(); }).detach();
+      LOG(WARNING) << "the coordinator no longer knows this worker (it restarted, or the lease lapsed): "
+                      "stopping its job and registering again";
+      RegisterAgain();
+      reachable = true;
+      continue;
+    }
+    if (!status.ok() && reachable) LOG(WARNING) << "heartbeat failed: " << status << "; retrying";
+    if (status.ok() && !reachable) LOG(INFO) << "the coordinator answers heartbeats again";
+    reachable = status.ok();
+  }
+}
+
+void WorkerServer::RegisterAgain() {
+  {
+    absl::MutexLock lock(&mu_);
+    CancelJob("the coordinator no longer knows this worker");
+  }
+  absl::BitGen random;
+  absl::Duration backoff = absl::Milliseconds(100);
+  while (!stopping_) {
+    absl::StatusOr<shardline::v1::RegisterResponse> registered = coordinator_->Register(registration_);
+    if (registered.ok()) {
+      {
+        absl::MutexLock lock(&id_mu_);
+        worker_id_ = registered->worker_id();
+      }
+      LOG(INFO) << "registered again as " << registered->worker_id();
+      coordinator_->CancelWatch();  // the assignment stream follows the new id
       return;
     }
-    if (!status.ok()) LOG(WARNING) << "heartbeat failed: " << status;
+    LOG(WARNING) << "registering again failed: " << registered.status();
+    // Jittered exponential backoff: [½, 1] of 100 ms, 200 ms, … 5 s.
+    const absl::Duration wait = backoff * absl::Uniform(random, 0.5, 1.0);
+    backoff = std::min(2 * backoff, absl::Seconds(5));
+    const absl::Time until = absl::Now() + wait;
+    while (!stopping_ && absl::Now() < until) absl::SleepFor(absl::Milliseconds(5));
   }
 }
 
 void WorkerServer::WatchLoop() {
+  absl::BitGen random;
+  absl::Duration backoff = absl::Milliseconds(100);
   while (!stopping_) {
-    const absl::Status status = coordinator_->WatchAssignments(
-        worker_id_, [this](const shardline::v1::Assignment& a) { OnAssignment(a); });
+    const absl::Time started = absl::Now();
+    const std::string id = worker_id();
+    const absl::Status status =
+        coordinator_->WatchAssignments(id, [this](const shardline::v1::Assignment& a) { OnAssignment(a); });
     if (stopping_) return;
-    LOG(WARNING) << "assignment stream ended: " << status << "; reconnecting";
-    absl::SleepFor(absl::Milliseconds(200));
+    // A stream that lived a while starts the backoff over.
+    if (absl::Now() - started > absl::Seconds(10)) backoff = absl::Milliseconds(100);
+    LOG(WARNING) << "assignment stream of " << id << " ended: " << status << "; watching again";
+    const absl::Duration wait = backoff * absl::Uniform(random, 0.5, 1.0);
+    backoff = std::min(2 * backoff, absl::Seconds(5));
+    const absl::Time until = absl::Now() + wait;
+    while (!stopping_ && absl::Now() < until) absl::SleepFor(absl::Milliseconds(5));
   }
+}
+
+void WorkerServer::CancelJob(const std::string& why) {
+  if (job_id_.empty()) return;
+  job_cancelled_ = true;
+  if (link_ != nullptr) link_->Close(why);
+  if (replicas_ != nullptr) replicas_->Close(why);
 }
 
 void WorkerServer::OnAssignment(const shardline::v1::Assignment& a) {
@@ -138,18 +195,20 @@ void WorkerServer::OnAssignment(const shardline::v1::Assignment& a) {
     absl::MutexLock lock(&mu_);
     if (job_id_ == a.job_id()) {
       LOG(INFO) << "job " << a.job_id() << " cancelled by the coordinator";
-      job_cancelled_ = true;
-      if (link_ != nullptr) link_->Close(absl::StrCat("job ", a.job_id(), " was cancelled"));
-      if (replicas_ != nullptr) replicas_->Close(absl::StrCat("job ", a.job_id(), " was cancelled"));
+      CancelJob(absl::StrCat("job ", a.job_id(), " was cancelled"));
     }
     return;
   }
   {
-    // The coordinator resends what a broken stream may not have delivered.
     absl::MutexLock lock(&mu_);
+    // The coordinator resends what a broken stream may not have delivered.
     if (job_id_ == a.job_id() && job_epoch_ == a.plan_epoch()) {
       LOG(INFO) << "job " << a.job_id() << ": assignment at epoch " << a.plan_epoch() << " already taken";
       return;
+    }
+    // A newer assignment fences the older one (a restart or a re-plan).
+    if (job_.joinable()) {
+      CancelJob(absl::StrCat("job ", job_id_, " epoch ", job_epoch_, " is superseded"));
     }
   }
   JoinJob();  // a previous job's thread, finished or being cancelled
@@ -230,7 +289,7 @@ void WorkerServer::RunJob(shardline::v1::Assignment a) {
         if (replicas_ != nullptr) replicas_->Close("cancelled");
       }
     }
-    status = RunStageJob(a, worker_id_, *backend_, **link, replicas.get(), *coordinator_, job_cancelled_);
+    status = RunStageJob(a, worker_id(), *backend_, **link, replicas.get(), *coordinator_, job_cancelled_);
     absl::MutexLock lock(&mu_);
     link_ = nullptr;
     replicas_ = nullptr;

@@ -1,8 +1,11 @@
 // WorkerServer is the shardline-worker daemon: it owns the compute backend,
 // measures its GEMM rate, serves StageLink for its downstream neighbour,
 // registers with the coordinator, keeps its lease alive, and runs each
-// assignment it receives (RunStageJob) until it ends or is cancelled. Stop()
-// (or destruction) ends everything cleanly. Thread-safe.
+// assignment it receives (RunStageJob) until it ends or is cancelled. When
+// the coordinator no longer knows it (restarted, or its lease lapsed) it
+// stops its job and registers again, with jittered exponential backoff; a
+// new assignment fences an older one still running (stopped first).
+// Stop() (or destruction) ends everything cleanly. Thread-safe.
 #ifndef SHARDLINE_WORKER_WORKER_SERVER_H_
 #define SHARDLINE_WORKER_WORKER_SERVER_H_
 
@@ -49,14 +52,20 @@ class WorkerServer {
   ~WorkerServer();
 
   void Stop();
-  // Blocks until Stop() is called or the worker gives up (lease lost).
+  // Blocks until Stop() is called.
   void Wait() { stopped_.WaitForNotification(); }
-  const std::string& worker_id() const { return worker_id_; }
+  // The id of the current registration.
+  std::string worker_id() const ABSL_LOCKS_EXCLUDED(id_mu_);
   int port() const { return port_; }
 
  private:
   explicit WorkerServer(WorkerOptions options) : options_(std::move(options)) {}
   void HeartbeatLoop(absl::Duration every);
+  // Registers (again) until it succeeds or the worker stops.
+  void RegisterAgain();
+  // Stops the running job, if any (cancel: the coordinator's word, or a
+  // newer assignment; the links are closed so that it ends at once).
+  void CancelJob(const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void WatchLoop();
   void OnAssignment(const shardline::v1::Assignment& assignment);
   void RunJob(shardline::v1::Assignment assignment);
@@ -67,7 +76,9 @@ class WorkerServer {
   transport::StageLinkService link_service_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<GrpcCoordinatorClient> coordinator_;
-  std::string worker_id_;
+  shardline::v1::RegisterRequest registration_;
+  mutable absl::Mutex id_mu_;
+  std::string worker_id_ ABSL_GUARDED_BY(id_mu_);
   int port_ = 0;
   std::atomic<bool> stopping_{false};
   absl::Notification stopped_;

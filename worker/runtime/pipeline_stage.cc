@@ -357,4 +357,10 @@ absl::StatusOr<std::map<std::string, common::Tensor>> PipelineStage::ExportState
   return out;
 }
 
+absl::Status PipelineStage::ImportState(const std::map<std::string, common::Tensor>& state) {
+  RETURN_IF_ERROR(runtime_.ImportState(state, sharded() ? &buckets_->owned() : nullptr));
+  stepped_ = true;
+  return absl::OkStatus();
+}
+
 }  // namespace shardline::worker::runtime

@@ -112,6 +112,10 @@ class PipelineStage {
   // replica's share, so every replica of the stage must call it at the
   // same point (a checkpoint step), and all export the same tensors.
   absl::StatusOr<std::map<std::string, common::Tensor>> ExportState();
+  // Before the first RunStep of a restart: the weights and whole optimizer
+  // state ExportState wrote at the committed step (this replica keeps its
+  // share of the state when sharded).
+  absl::Status ImportState(const std::map<std::string, common::Tensor>& state);
 
  private:
   PipelineStage(ShardRuntime& runtime, const data::DataSource* data, transport::StageLink& link,

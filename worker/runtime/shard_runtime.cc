@@ -418,6 +418,43 @@ absl::Status ShardRuntime::ImportWeights(const std::map<std::string, common::Ten
   return absl::OkStatus();
 }
 
+absl::Status ShardRuntime::ImportState(const std::map<std::string, common::Tensor>& state,
+                                       const std::vector<nn::Optimizer::Share>* owned) {
+  RETURN_IF_ERROR(ImportWeights(state));
+  const std::vector<nn::Parameter*> params = parameters();
+  if (owned != nullptr && owned->size() != params.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(owned->size(), " shares for ", params.size(), " parameters"));
+  }
+  for (size_t i = 0; i < params.size(); ++i) {
+    nn::Parameter* p = params[i];
+    for (auto [buffer, prefix] : {std::pair{&p->state1, "optimizer.m."}, {&p->state2, "optimizer.v."}}) {
+      if (buffer == &p->state2 && !optimizer_.config().adamw) continue;
+      auto it = state.find(prefix + p->name);
+      if (it == state.end()) return absl::NotFoundError(absl::StrCat("no ", prefix, p->name));
+      const common::Tensor& t = it->second;
+      if (t.dtype() != common::DType::kF32 || t.shape() != p->shape) {
+        return absl::InvalidArgumentError(absl::StrCat(prefix, p->name, " is ", t.DebugString(), ", expected f32",
+                                                       common::ShapeString(p->shape)));
+      }
+      const absl::Span<const float> whole = t.values<float>();
+      std::vector<float> kept;
+      if (owned == nullptr) {
+        kept.assign(whole.begin(), whole.end());
+      } else {
+        for (const nn::Optimizer::Range& r : (*owned)[i]) {
+          if (r.begin > r.end || r.end > whole.size()) return absl::InvalidArgumentError("a share out of range");
+          kept.insert(kept.end(), whole.begin() + r.begin, whole.begin() + r.end);
+        }
+      }
+      *buffer = DeviceBuffer();
+      if (kept.empty()) continue;  // a ZeRO-1 share with no element of it
+      ASSIGN_OR_RETURN(*buffer, backend_.AllocateZeros(kept.size()));
+      RETURN_IF_ERROR(backend_.CopyToDevice(absl::Span<const float>(kept), buffer->span<float>()));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::map<std::string, common::Tensor>> ShardRuntime::ExportState() {
   ASSIGN_OR_RETURN(auto out, ExportWeights());
   for (nn::Parameter* p : parameters()) {

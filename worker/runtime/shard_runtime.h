@@ -145,6 +145,12 @@ class ShardRuntime {
   // shapes); extra names are ignored. NOT_FOUND / INVALID_ARGUMENT name the
   // parameter that is missing or does not fit.
   absl::Status ImportWeights(const std::map<std::string, common::Tensor>& weights);
+  // ImportWeights plus the optimizer state ExportState writes, all of it
+  // required (a restart from a committed version, after the optimizer has
+  // stepped); with `owned` (ZeRO-1), only parameter i's elements owned[i]
+  // are kept, end to end, as Optimizer::StepShares holds them.
+  absl::Status ImportState(const std::map<std::string, common::Tensor>& state,
+                           const std::vector<nn::Optimizer::Share>* owned = nullptr);
   std::vector<nn::Parameter*> parameters();
   const nn::OptimizerConfig& optimizer_config() const { return optimizer_.config(); }
 
