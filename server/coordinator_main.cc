@@ -56,7 +56,7 @@ int Run() {
   }
   const absl::Duration lease = absl::Milliseconds(absl::GetFlag(FLAGS_lease_ms));
   // Worker ids carry this incarnation and a random part.
-  const std::string tag = absl::StrFormat("%d%06x", (*store)->incarnation(), absl::Uniform<uint32_t>(absl::BitGen(), 0, 1 << 24));
+  const std::string tag = absl::StrFormat("i%d-%06x", (*store)->incarnation(), absl::Uniform<uint32_t>(absl::BitGen(), 0, 1 << 24));
   WorkerRegistry registry(lease, [] { return absl::Now(); }, tag);
   CoordinatorService coordinator(registry);
   JobManager jobs(registry, **weights, **store, [&](const std::string& worker, shardline::v1::Assignment a) {

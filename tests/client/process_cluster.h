@@ -5,7 +5,11 @@
 #ifndef SHARDLINE_TESTS_CLIENT_PROCESS_CLUSTER_H_
 #define SHARDLINE_TESTS_CLIENT_PROCESS_CLUSTER_H_
 
+#include <signal.h>
 #include <sys/types.h>
+
+#include <chrono>
+#include <thread>
 
 #include <memory>
 #include <string>
@@ -40,17 +44,7 @@ class ProcessCluster {
   // returns. Null (with a test failure) if a daemon did not come up.
   static std::unique_ptr<ProcessCluster> Start(const std::string& name, const Options& options) {
     auto c = std::unique_ptr<ProcessCluster>(new ProcessCluster(TempDir(name)));
-    auto coordinator = ChildProcess::Start({kBin + "/shardline-coordinator", "--listen=127.0.0.1:0",
-                                            "--state_dir=" + c->dir_ + "/state",
-                                            "--port_file=" + c->dir_ + "/port", "--lease_ms=1000"},
-                                           c->dir_ + "/coordinator.log");
-    EXPECT_TRUE(coordinator.ok()) << coordinator.status();
-    if (!coordinator.ok()) return nullptr;
-    c->coordinator_ = std::move(*coordinator);
-    const std::string port = WaitForPort(c->dir_ + "/port");
-    EXPECT_FALSE(port.empty()) << common::ReadFile(c->dir_ + "/coordinator.log").value_or("");
-    if (port.empty()) return nullptr;
-    c->address_ = "127.0.0.1:" + port;
+    if (!c->StartCoordinator("0")) return nullptr;
     for (int i = 0; i < options.workers; ++i) {
       const std::string port_file = absl::StrCat(c->dir_, "/w", i, ".port");
       std::vector<std::string> argv = {kBin + "/shardline-worker", "--coordinator=" + c->address_,
@@ -83,6 +77,14 @@ class ProcessCluster {
     return r;
   }
 
+  // kill -9 of the coordinator; RestartCoordinator() starts it again on the
+  // same port and state dir (the workers find it there).
+  void KillCoordinator() {
+    ::kill(coordinator_->pid(), SIGKILL);
+    while (coordinator_->Running()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  bool RestartCoordinator() { return StartCoordinator(address_.substr(address_.rfind(':') + 1)); }
+
   const std::string& dir() const { return dir_; }
   const std::string& address() const { return address_; }
   const std::vector<std::string>& worker_ports() const { return worker_ports_; }
@@ -91,6 +93,22 @@ class ProcessCluster {
 
  private:
   explicit ProcessCluster(std::string dir) : dir_(std::move(dir)) {}
+  bool StartCoordinator(const std::string& port) {
+    const std::string port_file = absl::StrCat(dir_, "/port", starts_);
+    auto coordinator = ChildProcess::Start({kBin + "/shardline-coordinator", "--listen=127.0.0.1:" + port,
+                                            "--state_dir=" + dir_ + "/state", "--port_file=" + port_file,
+                                            "--lease_ms=1000"},
+                                           absl::StrCat(dir_, "/coordinator", starts_, ".log"));
+    EXPECT_TRUE(coordinator.ok()) << coordinator.status();
+    if (!coordinator.ok()) return false;
+    coordinator_ = std::move(*coordinator);
+    const std::string bound = WaitForPort(port_file);
+    EXPECT_FALSE(bound.empty()) << common::ReadFile(absl::StrCat(dir_, "/coordinator", starts_, ".log")).value_or("");
+    ++starts_;
+    if (bound.empty()) return false;
+    address_ = "127.0.0.1:" + bound;
+    return true;
+  }
   const std::string dir_;
   std::string address_;
   std::vector<std::string> worker_ports_;
@@ -98,6 +116,7 @@ class ProcessCluster {
   std::unique_ptr<ChildProcess> coordinator_;
   std::vector<std::unique_ptr<ChildProcess>> workers_;
   int runs_ = 0;
+  int starts_ = 0;  // coordinator starts
 };
 
 }  // namespace shardline::client::testing
