@@ -4,6 +4,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
 #include "common/safetensors.h"
+#include "glog/logging.h"
 #include "server/chunk_writer.h"
 #include "server/grpc_mailbox_writer.h"
 
@@ -110,6 +111,21 @@ grpc::ServerUnaryReactor* CoordinatorService::Heartbeat(grpc::CallbackServerCont
                                                         shardline::v1::HeartbeatResponse* response) {
   response->set_lease_ms(absl::ToInt64Milliseconds(registry_.lease()));
   return Done(context, registry_.Heartbeat(request->worker_id()));
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::Leave(grpc::CallbackServerContext* context,
+                                                    const shardline::v1::LeaveRequest* request,
+                                                    shardline::v1::LeaveResponse* response) {
+  if (request->reason().size() > 256) return Done(context, absl::InvalidArgumentError("reason longer than 256 bytes"));
+  absl::StatusOr<WorkerRecord> left = registry_.Leave(request->worker_id());
+  if (!left.ok()) return Done(context, left.status());
+  LOG(INFO) << "worker " << left->name << " left: " << request->reason();
+  jobs_->WorkersLost({*left}, absl::StrCat("left: ", request->reason().empty() ? "it is shutting down" : request->reason()));
+  {
+    absl::MutexLock lock(&mu_);
+    mailboxes_.erase(request->worker_id());
+  }
+  return Done(context, absl::OkStatus());
 }
 
 grpc::ServerWriteReactor<shardline::v1::Assignment>* CoordinatorService::WatchAssignments(

@@ -35,6 +35,8 @@ class CoordinatorService final : public shardline::v1::Coordinator::CallbackServ
   grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* context,
                                       const shardline::v1::HeartbeatRequest* request,
                                       shardline::v1::HeartbeatResponse* response) override;
+  grpc::ServerUnaryReactor* Leave(grpc::CallbackServerContext* context, const shardline::v1::LeaveRequest* request,
+                                  shardline::v1::LeaveResponse* response) override;
   grpc::ServerWriteReactor<shardline::v1::Assignment>* WatchAssignments(
       grpc::CallbackServerContext* context,
       const shardline::v1::WatchAssignmentsRequest* request) override;

@@ -233,7 +233,7 @@ void JobManager::End(RunningJob& job, JobState state, const std::string& message
   ScheduleLocked();
 }
 
-void JobManager::WorkersLost(const std::vector<WorkerRecord>& lost) {
+void JobManager::WorkersLost(const std::vector<WorkerRecord>& lost, const std::string& why) {
   absl::MutexLock lock(&mu_);
   for (const WorkerRecord& w : lost) {
     for (auto& [id, job] : jobs_) {
@@ -245,7 +245,7 @@ void JobManager::WorkersLost(const std::vector<WorkerRecord>& lost) {
       const int s = position % job.stages(), r = position / job.stages();
       End(job, shardline::v1::FAILED,
           absl::StrCat("worker ", w.name, " (stage ", s, job.replicas() > 1 ? absl::StrCat(" of replica ", r) : "",
-                       ") was lost: no heartbeat within its lease"));
+                       ") ", why));
     }
   }
 }

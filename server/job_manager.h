@@ -71,7 +71,10 @@ class JobManager {
   // read outside the jobs' lock.
   absl::StatusOr<common::SafetensorsContents> FetchState(const shardline::v1::FetchStateRequest& request);
 
-  void WorkersLost(const std::vector<WorkerRecord>& lost);
+  // Workers gone (`why`: "was lost: no heartbeat within its lease", "left:
+  // it is shutting down"): the jobs they ran end, naming them.
+  void WorkersLost(const std::vector<WorkerRecord>& lost,
+                   const std::string& why = "was lost: no heartbeat within its lease");
   // Fails jobs whose stages reported a broken link and whose lost worker, if
   // any, has not been identified within a lease (called by the lease reaper).
   void Tick();

@@ -49,6 +49,14 @@ absl::Status WorkerRegistry::Heartbeat(const std::string& worker_id) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<WorkerRecord> WorkerRegistry::Leave(const std::string& worker_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(worker_id);
+  if (it == workers_.end() || it->second.lost) return absl::NotFoundError(absl::StrCat("no live worker ", worker_id));
+  it->second.lost = true;
+  return it->second;
+}
+
 std::vector<WorkerRecord> WorkerRegistry::ExpireLeases() {
   std::vector<WorkerRecord> lost;
   absl::MutexLock lock(&mu_);

@@ -50,6 +50,9 @@ class WorkerRegistry {
                                        const shardline::v1::WorkerCapabilities& capabilities);
   // NOT_FOUND for an unknown or lost worker (it must register again).
   absl::Status Heartbeat(const std::string& worker_id);
+  // A worker leaving (shutting down): lost now, not a lease later. Its
+  // record as it was; NOT_FOUND for an unknown or already lost worker.
+  absl::StatusOr<WorkerRecord> Leave(const std::string& worker_id);
   // Marks workers whose lease has lapsed as lost; returns them.
   std::vector<WorkerRecord> ExpireLeases();
 

@@ -43,6 +43,16 @@ absl::Status GrpcCoordinatorClient::Heartbeat(const std::string& worker_id) {
   return FromGrpcStatus(stub_->Heartbeat(&context, request, &response));
 }
 
+absl::Status GrpcCoordinatorClient::Leave(const std::string& worker_id, const std::string& reason) {
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + std::min(deadline_, absl::Seconds(2))));
+  shardline::v1::LeaveRequest request;
+  request.set_worker_id(worker_id);
+  request.set_reason(reason);
+  shardline::v1::LeaveResponse response;
+  return FromGrpcStatus(stub_->Leave(&context, request, &response));
+}
+
 absl::Status GrpcCoordinatorClient::WatchAssignments(
     const std::string& worker_id,
     const std::function<void(const shardline::v1::Assignment&)>& on_assignment) {

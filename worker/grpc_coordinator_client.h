@@ -24,6 +24,8 @@ class GrpcCoordinatorClient final : public StageReporter {
 
   absl::StatusOr<shardline::v1::RegisterResponse> Register(const shardline::v1::RegisterRequest& r);
   absl::Status Heartbeat(const std::string& worker_id);
+  // Tells the coordinator this worker is going (a short deadline: best effort).
+  absl::Status Leave(const std::string& worker_id, const std::string& reason);
   // Blocks, calling `on_assignment` for each assignment, until the stream
   // ends (its status) or Cancel() is called.
   absl::Status WatchAssignments(const std::string& worker_id,

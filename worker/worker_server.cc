@@ -103,6 +103,12 @@ void WorkerServer::Stop() {
     stopped_.WaitForNotification();
     return;
   }
+  // Told first, so that the job ends naming this worker at once (not a
+  // lease later, nor as its neighbours' broken links).
+  if (coordinator_ != nullptr) {
+    const absl::Status left = coordinator_->Leave(worker_id(), "it is shutting down");
+    if (!left.ok()) LOG(WARNING) << "could not tell the coordinator this worker leaves: " << left;
+  }
   {
     absl::MutexLock lock(&mu_);
     job_cancelled_ = true;

@@ -3,6 +3,8 @@
 // state dir resumes the job from its committed version, and the job ends
 // with exactly the weights of an uninterrupted shardline-train run; earlier
 // jobs are still served and no id is handed out twice.
+#include <signal.h>
+
 #include <chrono>
 #include <fstream>
 #include <set>
@@ -129,6 +131,35 @@ TEST(RecoveryTest, AKilledCoordinatorRestartedOnItsStateResumesTheJobBitForBit) 
   EXPECT_EQ(listed->workers_size(), 2);
   for (const auto& w : listed->workers()) EXPECT_EQ(ids_before.count(w.worker_id()), 0u) << w.worker_id();
   WaitFor(admin, next->job_id(), 60, [](const auto& s) { return s.state() == shardline::v1::SUCCEEDED; });
+}
+
+// SIGTERM on a worker: it tells the coordinator, and its job ends at once
+// naming it as gone (failover onto a standby is not built yet), instead of a
+// lease later as "lost: no heartbeat".
+TEST(RecoveryTest, AWorkerStoppedWithSigtermLeavesAndItsJobEndsNamingIt) {
+  const std::string dir = TempDir("recovery-leave");
+  auto cluster = testing::ProcessCluster::Start("recovery-leave-cluster", {2, "", 20000});
+  ASSERT_NE(cluster, nullptr);
+  AdminClient admin(cluster->address());
+  auto spec = common::LoadJobSpec(WriteSpec(dir, "long", 100000));
+  ASSERT_TRUE(spec.ok());
+  auto job = admin.Submit(*spec);
+  ASSERT_TRUE(job.ok()) << job.status();
+  const shardline::v1::JobStatus running = WaitFor(admin, job->job_id(), 60, [](const auto& s) { return s.step() >= 3; });
+  ASSERT_EQ(running.state(), shardline::v1::RUNNING) << running.message();
+  ASSERT_EQ(running.stages_size(), 2);
+  const std::string victim = running.stages(1).worker();
+  ::kill(cluster->worker_pid(victim.back() - '0'), SIGTERM);
+  const shardline::v1::JobStatus ended =
+      WaitFor(admin, job->job_id(), 30, [](const auto& s) { return s.state() != shardline::v1::RUNNING; });
+  EXPECT_EQ(ended.state(), shardline::v1::FAILED);
+  EXPECT_NE(ended.message().find("worker " + victim + " (stage 1) left: it is shutting down"), std::string::npos)
+      << ended.message();
+  auto listed = admin.ListWorkers();
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  for (const auto& w : listed->workers()) {
+    EXPECT_EQ(w.state(), w.name() == victim ? "lost" : "idle") << w.name();
+  }
 }
 
 }  // namespace
