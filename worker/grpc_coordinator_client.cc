@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
 #include "common/status_macros.h"
@@ -78,12 +79,30 @@ void GrpcCoordinatorClient::CancelWatch() {
 }
 
 absl::StatusOr<bool> GrpcCoordinatorClient::ReportStep(const shardline::v1::ReportStepRequest& report) {
-  grpc::ClientContext context;
-  SetDeadline(context);
-  shardline::v1::ReportStepResponse response;
-  const grpc::Status status = stub_->ReportStep(&context, report, &response);
-  if (!status.ok()) return FromGrpcStatus(status);
-  return response.stop();
+  // Reports are idempotent by (job, position, step): one the coordinator
+  // did not answer is sent again, with jittered exponential backoff, for
+  // up to one deadline in all (a coordinator restarting, a dropped
+  // connection); what it refuses is not.
+  const absl::Time give_up = absl::Now() + deadline_;
+  absl::Duration backoff = absl::Milliseconds(50);
+  absl::BitGen random;
+  for (int attempt = 1;; ++attempt) {
+    grpc::ClientContext context;
+    SetDeadline(context);
+    shardline::v1::ReportStepResponse response;
+    const grpc::Status status = stub_->ReportStep(&context, report, &response);
+    if (status.ok()) return response.stop();
+    const bool transient = status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+                           status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
+    const absl::Duration wait = backoff * absl::Uniform(random, 0.5, 1.0);
+    if (!transient || absl::Now() + wait >= give_up) {
+      absl::Status error = FromGrpcStatus(status);
+      if (attempt == 1) return error;
+      return absl::Status(error.code(), absl::StrCat(error.message(), " (after ", attempt, " attempts)"));
+    }
+    absl::SleepFor(wait);
+    backoff = std::min(2 * backoff, absl::Seconds(1));
+  }
 }
 
 absl::Status GrpcCoordinatorClient::ReportShard(const shardline::v1::ShardHeader& header,

@@ -32,6 +32,8 @@ class GrpcCoordinatorClient final : public StageReporter {
                                 const std::function<void(const shardline::v1::Assignment&)>& on_assignment);
   void CancelWatch();
 
+  // Retried (jittered backoff, one deadline in all) while UNAVAILABLE or
+  // DEADLINE_EXCEEDED: the coordinator applies a report once.
   absl::StatusOr<bool> ReportStep(const shardline::v1::ReportStepRequest& report) override;
   absl::Status ReportShard(const shardline::v1::ShardHeader& header, const std::string& bytes) override;
   absl::StatusOr<common::SafetensorsContents> FetchState(const shardline::v1::FetchStateRequest& request) override;
