@@ -115,7 +115,9 @@ void JobManager::ScheduleLocked() {
     const std::vector<WorkerRecord> idle = registry_.Idle();
     if (static_cast<int>(idle.size()) < p * d) {
       const std::string resume =
-          job.first_step() > 1 ? absl::StrCat("resuming at step ", job.first_step(), ": ") : "";
+          job.resume_reason().empty()
+              ? ""
+              : absl::StrCat("recovering (", job.resume_reason(), "): resuming at step ", job.first_step(), ": ");
       job.Wait(d > 1 ? absl::StrCat(resume, "waiting for ", p * d, " idle workers (", p, " stages × ", d,
                                     " replicas; ", idle.size(), " now)")
                      : absl::StrCat(resume, "waiting for ", p, " idle workers (", idle.size(), " now)"));
@@ -243,11 +245,27 @@ void JobManager::WorkersLost(const std::vector<WorkerRecord>& lost, const std::s
       if (it == workers.end()) continue;
       const int position = static_cast<int>(it - workers.begin());
       const int s = position % job.stages(), r = position / job.stages();
-      End(job, shardline::v1::FAILED,
-          absl::StrCat("worker ", w.name, " (stage ", s, job.replicas() > 1 ? absl::StrCat(" of replica ", r) : "",
-                       ") ", why));
+      Requeue(job, absl::StrCat("worker ", w.name, " (stage ", s,
+                                job.replicas() > 1 ? absl::StrCat(" of replica ", r) : "", ") ", why));
     }
   }
+}
+
+void JobManager::Requeue(RunningJob& job, const std::string& why) {
+  LOG(WARNING) << "job " << job.status().job_id() << ": " << why << "; restarting from its committed step "
+               << std::max<int64_t>(job.status().committed_step(), 0);
+  // The survivors stop (their epoch is over) and are free for the new placement.
+  for (const std::string& worker : job.workers()) {
+    shardline::v1::Assignment cancel;
+    cancel.set_job_id(job.status().job_id());
+    cancel.set_plan_epoch(job.status().plan_epoch());
+    cancel.set_cancel(true);
+    deliver_(worker, std::move(cancel));
+    registry_.SetJob(worker, "");
+  }
+  job.Requeue(why);
+  Save(job);
+  ScheduleLocked();
 }
 
 void JobManager::Tick() {

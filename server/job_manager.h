@@ -6,7 +6,8 @@
 // step aggregation, watchers); shards go to the WeightStore. A job SUCCEEDS
 // once every position finished the last step and its weights are
 // committed, and FAILS (naming the stage and worker) when a stage reports an
-// error, the replicas' shards diverge, or a worker's lease lapses.
+// error or the replicas' shards diverge. A lost worker (lease lapsed, or it
+// left) does not fail the job: it restarts from its committed step.
 // Every job's spec and status is saved in the CoordinatorStore when it
 // changes state (submitted, started, committed, ended), and job numbers and
 // plan epochs come from it, so Recover() after a restart serves every
@@ -72,7 +73,7 @@ class JobManager {
   absl::StatusOr<common::SafetensorsContents> FetchState(const shardline::v1::FetchStateRequest& request);
 
   // Workers gone (`why`: "was lost: no heartbeat within its lease", "left:
-  // it is shutting down"): the jobs they ran end, naming them.
+  // it is shutting down"): each job they ran fails over (Requeue).
   void WorkersLost(const std::vector<WorkerRecord>& lost,
                    const std::string& why = "was lost: no heartbeat within its lease");
   // Fails jobs whose stages reported a broken link and whose lost worker, if
@@ -95,6 +96,10 @@ class JobManager {
   void End(RunningJob& job, shardline::v1::JobState state, const std::string& message)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MaybeSucceed(RunningJob& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Failover: the job's workers are told to stop and freed, and the job is
+  // PENDING again, to restart at a new epoch from its committed step on
+  // whichever workers are idle (the survivors and any standby).
+  void Requeue(RunningJob& job, const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Saves the job's record; a failure is logged (the job goes on).
   void Save(const RunningJob& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

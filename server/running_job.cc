@@ -21,9 +21,20 @@ RunningJob::RunningJob(shardline::v1::JobSpec spec, shardline::v1::JobStatus sav
   status_.set_state(shardline::v1::PENDING);
   status_.set_step(committed);
   status_.clear_stages();
-  status_.set_message(committed > 0 ? absl::StrCat("resuming from its committed step ", committed,
-                                                   " after a coordinator restart")
-                                    : "restarting after a coordinator restart (nothing was committed)");
+  resume_reason_ = "after a coordinator restart";
+  status_.set_message(absl::StrCat("resuming ", resume_reason_, " from its committed step ", committed));
+}
+
+void RunningJob::Requeue(const std::string& why) {
+  status_.set_state(shardline::v1::PENDING);
+  status_.set_step(std::max<int64_t>(status_.committed_step(), 0));
+  status_.clear_stages();
+  workers_.clear();
+  reports_.clear();
+  pending_failure_.clear();
+  resume_reason_ = why;
+  status_.set_message(absl::StrCat("recovering (", why, "): resuming at step ", first_step()));
+  Publish();
 }
 
 bool RunningJob::ended() const {

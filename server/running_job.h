@@ -54,6 +54,11 @@ class RunningJob {
   void Start(uint64_t epoch, GridPlacement placement);
   // The step a (re)start runs first: one after the committed version.
   int64_t first_step() const { return std::max<int64_t>(status_.committed_step(), 0) + 1; }
+  // A running job lost a position (`why` names the worker): PENDING again,
+  // to restart at a new epoch from the committed step (first_step()).
+  void Requeue(const std::string& why);
+  // Why a PENDING job restarts ("" for a fresh one).
+  const std::string& resume_reason() const { return resume_reason_; }
   // The job's new state; no further change once it has ended.
   void End(shardline::v1::JobState state, const std::string& message);
 
@@ -99,6 +104,7 @@ class RunningJob {
   std::deque<shardline::v1::JobStatus> recent_steps_;  // as each of the last steps ended
   std::string pending_failure_;
   absl::Time failure_deadline_;
+  std::string resume_reason_;
 };
 
 }  // namespace shardline::server

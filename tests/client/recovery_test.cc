@@ -26,14 +26,17 @@ using testing::kBin;
 using testing::RunToEnd;
 using testing::TempDir;
 
-std::string WriteSpec(const std::string& dir, const std::string& name, int steps) {
+std::string WriteSpec(const std::string& dir, const std::string& name, int steps, int stages = 2,
+                      int replicas = 1) {
   const std::string path = dir + "/" + name + ".json";
   std::ofstream(path) << R"({"name": ")" << name << R"(",
     "model": {"kind": "gpt", "vocab_size": 16, "context": 12, "d_model": 32, "n_heads": 2, "n_layers": 3},
     "data": {"kind": "addition", "digits": 2},
-    "train": {"steps": )" << steps << R"(, "global_batch": 8, "micro_batches": 4, "seed": 5, "log_every": 1000,
+    "train": {"steps": )" << steps << R"(, "global_batch": 8, "micro_batches": )" << 4 / replicas
+                      << R"(, "seed": 5, "log_every": 1000,
               "optimizer": {"kind": "adamw", "lr": 0.003, "warmup_steps": 2, "grad_clip": 1.0}},
-    "parallel": {"pipeline_stages": 2, "schedule": "1f1b"},
+    "parallel": {"pipeline_stages": )" << stages << R"(, "data_parallel": )" << replicas
+                      << R"(, "schedule": "1f1b"},
     "checkpoint": {"every_steps": 10}})";
   return path;
 }
@@ -133,10 +136,55 @@ TEST(RecoveryTest, AKilledCoordinatorRestartedOnItsStateResumesTheJobBitForBit) 
   WaitFor(admin, next->job_id(), 60, [](const auto& s) { return s.state() == shardline::v1::SUCCEEDED; });
 }
 
-// SIGTERM on a worker: it tells the coordinator, and its job ends at once
-// naming it as gone (failover onto a standby is not built yet), instead of a
-// lease later as "lost: no heartbeat".
-TEST(RecoveryTest, AWorkerStoppedWithSigtermLeavesAndItsJobEndsNamingIt) {
+// kill -9 of one worker of a p × d grid mid-run, past a checkpoint, with a
+// standby registered: the job restarts from its committed step on the
+// survivors and the standby and ends with shardline-train's weights.
+void ExpectFailoverOntoAStandby(const std::string& name, int stages, int replicas, int victim_position) {
+  const std::string dir = TempDir(name);
+  constexpr int kSteps = 60;
+  const std::string spec_path = WriteSpec(dir, name, kSteps, stages, replicas);
+  ASSERT_EQ(RunToEnd({kBin + "/shardline-train", spec_path, "--threads=1", "--out=" + dir + "/ref.safetensors"},
+                     dir + "/train.log", 120),
+            "exited with status 0");
+  auto reference = common::ReadSafetensors(dir + "/ref.safetensors");
+  ASSERT_TRUE(reference.ok()) << reference.status();
+  auto cluster = testing::ProcessCluster::Start(name + "-cluster", {stages * replicas + 1, "", 3000});
+  ASSERT_NE(cluster, nullptr);
+  AdminClient admin(cluster->address());
+  auto spec = common::LoadJobSpec(spec_path);
+  ASSERT_TRUE(spec.ok());
+  auto job = admin.Submit(*spec);
+  ASSERT_TRUE(job.ok()) << job.status();
+  const shardline::v1::JobStatus before =
+      WaitFor(admin, job->job_id(), 60, [](const auto& s) { return s.committed_step() >= 10; });
+  ASSERT_EQ(before.state(), shardline::v1::RUNNING) << before.message();
+  ASSERT_LT(before.step(), kSteps) << "the job ended before the kill: make it longer";
+  const std::string victim = before.stages(victim_position).worker();
+  ::kill(cluster->worker_pid(victim.back() - '0'), SIGKILL);
+  const shardline::v1::JobStatus after = WaitFor(admin, job->job_id(), 120, [&](const auto& s) {
+    return s.plan_epoch() != before.plan_epoch() && s.state() != shardline::v1::RUNNING &&
+           s.state() != shardline::v1::PENDING;
+  });
+  ASSERT_EQ(after.state(), shardline::v1::SUCCEEDED) << after.message();
+  EXPECT_GT(after.plan_epoch(), before.plan_epoch());
+  for (const auto& stage : after.stages()) EXPECT_NE(stage.worker(), victim);
+  auto exported = admin.Export(job->job_id());
+  ASSERT_TRUE(exported.ok()) << exported.status();
+  auto weights = common::ParseSafetensors(*exported);
+  ASSERT_TRUE(weights.ok()) << weights.status();
+  ExpectSameWeights(*reference, *weights);
+}
+
+TEST(RecoveryTest, AKilledWorkerFailsOverOntoAStandbyBitForBit) { ExpectFailoverOntoAStandby("failover", 2, 1, 1); }
+
+TEST(RecoveryTest, AKilledReplicaFailsOverOntoAStandbyBitForBit) {
+  ExpectFailoverOntoAStandby("failover-grid", 2, 2, 2);
+}
+
+// SIGTERM on a worker: it tells the coordinator, and its job stops at once
+// naming it as gone (to wait for a worker: there is no standby), instead of
+// a lease later as "lost: no heartbeat".
+TEST(RecoveryTest, AWorkerStoppedWithSigtermLeavesAndItsJobStopsNamingIt) {
   const std::string dir = TempDir("recovery-leave");
   auto cluster = testing::ProcessCluster::Start("recovery-leave-cluster", {2, "", 20000});
   ASSERT_NE(cluster, nullptr);
@@ -152,8 +200,9 @@ TEST(RecoveryTest, AWorkerStoppedWithSigtermLeavesAndItsJobEndsNamingIt) {
   ::kill(cluster->worker_pid(victim.back() - '0'), SIGTERM);
   const shardline::v1::JobStatus ended =
       WaitFor(admin, job->job_id(), 30, [](const auto& s) { return s.state() != shardline::v1::RUNNING; });
-  EXPECT_EQ(ended.state(), shardline::v1::FAILED);
-  EXPECT_NE(ended.message().find("worker " + victim + " (stage 1) left: it is shutting down"), std::string::npos)
+  EXPECT_EQ(ended.state(), shardline::v1::PENDING);
+  EXPECT_NE(ended.message().find("recovering (worker " + victim + " (stage 1) left: it is shutting down)"),
+            std::string::npos)
       << ended.message();
   auto listed = admin.ListWorkers();
   ASSERT_TRUE(listed.ok()) << listed.status();

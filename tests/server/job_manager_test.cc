@@ -4,6 +4,7 @@
 #include "server/job_manager.h"
 
 #include <filesystem>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "common/job_spec.h"
@@ -289,12 +290,27 @@ TEST_F(JobManagerTest, ABrokenLinkWaitsToNameTheLostWorker) {
   const std::vector<WorkerRecord> lost = registry_->ExpireLeases();
   ASSERT_EQ(lost.size(), 1u);
   jobs_->WorkersLost(lost);
-  const JobStatus failed = *jobs_->Get(job.job_id());
-  EXPECT_EQ(failed.state(), shardline::v1::FAILED);
-  EXPECT_NE(failed.message().find("worker b (stage 1) was lost"), std::string::npos) << failed.message();
+  // Not failed: it waits to restart, naming the lost worker, the survivors told to stop.
+  const JobStatus recovering = *jobs_->Get(job.job_id());
+  EXPECT_EQ(recovering.state(), shardline::v1::PENDING);
+  EXPECT_NE(recovering.message().find("recovering (worker b (stage 1) was lost"), std::string::npos)
+      << recovering.message();
+  EXPECT_NE(recovering.message().find("waiting for 3 idle workers (2 now)"), std::string::npos)
+      << recovering.message();
   size_t cancels = 0;
   for (const auto& [w, a] : delivered_) cancels += a.cancel();
   EXPECT_EQ(cancels, 3u);
+  // A standby joins: the job restarts on it and the survivors at a new epoch.
+  delivered_.clear();
+  AddWorker("d");
+  const JobStatus restarted = *jobs_->Get(job.job_id());
+  ASSERT_EQ(restarted.state(), shardline::v1::RUNNING) << restarted.message();
+  EXPECT_GT(restarted.plan_epoch(), job.plan_epoch());
+  std::set<std::string> names;
+  for (const auto& stage : restarted.stages()) names.insert(stage.worker());
+  EXPECT_EQ(names, (std::set<std::string>{"a", "c", "d"}));
+  ASSERT_EQ(delivered_.size(), 3u);
+  for (const auto& [w, a] : delivered_) EXPECT_EQ(a.first_step(), 1) << "nothing was committed";
 }
 
 TEST_F(JobManagerTest, ABrokenLinkWithNobodyLostFailsAfterALease) {
