@@ -216,22 +216,23 @@ void JobManager::MaybeSucceed(RunningJob& job) {
   if (job.running() && job.finished()) End(job, shardline::v1::SUCCEEDED, "");
 }
 
+void JobManager::ReleaseWorkers(const RunningJob& job, bool cancel) {
+  for (const std::string& worker : job.workers()) {
+    if (cancel) {
+      shardline::v1::Assignment stop;
+      stop.set_job_id(job.status().job_id());
+      stop.set_plan_epoch(job.status().plan_epoch());
+      stop.set_cancel(true);
+      deliver_(worker, std::move(stop));
+    }
+    registry_.SetJob(worker, "");
+  }
+}
+
 void JobManager::End(RunningJob& job, JobState state, const std::string& message) {
-  const bool was_running = job.running();
+  if (job.running()) ReleaseWorkers(job, /*cancel=*/state != shardline::v1::SUCCEEDED);
   job.End(state, message);
   Save(job);
-  if (was_running) {
-    for (const std::string& worker : job.workers()) {
-      if (state != shardline::v1::SUCCEEDED) {
-        shardline::v1::Assignment cancel;
-        cancel.set_job_id(job.status().job_id());
-        cancel.set_plan_epoch(job.status().plan_epoch());
-        cancel.set_cancel(true);
-        deliver_(worker, std::move(cancel));
-      }
-      registry_.SetJob(worker, "");
-    }
-  }
   ScheduleLocked();
 }
 
@@ -255,14 +256,7 @@ void JobManager::Requeue(RunningJob& job, const std::string& why) {
   LOG(WARNING) << "job " << job.status().job_id() << ": " << why << "; restarting from its committed step "
                << std::max<int64_t>(job.status().committed_step(), 0);
   // The survivors stop (their epoch is over) and are free for the new placement.
-  for (const std::string& worker : job.workers()) {
-    shardline::v1::Assignment cancel;
-    cancel.set_job_id(job.status().job_id());
-    cancel.set_plan_epoch(job.status().plan_epoch());
-    cancel.set_cancel(true);
-    deliver_(worker, std::move(cancel));
-    registry_.SetJob(worker, "");
-  }
+  ReleaseWorkers(job, /*cancel=*/true);
   job.Requeue(why);
   Save(job);
   ScheduleLocked();

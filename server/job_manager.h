@@ -96,6 +96,8 @@ class JobManager {
   void End(RunningJob& job, shardline::v1::JobState state, const std::string& message)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MaybeSucceed(RunningJob& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A running job's workers become idle; with `cancel` they are told to stop.
+  void ReleaseWorkers(const RunningJob& job, bool cancel) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Failover: the job's workers are told to stop and freed, and the job is
   // PENDING again, to restart at a new epoch from its committed step on
   // whichever workers are idle (the survivors and any standby).

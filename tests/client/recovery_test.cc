@@ -57,6 +57,15 @@ shardline::v1::JobStatus WaitFor(AdminClient& admin, const std::string& job_id, 
   return last;
 }
 
+// The weights shardline-train ends with on `spec_path`: what every
+// recovered run must end with.
+absl::StatusOr<common::SafetensorsContents> TrainReference(const std::string& dir, const std::string& spec_path) {
+  const std::string ended = RunToEnd(
+      {kBin + "/shardline-train", spec_path, "--threads=1", "--out=" + dir + "/ref.safetensors"}, dir + "/train.log", 120);
+  if (ended != "exited with status 0") return absl::InternalError("shardline-train " + ended);
+  return common::ReadSafetensors(dir + "/ref.safetensors");
+}
+
 void ExpectSameWeights(const common::SafetensorsContents& want, const common::SafetensorsContents& got) {
   ASSERT_EQ(want.tensors.size(), got.tensors.size());
   for (const auto& [name, tensor] : want.tensors) {
@@ -72,10 +81,7 @@ TEST(RecoveryTest, AKilledCoordinatorRestartedOnItsStateResumesTheJobBitForBit) 
   const std::string dir = TempDir("recovery-coordinator");
   constexpr int kSteps = 120;
   const std::string spec_path = WriteSpec(dir, "resumed", kSteps);
-  ASSERT_EQ(RunToEnd({kBin + "/shardline-train", spec_path, "--threads=1", "--out=" + dir + "/ref.safetensors"},
-                     dir + "/train.log", 120),
-            "exited with status 0");
-  auto reference = common::ReadSafetensors(dir + "/ref.safetensors");
+  auto reference = TrainReference(dir, spec_path);
   ASSERT_TRUE(reference.ok()) << reference.status();
 
   auto cluster = testing::ProcessCluster::Start("recovery-coordinator-cluster", {2, "", 3000});
@@ -143,10 +149,7 @@ void ExpectFailoverOntoAStandby(const std::string& name, int stages, int replica
   const std::string dir = TempDir(name);
   constexpr int kSteps = 60;
   const std::string spec_path = WriteSpec(dir, name, kSteps, stages, replicas);
-  ASSERT_EQ(RunToEnd({kBin + "/shardline-train", spec_path, "--threads=1", "--out=" + dir + "/ref.safetensors"},
-                     dir + "/train.log", 120),
-            "exited with status 0");
-  auto reference = common::ReadSafetensors(dir + "/ref.safetensors");
+  auto reference = TrainReference(dir, spec_path);
   ASSERT_TRUE(reference.ok()) << reference.status();
   auto cluster = testing::ProcessCluster::Start(name + "-cluster", {stages * replicas + 1, "", 3000});
   ASSERT_NE(cluster, nullptr);

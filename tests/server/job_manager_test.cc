@@ -1,110 +1,16 @@
 // The coordinator's job state machine, without gRPC: scheduling on idle
 // workers, step aggregation, success once the last shards commit, and
 // failures that name the stage or the lost worker.
-#include "server/job_manager.h"
-
-#include <filesystem>
 #include <set>
 
-#include "absl/strings/str_cat.h"
-#include "common/job_spec.h"
-#include "common/safetensors.h"
-#include "gtest/gtest.h"
+#include "tests/server/job_manager_fixture.h"
 
 namespace shardline::server {
 namespace {
 
 using shardline::v1::Assignment;
 using shardline::v1::JobStatus;
-
-class JobManagerTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    dir_ = ::testing::TempDir() + "/job-manager-" + ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    std::filesystem::remove_all(dir_);
-    Open();
-  }
-  // (Re)starts the coordinator on dir_: what a restarted process has.
-  void Open() {
-    jobs_.reset();
-    registry_.reset();
-    store_.reset();
-    weights_.reset();
-    delivered_.clear();
-    weights_ = std::move(*WeightStore::Open(dir_));
-    auto store = CoordinatorStore::Open(dir_ + "/coordinator.db");
-    ASSERT_TRUE(store.ok()) << store.status();
-    store_ = std::move(*store);
-    registry_ = std::make_unique<WorkerRegistry>(
-        absl::Milliseconds(50), [this] { return now_; }, absl::StrCat("i", store_->incarnation()));
-    jobs_ = std::make_unique<JobManager>(*registry_, *weights_, *store_, [this](const std::string& w, Assignment a) {
-      delivered_.emplace_back(w, std::move(a));
-    });
-    ASSERT_TRUE(jobs_->Recover().ok());
-  }
-  std::string AddWorker(const std::string& name, double flops = 1e10) {
-    shardline::v1::WorkerCapabilities caps;
-    caps.set_listen_address(name + ":1");
-    caps.set_gemm_flops(flops);
-    caps.set_memory_bytes(int64_t{1} << 30);
-    auto id = registry_->Register(name, caps);
-    EXPECT_TRUE(id.ok()) << id.status();
-    jobs_->Schedule();
-    return *id;
-  }
-  shardline::v1::JobSpec Spec(int stages, int steps = 2) {
-    auto spec = common::ParseJobSpec(R"({"name": "t",
-      "model": {"kind": "gpt", "vocab_size": 16, "context": 12, "d_model": 16, "n_heads": 2, "n_layers": 2},
-      "data": {"kind": "addition", "digits": 2},
-      "train": {"steps": 2, "global_batch": 2, "micro_batches": 1, "seed": 1,
-                "optimizer": {"kind": "adamw", "lr": 0.01}}})");
-    spec->mutable_parallel()->set_pipeline_stages(stages);
-    spec->mutable_train()->set_steps(steps);
-    return *spec;
-  }
-  shardline::v1::ReportStepRequest Report(const JobStatus& job, int stage, int64_t step) {
-    shardline::v1::ReportStepRequest r;
-    r.set_job_id(job.job_id());
-    r.set_plan_epoch(job.plan_epoch());
-    r.set_stage(stage);
-    r.set_worker_id(stage_workers_.at(stage));
-    r.set_step(step);
-    r.set_loss(1.5 - 0.1 * step);
-    r.set_tokens(100);
-    r.set_step_seconds(0.5);
-    r.set_busy_seconds(0.25);
-    return r;
-  }
-  void NoteAssignments() {
-    stage_workers_.clear();
-    for (const auto& [worker, a] : delivered_) {
-      if (!a.cancel()) stage_workers_[a.stage()] = worker;
-    }
-  }
-  std::string Shard(int stage) {
-    common::SafetensorsContents c;
-    c.tensors.emplace("p" + std::to_string(stage), *common::Tensor::Zeros(common::DType::kF32, {2}));
-    return *common::SerializeSafetensors(c);
-  }
-  absl::StatusOr<bool> SendShard(const JobStatus& job, int stage, int stages, int64_t step) {
-    shardline::v1::ShardHeader h;
-    h.set_job_id(job.job_id());
-    h.set_plan_epoch(job.plan_epoch());
-    h.set_stage(stage);
-    h.set_stages(stages);
-    h.set_step(step);
-    return jobs_->ReportShard(h, Shard(stage));
-  }
-
-  std::string dir_;
-  absl::Time now_ = absl::FromUnixSeconds(1000);
-  std::unique_ptr<WeightStore> weights_;
-  std::unique_ptr<CoordinatorStore> store_;
-  std::unique_ptr<WorkerRegistry> registry_;
-  std::unique_ptr<JobManager> jobs_;
-  std::vector<std::pair<std::string, Assignment>> delivered_;
-  std::map<int, std::string> stage_workers_;
-};
+using testing::JobManagerTest;
 
 TEST_F(JobManagerTest, PendingUntilEnoughWorkersThenPlannedAndAssigned) {
   auto job = jobs_->Submit(Spec(2));
@@ -414,89 +320,6 @@ TEST(WorkerRegistryTest, LeasesLapseWithoutHeartbeats) {
   EXPECT_TRUE(registry.ExpireLeases().empty()) << "reported once";
   EXPECT_TRUE(registry.Register("b", caps).ok()) << "a lost worker's name can be used again";
   EXPECT_EQ(registry.Register("a", caps).status().code(), absl::StatusCode::kAlreadyExists);
-}
-
-}  // namespace
-}  // namespace shardline::server
-
-namespace shardline::server {
-namespace {
-
-// Runs `job` (2 stages) through steps [from, to], each stage checkpointing at `to`.
-class JobManagerRestartTest : public JobManagerTest {
- protected:
-  void RunSteps(const JobStatus& job, int64_t from, int64_t to) {
-    NoteAssignments();
-    for (int64_t step = from; step <= to; ++step) {
-      for (int stage = 0; stage < 2; ++stage) ASSERT_TRUE(jobs_->ReportStep(Report(job, stage, step)).ok());
-    }
-    for (int stage = 0; stage < 2; ++stage) ASSERT_TRUE(SendShard(job, stage, 2, to).ok());
-  }
-};
-
-TEST_F(JobManagerRestartTest, ARestartedCoordinatorServesEarlierJobsAndNeverReusesAnId) {
-  const std::string old_worker = AddWorker("w0");
-  AddWorker("w1");
-  auto done = jobs_->Submit(Spec(2, 2));
-  ASSERT_TRUE(done.ok());
-  done = jobs_->Get(done->job_id());
-  RunSteps(*done, 1, 2);
-  ASSERT_EQ(jobs_->Get("job-1")->state(), shardline::v1::SUCCEEDED);
-  auto cancelled = jobs_->Submit(Spec(2, 2));
-  ASSERT_TRUE(cancelled.ok());
-  ASSERT_TRUE(jobs_->Cancel(cancelled->job_id()).ok());
-
-  Open();
-  // Both jobs are still served, as they ended.
-  EXPECT_EQ(jobs_->Get("job-1")->state(), shardline::v1::SUCCEEDED);
-  EXPECT_EQ(jobs_->Get("job-1")->committed_step(), 2);
-  EXPECT_EQ(jobs_->Get("job-2")->state(), shardline::v1::CANCELLED);
-  EXPECT_EQ(jobs_->Spec("job-2")->name(), "t");
-  EXPECT_TRUE(weights_->ExportWeights("job-1", {}).ok());
-  ASSERT_EQ(jobs_->List().size(), 2u);
-  // Job numbers continue (a new job-1 would have met the old one's shards).
-  auto next = jobs_->Submit(Spec(2, 2));
-  ASSERT_TRUE(next.ok());
-  EXPECT_EQ(next->job_id(), "job-3");
-  // A worker of the earlier incarnation is unknown: it must register again,
-  // and the ids it and its successor get are new.
-  EXPECT_TRUE(absl::IsNotFound(registry_->Heartbeat(old_worker)));
-  const std::string again = AddWorker("w0");
-  EXPECT_NE(again, old_worker);
-}
-
-TEST_F(JobManagerRestartTest, AJobRunningAtARestartResumesFromItsCommittedStepAtANewEpoch) {
-  AddWorker("w0");
-  AddWorker("w1");
-  auto job = jobs_->Submit(Spec(2, 4));
-  ASSERT_TRUE(job.ok());
-  job = jobs_->Get(job->job_id());
-  RunSteps(*job, 1, 2);
-  // Step 3 reported by one stage only, then the coordinator dies.
-  ASSERT_TRUE(jobs_->ReportStep(Report(*job, 0, 3)).ok());
-  const JobStatus before = *jobs_->Get(job->job_id());
-  ASSERT_EQ(before.committed_step(), 2);
-
-  Open();
-  jobs_->Schedule();
-  JobStatus waiting = *jobs_->Get(job->job_id());
-  EXPECT_EQ(waiting.state(), shardline::v1::PENDING);
-  EXPECT_EQ(waiting.step(), 2);
-  EXPECT_NE(waiting.message().find("resuming at step 3"), std::string::npos) << waiting.message();
-  AddWorker("w0");
-  AddWorker("w1");
-  const JobStatus resumed = *jobs_->Get(job->job_id());
-  ASSERT_EQ(resumed.state(), shardline::v1::RUNNING);
-  EXPECT_GT(resumed.plan_epoch(), before.plan_epoch());
-  ASSERT_EQ(delivered_.size(), 2u);
-  for (const auto& [worker, a] : delivered_) EXPECT_EQ(a.first_step(), 3) << worker;
-  // The old epoch's traffic is refused; the new one's completes the job.
-  NoteAssignments();
-  auto stale = jobs_->ReportStep(Report(before, 1, 3));
-  EXPECT_EQ(stale.status().code(), absl::StatusCode::kFailedPrecondition) << stale.status();
-  RunSteps(resumed, 3, 4);
-  EXPECT_EQ(jobs_->Get(job->job_id())->state(), shardline::v1::SUCCEEDED);
-  EXPECT_EQ(weights_->CommittedStep(job->job_id()).value_or(-1), 4);
 }
 
 }  // namespace

@@ -1,0 +1,89 @@
+// The job manager across coordinator restarts (CoordinatorStore under it):
+// earlier jobs served, ids never reused, running jobs resumed.
+#include "tests/server/job_manager_fixture.h"
+
+namespace shardline::server {
+namespace {
+
+using shardline::v1::JobStatus;
+using testing::JobManagerTest;
+
+// Runs `job` (2 stages) through steps [from, to], each stage checkpointing at `to`.
+class JobManagerRestartTest : public JobManagerTest {
+ protected:
+  void RunSteps(const JobStatus& job, int64_t from, int64_t to) {
+    NoteAssignments();
+    for (int64_t step = from; step <= to; ++step) {
+      for (int stage = 0; stage < 2; ++stage) ASSERT_TRUE(jobs_->ReportStep(Report(job, stage, step)).ok());
+    }
+    for (int stage = 0; stage < 2; ++stage) ASSERT_TRUE(SendShard(job, stage, 2, to).ok());
+  }
+};
+
+TEST_F(JobManagerRestartTest, ARestartedCoordinatorServesEarlierJobsAndNeverReusesAnId) {
+  const std::string old_worker = AddWorker("w0");
+  AddWorker("w1");
+  auto done = jobs_->Submit(Spec(2, 2));
+  ASSERT_TRUE(done.ok());
+  done = jobs_->Get(done->job_id());
+  RunSteps(*done, 1, 2);
+  ASSERT_EQ(jobs_->Get("job-1")->state(), shardline::v1::SUCCEEDED);
+  auto cancelled = jobs_->Submit(Spec(2, 2));
+  ASSERT_TRUE(cancelled.ok());
+  ASSERT_TRUE(jobs_->Cancel(cancelled->job_id()).ok());
+
+  Open();
+  // Both jobs are still served, as they ended.
+  EXPECT_EQ(jobs_->Get("job-1")->state(), shardline::v1::SUCCEEDED);
+  EXPECT_EQ(jobs_->Get("job-1")->committed_step(), 2);
+  EXPECT_EQ(jobs_->Get("job-2")->state(), shardline::v1::CANCELLED);
+  EXPECT_EQ(jobs_->Spec("job-2")->name(), "t");
+  EXPECT_TRUE(weights_->ExportWeights("job-1", {}).ok());
+  ASSERT_EQ(jobs_->List().size(), 2u);
+  // Job numbers continue (a new job-1 would have met the old one's shards).
+  auto next = jobs_->Submit(Spec(2, 2));
+  ASSERT_TRUE(next.ok());
+  EXPECT_EQ(next->job_id(), "job-3");
+  // A worker of the earlier incarnation is unknown: it must register again,
+  // and the ids it and its successor get are new.
+  EXPECT_TRUE(absl::IsNotFound(registry_->Heartbeat(old_worker)));
+  const std::string again = AddWorker("w0");
+  EXPECT_NE(again, old_worker);
+}
+
+TEST_F(JobManagerRestartTest, AJobRunningAtARestartResumesFromItsCommittedStepAtANewEpoch) {
+  AddWorker("w0");
+  AddWorker("w1");
+  auto job = jobs_->Submit(Spec(2, 4));
+  ASSERT_TRUE(job.ok());
+  job = jobs_->Get(job->job_id());
+  RunSteps(*job, 1, 2);
+  // Step 3 reported by one stage only, then the coordinator dies.
+  ASSERT_TRUE(jobs_->ReportStep(Report(*job, 0, 3)).ok());
+  const JobStatus before = *jobs_->Get(job->job_id());
+  ASSERT_EQ(before.committed_step(), 2);
+
+  Open();
+  jobs_->Schedule();
+  JobStatus waiting = *jobs_->Get(job->job_id());
+  EXPECT_EQ(waiting.state(), shardline::v1::PENDING);
+  EXPECT_EQ(waiting.step(), 2);
+  EXPECT_NE(waiting.message().find("resuming at step 3"), std::string::npos) << waiting.message();
+  AddWorker("w0");
+  AddWorker("w1");
+  const JobStatus resumed = *jobs_->Get(job->job_id());
+  ASSERT_EQ(resumed.state(), shardline::v1::RUNNING);
+  EXPECT_GT(resumed.plan_epoch(), before.plan_epoch());
+  ASSERT_EQ(delivered_.size(), 2u);
+  for (const auto& [worker, a] : delivered_) EXPECT_EQ(a.first_step(), 3) << worker;
+  // The old epoch's traffic is refused; the new one's completes the job.
+  NoteAssignments();
+  auto stale = jobs_->ReportStep(Report(before, 1, 3));
+  EXPECT_EQ(stale.status().code(), absl::StatusCode::kFailedPrecondition) << stale.status();
+  RunSteps(resumed, 3, 4);
+  EXPECT_EQ(jobs_->Get(job->job_id())->state(), shardline::v1::SUCCEEDED);
+  EXPECT_EQ(weights_->CommittedStep(job->job_id()).value_or(-1), 4);
+}
+
+}  // namespace
+}  // namespace shardline::server

@@ -1,0 +1,87 @@
+// ShardRuntime's checkpoint side: the shard's weights and optimizer state
+// to and from host tensors by global name (checkpoints, export, restarts).
+#include "worker/runtime/shard_runtime.h"
+
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace shardline::worker::runtime {
+
+absl::Status ShardRuntime::ImportWeights(const std::map<std::string, common::Tensor>& weights) {
+  for (nn::Parameter* p : parameters()) {
+    auto it = weights.find(p->name);
+    if (it == weights.end()) return absl::NotFoundError(absl::StrCat("no weights for ", p->name));
+    const common::Tensor& t = it->second;
+    if (t.dtype() != common::DType::kF32 || t.shape() != p->shape) {
+      return absl::InvalidArgumentError(absl::StrCat(p->name, " is ", t.DebugString(), ", expected f32",
+                                                     common::ShapeString(p->shape)));
+    }
+    RETURN_IF_ERROR(backend_.CopyToDevice(t.values<float>(), p->v()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShardRuntime::ImportState(const std::map<std::string, common::Tensor>& state,
+                                       const std::vector<nn::Optimizer::Share>* owned) {
+  RETURN_IF_ERROR(ImportWeights(state));
+  const std::vector<nn::Parameter*> params = parameters();
+  if (owned != nullptr && owned->size() != params.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(owned->size(), " shares for ", params.size(), " parameters"));
+  }
+  for (size_t i = 0; i < params.size(); ++i) {
+    nn::Parameter* p = params[i];
+    for (auto [buffer, prefix] : {std::pair{&p->state1, "optimizer.m."}, {&p->state2, "optimizer.v."}}) {
+      if (buffer == &p->state2 && !optimizer_.config().adamw) continue;
+      auto it = state.find(prefix + p->name);
+      if (it == state.end()) return absl::NotFoundError(absl::StrCat("no ", prefix, p->name));
+      const common::Tensor& t = it->second;
+      if (t.dtype() != common::DType::kF32 || t.shape() != p->shape) {
+        return absl::InvalidArgumentError(absl::StrCat(prefix, p->name, " is ", t.DebugString(), ", expected f32",
+                                                       common::ShapeString(p->shape)));
+      }
+      const absl::Span<const float> whole = t.values<float>();
+      std::vector<float> kept;
+      if (owned == nullptr) {
+        kept.assign(whole.begin(), whole.end());
+      } else {
+        for (const nn::Optimizer::Range& r : (*owned)[i]) {
+          if (r.begin > r.end || r.end > whole.size()) return absl::InvalidArgumentError("a share out of range");
+          kept.insert(kept.end(), whole.begin() + r.begin, whole.begin() + r.end);
+        }
+      }
+      *buffer = DeviceBuffer();
+      if (kept.empty()) continue;  // a ZeRO-1 share with no element of it
+      ASSIGN_OR_RETURN(*buffer, backend_.AllocateZeros(kept.size()));
+      RETURN_IF_ERROR(backend_.CopyToDevice(absl::Span<const float>(kept), buffer->span<float>()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::map<std::string, common::Tensor>> ShardRuntime::ExportState() {
+  ASSIGN_OR_RETURN(auto out, ExportWeights());
+  for (nn::Parameter* p : parameters()) {
+    for (auto [buffer, prefix] : {std::pair{&p->state1, "optimizer.m."}, {&p->state2, "optimizer.v."}}) {
+      if (buffer->bytes() != p->value.bytes()) continue;  // none yet, or a ZeRO-1 share
+      ASSIGN_OR_RETURN(common::Tensor t, common::Tensor::Zeros(common::DType::kF32, p->shape));
+      RETURN_IF_ERROR(backend_.CopyToHost(DeviceSpan<const float>(buffer->span<float>()),
+                                          t.values<float>()));
+      out.emplace(prefix + p->name, std::move(t));
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<std::map<std::string, common::Tensor>> ShardRuntime::ExportWeights() {
+  std::map<std::string, common::Tensor> out;
+  for (nn::Parameter* p : parameters()) {
+    ASSIGN_OR_RETURN(common::Tensor t, common::Tensor::Zeros(common::DType::kF32, p->shape));
+    RETURN_IF_ERROR(backend_.CopyToHost(DeviceSpan<const float>(p->v()), t.values<float>()));
+    out.emplace(p->name, std::move(t));
+  }
+  return out;
+}
+
+}  // namespace shardline::worker::runtime
