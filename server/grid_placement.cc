@@ -62,12 +62,19 @@ absl::StatusOr<shardline::v1::PlanResponse> PreviewGrid(const shardline::v1::Job
   return out;
 }
 
-absl::StatusOr<GridPlacement> PlaceGrid(const shardline::v1::JobSpec& spec, const std::string& job_id,
-                                        uint64_t epoch, int64_t first_step, const std::vector<WorkerRecord>& idle) {
-  const int p = spec.parallel().pipeline_stages(), d = spec.parallel().data_parallel();
+absl::StatusOr<GridPlacement> PlaceGrid(const shardline::v1::JobSpec& job_spec, const std::string& job_id,
+                                        int64_t first_step, int stages,
+                                        const std::vector<WorkerRecord>& idle) {
+  const int p = stages, d = job_spec.parallel().data_parallel();
+  if (p < 1 || p > job_spec.parallel().pipeline_stages()) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot plan ", p, " stages for a spec of ",
+                                                   job_spec.parallel().pipeline_stages()));
+  }
   if (static_cast<int>(idle.size()) < p * d) {
     return absl::FailedPreconditionError(absl::StrCat("placing ", p * d, " positions on ", idle.size(), " workers"));
   }
+  shardline::v1::JobSpec spec = job_spec;
+  spec.mutable_parallel()->set_pipeline_stages(p);
   const std::vector<WorkerRecord> grid(idle.begin(), idle.begin() + p * d);
   ASSIGN_OR_RETURN(PipelinePlan plan, PlanPipeline(spec, GridCapacities(grid, p, d)));
   GridPlacement out;
@@ -86,7 +93,6 @@ absl::StatusOr<GridPlacement> PlaceGrid(const shardline::v1::JobSpec& spec, cons
       status.set_unit_end(sp.unit_end);
       shardline::v1::Assignment& a = out.assignments.emplace_back();
       a.set_job_id(job_id);
-      a.set_plan_epoch(epoch);
       *a.mutable_spec() = spec;
       a.set_stage(s);
       a.set_stages(p);

@@ -32,11 +32,15 @@ struct GridPlacement {
 absl::StatusOr<shardline::v1::PlanResponse> PreviewGrid(const shardline::v1::JobSpec& spec,
                                                         const std::vector<WorkerRecord>& idle);
 
-// Places job `job_id` at plan `epoch` on the first p × d of `idle` (there
-// must be that many), every assignment starting at `first_step` (1 for a
-// fresh job; after a restart or a loss, one after the committed version).
+// Places job `job_id` (the assignments' plan epoch is the caller's) on the first `stages` × d of `idle`
+// (there must be that many; `stages` is the spec's p, or fewer for a job
+// re-planned onto the workers it has left: the cut is planned for that
+// many, and the assignments' spec says so), every assignment starting at
+// `first_step` (1 for a fresh job; after a restart or a loss, one after
+// the committed version).
 absl::StatusOr<GridPlacement> PlaceGrid(const shardline::v1::JobSpec& spec, const std::string& job_id,
-                                        uint64_t epoch, int64_t first_step, const std::vector<WorkerRecord>& idle);
+                                        int64_t first_step, int stages,
+                                        const std::vector<WorkerRecord>& idle);
 
 }  // namespace shardline::server
 

@@ -32,6 +32,10 @@ absl::Status JobManager::Recover() {
     order_.push_back(id);
     if (job.ended()) continue;
     LOG(INFO) << "job " << id << ": " << job.status().message();
+    // Its workers have a lease to notice and a backoff to register again;
+    // then it may re-plan onto fewer stages.
+    weights_.DropUncommitted(id);
+    job.AllowShrinkAt(registry_.Now() + 2 * registry_.lease());
     if (job.finished()) End(job, shardline::v1::SUCCEEDED, "");
     Save(job);
   }
@@ -110,27 +114,41 @@ void JobManager::Schedule() {
 void JobManager::ScheduleLocked() {
   for (const std::string& id : order_) {
     RunningJob& job = jobs_.at(id);
-    if (job.status().state() != shardline::v1::PENDING) continue;
+    if (!job.waiting()) continue;
     const int p = job.spec().parallel().pipeline_stages(), d = job.spec().parallel().data_parallel();
     const std::vector<WorkerRecord> idle = registry_.Idle();
-    if (static_cast<int>(idle.size()) < p * d) {
-      const std::string resume =
-          job.resume_reason().empty()
-              ? ""
-              : absl::StrCat("recovering (", job.resume_reason(), "): resuming at step ", job.first_step(), ": ");
-      job.Wait(d > 1 ? absl::StrCat(resume, "waiting for ", p * d, " idle workers (", p, " stages × ", d,
-                                    " replicas; ", idle.size(), " now)")
-                     : absl::StrCat(resume, "waiting for ", p, " idle workers (", idle.size(), " now)"));
+    const int n = static_cast<int>(idle.size());
+    const std::string resume = job.resume_reason().empty()
+                                   ? ""
+                                   : absl::StrCat("recovering (", job.resume_reason(), "): resuming at step ",
+                                                  job.first_step(), ": ");
+    const std::string want = d > 1 ? absl::StrCat("waiting for ", p * d, " idle workers (", p, " stages × ", d,
+                                                  " replicas; ", n, " now)")
+                                   : absl::StrCat("waiting for ", p, " idle workers (", n, " now)");
+    // A job that lost workers re-plans onto fewer stages of the same d
+    // replicas when no replacement came within its grace (fewer replicas
+    // would change the arithmetic: see the determinism contract).
+    int stages = p;
+    if (n < p * d) {
+      stages = registry_.Now() >= job.shrink_after() ? std::min(p - 1, n / d) : 0;
+      if (stages < 1) {
+        job.Wait(absl::StrCat(resume, want));
+        continue;
+      }
+    }
+    absl::StatusOr<GridPlacement> placement = PlaceGrid(job.spec(), id, job.first_step(), stages, idle);
+    if (!placement.ok() && stages < p) {
+      job.Wait(absl::StrCat(resume, "cannot re-plan onto ", stages * d, " workers (",
+                            placement.status().message(), "); ", want));
+      continue;
+    }
+    if (!placement.ok()) {
+      End(job, shardline::v1::FAILED, absl::StrCat("cannot plan: ", placement.status().message()));
       continue;
     }
     absl::StatusOr<uint64_t> epoch = store_.TakeEpoch();
     if (!epoch.ok()) {
       job.Wait(absl::StrCat("cannot take a plan epoch: ", epoch.status().message()));
-      continue;
-    }
-    absl::StatusOr<GridPlacement> placement = PlaceGrid(job.spec(), id, *epoch, job.first_step(), idle);
-    if (!placement.ok()) {
-      End(job, shardline::v1::FAILED, absl::StrCat("cannot plan: ", placement.status().message()));
       continue;
     }
     std::vector<shardline::v1::Assignment> assignments = std::move(placement->assignments);
@@ -139,6 +157,7 @@ void JobManager::ScheduleLocked() {
     for (size_t position = 0; position < assignments.size(); ++position) {
       const std::string& worker = job.workers()[position];
       registry_.SetJob(worker, id);
+      assignments[position].set_plan_epoch(*epoch);
       deliver_(worker, std::move(assignments[position]));
     }
   }
@@ -255,9 +274,11 @@ void JobManager::WorkersLost(const std::vector<WorkerRecord>& lost, const std::s
 void JobManager::Requeue(RunningJob& job, const std::string& why) {
   LOG(WARNING) << "job " << job.status().job_id() << ": " << why << "; restarting from its committed step "
                << std::max<int64_t>(job.status().committed_step(), 0);
-  // The survivors stop (their epoch is over) and are free for the new placement.
+  // The survivors stop (their epoch is over) and are free for the new
+  // placement; shards of steps the old epoch had not committed are void.
   ReleaseWorkers(job, /*cancel=*/true);
-  job.Requeue(why);
+  weights_.DropUncommitted(job.status().job_id());
+  job.Requeue(why, registry_.Now() + registry_.lease());
   Save(job);
   ScheduleLocked();
 }
@@ -268,6 +289,7 @@ void JobManager::Tick() {
   for (auto& [id, job] : jobs_) {
     if (job.running() && job.link_failure_due(now)) End(job, shardline::v1::FAILED, job.pending_failure());
   }
+  ScheduleLocked();  // a recovering job's grace may be over
 }
 
 absl::Status JobManager::Watch(const std::string& job_id,

@@ -1,6 +1,7 @@
 // JobManager is the coordinator's jobs: it takes submissions, starts a
 // PENDING job (a new plan epoch) once p × d workers are idle, placing it
-// with PlaceGrid, and tells the workers (assignments, cancellations) and the
+// with PlaceGrid (a RECOVERING one on fewer stages, once its grace is
+// over and the survivors fit), and tells the workers (assignments, cancellations) and the
 // registry (who is busy). Worker messages are checked against the job's
 // current epoch and plan and handed to the job's record (RunningJob: state,
 // step aggregation, watchers); shards go to the WeightStore. A job SUCCEEDS
@@ -46,8 +47,9 @@ class JobManager {
       : registry_(registry), weights_(weights), store_(store), deliver_(std::move(deliver)) {}
 
   // Loads the saved jobs (once, before serving): ended ones as they ended,
-  // the others PENDING, to run from their committed step at a new epoch once
-  // enough workers have (re-)registered.
+  // the others RECOVERING, to run from their committed step at a new epoch
+  // once enough workers have (re-)registered (after two leases, on fewer
+  // stages if that is what came back).
   absl::Status Recover();
 
   // INVALID_ARGUMENT for a spec that fails validation (naming the field).
@@ -77,7 +79,8 @@ class JobManager {
   void WorkersLost(const std::vector<WorkerRecord>& lost,
                    const std::string& why = "was lost: no heartbeat within its lease");
   // Fails jobs whose stages reported a broken link and whose lost worker, if
-  // any, has not been identified within a lease (called by the lease reaper).
+  // any, has not been identified within a lease, and places waiting jobs
+  // whose grace is over (called by the lease reaper).
   void Tick();
   // Plans and assigns pending jobs that now have enough idle workers.
   void Schedule();
@@ -98,9 +101,10 @@ class JobManager {
   void MaybeSucceed(RunningJob& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A running job's workers become idle; with `cancel` they are told to stop.
   void ReleaseWorkers(const RunningJob& job, bool cancel) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Failover: the job's workers are told to stop and freed, and the job is
-  // PENDING again, to restart at a new epoch from its committed step on
-  // whichever workers are idle (the survivors and any standby).
+  // Failover: the job's workers are told to stop and freed, its uncommitted
+  // shards dropped, and the job is RECOVERING, to restart at a new epoch
+  // from its committed step on whichever workers are idle (the survivors
+  // and any standby; after a lease without enough, on fewer stages).
   void Requeue(RunningJob& job, const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Saves the job's record; a failure is logged (the job goes on).
   void Save(const RunningJob& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

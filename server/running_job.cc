@@ -18,15 +18,16 @@ RunningJob::RunningJob(shardline::v1::JobSpec spec, shardline::v1::JobStatus sav
     : spec_(std::move(spec)), status_(std::move(saved)) {
   if (ended()) return;
   const int64_t committed = std::max<int64_t>(status_.committed_step(), 0);
-  status_.set_state(shardline::v1::PENDING);
+  status_.set_state(shardline::v1::RECOVERING);
   status_.set_step(committed);
   status_.clear_stages();
   resume_reason_ = "after a coordinator restart";
   status_.set_message(absl::StrCat("resuming ", resume_reason_, " from its committed step ", committed));
 }
 
-void RunningJob::Requeue(const std::string& why) {
-  status_.set_state(shardline::v1::PENDING);
+void RunningJob::Requeue(const std::string& why, absl::Time shrink_after) {
+  status_.set_state(shardline::v1::RECOVERING);
+  shrink_after_ = shrink_after;
   status_.set_step(std::max<int64_t>(status_.committed_step(), 0));
   status_.clear_stages();
   workers_.clear();
@@ -42,7 +43,12 @@ bool RunningJob::ended() const {
   return s == shardline::v1::SUCCEEDED || s == shardline::v1::FAILED || s == shardline::v1::CANCELLED;
 }
 
+bool RunningJob::waiting() const {
+  return status_.state() == shardline::v1::PENDING || status_.state() == shardline::v1::RECOVERING;
+}
+
 void RunningJob::Wait(const std::string& why) {
+  if (status_.message() == why) return;
   status_.set_message(why);
   Publish();
 }
@@ -50,7 +56,11 @@ void RunningJob::Wait(const std::string& why) {
 void RunningJob::Start(uint64_t epoch, GridPlacement placement) {
   status_.set_state(shardline::v1::RUNNING);
   status_.set_plan_epoch(epoch);
-  status_.set_message("");
+  const int asked = spec_.parallel().pipeline_stages();
+  status_.set_message(placement.stages < asked
+                          ? absl::StrCat("re-planned onto ", placement.stages, " of the spec's ", asked,
+                                         " pipeline stages from step ", first_step(), " (", resume_reason_, ")")
+                          : "");
   status_.clear_stages();
   for (shardline::v1::StageStatus& stage : placement.stage_statuses) *status_.add_stages() = std::move(stage);
   stages_ = placement.stages;

@@ -1,6 +1,7 @@
 // RunningJob is one job's record at the coordinator: its spec, status and
 // state (PENDING → RUNNING at a plan epoch → SUCCEEDED / FAILED /
-// CANCELLED), the grid it runs on, its positions' step reports until every
+// CANCELLED; RUNNING → RECOVERING → RUNNING at a new epoch after a loss or
+// a coordinator restart), the grid it runs on, its positions' step reports until every
 // position has reported a step (then the step completes: its loss is the
 // replicas' last-stage losses added in rank order; at a checkpoint the
 // replicas' shard digests must agree), the watchers of its status and the
@@ -36,29 +37,37 @@ class RunningJob {
   // PENDING.
   RunningJob(const std::string& id, shardline::v1::JobSpec spec);
   // As saved (CoordinatorStore): an ended job as it ended; one that had
-  // not ended PENDING again, to resume from its committed step.
+  // not ended RECOVERING, to resume from its committed step.
   RunningJob(shardline::v1::JobSpec spec, shardline::v1::JobStatus saved);
 
   const shardline::v1::JobSpec& spec() const { return spec_; }
   const shardline::v1::JobStatus& status() const { return status_; }
   bool running() const { return status_.state() == shardline::v1::RUNNING; }
   bool ended() const;
+  // PENDING or RECOVERING: to be placed.
+  bool waiting() const;
   // Worker ids by position (replica · p + stage) while it runs.
   const std::vector<std::string>& workers() const { return workers_; }
   int stages() const { return stages_; }
   int replicas() const { return replicas_; }
 
-  // Still PENDING, for `why`.
+  // Still waiting, for `why` (watchers hear of a change only).
   void Wait(const std::string& why);
   // RUNNING at `epoch` on `placement`.
   void Start(uint64_t epoch, GridPlacement placement);
   // The step a (re)start runs first: one after the committed version.
   int64_t first_step() const { return std::max<int64_t>(status_.committed_step(), 0) + 1; }
-  // A running job lost a position (`why` names the worker): PENDING again,
-  // to restart at a new epoch from the committed step (first_step()).
-  void Requeue(const std::string& why);
-  // Why a PENDING job restarts ("" for a fresh one).
+  // A running job lost a position (`why` names the worker): RECOVERING,
+  // to restart at a new epoch from the committed step (first_step()), on
+  // fewer pipeline stages from `shrink_after` on if that many workers are
+  // not idle by then.
+  void Requeue(const std::string& why, absl::Time shrink_after);
+  // Why a RECOVERING job restarts.
   const std::string& resume_reason() const { return resume_reason_; }
+  // From when a RECOVERING job may restart on fewer stages than its spec's
+  // (never for a fresh job). A restored one gets `at`.
+  absl::Time shrink_after() const { return shrink_after_; }
+  void AllowShrinkAt(absl::Time at) { shrink_after_ = at; }
   // The job's new state; no further change once it has ended.
   void End(shardline::v1::JobState state, const std::string& message);
 
@@ -105,6 +114,7 @@ class RunningJob {
   std::string pending_failure_;
   absl::Time failure_deadline_;
   std::string resume_reason_;
+  absl::Time shrink_after_ = absl::InfiniteFuture();
 };
 
 }  // namespace shardline::server

@@ -139,6 +139,23 @@ absl::Status WeightStore::Commit(const std::string& job_id, Job& job, int64_t st
   return absl::OkStatus();
 }
 
+void WeightStore::DropUncommitted(const std::string& job_id) {
+  if (!ValidateJobId(job_id).ok()) return;
+  absl::MutexLock lock(&mu_);
+  Job& job = jobs_[job_id];
+  job.shard_count.clear();
+  job.arrived.clear();
+  std::error_code error;
+  const std::string keep = job.committed_step >= 0 ? StepDir(job_id, job.committed_step) : "";
+  for (const auto& entry : fs::directory_iterator(fs::path(root_) / job_id, error)) {
+    const std::string name = entry.path().filename().string();
+    if (entry.is_directory() && absl::StartsWith(name, "step-") && entry.path().string() != keep) {
+      std::error_code ignored;
+      fs::remove_all(entry.path(), ignored);
+    }
+  }
+}
+
 absl::StatusOr<const WeightStore::Job*> WeightStore::Committed(const std::string& job_id) {
   RETURN_IF_ERROR(ValidateJobId(job_id));
   auto it = jobs_.find(job_id);

@@ -48,6 +48,11 @@ class WeightStore {
   // shard count for the step) or is older than the committed version.
   absl::StatusOr<bool> Report(const ShardReport& report);
 
+  // Forgets the shards of steps after the committed version (a new plan
+  // epoch of the job will report them again, perhaps on another cut), on
+  // disk too.
+  void DropUncommitted(const std::string& job_id);
+
   // The committed step of a job; NOT_FOUND before the first commit.
   absl::StatusOr<int64_t> CommittedStep(const std::string& job_id);
   // The committed version's weights (no optimizer state) as one file's

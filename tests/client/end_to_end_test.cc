@@ -125,8 +125,9 @@ TEST(EndToEndTest, LocalGridWithShardedOptimizerTrainsExactlyLikeTheReferenceTra
 
 // Kills the worker of the last stage of the last replica of a `stages` ×
 // `replicas` grid mid-run, with no standby: within the deadlines the job
-// stops, naming it, and waits for a worker to recover (no hang, no failure).
-void ExpectAKilledWorkerIsNamedAndTheJobWaits(const std::string& name, int stages, int replicas) {
+// stops, naming it (no hang, no failure), and a lease later runs again on
+// the survivors, one stage fewer per replica.
+void ExpectAKilledWorkerIsNamedAndTheJobReplans(const std::string& name, int stages, int replicas) {
   const std::string dir = TempDir(name + "-spec");
   const std::string spec_path = WriteSpec(dir, 100000, stages, replicas);
   const int n = stages * replicas;
@@ -162,8 +163,8 @@ void ExpectAKilledWorkerIsNamedAndTheJobWaits(const std::string& name, int stage
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
-  // No standby: the job waits to recover, naming the lost worker.
-  EXPECT_EQ(final_status.state(), shardline::v1::PENDING) << final_status.message();
+  // It recovers, naming the lost worker.
+  EXPECT_EQ(final_status.state(), shardline::v1::RECOVERING) << final_status.message();
   EXPECT_NE(final_status.message().find("recovering (worker " + victim), std::string::npos) << final_status.message();
   EXPECT_NE(final_status.message().find("lost"), std::string::npos) << final_status.message();
   if (replicas > 1) {
@@ -171,22 +172,33 @@ void ExpectAKilledWorkerIsNamedAndTheJobWaits(const std::string& name, int stage
         << final_status.message();
   }
   EXPECT_LT(seconds, 10.0) << "lease 1 s: the loss must be noticed well within the deadlines";
-  // The survivors are idle again and the coordinator still serves.
-  auto listed = admin.ListWorkers();
-  ASSERT_TRUE(listed.ok());
-  for (const auto& w : listed->workers()) {
-    if (w.name() != victim) {
-      EXPECT_EQ(w.state(), "idle") << w.name();
-    }
+  // No standby: within a lease (1 s) more it runs on the survivors.
+  shardline::v1::JobStatus replanned;
+  for (int i = 0; i < 1000; ++i) {
+    auto status = admin.Get(job->job_id());
+    ASSERT_TRUE(status.ok());
+    replanned = *status;
+    if (replanned.state() == shardline::v1::RUNNING && replanned.step() > final_status.step()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
+  ASSERT_EQ(replanned.state(), shardline::v1::RUNNING) << replanned.message();
+  EXPECT_GT(replanned.step(), final_status.step());
+  EXPECT_EQ(replanned.stages_size(), (stages - 1) * replicas);
+  EXPECT_NE(replanned.message().find(absl::StrCat("re-planned onto ", stages - 1, " of the spec's ", stages)),
+            std::string::npos)
+      << replanned.message();
+  for (const auto& stage : replanned.stages()) EXPECT_NE(stage.worker(), victim);
 }
 
-TEST(EndToEndTest, AKilledWorkerIsNamedAndTheJobWaitsToRecover) { ExpectAKilledWorkerIsNamedAndTheJobWaits("kill", 3, 1); }
+TEST(EndToEndTest, AKilledWorkerIsNamedAndTheJobReplansOntoTheSurvivors) {
+  ExpectAKilledWorkerIsNamedAndTheJobReplans("kill", 3, 1);
+}
 
 // A replica's worker dies: its twins' all-reduce fails at once, the job
-// stops naming the lost worker and its place in the grid.
-TEST(EndToEndTest, AKilledReplicaIsNamedAndTheJobWaitsToRecover) {
-  ExpectAKilledWorkerIsNamedAndTheJobWaits("kill-grid", 2, 2);
+// stops naming the lost worker and its place in the grid, and goes on with
+// every replica one stage shorter.
+TEST(EndToEndTest, AKilledReplicaIsNamedAndTheJobReplansOntoTheSurvivors) {
+  ExpectAKilledWorkerIsNamedAndTheJobReplans("kill-grid", 2, 2);
 }
 
 // Processes whose command line contains every one of `needles`.

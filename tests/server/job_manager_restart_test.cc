@@ -66,7 +66,7 @@ TEST_F(JobManagerRestartTest, AJobRunningAtARestartResumesFromItsCommittedStepAt
   Open();
   jobs_->Schedule();
   JobStatus waiting = *jobs_->Get(job->job_id());
-  EXPECT_EQ(waiting.state(), shardline::v1::PENDING);
+  EXPECT_EQ(waiting.state(), shardline::v1::RECOVERING);
   EXPECT_EQ(waiting.step(), 2);
   EXPECT_NE(waiting.message().find("resuming at step 3"), std::string::npos) << waiting.message();
   AddWorker("w0");
@@ -83,6 +83,32 @@ TEST_F(JobManagerRestartTest, AJobRunningAtARestartResumesFromItsCommittedStepAt
   RunSteps(resumed, 3, 4);
   EXPECT_EQ(jobs_->Get(job->job_id())->state(), shardline::v1::SUCCEEDED);
   EXPECT_EQ(weights_->CommittedStep(job->job_id()).value_or(-1), 4);
+}
+
+TEST_F(JobManagerRestartTest, AfterTwoLeasesARestartedJobRunsOnTheWorkersThatCameBack) {
+  AddWorker("w0");
+  AddWorker("w1");
+  auto job = jobs_->Submit(Spec(2, 4));
+  ASSERT_TRUE(job.ok());
+  job = jobs_->Get(job->job_id());
+  RunSteps(*job, 1, 2);
+
+  Open();
+  const std::string back = AddWorker("w0");  // w1 never comes back
+  now_ += absl::Milliseconds(60);
+  ASSERT_TRUE(registry_->Heartbeat(back).ok());
+  jobs_->Tick();
+  EXPECT_EQ(jobs_->Get(job->job_id())->state(), shardline::v1::RECOVERING) << "still within its grace";
+  now_ += absl::Milliseconds(60);
+  ASSERT_TRUE(registry_->Heartbeat(back).ok());
+  jobs_->Tick();
+  const JobStatus resumed = *jobs_->Get(job->job_id());
+  ASSERT_EQ(resumed.state(), shardline::v1::RUNNING) << resumed.message();
+  ASSERT_EQ(resumed.stages_size(), 1);
+  EXPECT_EQ(resumed.stages(0).worker(), "w0");
+  ASSERT_EQ(delivered_.size(), 1u);
+  EXPECT_EQ(delivered_[0].second.first_step(), 3);
+  EXPECT_EQ(delivered_[0].second.stages(), 1);
 }
 
 }  // namespace

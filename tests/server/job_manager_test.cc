@@ -198,7 +198,7 @@ TEST_F(JobManagerTest, ABrokenLinkWaitsToNameTheLostWorker) {
   jobs_->WorkersLost(lost);
   // Not failed: it waits to restart, naming the lost worker, the survivors told to stop.
   const JobStatus recovering = *jobs_->Get(job.job_id());
-  EXPECT_EQ(recovering.state(), shardline::v1::PENDING);
+  EXPECT_EQ(recovering.state(), shardline::v1::RECOVERING);
   EXPECT_NE(recovering.message().find("recovering (worker b (stage 1) was lost"), std::string::npos)
       << recovering.message();
   EXPECT_NE(recovering.message().find("waiting for 3 idle workers (2 now)"), std::string::npos)
@@ -217,6 +217,60 @@ TEST_F(JobManagerTest, ABrokenLinkWaitsToNameTheLostWorker) {
   EXPECT_EQ(names, (std::set<std::string>{"a", "c", "d"}));
   ASSERT_EQ(delivered_.size(), 3u);
   for (const auto& [w, a] : delivered_) EXPECT_EQ(a.first_step(), 1) << "nothing was committed";
+}
+
+TEST_F(JobManagerTest, WithNoStandbyWithinALeaseALossReplansOntoFewerStagesOfTheSameCheckpoint) {
+  AddWorker("a");
+  AddWorker("b");
+  AddWorker("c");
+  const JobStatus job = *jobs_->Submit(Spec(3, 100));
+  NoteAssignments();
+  for (int stage = 0; stage < 3; ++stage) ASSERT_TRUE(jobs_->ReportStep(Report(job, stage, 1)).ok());
+  for (int stage = 0; stage < 3; ++stage) ASSERT_TRUE(*SendShard(job, stage, 3, 1) == (stage == 2));
+  // Half of step 2's checkpoint arrives on the 3-stage cut, then c dies.
+  for (int stage = 0; stage < 3; ++stage) ASSERT_TRUE(jobs_->ReportStep(Report(job, stage, 2)).ok());
+  ASSERT_FALSE(*SendShard(job, 0, 3, 2));
+  now_ += absl::Milliseconds(40);
+  ASSERT_TRUE(registry_->Heartbeat(stage_workers_[0]).ok());
+  ASSERT_TRUE(registry_->Heartbeat(stage_workers_[1]).ok());
+  now_ += absl::Milliseconds(40);
+  jobs_->WorkersLost(registry_->ExpireLeases());
+  // Within its grace it waits for a replacement...
+  jobs_->Tick();
+  JobStatus waiting = *jobs_->Get(job.job_id());
+  ASSERT_EQ(waiting.state(), shardline::v1::RECOVERING);
+  EXPECT_NE(waiting.message().find("resuming at step 2: waiting for 3 idle workers (2 now)"), std::string::npos)
+      << waiting.message();
+  // ...then restarts on the two survivors, the layers cut in two.
+  delivered_.clear();
+  now_ += absl::Milliseconds(60);
+  ASSERT_TRUE(registry_->Heartbeat(stage_workers_[0]).ok());
+  ASSERT_TRUE(registry_->Heartbeat(stage_workers_[1]).ok());
+  jobs_->Tick();
+  const JobStatus replanned = *jobs_->Get(job.job_id());
+  ASSERT_EQ(replanned.state(), shardline::v1::RUNNING) << replanned.message();
+  EXPECT_EQ(replanned.stages_size(), 2);
+  EXPECT_NE(replanned.message().find("re-planned onto 2 of the spec's 3 pipeline stages from step 2 (worker c"),
+            std::string::npos)
+      << replanned.message();
+  ASSERT_EQ(delivered_.size(), 2u);
+  int units = 0;
+  for (const auto& [w, a] : delivered_) {
+    EXPECT_EQ(a.stages(), 2);
+    EXPECT_EQ(a.spec().parallel().pipeline_stages(), 2);
+    EXPECT_EQ(a.first_step(), 2);
+    EXPECT_GT(a.plan_epoch(), job.plan_epoch());
+    units += a.unit_end() - a.unit_begin();
+  }
+  EXPECT_EQ(units, common::PipelineUnits(Spec(3).model()));
+  // Step 2 again, checkpointed on the new cut: the old cut's half is void.
+  NoteAssignments();
+  for (int stage = 0; stage < 2; ++stage) ASSERT_TRUE(jobs_->ReportStep(Report(replanned, stage, 2)).ok());
+  ASSERT_FALSE(*SendShard(replanned, 0, 2, 2));
+  auto committed = SendShard(replanned, 1, 2, 2);
+  ASSERT_TRUE(committed.ok()) << committed.status();
+  EXPECT_TRUE(*committed);
+  EXPECT_EQ(jobs_->Get(job.job_id())->committed_step(), 2);
 }
 
 TEST_F(JobManagerTest, ABrokenLinkWithNobodyLostFailsAfterALease) {

@@ -192,9 +192,16 @@ absl::StatusOr<std::shared_ptr<ExchangeStream>> StageLinkService::BindLocked(
                                   "' waits for a neighbour here"));
   }
   Expectation& e = it->second;
-  if (hello.plan_epoch() != e.epoch) {
+  if (hello.plan_epoch() < e.epoch) {
     return absl::FailedPreconditionError(absl::StrCat("plan epoch ", hello.plan_epoch(),
-                                                      " is not the current epoch ", e.epoch));
+                                                      " is stale: the current epoch is ", e.epoch));
+  }
+  if (hello.plan_epoch() > e.epoch) {
+    // Epochs only grow: the stage here has not started the newer plan yet
+    // (it is stopping the old one). The peer retries, as for a stage not
+    // yet expected.
+    return absl::NotFoundError(absl::StrCat("plan epoch ", hello.plan_epoch(), " has not started here yet (epoch ",
+                                            e.epoch, " is ending)"));
   }
   std::shared_ptr<ExchangeStream> stream = e.stream.lock();
   if (stream == nullptr) return absl::NotFoundError("the stage no longer waits for this link");

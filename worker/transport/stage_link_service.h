@@ -4,9 +4,10 @@
 // announces which neighbour (peer) it waits for (Expect, ExpectPeer); an
 // incoming stream whose hello names that job, stage (group and ranks) and
 // the same plan epoch is bound to it, anything else is refused with a
-// status that says why (unknown job, stage, group or rank: NOT_FOUND;
-// another epoch: FAILED_PRECONDITION; a second stream for the same
-// endpoint: ALREADY_EXISTS). Malformed frames end their stream with
+// status that says why (unknown job, stage, group or rank, or a newer
+// epoch than the one here: NOT_FOUND, and the peer retries; an older epoch:
+// FAILED_PRECONDITION; a second stream for the same endpoint:
+// ALREADY_EXISTS). Malformed frames end their stream with
 // INVALID_ARGUMENT; the service keeps serving. It is gRPC's generic service
 // (frames are ByteBuffers, see common/tensor_coding.h), so a server can have
 // only this one; other methods are answered UNIMPLEMENTED. Thread-safe.

@@ -2,7 +2,9 @@
 // epoch, a second connection, another method, a hello without credit,
 // frames beyond their credit, absurd grants, malformed frames. Each gets a
 // clear status and the service keeps serving.
+#include <memory>
 #include <string>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
@@ -59,6 +61,41 @@ TEST(StageLinkServiceTest, WrongPeersGetClearStatusesAndTheServiceKeepsServing) 
   EXPECT_EQ(second.Finish().error_code(), grpc::StatusCode::ALREADY_EXISTS);
   EXPECT_EQ(server->service->hellos_refused(), 4) << "unknown job, two stale epochs, a second stream";
   good->reset();
+  server->server->Shutdown();
+}
+
+// After a re-plan a neighbour may start the new epoch before the stage here
+// has stopped the old one: its hello is not refused as stale but retried
+// until the stage here expects the new epoch.
+TEST(StageLinkServiceTest, ALinkOfANewerEpochWaitsForTheStageHereToCatchUp) {
+  auto server = StartServer();
+  auto old_stream = server->service->Expect("job-1", 7, 0, Exchange(absl::Seconds(5)));
+  RawPeer early(server->address);
+  early.Write(Hello("job-1", 8, 1));
+  const grpc::Status early_status = early.Finish();
+  EXPECT_EQ(early_status.error_code(), grpc::StatusCode::NOT_FOUND) << early_status.error_message();
+  EXPECT_NE(early_status.error_message().find("epoch 8 has not started here yet"), std::string::npos)
+      << early_status.error_message();
+
+  auto link = GrpcStageLink::Create(Options(1, 2, server.get(), server.get(), /*epoch=*/8));
+  ASSERT_TRUE(link.ok());
+  std::shared_ptr<ExchangeStream> new_stream;
+  std::thread catch_up([&] {
+    absl::SleepFor(absl::Milliseconds(300));
+    old_stream.reset();
+    new_stream = server->service->Expect("job-1", 8, 0, Exchange(absl::Seconds(5)));
+  });
+  StageMessage gradient;
+  gradient.kind = StageMessage::Kind::kGradient;
+  gradient.step = 1;
+  gradient.values = {4.0f, 5.0f};
+  const absl::Status sent = (*link)->SendToPrevious(gradient);
+  catch_up.join();
+  ASSERT_TRUE(sent.ok()) << sent;
+  auto received = new_stream->Receive();
+  ASSERT_TRUE(received.ok()) << received.status();
+  EXPECT_EQ(received->values, gradient.values);
+  link->reset();
   server->server->Shutdown();
 }
 
