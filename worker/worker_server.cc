@@ -15,6 +15,7 @@
 #include "worker/runtime/gradient_buckets.h"
 #include "worker/runtime/pipeline_stage.h"
 #include "worker/runtime/stage_sender.h"
+#include "worker/scrambled_reporter.h"
 #include "worker/stage_job.h"
 
 namespace shardline::worker {
@@ -295,7 +296,9 @@ void WorkerServer::RunJob(shardline::v1::Assignment a) {
         if (replicas_ != nullptr) replicas_->Close("cancelled");
       }
     }
-    status = RunStageJob(a, worker_id(), *backend_, **link, replicas.get(), *coordinator_, job_cancelled_);
+    ScrambledReporter scrambled(*coordinator_, a.spec().train().steps());
+    StageReporter& reporter = options_.scramble_reports ? static_cast<StageReporter&>(scrambled) : *coordinator_;
+    status = RunStageJob(a, worker_id(), *backend_, **link, replicas.get(), reporter, job_cancelled_);
     absl::MutexLock lock(&mu_);
     link_ = nullptr;
     replicas_ = nullptr;

@@ -41,6 +41,8 @@ struct WorkerOptions {
   // precision and the waiting bound come from each job).
   transport::ExchangeOptions link;
   size_t link_staging_bytes = size_t{512} << 20;  // staging slots of one stage's links, at most
+  // Test hook: reports reordered and duplicated on the way (ScrambledReporter).
+  bool scramble_reports = false;
 };
 
 // f32 GEMM FLOP/s of `backend` on 1024³ (median of a few runs).

@@ -38,6 +38,7 @@ class ProcessCluster {
     int workers = 2;
     std::string advertise_host;  // empty: the listen host (127.0.0.1)
     int64_t link_timeout_ms = 3000;
+    std::vector<std::string> worker_flags;  // more flags for every worker
   };
 
   // Workers w0, w1, … listen on 127.0.0.1; each has registered when this
@@ -52,6 +53,7 @@ class ProcessCluster {
                                        absl::StrCat("--link_timeout_ms=", options.link_timeout_ms),
                                        "--port_file=" + port_file};
       if (!options.advertise_host.empty()) argv.push_back("--advertise_host=" + options.advertise_host);
+      argv.insert(argv.end(), options.worker_flags.begin(), options.worker_flags.end());
       auto worker = ChildProcess::Start(argv, absl::StrCat(c->dir_, "/w", i, ".log"));
       EXPECT_TRUE(worker.ok()) << worker.status();
       if (!worker.ok()) return nullptr;

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <random>
 #include <set>
 #include <string>
@@ -217,6 +218,59 @@ TEST(RecoveryTest, AnyKilledWorkerOfAPipelineEndsBitForBitWithOrWithoutAStandby)
 
 TEST(RecoveryTest, AnyKilledWorkerOfAGridEndsBitForBitWithOrWithoutAStandby) {
   ExpectEveryKilledPositionRecovers("kill-grid", 2, 2);
+}
+
+// Runs `spec_path` on a fresh cluster of `workers` with `worker_flags`,
+// watching it: each step's loss as the coordinator completed it (a step
+// seen twice, or going back, fails the test), and the exported weights.
+void RunWatched(const std::string& name, const std::string& spec_path, int workers,
+                const std::vector<std::string>& worker_flags, std::map<int64_t, double>* losses,
+                common::SafetensorsContents* weights) {
+  auto cluster = testing::ProcessCluster::Start(name, {workers, "", 3000, worker_flags});
+  ASSERT_NE(cluster, nullptr);
+  AdminClient admin(cluster->address(), absl::Seconds(120));
+  auto spec = common::LoadJobSpec(spec_path);
+  ASSERT_TRUE(spec.ok());
+  auto job = admin.Submit(*spec);
+  ASSERT_TRUE(job.ok()) << job.status();
+  int64_t last_step = 0;
+  auto ended = admin.Watch(job->job_id(), [&](const shardline::v1::JobStatus& s) {
+    EXPECT_GE(s.step(), last_step) << "a step went back";
+    if (s.step() > last_step) {
+      EXPECT_EQ(losses->count(s.step()), 0u) << "step " << s.step() << " completed twice";
+      (*losses)[s.step()] = s.loss();
+    }
+    last_step = s.step();
+  });
+  ASSERT_TRUE(ended.ok()) << ended.status();
+  ASSERT_EQ(ended->state(), shardline::v1::SUCCEEDED) << ended->message();
+  auto exported = admin.Export(job->job_id());
+  ASSERT_TRUE(exported.ok()) << exported.status();
+  auto parsed = common::ParseSafetensors(*exported);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  *weights = *std::move(parsed);
+}
+
+// Every step report arriving late, out of order and twice, every shard
+// twice (the workers' test hook): each is applied once; the job's steps,
+// losses and weights are those of a run whose reports arrived in order.
+TEST(RecoveryTest, DuplicatedAndReorderedReportsApplyOnce) {
+  const std::string dir = TempDir("scrambled");
+  const std::string spec_path = WriteSpec(dir, "scrambled", 30, 2, 2);
+  std::map<int64_t, double> plain_losses, scrambled_losses;
+  common::SafetensorsContents plain, scrambled;
+  RunWatched("plain-reports", spec_path, 4, {}, &plain_losses, &plain);
+  RunWatched("scrambled-reports", spec_path, 4, {"--test_only_scramble_reports"}, &scrambled_losses, &scrambled);
+  EXPECT_EQ(scrambled_losses.rbegin()->first, 30);
+  for (const auto& [step, loss] : scrambled_losses) {
+    if (plain_losses.count(step)) {
+      EXPECT_EQ(loss, plain_losses.at(step)) << "step " << step;
+    }
+  }
+  ExpectSameWeights(plain, scrambled);
+  auto reference = TrainReference(dir, spec_path);
+  ASSERT_TRUE(reference.ok()) << reference.status();
+  ExpectSameWeights(*reference, scrambled);
 }
 
 // SIGTERM on a worker: it tells the coordinator, and its job stops at once
