@@ -26,6 +26,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/admin_client.h"
 #include "client/child_process.h"
+#include "client/local_cluster.h"
 #include "client/job_progress.h"
 #include "common/file_util.h"
 #include "common/init.h"
@@ -55,94 +56,6 @@ int Fail(int code, const std::string& message) {
   std::fprintf(stderr, "Error: %s\n", message.c_str());
   return code;
 }
-
-std::string Tail(const std::string& path) {
-  absl::StatusOr<std::string> text = common::ReadFile(path);
-  if (!text.ok()) return "";
-  return text->size() > 2000 ? text->substr(text->size() - 2000) : *text;
-}
-
-class Cluster {
- public:
-  ~Cluster() {
-    workers_.clear();  // stop workers before the coordinator
-    coordinator_.reset();
-    if (!keep_ && !dir_.empty()) {
-      std::error_code ignored;
-      fs::remove_all(dir_, ignored);
-    }
-  }
-
-  absl::Status Start(int workers, const std::string& device, int threads, int64_t lease_ms) {
-    char pattern[] = "/tmp/shardline-local-XXXXXX";
-    if (::mkdtemp(pattern) == nullptr) return absl::InternalError("cannot create a temporary directory");
-    dir_ = pattern;
-    const fs::path bin = fs::read_symlink("/proc/self/exe").parent_path();
-    auto coordinator = ChildProcess::Start(
-        {(bin / "shardline-coordinator").string(), "--listen=127.0.0.1:0", "--state_dir=" + dir_ + "/state",
-         "--port_file=" + dir_ + "/coordinator.port", absl::StrCat("--lease_ms=", lease_ms)},
-        dir_ + "/coordinator.log");
-    if (!coordinator.ok()) return coordinator.status();
-    coordinator_ = std::move(*coordinator);
-    int port = 0;
-    const absl::Time deadline = absl::Now() + absl::Seconds(20);
-    while (port == 0) {
-      absl::StatusOr<std::string> text = common::ReadFile(dir_ + "/coordinator.port");
-      if (text.ok() && absl::SimpleAtoi(absl::StripAsciiWhitespace(*text), &port) && port > 0) break;
-      std::string ended;
-      if (!coordinator_->Running(&ended)) {
-        return absl::UnavailableError(absl::StrCat("the coordinator ", ended, ":\n", Tail(dir_ + "/coordinator.log")));
-      }
-      if (absl::Now() > deadline) return absl::DeadlineExceededError("the coordinator did not start in 20 s");
-      absl::SleepFor(absl::Milliseconds(20));
-    }
-    address_ = absl::StrCat("127.0.0.1:", port);
-    for (int i = 0; i < workers; ++i) {
-      auto worker = ChildProcess::Start(
-          {(bin / "shardline-worker").string(), "--coordinator=" + address_, absl::StrCat("--name=local-", i),
-           "--listen=127.0.0.1:0", "--device=" + device, absl::StrCat("--threads=", threads)},
-          absl::StrCat(dir_, "/worker-", i, ".log"));
-      if (!worker.ok()) return worker.status();
-      workers_.push_back(std::move(*worker));
-    }
-    AdminClient admin(address_);
-    while (true) {
-      absl::StatusOr<shardline::v1::ListWorkersResponse> listed = admin.ListWorkers();
-      if (listed.ok() && listed->workers_size() >= workers) return absl::OkStatus();
-      if (absl::Status s = CheckChildren(); !s.ok()) return s;
-      if (absl::Now() > deadline + absl::Seconds(30)) {
-        return absl::DeadlineExceededError("the workers did not register in time");
-      }
-      absl::SleepFor(absl::Milliseconds(50));
-    }
-  }
-
-  // UNAVAILABLE naming the first daemon that has exited.
-  absl::Status CheckChildren() {
-    std::string ended;
-    if (!coordinator_->Running(&ended)) {
-      return absl::UnavailableError(absl::StrCat("the coordinator ", ended));
-    }
-    for (size_t i = 0; i < workers_.size(); ++i) {
-      if (!workers_[i]->Running(&ended)) {
-        return absl::UnavailableError(absl::StrCat("worker local-", i, " ", ended, ":\n",
-                                                   Tail(absl::StrCat(dir_, "/worker-", i, ".log"))));
-      }
-    }
-    return absl::OkStatus();
-  }
-
-  const std::string& address() const { return address_; }
-  const std::string& dir() const { return dir_; }
-  void keep() { keep_ = true; }
-
- private:
-  std::string dir_;
-  std::string address_;
-  std::unique_ptr<ChildProcess> coordinator_;
-  std::vector<std::unique_ptr<ChildProcess>> workers_;
-  bool keep_ = false;
-};
 
 std::string WeightsPath(const shardline::v1::JobSpec& spec) {
   if (!absl::GetFlag(FLAGS_out).empty()) return absl::GetFlag(FLAGS_out);
@@ -176,7 +89,7 @@ int Run(const std::string& spec_path) {
 
   ::signal(SIGINT, OnSignal);
   ::signal(SIGTERM, OnSignal);
-  Cluster cluster;
+  LocalCluster cluster;
   if (absl::GetFlag(FLAGS_keep_logs)) cluster.keep();
   std::printf("starting a coordinator and %d workers (%d threads each)...\n", n, threads);
   if (absl::Status s = cluster.Start(n, absl::GetFlag(FLAGS_device), threads, absl::GetFlag(FLAGS_lease_ms));
@@ -261,7 +174,7 @@ int Run(const std::string& spec_path) {
   if (!evaluator.ok()) return Fail(kFailed, std::string(evaluator.status().message()));
   std::string ended;
   while ((*evaluator)->Running(&ended) && !interrupted) absl::SleepFor(absl::Milliseconds(20));
-  std::printf("%s", Tail(cluster.dir() + "/eval.log").c_str());
+  std::printf("%s", LogTail(cluster.dir() + "/eval.log").c_str());
   return ended == "exited with status 0" ? kOk : kFailed;
 }
 
