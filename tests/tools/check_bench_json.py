@@ -229,8 +229,13 @@ def check_pipeline(bin_dir, workdir):
         # 1F1B keeps at most p micro-batches' activations on a stage.
         assert 1 <= r["peak_slots"] <= p, r
         assert r["link_peak_mib"] > 0 and r["peak_rss_mib"] > 0, r
-        # On the CPU the grid is the reference arithmetic, bit for bit.
-        assert r["max_loss_gap"] == 0, r
+        # On the CPU the grid is the reference arithmetic, bit for bit when
+        # both run OpenBLAS on the same thread count. Here the trainer has
+        # the whole budget and each position its share, and on some machines
+        # OpenBLAS's sums depend on its threads (shardline-train --threads=1
+        # and =2 differ by ~3e-8 on an AVX-512 host): the design brief's
+        # CPU tolerance holds everywhere.
+        assert r["max_loss_gap"] <= 1e-6, r
         if d == 1:
             single[p] = tokens_per_s
             single_state[p] = r["optimizer_state_mib"]
