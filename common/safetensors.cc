@@ -68,7 +68,7 @@ absl::StatusOr<uint64_t> Index(const google::protobuf::Value& v, absl::string_vi
 
 }  // namespace
 
-absl::StatusOr<std::string> SerializeSafetensors(const SafetensorsContents& contents) {
+absl::StatusOr<std::string> SafetensorsHeader(const SafetensorsContents& contents) {
   std::string header = "{";
   bool first = true;
   if (!contents.metadata.empty()) {
@@ -96,29 +96,42 @@ absl::StatusOr<std::string> SerializeSafetensors(const SafetensorsContents& cont
   std::string out(8, '\0');
   const uint64_t n = header.size();
   for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((n >> (8 * i)) & 0xff);
-  out += header;
-  out.reserve(out.size() + offset);
+  return out + header;
+}
+
+absl::StatusOr<std::string> SerializeSafetensors(const SafetensorsContents& contents) {
+  ASSIGN_OR_RETURN(std::string out, SafetensorsHeader(contents));
+  size_t data = 0;
+  for (const auto& [name, tensor] : contents.tensors) data += tensor.byte_size();
+  out.reserve(out.size() + data);
   for (const auto& [name, tensor] : contents.tensors) {
     out.append(static_cast<const char*>(tensor.raw_data()), tensor.byte_size());
   }
   return out;
 }
 
-absl::StatusOr<SafetensorsContents> ParseSafetensors(absl::string_view bytes) {
-  if (bytes.size() < 8) return Invalid("file shorter than its 8-byte header length");
+absl::StatusOr<uint64_t> SafetensorsHeaderSize(absl::string_view head, uint64_t file_size) {
+  if (head.size() < 8 || file_size < 8) return Invalid("file shorter than its 8-byte header length");
   uint64_t header_size = 0;
-  for (int i = 0; i < 8; ++i) header_size |= uint64_t{static_cast<unsigned char>(bytes[i])} << (8 * i);
-  if (header_size > kMaxHeaderBytes || header_size > bytes.size() - 8) {
-    return Invalid(absl::StrCat("header length ", header_size, " does not fit the file of ",
-                                bytes.size(), " bytes"));
+  for (int i = 0; i < 8; ++i) header_size |= uint64_t{static_cast<unsigned char>(head[i])} << (8 * i);
+  if (header_size > kMaxHeaderBytes || header_size > file_size - 8) {
+    return Invalid(absl::StrCat("header length ", header_size, " does not fit the file of ", file_size,
+                                " bytes"));
   }
+  return header_size;
+}
+
+absl::StatusOr<SafetensorsIndex> ParseSafetensorsIndex(absl::string_view head, uint64_t file_size) {
+  ASSIGN_OR_RETURN(const uint64_t header_size, SafetensorsHeaderSize(head, file_size));
+  if (head.size() < 8 + header_size) return Invalid("the header is cut short");
   google::protobuf::Struct header;
   const auto parsed = google::protobuf::util::JsonStringToMessage(
-      std::string(bytes.substr(8, header_size)), &header);
+      std::string(head.substr(8, header_size)), &header);
   if (!parsed.ok()) return Invalid(absl::StrCat("header is not JSON: ", parsed.message().as_string()));
-  const absl::string_view data = bytes.substr(8 + header_size);
+  SafetensorsIndex index;
+  index.data_offset = 8 + header_size;
+  const uint64_t data_size = file_size - index.data_offset;
 
-  SafetensorsContents contents;
   std::vector<std::pair<uint64_t, uint64_t>> ranges;
   for (const auto& [name, value] : header.fields()) {
     if (name == kMetadataKey) {
@@ -127,7 +140,7 @@ absl::StatusOr<SafetensorsContents> ParseSafetensors(absl::string_view bytes) {
         if (entry.kind_case() != google::protobuf::Value::kStringValue) {
           return Invalid(absl::StrCat("__metadata__.", key, " is not a string"));
         }
-        contents.metadata[key] = entry.string_value();
+        index.metadata[key] = entry.string_value();
       }
       continue;
     }
@@ -143,24 +156,22 @@ absl::StatusOr<SafetensorsContents> ParseSafetensors(absl::string_view bytes) {
         offsets_it->second.list_value().values_size() != 2) {
       return Invalid(absl::StrCat("entry '", name, "' needs dtype, shape and data_offsets [begin, end]"));
     }
-    ASSIGN_OR_RETURN(DType dtype, ParseSafetensorsDType(dtype_it->second.string_value()));
-    std::vector<int64_t> shape;
+    SafetensorsEntry entry;
+    ASSIGN_OR_RETURN(entry.dtype, ParseSafetensorsDType(dtype_it->second.string_value()));
     for (const auto& dim : shape_it->second.list_value().values()) {
       ASSIGN_OR_RETURN(uint64_t d, Index(dim, absl::StrCat(name, " shape entry")));
-      shape.push_back(static_cast<int64_t>(d));
+      entry.shape.push_back(static_cast<int64_t>(d));
     }
-    ASSIGN_OR_RETURN(uint64_t begin, Index(offsets_it->second.list_value().values(0), name));
-    ASSIGN_OR_RETURN(uint64_t end, Index(offsets_it->second.list_value().values(1), name));
-    absl::StatusOr<size_t> size = ByteSize(dtype, shape);
+    ASSIGN_OR_RETURN(entry.begin, Index(offsets_it->second.list_value().values(0), name));
+    ASSIGN_OR_RETURN(entry.end, Index(offsets_it->second.list_value().values(1), name));
+    absl::StatusOr<size_t> size = ByteSize(entry.dtype, entry.shape);
     if (!size.ok()) return Invalid(absl::StrCat(name, ": ", size.status().message()));
-    if (begin > end || end > data.size() || end - begin != *size) {
-      return Invalid(absl::StrCat(name, ": data_offsets [", begin, ", ", end, ") do not hold ",
-                                  *size, " bytes inside ", data.size(), " bytes of data"));
+    if (entry.begin > entry.end || entry.end > data_size || entry.end - entry.begin != *size) {
+      return Invalid(absl::StrCat(name, ": data_offsets [", entry.begin, ", ", entry.end, ") do not hold ",
+                                  *size, " bytes inside ", data_size, " bytes of data"));
     }
-    ASSIGN_OR_RETURN(Tensor tensor, Tensor::Zeros(dtype, shape));
-    std::memcpy(tensor.raw_data(), data.data() + begin, *size);
-    contents.tensors.emplace(name, std::move(tensor));
-    ranges.emplace_back(begin, end);
+    ranges.emplace_back(entry.begin, entry.end);
+    index.entries.emplace(name, std::move(entry));
   }
   std::sort(ranges.begin(), ranges.end());
   uint64_t expected = 0;
@@ -168,7 +179,19 @@ absl::StatusOr<SafetensorsContents> ParseSafetensors(absl::string_view bytes) {
     if (begin != expected) return Invalid("tensor data overlaps or leaves a gap");
     expected = end;
   }
-  if (expected != data.size()) return Invalid("bytes after the last tensor");
+  if (expected != data_size) return Invalid("bytes after the last tensor");
+  return index;
+}
+
+absl::StatusOr<SafetensorsContents> ParseSafetensors(absl::string_view bytes) {
+  ASSIGN_OR_RETURN(SafetensorsIndex index, ParseSafetensorsIndex(bytes, bytes.size()));
+  SafetensorsContents contents;
+  contents.metadata = std::move(index.metadata);
+  for (const auto& [name, entry] : index.entries) {
+    ASSIGN_OR_RETURN(Tensor tensor, Tensor::Zeros(entry.dtype, entry.shape));
+    std::memcpy(tensor.raw_data(), bytes.data() + index.data_offset + entry.begin, entry.end - entry.begin);
+    contents.tensors.emplace(name, std::move(tensor));
+  }
   return contents;
 }
 

@@ -1,5 +1,7 @@
 #include "server/coordinator_service.h"
 
+#include <thread>
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
@@ -19,56 +21,81 @@ grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* context, const absl:
   return reactor;
 }
 
-// Collects a shard's chunks, then hands the whole file to the JobManager.
+// Writes a shard's chunks to its upload (resumed where an earlier stream
+// left it), then completes it on a thread of its own: the fsync and the
+// move into place may take seconds for a large shard, too long to hold one
+// of gRPC's callback threads.
 class ShardReader final : public grpc::ServerReadReactor<shardline::v1::ShardChunk> {
  public:
-  ShardReader(JobManager& jobs, shardline::v1::ReportShardResponse* response)
-      : jobs_(jobs), response_(response) {
+  ShardReader(JobManager& jobs, shardline::v1::ReportShardResponse* response) : jobs_(jobs), response_(response) {
     StartRead(&chunk_);
   }
 
   void OnReadDone(bool ok) override {
     if (!ok) return Complete();
-    if (!have_header_) {
-      if (!chunk_.has_header() || chunk_.header().total_bytes() < 0 ||
-          chunk_.header().total_bytes() > CoordinatorService::kMaxShardBytes) {
+    if (writer_ == nullptr) {
+      const shardline::v1::ShardHeader& h = chunk_.header();
+      if (!chunk_.has_header() || h.total_bytes() < 0 || h.total_bytes() > CoordinatorService::kMaxShardBytes ||
+          h.offset() < 0 || h.offset() > h.total_bytes()) {
         return Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                                   "the first shard chunk needs a header with a sane total_bytes"));
+                                   "the first shard chunk needs a header with a sane total_bytes and offset"));
       }
-      header_ = chunk_.header();
-      have_header_ = true;
-      bytes_.reserve(static_cast<size_t>(header_.total_bytes()));
+      header_ = h;
+      absl::StatusOr<std::unique_ptr<ShardUploads::Writer>> writer = jobs_.BeginShard(header_);
+      if (!writer.ok()) return Finish(ToGrpcStatus(writer.status()));
+      writer_ = std::move(*writer);
+      if (writer_->offset() != header_.offset()) {
+        // Not where the worker thinks: it sends again from what is here.
+        response_->set_resume_offset(writer_->offset());
+        writer_.reset();
+        return Finish(grpc::Status::OK);
+      }
     } else if (chunk_.has_header()) {
       return Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "a second shard header"));
     }
-    if (static_cast<int64_t>(bytes_.size() + chunk_.data().size()) > header_.total_bytes()) {
-      return Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                                 "shard data longer than its header says"));
+    if (!chunk_.data().empty()) {
+      // A stream whose epoch went stale ends now, not after the last byte.
+      absl::Status status = jobs_.CheckShard(header_);
+      if (status.ok()) status = writer_->Append(chunk_.data());
+      if (!status.ok()) return Finish(ToGrpcStatus(status));
     }
-    bytes_ += chunk_.data();
     StartRead(&chunk_);
   }
 
-  void OnDone() override { delete this; }
+  void OnDone() override {
+    // gRPC may run OnDone on the thread that called Finish.
+    if (completion_.joinable()) {
+      if (completion_.get_id() == std::this_thread::get_id()) {
+        completion_.detach();
+      } else {
+        completion_.join();
+      }
+    }
+    delete this;
+  }
 
  private:
   void Complete() {
-    if (!have_header_ || static_cast<int64_t>(bytes_.size()) != header_.total_bytes()) {
-      return Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                                 absl::StrCat("shard stream ended after ", bytes_.size(), " of ",
-                                              header_.total_bytes(), " bytes")));
+    if (writer_ == nullptr) {
+      return Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "a shard stream without a header"));
     }
-    absl::StatusOr<bool> committed = jobs_.ReportShard(header_, bytes_);
-    if (committed.ok()) response_->set_committed(*committed);
-    Finish(ToGrpcStatus(committed.status()));
+    completion_ = std::thread([this] {
+      absl::StatusOr<bool> committed = jobs_.CompleteShard(header_, *writer_);
+      writer_.reset();
+      if (committed.ok()) {
+        response_->set_stored(true);
+        response_->set_committed(*committed);
+      }
+      Finish(ToGrpcStatus(committed.status()));
+    });
   }
 
   JobManager& jobs_;
   shardline::v1::ReportShardResponse* const response_;
   shardline::v1::ShardChunk chunk_;
   shardline::v1::ShardHeader header_;
-  bool have_header_ = false;
-  std::string bytes_;
+  std::unique_ptr<ShardUploads::Writer> writer_;
+  std::thread completion_;
 };
 
 }  // namespace

@@ -20,7 +20,7 @@ namespace shardline::server {
 
 class CoordinatorService final : public shardline::v1::Coordinator::CallbackService {
  public:
-  // Shards larger than this are refused (RESOURCE_EXHAUSTED).
+  // Shards declaring more bytes than this are refused (INVALID_ARGUMENT).
   static constexpr int64_t kMaxShardBytes = int64_t{16} << 30;
 
   explicit CoordinatorService(WorkerRegistry& registry) : registry_(registry) {}

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/job_spec.h"
 #include "common/safetensors.h"
+#include "common/shard_digest.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "server/grid_placement.h"
@@ -34,7 +35,7 @@ absl::Status JobManager::Recover() {
     LOG(INFO) << "job " << id << ": " << job.status().message();
     // Its workers have a lease to notice and a backoff to register again;
     // then it may re-plan onto fewer stages.
-    weights_.DropUncommitted(id);
+    Fence(job);
     job.AllowShrinkAt(registry_.Now() + 2 * registry_.lease());
     if (job.finished()) End(job, shardline::v1::SUCCEEDED, "");
     Save(job);
@@ -195,7 +196,7 @@ absl::StatusOr<bool> JobManager::ReportStep(const shardline::v1::ReportStepReque
   return !job->running();
 }
 
-absl::StatusOr<bool> JobManager::ReportShard(const shardline::v1::ShardHeader& h, const std::string& bytes) {
+absl::Status JobManager::CheckShard(const shardline::v1::ShardHeader& h) {
   absl::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(RunningJob * job, Find(h.job_id()));
   if (!job->running()) return absl::FailedPreconditionError(absl::StrCat("job ", h.job_id(), " is not running"));
@@ -208,15 +209,45 @@ absl::StatusOr<bool> JobManager::ReportShard(const shardline::v1::ShardHeader& h
   if (h.step() < 0 || h.step() > job->status().total_steps()) {
     return absl::InvalidArgumentError(absl::StrCat("shard of step ", h.step(), " is out of range"));
   }
-  ASSIGN_OR_RETURN(common::SafetensorsContents contents, common::ParseSafetensors(bytes));
-  ASSIGN_OR_RETURN(bool committed,
-                   weights_.Report({h.job_id(), h.stage(), h.stages(), h.step(), std::move(contents)}));
-  if (committed) {
+  return absl::OkStatus();
+}
+
+namespace {
+
+ShardKey KeyOf(const shardline::v1::ShardHeader& h) {
+  return {h.job_id(), h.stage(), h.stages(), h.step(), h.plan_epoch()};
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ShardUploads::Writer>> JobManager::BeginShard(const shardline::v1::ShardHeader& h) {
+  RETURN_IF_ERROR(CheckShard(h));
+  return weights_.BeginUpload(KeyOf(h), h.total_bytes(), h.digest());
+}
+
+absl::StatusOr<bool> JobManager::CompleteShard(const shardline::v1::ShardHeader& h, ShardUploads::Writer& writer) {
+  ASSIGN_OR_RETURN(const std::string path, writer.Finish());
+  ASSIGN_OR_RETURN(const bool committed, weights_.Ingest(KeyOf(h), path, h.digest()));
+  if (!committed) return false;
+  absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(RunningJob * job, Find(h.job_id()));
+  // A job that moved on since (a new epoch) took its committed step from
+  // the WeightStore then (Fence).
+  if (job->running() && h.step() > job->status().committed_step()) {
     job->Commit(h.step());
     Save(*job);
     MaybeSucceed(*job);
   }
-  return committed;
+  return true;
+}
+
+absl::StatusOr<bool> JobManager::ReportShard(shardline::v1::ShardHeader h, const std::string& bytes) {
+  h.set_total_bytes(static_cast<int64_t>(bytes.size()));
+  h.set_digest(common::ShardDigest::Of(bytes));
+  ASSIGN_OR_RETURN(std::unique_ptr<ShardUploads::Writer> writer, BeginShard(h));
+  if (writer->offset() != 0) return absl::UnavailableError("an upload of this shard is under way");
+  RETURN_IF_ERROR(writer->Append(bytes));
+  return CompleteShard(h, *writer);
 }
 
 absl::StatusOr<common::SafetensorsContents> JobManager::FetchState(const shardline::v1::FetchStateRequest& r) {
@@ -248,8 +279,16 @@ void JobManager::ReleaseWorkers(const RunningJob& job, bool cancel) {
   }
 }
 
+void JobManager::Fence(RunningJob& job) {
+  const std::string& id = job.status().job_id();
+  weights_.DropUncommitted(id, job.status().plan_epoch() + 1);
+  absl::StatusOr<int64_t> committed = weights_.CommittedStep(id);
+  if (committed.ok() && *committed > job.status().committed_step()) job.Commit(*committed);
+}
+
 void JobManager::End(RunningJob& job, JobState state, const std::string& message) {
   if (job.running()) ReleaseWorkers(job, /*cancel=*/state != shardline::v1::SUCCEEDED);
+  if (state != shardline::v1::SUCCEEDED) Fence(job);
   job.End(state, message);
   Save(job);
   ScheduleLocked();
@@ -277,7 +316,7 @@ void JobManager::Requeue(RunningJob& job, const std::string& why) {
   // The survivors stop (their epoch is over) and are free for the new
   // placement; shards of steps the old epoch had not committed are void.
   ReleaseWorkers(job, /*cancel=*/true);
-  weights_.DropUncommitted(job.status().job_id());
+  Fence(job);
   job.Requeue(why, registry_.Now() + registry_.lease());
   Save(job);
   ScheduleLocked();

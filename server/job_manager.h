@@ -68,7 +68,18 @@ class JobManager {
   // or a worker that does not hold that stage; INVALID_ARGUMENT: malformed.
   // Returns true when the worker should stop (the job is no longer running).
   absl::StatusOr<bool> ReportStep(const shardline::v1::ReportStepRequest& report);
-  absl::StatusOr<bool> ReportShard(const shardline::v1::ShardHeader& header, const std::string& bytes);
+  // A shard's upload stream (CoordinatorService's ShardReader): BeginShard
+  // checks the sender and opens the upload where earlier streams left it;
+  // CheckShard, called as chunks arrive, ends a stream whose epoch went
+  // stale; CompleteShard checks the file (length, digest), stores it and
+  // returns true when it committed its step. Only the checks take the
+  // jobs' lock: writing, fsync and the move into place do not.
+  absl::StatusOr<std::unique_ptr<ShardUploads::Writer>> BeginShard(const shardline::v1::ShardHeader& header);
+  absl::Status CheckShard(const shardline::v1::ShardHeader& header);
+  absl::StatusOr<bool> CompleteShard(const shardline::v1::ShardHeader& header, ShardUploads::Writer& writer);
+  // The three in one, for a whole shard in memory (tests); its length and
+  // digest are filled in.
+  absl::StatusOr<bool> ReportShard(shardline::v1::ShardHeader header, const std::string& bytes);
   // The committed state a position (re)starting after step 1 loads: its
   // tensors by name with their optimizer state (WeightStore::FetchTensors),
   // read outside the jobs' lock.
@@ -106,6 +117,9 @@ class JobManager {
   // from its committed step on whichever workers are idle (the survivors
   // and any standby; after a lease without enough, on fewer stages).
   void Requeue(RunningJob& job, const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The job's epoch is over: shards of it and earlier ones are refused from
+  // now on, and its committed step is the WeightStore's.
+  void Fence(RunningJob& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Saves the job's record; a failure is logged (the job goes on).
   void Save(const RunningJob& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

@@ -143,6 +143,11 @@ void RunningJob::CompleteStep(int64_t step) {
     const double gib = static_cast<double>(rep.received_bytes()) / (1 << 30);
     status->set_minor_faults_per_gib(gib > 0 ? rep.minor_faults() / gib : 0.0);
     status->set_link_peak_bytes(rep.link_peak_bytes());
+    status->set_step_seconds(rep.step_seconds());
+    if (rep.checkpoint_seconds() > 0) {
+      status->set_checkpoint_seconds(rep.checkpoint_seconds());
+      status->set_checkpoint_wait_seconds(rep.checkpoint_wait_seconds());
+    }
   }
   // The step's loss and tokens: the replicas' last stages', in rank order.
   for (int r = 0; r < replicas_; ++r) {

@@ -1,10 +1,19 @@
 #include "server/weight_store.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
+#include <set>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/file_util.h"
+#include "common/safetensors_file.h"
+#include "common/shard_digest.h"
 #include "common/status_macros.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
@@ -30,6 +39,23 @@ absl::StatusOr<std::pair<int64_t, int>> ReadManifest(const std::string& path) {
                         static_cast<int>(shards->second.number_value()));
 }
 
+absl::Status ValidateKey(const ShardKey& k) {
+  RETURN_IF_ERROR(ValidateJobId(k.job_id));
+  if (k.shard_count < 1 || k.shard < 0 || k.shard >= k.shard_count || k.step < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("shard ", k.shard, " of ", k.shard_count, " at step ", k.step,
+                                                   " is not a valid shard"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status FsyncDir(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return absl::InternalError(absl::StrCat("cannot open ", dir));
+  const int rc = ::fsync(fd);
+  ::close(fd);
+  return rc == 0 ? absl::OkStatus() : absl::InternalError(absl::StrCat("cannot flush ", dir));
+}
+
 }  // namespace
 
 absl::Status ValidateJobId(const std::string& job_id) {
@@ -47,12 +73,13 @@ absl::StatusOr<std::unique_ptr<WeightStore>> WeightStore::Open(const std::string
   std::error_code error;
   fs::create_directories(root, error);
   if (error) return absl::InternalError(absl::StrCat("cannot create ", root, ": ", error.message()));
-  std::unique_ptr<WeightStore> store(new WeightStore(root));
+  ASSIGN_OR_RETURN(std::unique_ptr<ShardUploads> uploads, ShardUploads::Open((fs::path(root) / ".uploads").string()));
+  std::unique_ptr<WeightStore> store(new WeightStore(root, std::move(uploads)));
   absl::MutexLock lock(&store->mu_);
   for (const auto& entry : fs::directory_iterator(root, error)) {
     const std::string job_id = entry.path().filename().string();
     const fs::path manifest = entry.path() / "manifest.json";
-    if (!entry.is_directory() || !ValidateJobId(job_id).ok() || !fs::exists(manifest)) continue;
+    if (!entry.is_directory() || job_id[0] == '.' || !ValidateJobId(job_id).ok() || !fs::exists(manifest)) continue;
     ASSIGN_OR_RETURN(auto committed, ReadManifest(manifest.string()));
     Job& job = store->jobs_[job_id];
     job.committed_step = committed.first;
@@ -76,48 +103,88 @@ std::string WeightStore::ShardPath(const std::string& job_id, int64_t step, int 
   return (fs::path(StepDir(job_id, step)) / absl::StrCat("shard-", shard, ".safetensors")).string();
 }
 
-absl::StatusOr<bool> WeightStore::Report(const ShardReport& r) {
-  RETURN_IF_ERROR(ValidateJobId(r.job_id));
-  if (r.shard_count < 1 || r.shard < 0 || r.shard >= r.shard_count || r.step < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("shard ", r.shard, " of ", r.shard_count,
-                                                   " at step ", r.step, " is not a valid shard"));
+absl::StatusOr<std::unique_ptr<ShardUploads::Writer>> WeightStore::BeginUpload(const ShardKey& k, int64_t total_bytes,
+                                                                               uint64_t digest) {
+  RETURN_IF_ERROR(ValidateKey(k));
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    auto it = jobs_.find(k.job_id);
+    if (it != jobs_.end() && k.epoch < it->second.min_epoch) {
+      return absl::FailedPreconditionError(absl::StrCat("plan epoch ", k.epoch, " of job ", k.job_id, " is stale"));
+    }
   }
-  if (r.contents.tensors.empty()) return absl::InvalidArgumentError("a shard with no tensors");
+  return uploads_->Begin({k.job_id, k.epoch, k.shard, k.step}, total_bytes, digest);
+}
+
+absl::StatusOr<bool> WeightStore::Report(const ShardReport& r) {
+  RETURN_IF_ERROR(ValidateKey(r.key));
   ASSIGN_OR_RETURN(std::string bytes, common::SerializeSafetensors(r.contents));
-  const std::string key = absl::StrCat("job ", r.job_id, " shard ", r.shard, " step ", r.step);
+  const uint64_t digest = common::ShardDigest::Of(bytes);
+  ASSIGN_OR_RETURN(std::unique_ptr<ShardUploads::Writer> writer,
+                   BeginUpload(r.key, static_cast<int64_t>(bytes.size()), digest));
+  if (writer->offset() != 0) return absl::UnavailableError("an upload of this shard is under way");
+  RETURN_IF_ERROR(writer->Append(bytes));
+  ASSIGN_OR_RETURN(std::string path, writer->Finish());
+  return Ingest(r.key, path, digest);
+}
+
+absl::StatusOr<bool> WeightStore::Ingest(const ShardKey& k, const std::string& path, uint64_t digest) {
+  RETURN_IF_ERROR(ValidateKey(k));
+  // The header only: that it is a safetensors file whose tensors tile it.
+  ASSIGN_OR_RETURN(std::unique_ptr<common::SafetensorsFile> file, common::SafetensorsFile::Open(path));
+  if (file->index().entries.empty()) return absl::InvalidArgumentError("a shard with no tensors");
+  file.reset();
+  const std::string key = absl::StrCat("job ", k.job_id, " shard ", k.shard, " step ", k.step);
 
   absl::MutexLock lock(&mu_);
-  Job& job = jobs_[r.job_id];
-  if (r.step < job.committed_step) {
+  Job& job = jobs_[k.job_id];
+  if (k.epoch < job.min_epoch) {
+    return absl::FailedPreconditionError(absl::StrCat(key, " is of plan epoch ", k.epoch, ", which is stale"));
+  }
+  if (k.step < job.committed_step) {
     return absl::FailedPreconditionError(absl::StrCat(
         key, " is older than the committed version (step ", job.committed_step, ")"));
   }
-  const bool committed = r.step == job.committed_step;
+  const bool committed = k.step == job.committed_step;
   const int count = committed ? job.committed_shards
-                              : job.shard_count.count(r.step) ? job.shard_count[r.step]
-                                                              : r.shard_count;
-  if (count != r.shard_count) {
-    return absl::FailedPreconditionError(absl::StrCat(key, " says ", r.shard_count,
+                              : job.shard_count.count(k.step) ? job.shard_count[k.step]
+                                                              : k.shard_count;
+  if (count != k.shard_count) {
+    return absl::FailedPreconditionError(absl::StrCat(key, " says ", k.shard_count,
                                                       " shards; earlier reports said ", count));
   }
-  const std::string path = ShardPath(r.job_id, r.step, r.shard);
-  if (committed || job.arrived[r.step].count(r.shard)) {
-    // A retried report: fine when it is the same, refused when it is not.
-    ASSIGN_OR_RETURN(std::string stored, common::ReadFile(path));
-    if (stored != bytes) {
+  if (committed || job.arrived[k.step].count(k.shard)) {
+    // A retried shard: fine when it is the same, refused when it is not.
+    ASSIGN_OR_RETURN(const uint64_t stored,
+                     committed ? CommittedDigest(k.job_id, job, k.shard) : job.arrived[k.step][k.shard]);
+    if (stored != digest) {
       return absl::FailedPreconditionError(absl::StrCat(key, " was already stored with other content"));
     }
     return false;
   }
+  const std::string dir = StepDir(k.job_id, k.step);
   std::error_code error;
-  fs::create_directories(StepDir(r.job_id, r.step), error);
-  if (error) return absl::InternalError(absl::StrCat("cannot create ", StepDir(r.job_id, r.step)));
-  RETURN_IF_ERROR(common::WriteFileAtomically(path, bytes));
-  job.shard_count[r.step] = r.shard_count;
-  job.arrived[r.step].insert(r.shard);
-  if (static_cast<int>(job.arrived[r.step].size()) < r.shard_count) return false;
-  RETURN_IF_ERROR(Commit(r.job_id, job, r.step));
+  fs::create_directories(dir, error);
+  if (error) return absl::InternalError(absl::StrCat("cannot create ", dir));
+  const std::string target = ShardPath(k.job_id, k.step, k.shard);
+  if (::rename(path.c_str(), target.c_str()) != 0) {
+    return absl::InternalError(absl::StrCat("cannot move ", path, " to ", target, ": ", std::strerror(errno)));
+  }
+  RETURN_IF_ERROR(FsyncDir(dir));
+  job.shard_count[k.step] = k.shard_count;
+  job.arrived[k.step][k.shard] = digest;
+  if (static_cast<int>(job.arrived[k.step].size()) < k.shard_count) return false;
+  RETURN_IF_ERROR(Commit(k.job_id, job, k.step));
   return true;
+}
+
+absl::StatusOr<uint64_t> WeightStore::CommittedDigest(const std::string& job_id, Job& job, int shard) {
+  auto it = job.committed_digests.find(shard);
+  if (it != job.committed_digests.end()) return it->second;
+  ASSIGN_OR_RETURN(std::string bytes, common::ReadFile(ShardPath(job_id, job.committed_step, shard)));
+  const uint64_t digest = common::ShardDigest::Of(bytes);
+  job.committed_digests[shard] = digest;
+  return digest;
 }
 
 absl::Status WeightStore::Commit(const std::string& job_id, Job& job, int64_t step) {
@@ -128,6 +195,7 @@ absl::Status WeightStore::Commit(const std::string& job_id, Job& job, int64_t st
   const int64_t previous = job.committed_step;
   job.committed_step = step;
   job.committed_shards = job.shard_count[step];
+  job.committed_digests = job.arrived[step];
   // Older versions and steps that can no longer complete are obsolete.
   std::error_code ignored;
   if (previous >= 0) fs::remove_all(StepDir(job_id, previous), ignored);
@@ -139,10 +207,12 @@ absl::Status WeightStore::Commit(const std::string& job_id, Job& job, int64_t st
   return absl::OkStatus();
 }
 
-void WeightStore::DropUncommitted(const std::string& job_id) {
+void WeightStore::DropUncommitted(const std::string& job_id, uint64_t epoch) {
   if (!ValidateJobId(job_id).ok()) return;
+  uploads_->Drop(job_id, epoch);
   absl::MutexLock lock(&mu_);
   Job& job = jobs_[job_id];
+  job.min_epoch = std::max(job.min_epoch, epoch);
   job.shard_count.clear();
   job.arrived.clear();
   std::error_code error;
@@ -166,27 +236,28 @@ absl::StatusOr<const WeightStore::Job*> WeightStore::Committed(const std::string
 }
 
 absl::StatusOr<int64_t> WeightStore::CommittedStep(const std::string& job_id) {
-  absl::MutexLock lock(&mu_);
+  absl::ReaderMutexLock lock(&mu_);
   ASSIGN_OR_RETURN(const Job* job, Committed(job_id));
   return job->committed_step;
 }
 
 absl::StatusOr<common::SafetensorsContents> WeightStore::ExportWeights(
     const std::string& job_id, const std::map<std::string, std::string>& metadata) {
-  absl::MutexLock lock(&mu_);
+  absl::ReaderMutexLock lock(&mu_);
   ASSIGN_OR_RETURN(const Job* job, Committed(job_id));
   common::SafetensorsContents out;
   out.metadata = metadata;
   out.metadata["step"] = std::to_string(job->committed_step);
   for (int s = 0; s < job->committed_shards; ++s) {
-    ASSIGN_OR_RETURN(common::SafetensorsContents shard,
-                     common::ReadSafetensors(ShardPath(job_id, job->committed_step, s)));
-    for (auto& [name, tensor] : shard.tensors) {
+    ASSIGN_OR_RETURN(std::unique_ptr<common::SafetensorsFile> shard,
+                     common::SafetensorsFile::Open(ShardPath(job_id, job->committed_step, s)));
+    for (const auto& [name, entry] : shard->index().entries) {
       if (absl::StartsWith(name, kOptimizerPrefix)) continue;
-      if (!out.tensors.emplace(name, std::move(tensor)).second) {
-        return absl::DataLossError(absl::StrCat("job ", job_id, ": tensor ", name,
-                                                " is in more than one shard"));
+      if (out.tensors.count(name)) {
+        return absl::DataLossError(absl::StrCat("job ", job_id, ": tensor ", name, " is in more than one shard"));
       }
+      ASSIGN_OR_RETURN(common::Tensor tensor, shard->Read(name));
+      out.tensors.emplace(name, std::move(tensor));
     }
   }
   return out;
@@ -194,7 +265,7 @@ absl::StatusOr<common::SafetensorsContents> WeightStore::ExportWeights(
 
 absl::StatusOr<common::SafetensorsContents> WeightStore::FetchShard(const std::string& job_id,
                                                                      int shard) {
-  absl::MutexLock lock(&mu_);
+  absl::ReaderMutexLock lock(&mu_);
   ASSIGN_OR_RETURN(const Job* job, Committed(job_id));
   if (shard < 0 || shard >= job->committed_shards) {
     return absl::InvalidArgumentError(absl::StrCat("job ", job_id, " has ", job->committed_shards,
@@ -205,7 +276,7 @@ absl::StatusOr<common::SafetensorsContents> WeightStore::FetchShard(const std::s
 
 absl::StatusOr<common::SafetensorsContents> WeightStore::FetchTensors(const std::string& job_id,
                                                                        const std::vector<std::string>& names) {
-  absl::MutexLock lock(&mu_);
+  absl::ReaderMutexLock lock(&mu_);
   ASSIGN_OR_RETURN(const Job* job, Committed(job_id));
   const std::set<std::string> wanted(names.begin(), names.end());
   auto is_wanted = [&](const std::string& name) {
@@ -218,10 +289,12 @@ absl::StatusOr<common::SafetensorsContents> WeightStore::FetchTensors(const std:
   common::SafetensorsContents out;
   out.metadata["step"] = std::to_string(job->committed_step);
   for (int s = 0; s < job->committed_shards; ++s) {
-    ASSIGN_OR_RETURN(common::SafetensorsContents shard,
-                     common::ReadSafetensors(ShardPath(job_id, job->committed_step, s)));
-    for (auto& [name, tensor] : shard.tensors) {
-      if (is_wanted(name)) out.tensors.emplace(name, std::move(tensor));
+    ASSIGN_OR_RETURN(std::unique_ptr<common::SafetensorsFile> shard,
+                     common::SafetensorsFile::Open(ShardPath(job_id, job->committed_step, s)));
+    for (const auto& [name, entry] : shard->index().entries) {
+      if (!is_wanted(name) || out.tensors.count(name)) continue;
+      ASSIGN_OR_RETURN(common::Tensor tensor, shard->Read(name));
+      out.tensors.emplace(name, std::move(tensor));
     }
   }
   for (const std::string& name : wanted) {

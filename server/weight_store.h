@@ -3,19 +3,24 @@
 // shard of a step has arrived that step becomes the job's committed global
 // version: the version recovery restarts from and ExportWeights serves.
 //
-// On disk, under `<root>/<job>/`: `step-<N>/shard-<s>.safetensors` per
-// report and `manifest.json` naming the committed step, each written
-// atomically (temp file, fsync, rename), so a restarted coordinator reopens
-// exactly what was committed. Reports are idempotent by (job, shard, step):
-// the same report again is accepted and changes nothing; a different one
-// for the same key is refused. Thread-safe.
+// Shards arrive as uploads (ShardUploads, under `<root>/.uploads`, written
+// and fsynced by the stream that carries them, outside any lock here) and
+// are moved into place by Ingest. On disk, under `<root>/<job>/`:
+// `step-<N>/shard-<s>.safetensors` per shard and `manifest.json` naming
+// the committed step, each made durable before it counts (fsync, rename),
+// so a restarted coordinator reopens exactly what was committed. Shards are
+// idempotent by (job, shard, step): the same shard again (same digest) is
+// accepted and changes nothing; a different one for the same key is
+// refused. Each job has an epoch fence (DropUncommitted): shards of older
+// plan epochs are refused, also those whose upload began before it.
+// Thread-safe; readers (export, recovery) share the lock and read only the
+// tensors they need.
 #ifndef SHARDLINE_SERVER_WEIGHT_STORE_H_
 #define SHARDLINE_SERVER_WEIGHT_STORE_H_
 
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -23,17 +28,24 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "common/safetensors.h"
+#include "server/shard_uploads.h"
 
 namespace shardline::server {
 
 // Optimizer state travels in a shard under this prefix: "optimizer.m.<name>".
 inline constexpr char kOptimizerPrefix[] = "optimizer.";
 
-struct ShardReport {
+// Which shard a file or upload is.
+struct ShardKey {
   std::string job_id;
   int shard = 0;        // pipeline stage index
   int shard_count = 0;  // stages in the plan
   int64_t step = 0;     // steps completed when the shard was taken
+  uint64_t epoch = 0;   // the plan epoch that sent it
+};
+
+struct ShardReport {
+  ShardKey key;
   common::SafetensorsContents contents;
 };
 
@@ -42,16 +54,27 @@ class WeightStore {
   // Creates `root` if needed and reloads every job's committed manifest.
   static absl::StatusOr<std::unique_ptr<WeightStore>> Open(const std::string& root);
 
-  // Stores a shard. Returns true when this report completed (committed) its
-  // step. INVALID_ARGUMENT for a malformed report; FAILED_PRECONDITION when it
-  // contradicts an earlier report (other content for the same key, another
-  // shard count for the step) or is older than the committed version.
+  // The upload of a shard of `total_bytes` bytes with ShardDigest
+  // `digest`, resumed where an earlier stream left it. INVALID_ARGUMENT for
+  // a malformed key; FAILED_PRECONDITION for an epoch behind the fence;
+  // UNAVAILABLE while another stream writes it.
+  absl::StatusOr<std::unique_ptr<ShardUploads::Writer>> BeginUpload(const ShardKey& key, int64_t total_bytes,
+                                                                    uint64_t digest);
+  // Stores the finished upload at `path` (ShardUploads::Writer::Finish;
+  // moved into place) as `key`'s shard. Returns true when it completed
+  // (committed) its step. INVALID_ARGUMENT for a malformed key or file;
+  // FAILED_PRECONDITION when it is behind the epoch fence, contradicts an
+  // earlier shard (another digest for the same key, another shard count for
+  // the step) or is older than the committed version.
+  absl::StatusOr<bool> Ingest(const ShardKey& key, const std::string& path, uint64_t digest);
+  // A shard from memory: serialized, uploaded and ingested (tests, tools).
   absl::StatusOr<bool> Report(const ShardReport& report);
 
   // Forgets the shards of steps after the committed version (a new plan
   // epoch of the job will report them again, perhaps on another cut), on
-  // disk too.
-  void DropUncommitted(const std::string& job_id);
+  // disk too, and refuses from now on shards and uploads of epochs before
+  // `epoch` (the fence only rises).
+  void DropUncommitted(const std::string& job_id, uint64_t epoch);
 
   // The committed step of a job; NOT_FOUND before the first commit.
   absl::StatusOr<int64_t> CommittedStep(const std::string& job_id);
@@ -71,18 +94,25 @@ class WeightStore {
   struct Job {
     int64_t committed_step = -1;
     int committed_shards = 0;
-    std::map<int64_t, int> shard_count;            // pending steps: how many shards make them
-    std::map<int64_t, std::set<int>> arrived;      // pending steps: shards stored
+    std::map<int, uint64_t> committed_digests;      // known ones (a restart forgets them)
+    std::map<int64_t, int> shard_count;             // pending steps: how many shards make them
+    std::map<int64_t, std::map<int, uint64_t>> arrived;  // pending steps: digests of the shards stored
+    uint64_t min_epoch = 0;                         // the fence
   };
 
-  explicit WeightStore(std::string root) : root_(std::move(root)) {}
+  WeightStore(std::string root, std::unique_ptr<ShardUploads> uploads)
+      : root_(std::move(root)), uploads_(std::move(uploads)) {}
+  // The digest of a stored shard of the committed version.
+  absl::StatusOr<uint64_t> CommittedDigest(const std::string& job_id, Job& job, int shard)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string StepDir(const std::string& job_id, int64_t step) const;
   std::string ShardPath(const std::string& job_id, int64_t step, int shard) const;
   absl::Status Commit(const std::string& job_id, Job& job, int64_t step)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<const Job*> Committed(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<const Job*> Committed(const std::string& job_id) ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
   const std::string root_;
+  const std::unique_ptr<ShardUploads> uploads_;
   absl::Mutex mu_;
   std::map<std::string, Job> jobs_ ABSL_GUARDED_BY(mu_);
 };

@@ -6,6 +6,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
 #include "common/status_macros.h"
+#include "glog/logging.h"
+#include "worker/call_watchdog.h"
 
 namespace shardline::worker {
 
@@ -105,25 +107,76 @@ absl::StatusOr<bool> GrpcCoordinatorClient::ReportStep(const shardline::v1::Repo
   }
 }
 
-absl::Status GrpcCoordinatorClient::ReportShard(const shardline::v1::ShardHeader& header,
-                                                const std::string& bytes) {
+absl::Status GrpcCoordinatorClient::ReportShard(const ShardSnapshot& shard, const std::atomic<bool>& cancelled) {
+  // In chunks, each with a deadline of its own (a large shard takes as long
+  // as it takes; a stalled stream is cut). A stream that broke is resumed
+  // where the coordinator's copy ends, after a jittered backoff, until no
+  // byte has gone through for kPatience deadlines; what the coordinator
+  // refuses is not retried.
   constexpr size_t kChunk = 1 << 20;
-  grpc::ClientContext context;
-  SetDeadline(context);
-  shardline::v1::ReportShardResponse response;
-  auto writer = stub_->ReportShard(&context, &response);
-  size_t offset = 0;
-  bool ok = true;
-  do {
-    shardline::v1::ShardChunk chunk;
-    if (offset == 0) *chunk.mutable_header() = header;
-    const size_t n = std::min(kChunk, bytes.size() - offset);
-    chunk.set_data(bytes.data() + offset, n);
-    offset += n;
-    ok = writer->Write(chunk);
-  } while (ok && offset < bytes.size());
-  writer->WritesDone();
-  return FromGrpcStatus(writer->Finish());
+  constexpr int kPatience = 3;
+  // Storing it (fsync, move) takes the coordinator time by the byte.
+  const absl::Duration finish_limit = deadline_ + absl::Seconds(static_cast<double>(shard.size()) / 100e6);
+  int64_t offset = 0;
+  absl::Time last_progress = absl::Now();
+  absl::Duration backoff = absl::Milliseconds(50);
+  absl::BitGen random;
+  for (int attempt = 1;; ++attempt) {
+    if (cancelled) return absl::CancelledError("the shard upload was abandoned");
+    grpc::ClientContext context;
+    shardline::v1::ReportShardResponse response;
+    int64_t sent = offset;
+    grpc::Status status;
+    bool fired = false;
+    {
+      CallWatchdog watchdog(context, cancelled);
+      watchdog.Arm(deadline_);
+      auto writer = stub_->ReportShard(&context, &response);
+      shardline::v1::ShardChunk chunk;
+      *chunk.mutable_header() = shard.header();
+      chunk.mutable_header()->set_offset(offset);
+      bool ok = true;
+      do {
+        shard.Read(sent, kChunk, chunk.mutable_data());
+        watchdog.Arm(deadline_);
+        ok = writer->Write(chunk);
+        if (ok) sent += static_cast<int64_t>(chunk.data().size());
+        chunk.clear_header();
+      } while (ok && sent < shard.size());
+      watchdog.Arm(finish_limit);
+      if (ok) writer->WritesDone();
+      status = writer->Finish();
+      watchdog.Disarm();
+      fired = watchdog.fired();
+    }
+    if (status.ok() && response.stored()) return absl::OkStatus();
+    if (cancelled) return absl::CancelledError("the shard upload was abandoned");
+    if (status.ok()) {
+      // The coordinator holds another amount than we thought: go on from there.
+      if (response.resume_offset() > offset) last_progress = absl::Now();
+      offset = response.resume_offset();
+      if (attempt < 100) continue;
+      return absl::InternalError("the coordinator keeps asking for another offset of the shard");
+    }
+    if (sent > offset) last_progress = absl::Now();
+    offset = sent;  // a guess: the coordinator answers with what it holds
+    absl::Status error = fired ? absl::DeadlineExceededError(absl::StrCat(
+                                     "the coordinator took no chunk of the shard for ",
+                                     absl::FormatDuration(deadline_)))
+                               : FromGrpcStatus(status);
+    const bool transient = fired || status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+                           status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
+    const absl::Duration wait = backoff * absl::Uniform(random, 0.5, 1.0);
+    if (!transient || absl::Now() + wait > last_progress + kPatience * deadline_) {
+      if (attempt == 1) return error;
+      return absl::Status(error.code(), absl::StrCat(error.message(), " (after ", attempt, " attempts)"));
+    }
+    LOG(WARNING) << "shard upload of step " << shard.header().step() << " broke at byte " << sent << " of "
+                 << shard.size() << ": " << error << "; resuming";
+    const absl::Time until = absl::Now() + wait;
+    while (!cancelled && absl::Now() < until) absl::SleepFor(absl::Milliseconds(5));
+    backoff = std::min(2 * backoff, absl::Seconds(2));
+  }
 }
 
 absl::StatusOr<common::SafetensorsContents> GrpcCoordinatorClient::FetchState(

@@ -35,7 +35,10 @@ class GrpcCoordinatorClient final : public StageReporter {
   // Retried (jittered backoff, one deadline in all) while UNAVAILABLE or
   // DEADLINE_EXCEEDED: the coordinator applies a report once.
   absl::StatusOr<bool> ReportStep(const shardline::v1::ReportStepRequest& report) override;
-  absl::Status ReportShard(const shardline::v1::ShardHeader& header, const std::string& bytes) override;
+  // Chunked with a deadline per chunk, resumed after a broken stream where
+  // the coordinator's copy ends (jittered backoff), given up once nothing
+  // went through for three deadlines or on a refusal.
+  absl::Status ReportShard(const ShardSnapshot& shard, const std::atomic<bool>& cancelled) override;
   absl::StatusOr<common::SafetensorsContents> FetchState(const shardline::v1::FetchStateRequest& request) override;
 
  private:

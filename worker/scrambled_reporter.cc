@@ -20,9 +20,9 @@ absl::StatusOr<bool> ScrambledReporter::ReportStep(const shardline::v1::ReportSt
   return stop;
 }
 
-absl::Status ScrambledReporter::ReportShard(const shardline::v1::ShardHeader& header, const std::string& bytes) {
-  RETURN_IF_ERROR(inner_.ReportShard(header, bytes));
-  return inner_.ReportShard(header, bytes);
+absl::Status ScrambledReporter::ReportShard(const ShardSnapshot& shard, const std::atomic<bool>& cancelled) {
+  RETURN_IF_ERROR(inner_.ReportShard(shard, cancelled));
+  return inner_.ReportShard(shard, cancelled);
 }
 
 }  // namespace shardline::worker

@@ -22,7 +22,7 @@ class ScrambledReporter final : public StageReporter {
   ScrambledReporter(StageReporter& inner, int64_t last_step) : inner_(inner), last_step_(last_step) {}
 
   absl::StatusOr<bool> ReportStep(const shardline::v1::ReportStepRequest& report) override;
-  absl::Status ReportShard(const shardline::v1::ShardHeader& header, const std::string& bytes) override;
+  absl::Status ReportShard(const ShardSnapshot& shard, const std::atomic<bool>& cancelled) override;
   absl::StatusOr<common::SafetensorsContents> FetchState(const shardline::v1::FetchStateRequest& request) override {
     return inner_.FetchState(request);
   }

@@ -3,11 +3,12 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "glog/logging.h"
 #include "common/job_spec.h"
-#include "common/rng.h"
 #include "common/safetensors.h"
 #include "common/status_macros.h"
+#include "worker/background_reporter.h"
 #include "worker/data/data_source.h"
 #include "worker/runtime/pipeline_stage.h"
 #include "worker/runtime/shard_runtime.h"
@@ -36,26 +37,23 @@ absl::Status ReportFailure(const shardline::v1::Assignment& a, const std::string
   return error;
 }
 
-// The shard's bytes at `step` (the same on every replica of the stage).
-absl::StatusOr<std::string> ShardBytes(const shardline::v1::Assignment& a, int64_t step,
-                                       runtime::PipelineStage& stage) {
+// The shard at `step` in host memory (the same on every replica of the
+// stage): what the checkpoint uploads while the stage trains on.
+// `reuse`: the last snapshot's tensors, written over.
+absl::StatusOr<std::unique_ptr<ShardSnapshot>> TakeSnapshot(const shardline::v1::Assignment& a, int64_t step,
+                                                            runtime::PipelineStage& stage,
+                                                            runtime::ShardRuntime::HostTensors reuse) {
   common::SafetensorsContents contents;
-  ASSIGN_OR_RETURN(contents.tensors, stage.ExportState());
+  ASSIGN_OR_RETURN(contents.tensors, stage.ExportState(std::move(reuse)));
   contents.metadata = {{"job_id", a.job_id()}, {"stage", std::to_string(a.stage())},
                        {"step", std::to_string(step)}};
-  return common::SerializeSafetensors(contents);
-}
-
-absl::Status SendShard(const shardline::v1::Assignment& a, int64_t step, const std::string& bytes,
-                       StageReporter& reporter) {
   shardline::v1::ShardHeader header;
   header.set_job_id(a.job_id());
   header.set_plan_epoch(a.plan_epoch());
   header.set_stage(a.stage());
   header.set_stages(a.stages());
   header.set_step(step);
-  header.set_total_bytes(static_cast<int64_t>(bytes.size()));
-  return reporter.ReportShard(header, bytes);
+  return ShardSnapshot::Create(std::move(header), std::move(contents));
 }
 
 // A position restarting at first_step > 1 (after a coordinator restart or a
@@ -130,11 +128,22 @@ absl::Status RunStageJob(const shardline::v1::Assignment& a, const std::string& 
 
   const int64_t total = spec.train().steps();
   const int every = spec.checkpoint().every_steps();
+  BackgroundReporter background(reporter, cancelled);
+  background.Prepare(runtime->StateLayout());  // the snapshot memory, allocated off this thread
+  // Reported once the background reporter has stopped: they share the
+  // reporter.
+  auto fail = [&](int64_t step, const absl::Status& error) {
+    background.Abandon();
+    return ReportFailure(a, worker_id, step, error, reporter);
+  };
   for (int64_t step = a.first_step(); step <= total; ++step) {
     if (cancelled) return absl::CancelledError("the job was cancelled");
+    if (absl::Status s = background.status(); !s.ok()) {
+      return absl::IsCancelled(s) ? s : fail(step, s);  // CANCELLED: the coordinator stopped the job
+    }
     const uint64_t collective_before = replicas != nullptr ? replicas->BytesReceived() : 0;
     absl::StatusOr<runtime::StageStepResult> result = stage->RunStep(step);
-    if (!result.ok()) return ReportFailure(a, worker_id, step, result.status(), reporter);
+    if (!result.ok()) return fail(step, result.status());
     if (step == a.first_step()) {
       LOG(INFO) << "job " << a.job_id() << " stage " << a.stage() << " replica " << a.replica() << ": "
                 << result->optimizer_state_bytes << " bytes of optimizer state"
@@ -152,23 +161,22 @@ absl::Status RunStageJob(const shardline::v1::Assignment& a, const std::string& 
     r.set_minor_faults(result->minor_faults);
     r.set_link_peak_bytes(static_cast<int64_t>(result->link_peak_bytes));
     if (replicas != nullptr) r.set_collective_bytes(static_cast<int64_t>(replicas->BytesReceived() - collective_before));
-    // At a checkpoint: replica 0 sends the shard, every replica its digest.
-    const bool checkpoint = (every > 0 && step % every == 0) || step == total;
-    std::string shard;
-    if (checkpoint) {
-      absl::StatusOr<std::string> bytes = ShardBytes(a, step, *stage);
-      if (!bytes.ok()) return ReportFailure(a, worker_id, step, bytes.status(), reporter);
-      shard = std::move(*bytes);
-      r.set_shard_digest(common::HashString(shard));
-    }
-    ASSIGN_OR_RETURN(bool stop, reporter.ReportStep(r));
-    if (stop) return absl::CancelledError("the coordinator stopped the job");
-    if (checkpoint && a.replica() == 0) {
-      if (absl::Status s = SendShard(a, step, shard, reporter); !s.ok()) {
-        return ReportFailure(a, worker_id, step, s, reporter);
-      }
+    if ((every > 0 && step % every == 0) || step == total) {
+      // A checkpoint: the snapshot now, its digest (every replica) and
+      // upload (replica 0) in the background.
+      const absl::Time begin = absl::Now();
+      runtime::ShardRuntime::HostTensors memory = background.WaitForSnapshotSlot();
+      const absl::Time ready = absl::Now();
+      absl::StatusOr<std::unique_ptr<ShardSnapshot>> snapshot = TakeSnapshot(a, step, *stage, std::move(memory));
+      if (!snapshot.ok()) return fail(step, snapshot.status());
+      r.set_checkpoint_wait_seconds(absl::ToDoubleSeconds(ready - begin));
+      r.set_checkpoint_seconds(absl::ToDoubleSeconds(absl::Now() - ready));
+      background.ReportCheckpoint(std::move(r), *std::move(snapshot), a.replica() == 0);
+    } else {
+      background.Report(std::move(r));
     }
   }
+  if (absl::Status s = background.Flush(); !s.ok()) return absl::IsCancelled(s) ? s : fail(total, s);
   return absl::OkStatus();
 }
 

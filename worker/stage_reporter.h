@@ -4,11 +4,13 @@
 #ifndef SHARDLINE_WORKER_STAGE_REPORTER_H_
 #define SHARDLINE_WORKER_STAGE_REPORTER_H_
 
+#include <atomic>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "common/safetensors.h"
 #include "shardline/v1/coordinator.pb.h"
+#include "worker/shard_snapshot.h"
 
 namespace shardline::worker {
 
@@ -17,9 +19,9 @@ class StageReporter {
   virtual ~StageReporter() = default;
   // True when the coordinator says the job no longer runs: stop.
   virtual absl::StatusOr<bool> ReportStep(const shardline::v1::ReportStepRequest& report) = 0;
-  // `bytes` is a safetensors file of the shard.
-  virtual absl::Status ReportShard(const shardline::v1::ShardHeader& header,
-                                   const std::string& bytes) = 0;
+  // Uploads a shard (its header's digest computed); gives up, CANCELLED,
+  // soon after `cancelled` turns true.
+  virtual absl::Status ReportShard(const ShardSnapshot& shard, const std::atomic<bool>& cancelled) = 0;
   // The committed state a restarted position loads (Coordinator.FetchState):
   // a safetensors file's contents, metadata "step" its committed step.
   virtual absl::StatusOr<common::SafetensorsContents> FetchState(const shardline::v1::FetchStateRequest& request) = 0;

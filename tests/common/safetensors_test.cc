@@ -3,6 +3,8 @@
 #include <string>
 #include <vector>
 
+#include "common/file_util.h"
+#include "common/safetensors_file.h"
 #include "gtest/gtest.h"
 
 namespace shardline::common {
@@ -82,6 +84,31 @@ TEST(SafetensorsTest, WritesAtomicallyAndReadsBack) {
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->tensors.size(), 3u);
   EXPECT_EQ(ReadSafetensors(path + ".missing").status().code(), absl::StatusCode::kNotFound);
+}
+
+// A file opened for single tensors: the header is checked against the
+// file's size, and each tensor read alone equals the whole file's parse.
+TEST(SafetensorsTest, AFileReadsOneTensorAtATime) {
+  const std::string path = ::testing::TempDir() + "/single.safetensors";
+  const std::string bytes = *SerializeSafetensors(Sample());
+  ASSERT_TRUE(WriteFileAtomically(path, bytes).ok());
+  auto file = SafetensorsFile::Open(path);
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_EQ((*file)->size(), bytes.size());
+  EXPECT_EQ((*file)->index().metadata, Sample().metadata);
+  ASSERT_EQ((*file)->index().entries.size(), 3u);
+  auto w = (*file)->Read("b.weight");
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_EQ(w->shape(), (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(w->values<float>()[2], 3.25f);
+  EXPECT_EQ((*file)->Read("a.ids")->values<int32_t>()[2], 6);
+  EXPECT_EQ((*file)->Read("nope").status().code(), absl::StatusCode::kNotFound);
+
+  ASSERT_TRUE(WriteFileAtomically(path, bytes.substr(0, bytes.size() - 4)).ok());
+  EXPECT_EQ(SafetensorsFile::Open(path).status().code(), absl::StatusCode::kInvalidArgument) << "truncated";
+  ASSERT_TRUE(WriteFileAtomically(path, bytes.substr(0, 5)).ok());
+  EXPECT_EQ(SafetensorsFile::Open(path).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(SafetensorsFile::Open(path + ".missing").status().code(), absl::StatusCode::kNotFound);
 }
 
 }  // namespace

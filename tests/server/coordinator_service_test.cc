@@ -6,6 +6,8 @@
 #include <filesystem>
 
 #include "common/job_spec.h"
+#include "common/safetensors.h"
+#include "common/shard_digest.h"
 #include "gtest/gtest.h"
 #include "server/admin_service.h"
 #include "server/coordinator_service.h"
@@ -78,13 +80,42 @@ class CoordinatorServiceTest : public ::testing::Test {
     shardline::v1::ReportStepResponse response;
     return worker_stub_->ReportStep(&context, r, &response);
   }
-  grpc::Status ReportShard(const std::vector<shardline::v1::ShardChunk>& chunks) {
+  grpc::Status ReportShard(const std::vector<shardline::v1::ShardChunk>& chunks,
+                           shardline::v1::ReportShardResponse* response = nullptr) {
     grpc::ClientContext context;
-    shardline::v1::ReportShardResponse response;
-    auto writer = worker_stub_->ReportShard(&context, &response);
-    for (const auto& c : chunks) writer->Write(c);
+    shardline::v1::ReportShardResponse ignored;
+    auto writer = worker_stub_->ReportShard(&context, response != nullptr ? response : &ignored);
+    for (const auto& c : chunks) {
+      if (!writer->Write(c)) break;
+    }
     writer->WritesDone();
     return writer->Finish();
+  }
+  // A stage's shard file of a few MiB, and a stream's chunks of it from
+  // `offset` to `end` (the first carrying the header).
+  static std::string ShardFile(int64_t rows = 512) {
+    common::SafetensorsContents c;
+    c.tensors.emplace("blocks.0.mlp.fc.weight", *common::Tensor::Zeros(common::DType::kF32, {rows, 1024}));
+    c.tensors.emplace("optimizer.m.blocks.0.mlp.fc.weight", *common::Tensor::Zeros(common::DType::kF32, {rows, 1024}));
+    c.tensors.at("blocks.0.mlp.fc.weight").values<float>()[7] = 0.5f;
+    return *common::SerializeSafetensors(c);
+  }
+  static std::vector<shardline::v1::ShardChunk> Chunks(const shardline::v1::JobStatus& job, const std::string& file,
+                                                       int64_t offset, int64_t end) {
+    std::vector<shardline::v1::ShardChunk> chunks(1);
+    auto* h = chunks[0].mutable_header();
+    h->set_job_id(job.job_id());
+    h->set_plan_epoch(job.plan_epoch());
+    h->set_stages(1);
+    h->set_step(5);
+    h->set_total_bytes(static_cast<int64_t>(file.size()));
+    h->set_digest(common::ShardDigest::Of(file));
+    h->set_offset(offset);
+    for (int64_t at = offset; at < end; at += 1 << 20) {
+      if (at > offset) chunks.emplace_back();
+      chunks.back().set_data(file.substr(at, std::min<int64_t>(1 << 20, end - at)));
+    }
+    return chunks;
   }
   bool StillServing() {
     grpc::ClientContext context;
@@ -195,6 +226,8 @@ TEST_F(CoordinatorServiceTest, StaleOrForeignReportsAreRefused) {
   header->set_step(1);
   header->set_total_bytes(10);
   chunk.set_data(std::string(10, 'x'));  // not a safetensors file
+  EXPECT_EQ(ReportShard({chunk}).error_code(), StatusCode::DATA_LOSS) << "another digest than the header's";
+  header->set_digest(common::ShardDigest::Of(chunk.data()));
   EXPECT_EQ(ReportShard({chunk}).error_code(), StatusCode::INVALID_ARGUMENT) << "garbage bytes";
   header->set_total_bytes(100);
   EXPECT_EQ(ReportShard({chunk}).error_code(), StatusCode::INVALID_ARGUMENT) << "truncated";
@@ -216,6 +249,77 @@ TEST_F(CoordinatorServiceTest, StaleOrForeignReportsAreRefused) {
   ASSERT_TRUE(admin_stub_->GetJob(&context, get, &after).ok());
   EXPECT_EQ(after.state(), shardline::v1::FAILED);
   EXPECT_NE(after.message().find("stage 0 (worker w0)"), std::string::npos) << after.message();
+  EXPECT_TRUE(StillServing());
+}
+
+// A shard stream that broke is resumed by the next one from the bytes the
+// coordinator holds: a stream starting elsewhere is told where, at once.
+TEST_F(CoordinatorServiceTest, ABrokenShardUploadResumesWhereTheCoordinatorsCopyEnds) {
+  std::string worker;
+  ASSERT_TRUE(Register("w0", &worker).ok());
+  grpc::Status status;
+  const shardline::v1::JobStatus job = Submit(Spec(), &status);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  const std::string file = ShardFile();
+  const int64_t half = static_cast<int64_t>(file.size()) / 2 + 3;
+  shardline::v1::ReportShardResponse response;
+  EXPECT_EQ(ReportShard(Chunks(job, file, 0, half), &response).error_code(), StatusCode::INVALID_ARGUMENT)
+      << "a stream that ends short";
+  EXPECT_FALSE(response.stored());
+
+  response.Clear();
+  ASSERT_TRUE(ReportShard(Chunks(job, file, 0, static_cast<int64_t>(file.size())), &response).ok());
+  EXPECT_FALSE(response.stored());
+  EXPECT_EQ(response.resume_offset(), half) << "where the coordinator's copy ends";
+
+  response.Clear();
+  status = ReportShard(Chunks(job, file, half, static_cast<int64_t>(file.size())), &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_TRUE(response.stored());
+  EXPECT_TRUE(response.committed());
+  ASSERT_EQ(*weights_->CommittedStep(job.job_id()), 5);
+  auto exported = weights_->ExportWeights(job.job_id(), {});
+  ASSERT_TRUE(exported.ok()) << exported.status();
+  EXPECT_EQ(exported->tensors.at("blocks.0.mlp.fc.weight").values<float>()[7], 0.5f);
+
+  response.Clear();
+  ASSERT_TRUE(ReportShard(Chunks(job, file, 0, static_cast<int64_t>(file.size())), &response).ok())
+      << "the same shard again is fine";
+  EXPECT_TRUE(response.stored());
+  EXPECT_FALSE(response.committed());
+}
+
+// A stream whose job moved on (here: cancelled) ends at its next chunk
+// instead of after the whole shard: of 128 MiB, the worker cannot write
+// all (HTTP/2's windows hold far less).
+TEST_F(CoordinatorServiceTest, AShardStreamEndsAtItsNextChunkOnceItsEpochIsStale) {
+  std::string worker;
+  ASSERT_TRUE(Register("w0", &worker).ok());
+  grpc::Status status;
+  const shardline::v1::JobStatus job = Submit(Spec(), &status);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  const std::string file = ShardFile(16 << 10);
+  std::vector<shardline::v1::ShardChunk> chunks = Chunks(job, file, 0, static_cast<int64_t>(file.size()));
+  ASSERT_GT(chunks.size(), 2u);
+  grpc::ClientContext context;
+  shardline::v1::ReportShardResponse response;
+  auto writer = worker_stub_->ReportShard(&context, &response);
+  ASSERT_TRUE(writer->Write(chunks[0]));
+  // Once the coordinator holds the upload, another stream of it is told to wait.
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  while (ReportShard({chunks[0]}).error_code() != StatusCode::UNAVAILABLE) {
+    ASSERT_LT(absl::Now(), give_up) << "the first stream never began its upload";
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  ASSERT_TRUE(jobs_->Cancel(job.job_id()).ok());
+  size_t written = 1;
+  while (written < chunks.size() && writer->Write(chunks[written])) ++written;
+  EXPECT_LT(written, chunks.size()) << "the coordinator read the stale stream to its end";
+  writer->WritesDone();
+  status = writer->Finish();
+  EXPECT_EQ(status.error_code(), StatusCode::FAILED_PRECONDITION) << status.error_message();
+  EXPECT_NE(status.error_message().find("not running"), std::string::npos) << status.error_message();
+  EXPECT_FALSE(response.stored());
   EXPECT_TRUE(StillServing());
 }
 

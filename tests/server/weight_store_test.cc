@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <vector>
 
+#include "common/shard_digest.h"
 #include "gtest/gtest.h"
 
 namespace shardline::server {
@@ -18,10 +19,10 @@ common::Tensor Values(std::vector<int64_t> shape, float start) {
 // Stage s of a 2-stage model at `step`: its weights and AdamW state.
 ShardReport Shard(const std::string& job, int s, int64_t step, float salt = 0) {
   ShardReport r;
-  r.job_id = job;
-  r.shard = s;
-  r.shard_count = 2;
-  r.step = step;
+  r.key.job_id = job;
+  r.key.shard = s;
+  r.key.shard_count = 2;
+  r.key.step = step;
   const std::string name = s == 0 ? "tok_emb.weight" : "lm_head.weight";
   r.contents.tensors.emplace(name, Values({3, 4}, step + s + salt));
   r.contents.tensors.emplace(std::string(kOptimizerPrefix) + "m." + name, Values({3, 4}, -1));
@@ -74,7 +75,7 @@ TEST_F(WeightStoreTest, ReportsAreIdempotentAndContradictionsRefused) {
   EXPECT_EQ(store_->Report(Shard("j", 0, 10, /*salt=*/1)).status().code(),
             absl::StatusCode::kFailedPrecondition);
   ShardReport three = Shard("j", 1, 10);
-  three.shard_count = 3;
+  three.key.shard_count = 3;
   EXPECT_EQ(store_->Report(three).status().code(), absl::StatusCode::kFailedPrecondition);
   ASSERT_TRUE(*store_->Report(Shard("j", 1, 10)));
   EXPECT_FALSE(*store_->Report(Shard("j", 1, 10))) << "retry after the commit";
@@ -121,6 +122,47 @@ TEST_F(WeightStoreTest, MalformedReportsAreRefused) {
   r.contents.tensors.clear();
   EXPECT_EQ(store_->Report(r).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(store_->FetchShard("nope", 0).status().code(), absl::StatusCode::kNotFound);
+}
+
+// A re-plan fences the job's epoch: shards of the old epoch are refused,
+// also one whose upload began before the fence (it was on the wire while
+// the job moved on), and the pending shards of the old epoch are gone.
+TEST_F(WeightStoreTest, ShardsBehindTheEpochFenceAreRefused) {
+  ShardReport old_epoch = Shard("j", 0, 4);
+  old_epoch.key.epoch = 3;
+  ASSERT_FALSE(*store_->Report(old_epoch));  // pending: shard 1 is missing
+  ShardReport late = Shard("j", 1, 4);
+  late.key.epoch = 3;
+  const std::string bytes = *common::SerializeSafetensors(late.contents);
+  const uint64_t digest = common::ShardDigest::Of(bytes);
+  auto writer = store_->BeginUpload(late.key, static_cast<int64_t>(bytes.size()), digest);
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  ASSERT_TRUE((*writer)->Append(bytes).ok());
+
+  store_->DropUncommitted("j", 4);
+  auto path = (*writer)->Finish();
+  ASSERT_TRUE(path.ok()) << path.status();
+  EXPECT_EQ(store_->Ingest(late.key, *path, digest).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(store_->BeginUpload(late.key, 8, 0).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(store_->Report(old_epoch).status().code(), absl::StatusCode::kFailedPrecondition);
+
+  // The new epoch starts step 4 afresh, on another cut.
+  ShardReport fresh = Shard("j", 0, 4);
+  fresh.key.epoch = 4;
+  fresh.key.shard_count = 1;
+  EXPECT_TRUE(*store_->Report(fresh)) << "one shard makes the new cut's step";
+  EXPECT_EQ(*store_->CommittedStep("j"), 4);
+}
+
+TEST_F(WeightStoreTest, ExportAndFetchReadTheTensorsByName) {
+  ASSERT_TRUE(store_->Report(Shard("j", 0, 5)).ok());
+  ASSERT_TRUE(*store_->Report(Shard("j", 1, 5)));
+  auto fetched = store_->FetchTensors("j", {"lm_head.weight"});
+  ASSERT_TRUE(fetched.ok()) << fetched.status();
+  ASSERT_EQ(fetched->tensors.size(), 2u) << "the weight and its optimizer state";
+  EXPECT_EQ(fetched->tensors.at("lm_head.weight").values<float>()[0], 6.5f);
+  EXPECT_EQ(fetched->metadata.at("step"), "5");
+  EXPECT_EQ(store_->FetchTensors("j", {"nope"}).status().code(), absl::StatusCode::kNotFound);
 }
 
 }  // namespace

@@ -7,8 +7,8 @@
 
 namespace shardline::testing {
 
-absl::StatusOr<std::unique_ptr<InProcessCluster>> InProcessCluster::Start(int workers,
-                                                                          absl::Duration lease) {
+absl::StatusOr<std::unique_ptr<InProcessCluster>> InProcessCluster::Start(
+    int workers, absl::Duration lease, const std::function<void(worker::WorkerOptions&)>& configure) {
   static std::atomic<int> instance{0};
   std::unique_ptr<InProcessCluster> c(new InProcessCluster());
   const std::string dir = absl::StrCat(::testing::TempDir(), "/cluster-", getpid(), "-", instance++);
@@ -47,6 +47,7 @@ absl::StatusOr<std::unique_ptr<InProcessCluster>> InProcessCluster::Start(int wo
     options.name = absl::StrCat("t", i);
     options.threads = 1;
     options.link.timeout = absl::Seconds(30);
+    if (configure) configure(options);
     ASSIGN_OR_RETURN(auto w, worker::WorkerServer::Start(options));
     c->workers_.push_back(std::move(w));
   }

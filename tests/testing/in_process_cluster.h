@@ -8,6 +8,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -28,8 +29,10 @@ namespace shardline::testing {
 
 class InProcessCluster {
  public:
-  static absl::StatusOr<std::unique_ptr<InProcessCluster>> Start(int workers,
-                                                                 absl::Duration lease = absl::Seconds(5));
+  // `configure`, if set, adjusts each worker's options before it starts.
+  static absl::StatusOr<std::unique_ptr<InProcessCluster>> Start(
+      int workers, absl::Duration lease = absl::Seconds(5),
+      const std::function<void(worker::WorkerOptions&)>& configure = nullptr);
   ~InProcessCluster();
 
   const std::string& address() const { return address_; }

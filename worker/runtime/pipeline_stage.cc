@@ -336,9 +336,9 @@ absl::StatusOr<StageStepResult> PipelineStage::RunStepImpl(int64_t step) {
   return result;
 }
 
-absl::StatusOr<std::map<std::string, common::Tensor>> PipelineStage::ExportState() {
-  if (!sharded()) return runtime_.ExportState();
-  ASSIGN_OR_RETURN(auto out, runtime_.ExportWeights());
+absl::StatusOr<ShardRuntime::HostTensors> PipelineStage::ExportState(ShardRuntime::HostTensors reuse) {
+  if (!sharded()) return runtime_.ExportState(std::move(reuse));
+  ASSIGN_OR_RETURN(auto out, runtime_.ExportWeights(&reuse));
   const std::vector<nn::Parameter*> params = runtime_.parameters();
   for (auto [member, prefix] : {std::pair{&nn::Parameter::state1, "optimizer.m."},
                                 std::pair{&nn::Parameter::state2, "optimizer.v."}}) {
@@ -349,7 +349,7 @@ absl::StatusOr<std::map<std::string, common::Tensor>> PipelineStage::ExportState
     for (nn::Parameter* p : params) shares.push_back(DeviceSpan<const float>((p->*member).span<float>()));
     ASSIGN_OR_RETURN(std::vector<std::vector<float>> whole, buckets_->GatherState(shares));
     for (size_t i = 0; i < params.size(); ++i) {
-      ASSIGN_OR_RETURN(common::Tensor t, common::Tensor::Zeros(common::DType::kF32, params[i]->shape));
+      ASSIGN_OR_RETURN(common::Tensor t, TakeHostTensor(reuse, prefix + params[i]->name, params[i]->shape));
       std::copy(whole[i].begin(), whole[i].end(), t.values<float>().begin());
       out.emplace(prefix + params[i]->name, std::move(t));
     }

@@ -111,7 +111,8 @@ class PipelineStage {
   // ExportState). With shard_optimizer the state is gathered from every
   // replica's share, so every replica of the stage must call it at the
   // same point (a checkpoint step), and all export the same tensors.
-  absl::StatusOr<std::map<std::string, common::Tensor>> ExportState();
+  // Tensors of `reuse` that fit are written over (ShardRuntime::ExportWeights).
+  absl::StatusOr<ShardRuntime::HostTensors> ExportState(ShardRuntime::HostTensors reuse = {});
   // Before the first RunStep of a restart: the weights and whole optimizer
   // state ExportState wrote at the committed step (this replica keeps its
   // share of the state when sharded).

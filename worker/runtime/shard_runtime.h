@@ -134,13 +134,20 @@ class ShardRuntime {
   size_t peak_slots_held() const { return peak_slots_; }
   void ResetPeakSlots() { peak_slots_ = slots_.live(); }
 
-  // The shard's parameters by global name, copied to the host (f32).
-  absl::StatusOr<std::map<std::string, common::Tensor>> ExportWeights();
+  // The shard's parameters by global name, copied to the host (f32). The
+  // tensors of `reuse` whose name, dtype and shape fit are taken from it and
+  // written over instead of allocated (a checkpoint's snapshot memory, kept
+  // from the last one: fresh pages cost far more than the copy).
+  using HostTensors = std::map<std::string, common::Tensor>;
+  absl::StatusOr<HostTensors> ExportWeights(HostTensors* reuse = nullptr);
   // ExportWeights plus the optimizer state, as "optimizer.m.<name>" and
   // "optimizer.v.<name>" (AdamW) or "optimizer.m.<name>" (SGD momentum),
   // once the optimizer has stepped; a ZeRO-1 share of the state is left
   // out (PipelineStage::ExportState gathers it).
-  absl::StatusOr<std::map<std::string, common::Tensor>> ExportState();
+  absl::StatusOr<HostTensors> ExportState(HostTensors reuse = {});
+  // The names and shapes ExportState gives once the optimizer has stepped:
+  // what a checkpoint holds.
+  std::map<std::string, std::vector<int64_t>> StateLayout();
   // Sets this shard's parameters from `weights` (by global name, f32, same
   // shapes); extra names are ignored. NOT_FOUND / INVALID_ARGUMENT name the
   // parameter that is missing or does not fit.
@@ -232,6 +239,11 @@ class ShardRuntime {
   int grad_in_next_ = 0;
   common::DType edge_dtype_ = common::DType::kF32;
 };
+
+// The f32 tensor `name` of `shape`: moved out of `reuse` when one fits,
+// else a new one (zeros).
+absl::StatusOr<common::Tensor> TakeHostTensor(ShardRuntime::HostTensors& reuse, const std::string& name,
+                                              const std::vector<int64_t>& shape);
 
 }  // namespace shardline::worker::runtime
 

@@ -60,12 +60,12 @@ absl::Status ShardRuntime::ImportState(const std::map<std::string, common::Tenso
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::map<std::string, common::Tensor>> ShardRuntime::ExportState() {
-  ASSIGN_OR_RETURN(auto out, ExportWeights());
+absl::StatusOr<ShardRuntime::HostTensors> ShardRuntime::ExportState(HostTensors reuse) {
+  ASSIGN_OR_RETURN(HostTensors out, ExportWeights(&reuse));
   for (nn::Parameter* p : parameters()) {
     for (auto [buffer, prefix] : {std::pair{&p->state1, "optimizer.m."}, {&p->state2, "optimizer.v."}}) {
       if (buffer->bytes() != p->value.bytes()) continue;  // none yet, or a ZeRO-1 share
-      ASSIGN_OR_RETURN(common::Tensor t, common::Tensor::Zeros(common::DType::kF32, p->shape));
+      ASSIGN_OR_RETURN(common::Tensor t, TakeHostTensor(reuse, prefix + p->name, p->shape));
       RETURN_IF_ERROR(backend_.CopyToHost(DeviceSpan<const float>(buffer->span<float>()),
                                           t.values<float>()));
       out.emplace(prefix + p->name, std::move(t));
@@ -74,14 +74,36 @@ absl::StatusOr<std::map<std::string, common::Tensor>> ShardRuntime::ExportState(
   return out;
 }
 
-absl::StatusOr<std::map<std::string, common::Tensor>> ShardRuntime::ExportWeights() {
-  std::map<std::string, common::Tensor> out;
+absl::StatusOr<ShardRuntime::HostTensors> ShardRuntime::ExportWeights(HostTensors* reuse) {
+  HostTensors none;
+  HostTensors out;
   for (nn::Parameter* p : parameters()) {
-    ASSIGN_OR_RETURN(common::Tensor t, common::Tensor::Zeros(common::DType::kF32, p->shape));
+    ASSIGN_OR_RETURN(common::Tensor t, TakeHostTensor(reuse != nullptr ? *reuse : none, p->name, p->shape));
     RETURN_IF_ERROR(backend_.CopyToHost(DeviceSpan<const float>(p->v()), t.values<float>()));
     out.emplace(p->name, std::move(t));
   }
   return out;
+}
+
+std::map<std::string, std::vector<int64_t>> ShardRuntime::StateLayout() {
+  std::map<std::string, std::vector<int64_t>> layout;
+  for (nn::Parameter* p : parameters()) {
+    layout[p->name] = p->shape;
+    layout["optimizer.m." + p->name] = p->shape;  // AdamW's m, or SGD's momentum
+    if (optimizer_.config().adamw) layout["optimizer.v." + p->name] = p->shape;
+  }
+  return layout;
+}
+
+absl::StatusOr<common::Tensor> TakeHostTensor(ShardRuntime::HostTensors& reuse, const std::string& name,
+                                              const std::vector<int64_t>& shape) {
+  auto it = reuse.find(name);
+  if (it != reuse.end() && it->second.dtype() == common::DType::kF32 && it->second.shape() == shape) {
+    common::Tensor t = std::move(it->second);
+    reuse.erase(it);
+    return t;
+  }
+  return common::Tensor::Zeros(common::DType::kF32, shape);
 }
 
 }  // namespace shardline::worker::runtime
