@@ -118,19 +118,48 @@ std::string DescribeJob(const shardline::v1::JobStatus& s) {
   if (s.stages_size() > 0) {
     bool replicas = false;
     for (const auto& st : s.stages()) replicas |= st.replica() > 0;
-    std::vector<std::vector<std::string>> rows = {
-        {"STAGE", "WORKER", "UNITS", "BUSY", "PEAK MICRO-BATCHES", "LINK PEAK MIB", "MINOR FAULTS/GIB RECEIVED"}};
+    auto position = [&](const shardline::v1::StageStatus& st) {
+      return replicas ? absl::StrCat("stage ", st.stage(), " replica ", st.replica())
+                      : absl::StrCat("stage ", st.stage());
+    };
+    std::vector<std::vector<std::string>> rows = {{"STAGE", "WORKER", "UNITS", "BUSY", "STEP S", "PEAK MICRO-BATCHES",
+                                                   "LINK PEAK MIB", "MINOR FAULTS/GIB RECEIVED", "CHECKPOINT S (WAIT)"}};
     if (replicas) rows[0].insert(rows[0].begin() + 1, "REPLICA");
     for (const auto& st : s.stages()) {
       std::vector<std::string> row = {
           absl::StrCat(st.stage()), st.worker(), absl::StrCat("[", st.unit_begin(), ", ", st.unit_end(), ")"),
-          absl::StrFormat("%.0f%%", 100 * st.busy_fraction()), absl::StrCat(st.peak_slots()),
+          absl::StrFormat("%.0f%%", 100 * st.busy_fraction()), absl::StrFormat("%.3f", st.step_seconds()),
+          absl::StrCat(st.peak_slots()),
           absl::StrFormat("%.1f", static_cast<double>(st.link_peak_bytes()) / (1 << 20)),
-          absl::StrFormat("%.0f", st.minor_faults_per_gib())};
+          absl::StrFormat("%.0f", st.minor_faults_per_gib()),
+          st.checkpoint_seconds() > 0
+              ? absl::StrFormat("%.3f (%.3f)", st.checkpoint_seconds(), st.checkpoint_wait_seconds())
+              : "-"};
       if (replicas) row.insert(row.begin() + 1, absl::StrCat(st.replica()));
       rows.push_back(std::move(row));
     }
     out += "Stages:\n" + Table(rows);
+    // The hang explainer: what each position said it was doing at its
+    // worker's last heartbeat (a running job only).
+    std::string now;
+    for (const auto& st : s.stages()) {
+      if (st.activity().empty() && st.heartbeat_age_seconds() == 0) continue;
+      const std::string said = st.activity().empty()
+                                   ? "nothing reported"
+                                   : absl::StrFormat("step %d, %s", st.activity_step(), st.activity());
+      absl::StrAppend(&now, "  ", position(st), " (worker ", st.worker(), "): ");
+      // Heartbeats come every lease/4, at least one a second: older ones
+      // mean the worker is stalled or cut off, and what it said is old news.
+      if (st.heartbeat_age_seconds() > 3) {
+        absl::StrAppend(&now, absl::StrFormat("no heartbeat for %.1f s; it last said: %s", st.heartbeat_age_seconds(),
+                                              said));
+      } else {
+        absl::StrAppend(&now, said,
+                        st.activity().empty() ? "" : absl::StrFormat(" since %.1f s", st.activity_seconds()));
+      }
+      now += "\n";
+    }
+    if (!now.empty()) out += "Now:\n" + now;
   }
   return out;
 }

@@ -137,7 +137,7 @@ grpc::ServerUnaryReactor* CoordinatorService::Heartbeat(grpc::CallbackServerCont
                                                         const shardline::v1::HeartbeatRequest* request,
                                                         shardline::v1::HeartbeatResponse* response) {
   response->set_lease_ms(absl::ToInt64Milliseconds(registry_.lease()));
-  return Done(context, registry_.Heartbeat(request->worker_id()));
+  return Done(context, registry_.Heartbeat(request->worker_id(), request->activity()));
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::Leave(grpc::CallbackServerContext* context,

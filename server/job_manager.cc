@@ -67,7 +67,24 @@ void JobManager::Save(const RunningJob& job) {
 absl::StatusOr<shardline::v1::JobStatus> JobManager::Get(const std::string& job_id) {
   absl::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(RunningJob * job, Find(job_id));
-  return job->status();
+  shardline::v1::JobStatus status = job->status();
+  if (!job->running()) return status;
+  // The hang explainer: what each position said it was doing at its
+  // worker's last heartbeat.
+  const absl::Time now = registry_.Now();
+  for (size_t position = 0; position < job->workers().size(); ++position) {
+    absl::StatusOr<WorkerRecord> worker = registry_.Get(job->workers()[position]);
+    if (!worker.ok() || static_cast<int>(position) >= status.stages_size()) continue;
+    shardline::v1::StageStatus* stage = status.mutable_stages(static_cast<int>(position));
+    const double age = absl::ToDoubleSeconds(now - worker->last_heartbeat);
+    stage->set_heartbeat_age_seconds(age);
+    const shardline::v1::StageActivity& a = worker->activity;
+    if (a.job_id() != job_id || a.plan_epoch() != status.plan_epoch()) continue;
+    stage->set_activity(a.doing());
+    stage->set_activity_step(a.step());
+    stage->set_activity_seconds(a.seconds() + age);
+  }
+  return status;
 }
 
 absl::StatusOr<shardline::v1::JobSpec> JobManager::Spec(const std::string& job_id) {

@@ -35,17 +35,23 @@ absl::StatusOr<std::string> WorkerRegistry::Register(
   record.name = name;
   record.capabilities = caps;
   record.lease_expiry = clock_() + lease_;
+  record.last_heartbeat = clock_();
   workers_[record.id] = record;
   return record.id;
 }
 
-absl::Status WorkerRegistry::Heartbeat(const std::string& worker_id) {
+absl::Status WorkerRegistry::Heartbeat(const std::string& worker_id, const shardline::v1::StageActivity& activity) {
   absl::MutexLock lock(&mu_);
   auto it = workers_.find(worker_id);
   if (it == workers_.end() || it->second.lost) {
     return absl::NotFoundError(absl::StrCat("worker ", worker_id, " is not registered; register again"));
   }
   it->second.lease_expiry = clock_() + lease_;
+  it->second.last_heartbeat = clock_();
+  // For people to read: kept only when it looks like ours.
+  const bool sane = activity.job_id().size() <= 64 && activity.doing().size() <= 256 &&
+                    activity.seconds() >= 0 && activity.seconds() < 1e9;
+  it->second.activity = sane ? activity : shardline::v1::StageActivity();
   return absl::OkStatus();
 }
 

@@ -26,6 +26,9 @@ struct WorkerRecord {
   bool lost = false;
   std::string job_id;  // empty when idle
   int64_t order = 0;   // registration order
+  absl::Time last_heartbeat;  // or registration
+  // What its stage was doing at the last heartbeat (empty job_id: none).
+  shardline::v1::StageActivity activity;
 };
 
 class WorkerRegistry {
@@ -49,7 +52,9 @@ class WorkerRegistry {
   absl::StatusOr<std::string> Register(const std::string& name,
                                        const shardline::v1::WorkerCapabilities& capabilities);
   // NOT_FOUND for an unknown or lost worker (it must register again).
-  absl::Status Heartbeat(const std::string& worker_id);
+  // `activity` is kept for the hang explainer (an absurd one is dropped).
+  absl::Status Heartbeat(const std::string& worker_id,
+                         const shardline::v1::StageActivity& activity = shardline::v1::StageActivity());
   // A worker leaving (shutting down): lost now, not a lease later. Its
   // record as it was; NOT_FOUND for an unknown or already lost worker.
   absl::StatusOr<WorkerRecord> Leave(const std::string& worker_id);

@@ -84,7 +84,11 @@ absl::Status LoadCommittedState(const shardline::v1::Assignment& a, const std::s
 
 absl::Status RunStageJob(const shardline::v1::Assignment& a, const std::string& worker_id,
                          Backend& backend, transport::StageLink& link, collective::Collective* replicas,
-                         StageReporter& reporter, const std::atomic<bool>& cancelled) {
+                         StageReporter& reporter, const std::atomic<bool>& cancelled,
+                         runtime::StageActivity* activity) {
+  auto doing = [activity](int64_t step, std::string what) {
+    if (activity != nullptr) activity->Set(step, std::move(what));
+  };
   shardline::v1::JobSpec spec = a.spec();
   absl::Status status = common::ValidateJobSpec(spec);
   std::unique_ptr<data::DataSource> data;
@@ -118,12 +122,16 @@ absl::Status RunStageJob(const shardline::v1::Assignment& a, const std::string& 
                                           a.replica(),
                                           std::max(1, a.replicas()),
                                           static_cast<size_t>(spec.parallel().bucket_mib() * (1 << 20)),
-                                          spec.parallel().shard_optimizer()};
+                                          spec.parallel().shard_optimizer(),
+                                          activity};
     auto created = runtime::PipelineStage::Create(*runtime, data.get(), link, options, replicas);
     status = created.status();
     if (created.ok()) stage = std::move(*created);
   }
-  if (status.ok() && a.first_step() > 1) status = LoadCommittedState(a, worker_id, *runtime, *stage, reporter);
+  if (status.ok() && a.first_step() > 1) {
+    doing(a.first_step(), absl::StrCat("loads the committed state of step ", a.first_step() - 1));
+    status = LoadCommittedState(a, worker_id, *runtime, *stage, reporter);
+  }
   if (!status.ok()) return ReportFailure(a, worker_id, a.first_step(), status, reporter);
 
   const int64_t total = spec.train().steps();
@@ -165,8 +173,10 @@ absl::Status RunStageJob(const shardline::v1::Assignment& a, const std::string& 
       // A checkpoint: the snapshot now, its digest (every replica) and
       // upload (replica 0) in the background.
       const absl::Time begin = absl::Now();
+      doing(step, "waits for the previous checkpoint's upload");
       runtime::ShardRuntime::HostTensors memory = background.WaitForSnapshotSlot();
       const absl::Time ready = absl::Now();
+      doing(step, "copies its checkpoint snapshot");
       absl::StatusOr<std::unique_ptr<ShardSnapshot>> snapshot = TakeSnapshot(a, step, *stage, std::move(memory));
       if (!snapshot.ok()) return fail(step, snapshot.status());
       r.set_checkpoint_wait_seconds(absl::ToDoubleSeconds(ready - begin));
@@ -176,6 +186,7 @@ absl::Status RunStageJob(const shardline::v1::Assignment& a, const std::string& 
       background.Report(std::move(r));
     }
   }
+  doing(total, "waits for its last reports and checkpoint upload");
   if (absl::Status s = background.Flush(); !s.ok()) return absl::IsCancelled(s) ? s : fail(total, s);
   return absl::OkStatus();
 }

@@ -6,7 +6,8 @@
 // stage's data-parallel group (assignment.replica is its rank); replica 0
 // sends the shards, every replica reports their digests. `cancelled` is
 // polled between steps; to interrupt a step, close the link (and the
-// group). Synchronous; one call per assignment.
+// group). `activity`, if set, is told what the stage is doing (the hang
+// explainer). Synchronous; one call per assignment.
 #ifndef SHARDLINE_WORKER_STAGE_JOB_H_
 #define SHARDLINE_WORKER_STAGE_JOB_H_
 
@@ -17,6 +18,7 @@
 #include "shardline/v1/coordinator.pb.h"
 #include "worker/backend/backend.h"
 #include "worker/collective/collective.h"
+#include "worker/runtime/stage_activity.h"
 #include "worker/stage_reporter.h"
 #include "worker/transport/stage_link.h"
 
@@ -24,7 +26,8 @@ namespace shardline::worker {
 
 absl::Status RunStageJob(const shardline::v1::Assignment& assignment, const std::string& worker_id,
                          Backend& backend, transport::StageLink& link, collective::Collective* replicas,
-                         StageReporter& reporter, const std::atomic<bool>& cancelled);
+                         StageReporter& reporter, const std::atomic<bool>& cancelled,
+                         runtime::StageActivity* activity = nullptr);
 
 }  // namespace shardline::worker
 

@@ -85,7 +85,9 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const WorkerOp
   LOG(INFO) << "worker " << options.name << " registered as " << registered.worker_id() << " ("
             << w->backend_->description() << ", " << flops / 1e9 << " GFLOP/s, StageLink on port "
             << w->port_ << ")";
-  const absl::Duration every = absl::Milliseconds(std::max<int64_t>(registered.lease_ms() / 4, 10));
+  // Four per lease, and at least one a second: heartbeats carry what the
+  // stage is doing (the hang explainer), which should be fresh.
+  const absl::Duration every = absl::Milliseconds(std::clamp<int64_t>(registered.lease_ms() / 4, 10, 1000));
   WorkerServer* self = w.get();
   w->heartbeat_ = std::thread([self, every] { self->HeartbeatLoop(every); });
   w->watch_ = std::thread([self] { self->WatchLoop(); });
@@ -130,7 +132,7 @@ void WorkerServer::HeartbeatLoop(absl::Duration every) {
     const absl::Time next = absl::Now() + every;
     while (!stopping_ && absl::Now() < next) absl::SleepFor(absl::Milliseconds(5));
     if (stopping_) return;
-    const absl::Status status = coordinator_->Heartbeat(worker_id());
+    const absl::Status status = coordinator_->Heartbeat(worker_id(), activity_.Now());
     if (absl::IsNotFound(status)) {
       LOG(WARNING) << "the coordinator no longer knows this worker (it restarted, or the lease lapsed): "
                       "stopping its job and registering again";
@@ -298,7 +300,9 @@ void WorkerServer::RunJob(shardline::v1::Assignment a) {
     }
     ScrambledReporter scrambled(*coordinator_, a.spec().train().steps());
     StageReporter& reporter = options_.scramble_reports ? static_cast<StageReporter&>(scrambled) : *coordinator_;
-    status = RunStageJob(a, worker_id(), *backend_, **link, replicas.get(), reporter, job_cancelled_);
+    activity_.Begin(a.job_id(), a.plan_epoch(), a.stage(), a.replica());
+    status = RunStageJob(a, worker_id(), *backend_, **link, replicas.get(), reporter, job_cancelled_, &activity_);
+    activity_.End();
     absl::MutexLock lock(&mu_);
     link_ = nullptr;
     replicas_ = nullptr;

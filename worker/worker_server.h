@@ -22,8 +22,9 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "worker/backend/backend.h"
-#include "worker/grpc_coordinator_client.h"
 #include "worker/collective/collective.h"
+#include "worker/grpc_coordinator_client.h"
+#include "worker/runtime/stage_activity.h"
 #include "worker/transport/grpc_stage_link.h"
 #include "worker/transport/stage_link_service.h"
 
@@ -93,6 +94,7 @@ class WorkerServer {
   transport::GrpcStageLink* link_ ABSL_GUARDED_BY(mu_) = nullptr;  // of the running job
   collective::Collective* replicas_ ABSL_GUARDED_BY(mu_) = nullptr;  // its data-parallel group, if any
   std::atomic<bool> job_cancelled_{false};
+  runtime::StageActivity activity_;  // what the running job's stage does: sent with each heartbeat
 };
 
 }  // namespace shardline::worker

@@ -29,6 +29,11 @@ shardline::v1::JobStatus Running() {
     st->set_peak_slots(2 - i);
     st->set_link_peak_bytes(i == 0 ? 3 << 19 : 0);  // 1.5 MiB
     st->set_minor_faults_per_gib(1234.4);
+    st->set_step_seconds(i == 0 ? 0.25 : 0.5);
+    if (i == 1) {
+      st->set_checkpoint_seconds(0.054);
+      st->set_checkpoint_wait_seconds(1.5);
+    }
   }
   return s;
 }
@@ -52,9 +57,35 @@ TEST(JobProgressTest, DescribeShowsOneAlignedRowPerStage) {
   while (header < lines.size() && lines[header].rfind("STAGE", 0) != 0) ++header;
   ASSERT_LT(header + 2, lines.size()) << text;
   EXPECT_EQ(lines[header],
-            "STAGE  WORKER         UNITS   BUSY  PEAK MICRO-BATCHES  LINK PEAK MIB  MINOR FAULTS/GIB RECEIVED");
-  EXPECT_EQ(lines[header + 1], "0      gpu-a          [0, 3)  50%   2                   1.5            1234");
-  EXPECT_EQ(lines[header + 2], "1      cpu-long-name  [3, 6)  88%   1                   0.0            1234");
+            "STAGE  WORKER         UNITS   BUSY  STEP S  PEAK MICRO-BATCHES  LINK PEAK MIB  MINOR FAULTS/GIB RECEIVED  "
+            "CHECKPOINT S (WAIT)");
+  EXPECT_EQ(lines[header + 1],
+            "0      gpu-a          [0, 3)  50%   0.250   2                   1.5            1234                       -");
+  EXPECT_EQ(lines[header + 2],
+            "1      cpu-long-name  [3, 6)  88%   0.500   1                   0.0            1234                       "
+            "0.054 (1.500)");
+  EXPECT_EQ(text.find("Now:"), std::string::npos) << "nothing from heartbeats: no section";
+}
+
+// The hang explainer's lines: what each position said at its worker's last
+// heartbeat, and, for a worker silent too long, that its word is old.
+TEST(JobProgressTest, DescribeSaysWhatEachPositionDoesNow) {
+  shardline::v1::JobStatus s = Running();
+  s.mutable_stages(0)->set_activity("waits for GRADIENT of micro-batch 5 from stage 1");
+  s.mutable_stages(0)->set_activity_step(301);
+  s.mutable_stages(0)->set_activity_seconds(4.12);
+  s.mutable_stages(0)->set_heartbeat_age_seconds(0.3);
+  s.mutable_stages(1)->set_activity("backward of micro-batch 5");
+  s.mutable_stages(1)->set_activity_step(301);
+  s.mutable_stages(1)->set_activity_seconds(9);
+  s.mutable_stages(1)->set_heartbeat_age_seconds(4.5);
+  const std::string text = DescribeJob(s);
+  EXPECT_NE(text.find("Now:\n"
+                      "  stage 0 (worker gpu-a): step 301, waits for GRADIENT of micro-batch 5 from stage 1 since 4.1 s\n"
+                      "  stage 1 (worker cpu-long-name): no heartbeat for 4.5 s; it last said: step 301, backward of "
+                      "micro-batch 5\n"),
+            std::string::npos)
+      << text;
 }
 
 // A 2 × 2 grid: the progress line shows each stage's mean over its

@@ -1,5 +1,5 @@
 // ProcessCluster: a coordinator and N workers of the real binaries, each a
-// process on loopback (lease 1 s, free ports learnt through --port_file),
+// process on loopback (lease 1 s by default, free ports learnt through --port_file),
 // stopped with SIGTERM when the cluster goes, and shardctl runs against it.
 // For the end-to-end tests.
 #ifndef SHARDLINE_TESTS_CLIENT_PROCESS_CLUSTER_H_
@@ -39,12 +39,13 @@ class ProcessCluster {
     std::string advertise_host;  // empty: the listen host (127.0.0.1)
     int64_t link_timeout_ms = 3000;
     std::vector<std::string> worker_flags;  // more flags for every worker
+    int64_t lease_ms = 1000;
   };
 
   // Workers w0, w1, … listen on 127.0.0.1; each has registered when this
   // returns. Null (with a test failure) if a daemon did not come up.
   static std::unique_ptr<ProcessCluster> Start(const std::string& name, const Options& options) {
-    auto c = std::unique_ptr<ProcessCluster>(new ProcessCluster(TempDir(name)));
+    auto c = std::unique_ptr<ProcessCluster>(new ProcessCluster(TempDir(name), options.lease_ms));
     if (!c->StartCoordinator("0")) return nullptr;
     for (int i = 0; i < options.workers; ++i) {
       const std::string port_file = absl::StrCat(c->dir_, "/w", i, ".port");
@@ -94,12 +95,12 @@ class ProcessCluster {
   pid_t worker_pid(int i) const { return workers_[i]->pid(); }
 
  private:
-  explicit ProcessCluster(std::string dir) : dir_(std::move(dir)) {}
+  ProcessCluster(std::string dir, int64_t lease_ms) : dir_(std::move(dir)), lease_ms_(lease_ms) {}
   bool StartCoordinator(const std::string& port) {
     const std::string port_file = absl::StrCat(dir_, "/port", starts_);
     auto coordinator = ChildProcess::Start({kBin + "/shardline-coordinator", "--listen=127.0.0.1:" + port,
                                             "--state_dir=" + dir_ + "/state", "--port_file=" + port_file,
-                                            "--lease_ms=1000"},
+                                            absl::StrCat("--lease_ms=", lease_ms_)},
                                            absl::StrCat(dir_, "/coordinator", starts_, ".log"));
     EXPECT_TRUE(coordinator.ok()) << coordinator.status();
     if (!coordinator.ok()) return false;
@@ -112,6 +113,7 @@ class ProcessCluster {
     return true;
   }
   const std::string dir_;
+  const int64_t lease_ms_;
   std::string address_;
   std::vector<std::string> worker_ports_;
   // Stopped (SIGTERM, then SIGKILL) when the cluster goes: workers first.

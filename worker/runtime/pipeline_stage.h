@@ -29,6 +29,7 @@
 #include "worker/runtime/gradient_buckets.h"
 #include "worker/runtime/pipeline_schedule.h"
 #include "worker/runtime/shard_runtime.h"
+#include "worker/runtime/stage_activity.h"
 #include "worker/runtime/stage_sender.h"
 #include "worker/transport/stage_link.h"
 
@@ -55,6 +56,8 @@ struct PipelineStageOptions {
   // optimizer state for, its share of the parameters only; the replicas
   // then gather each other's shares of the new weights.
   bool shard_optimizer = false;
+  // Where the stage says what it is doing (the hang explainer); optional.
+  StageActivity* activity = nullptr;
 };
 
 struct StageStepResult {
@@ -125,6 +128,10 @@ class PipelineStage {
       : runtime_(runtime), data_(data), link_(link), options_(options), replica_group_(replica_group),
         schedule_(std::move(schedule)), sender_(link), buckets_(std::move(buckets)) {}
   bool sharded() const { return buckets_ != nullptr && buckets_->sharded(); }
+  // Tells options_.activity (if any) what the stage does now.
+  void Doing(int64_t step, std::string what) {
+    if (options_.activity != nullptr) options_.activity->Set(step, std::move(what));
+  }
   // A received message whose tensor the device is still reading.
   struct Upload {
     HostTransfer read;
