@@ -59,6 +59,15 @@ absl::StatusOr<shardline::v1::JobStatus> AdminClient::Cancel(const std::string& 
       [&](auto* response) { return stub_->CancelJob(context.get(), request, response); });
 }
 
+absl::StatusOr<shardline::v1::WorkerStatus> AdminClient::Drain(const std::string& worker, bool undo) {
+  auto context = Context();
+  shardline::v1::DrainWorkerRequest request;
+  request.set_worker(worker);
+  request.set_undo(undo);
+  return Unary<shardline::v1::WorkerStatus>(
+      [&](auto* response) { return stub_->DrainWorker(context.get(), request, response); });
+}
+
 absl::StatusOr<shardline::v1::ListWorkersResponse> AdminClient::ListWorkers() {
   auto context = Context();
   return Unary<shardline::v1::ListWorkersResponse>([&](auto* response) {

@@ -26,6 +26,8 @@ class AdminClient {
   absl::StatusOr<shardline::v1::ListJobsResponse> ListJobs();
   absl::StatusOr<shardline::v1::JobStatus> Cancel(const std::string& job_id);
   absl::StatusOr<shardline::v1::ListWorkersResponse> ListWorkers();
+  // Takes a worker (name or id) out of service, or back (undo).
+  absl::StatusOr<shardline::v1::WorkerStatus> Drain(const std::string& worker, bool undo);
   absl::StatusOr<shardline::v1::PlanResponse> Plan(const shardline::v1::JobSpec& spec);
   // Calls `on_status` for every status until the job ends; returns the last.
   absl::StatusOr<shardline::v1::JobStatus> Watch(

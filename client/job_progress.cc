@@ -84,6 +84,12 @@ std::string WorkersTable(const shardline::v1::ListWorkersResponse& workers) {
   return Table(rows);
 }
 
+std::string WorkerTable(const shardline::v1::WorkerStatus& worker) {
+  shardline::v1::ListWorkersResponse one;
+  *one.add_workers() = worker;
+  return WorkersTable(one);
+}
+
 std::string PlanTable(const shardline::v1::PlanResponse& plan) {
   bool replicas = false;
   for (const auto& s : plan.stages()) replicas |= s.replica() > 0;

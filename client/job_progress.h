@@ -13,6 +13,8 @@ namespace shardline::client {
 std::string ProgressLine(const shardline::v1::JobStatus& status);
 std::string JobsTable(const shardline::v1::ListJobsResponse& jobs);
 std::string WorkersTable(const shardline::v1::ListWorkersResponse& workers);
+// One worker as WorkersTable shows it (drain, undrain).
+std::string WorkerTable(const shardline::v1::WorkerStatus& worker);
 std::string PlanTable(const shardline::v1::PlanResponse& plan);
 std::string DescribeJob(const shardline::v1::JobStatus& status);
 

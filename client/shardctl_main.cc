@@ -2,7 +2,7 @@
 //
 //   shardctl [--coordinator=HOST:PORT] [-o table|json] COMMAND ...
 //     get workers | get jobs | describe job ID | plan SPEC | submit SPEC
-//     watch ID | cancel ID | export ID -o FILE
+//     watch ID | cancel ID | drain WORKER | undrain WORKER | export ID -o FILE
 //
 // Data goes to stdout, "Error: ..." to stderr. Exit codes: 0 ok, 1 failed
 // (including a watched job that did not succeed), 2 cannot reach the
@@ -48,7 +48,7 @@ int Usage(const std::string& problem) {
   std::fprintf(stderr,
                "Error: %s\nusage: shardctl [--coordinator=HOST:PORT] [-o table|json] "
                "get workers|jobs | describe job ID | plan SPEC | submit SPEC | watch ID | cancel ID | "
-               "export ID -o FILE\n",
+               "drain WORKER | undrain WORKER | export ID -o FILE\n",
                problem.c_str());
   return kInvalid;
 }
@@ -109,6 +109,9 @@ int Run(const std::vector<std::string>& args) {
   }
   if (command == "watch" && args.size() == 2) return Watch(admin, args[1]);
   if (command == "cancel" && args.size() == 2) return Print(admin.Cancel(args[1]), &StatusLine);
+  if ((command == "drain" || command == "undrain") && args.size() == 2) {
+    return Print(admin.Drain(args[1], command == "undrain"), &WorkerTable);
+  }
   if (command == "export" && args.size() == 2) {
     if (format == "table" || format == "json") return Usage("export needs -o FILE");
     absl::StatusOr<std::string> bytes = admin.Export(args[1]);

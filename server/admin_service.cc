@@ -35,6 +35,20 @@ bool Terminal(const JobStatus& status) {
 }
 
 
+shardline::v1::WorkerStatus ToWorkerStatus(const WorkerRecord& w) {
+  shardline::v1::WorkerStatus out;
+  out.set_worker_id(w.id);
+  out.set_name(w.name);
+  out.set_device(w.capabilities.device());
+  out.set_description(w.capabilities.description());
+  out.set_gemm_flops(w.capabilities.gemm_flops());
+  out.set_memory_bytes(w.capabilities.memory_bytes());
+  out.set_listen_address(w.capabilities.listen_address());
+  out.set_state(w.lost ? "lost" : !w.job_id.empty() ? "busy" : w.drained ? "drained" : "idle");
+  out.set_job_id(w.job_id);
+  return out;
+}
+
 }  // namespace
 
 grpc::ServerUnaryReactor* AdminService::SubmitJob(grpc::CallbackServerContext* context,
@@ -74,19 +88,16 @@ grpc::ServerUnaryReactor* AdminService::CancelJob(grpc::CallbackServerContext* c
 grpc::ServerUnaryReactor* AdminService::ListWorkers(grpc::CallbackServerContext* context,
                                                     const shardline::v1::ListWorkersRequest* request,
                                                     shardline::v1::ListWorkersResponse* response) {
-  for (const WorkerRecord& w : registry_.List()) {
-    auto* out = response->add_workers();
-    out->set_worker_id(w.id);
-    out->set_name(w.name);
-    out->set_device(w.capabilities.device());
-    out->set_description(w.capabilities.description());
-    out->set_gemm_flops(w.capabilities.gemm_flops());
-    out->set_memory_bytes(w.capabilities.memory_bytes());
-    out->set_listen_address(w.capabilities.listen_address());
-    out->set_state(w.lost ? "lost" : w.job_id.empty() ? "idle" : "busy");
-    out->set_job_id(w.job_id);
-  }
+  for (const WorkerRecord& w : registry_.List()) *response->add_workers() = ToWorkerStatus(w);
   return Done(context, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* AdminService::DrainWorker(grpc::CallbackServerContext* context,
+                                                    const shardline::v1::DrainWorkerRequest* request,
+                                                    shardline::v1::WorkerStatus* response) {
+  absl::StatusOr<WorkerRecord> w = jobs_.Drain(request->worker(), request->undo());
+  if (w.ok()) *response = ToWorkerStatus(*w);
+  return Done(context, w.status());
 }
 
 grpc::ServerUnaryReactor* AdminService::PlanJob(grpc::CallbackServerContext* context,

@@ -34,6 +34,9 @@ class AdminService final : public shardline::v1::Admin::CallbackService {
   grpc::ServerUnaryReactor* ListWorkers(grpc::CallbackServerContext* context,
                                         const shardline::v1::ListWorkersRequest* request,
                                         shardline::v1::ListWorkersResponse* response) override;
+  grpc::ServerUnaryReactor* DrainWorker(grpc::CallbackServerContext* context,
+                                        const shardline::v1::DrainWorkerRequest* request,
+                                        shardline::v1::WorkerStatus* response) override;
   grpc::ServerUnaryReactor* PlanJob(grpc::CallbackServerContext* context,
                                     const shardline::v1::SubmitJobRequest* request,
                                     shardline::v1::PlanResponse* response) override;

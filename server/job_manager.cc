@@ -313,18 +313,31 @@ void JobManager::End(RunningJob& job, JobState state, const std::string& message
 
 void JobManager::WorkersLost(const std::vector<WorkerRecord>& lost, const std::string& why) {
   absl::MutexLock lock(&mu_);
-  for (const WorkerRecord& w : lost) {
-    for (auto& [id, job] : jobs_) {
-      if (!job.running()) continue;
-      const auto& workers = job.workers();
-      const auto it = std::find(workers.begin(), workers.end(), w.id);
-      if (it == workers.end()) continue;
-      const int position = static_cast<int>(it - workers.begin());
-      const int s = position % job.stages(), r = position / job.stages();
-      Requeue(job, absl::StrCat("worker ", w.name, " (stage ", s,
-                                job.replicas() > 1 ? absl::StrCat(" of replica ", r) : "", ") ", why));
-    }
+  for (const WorkerRecord& w : lost) FailOver(w, why);
+}
+
+void JobManager::FailOver(const WorkerRecord& w, const std::string& why) {
+  for (auto& [id, job] : jobs_) {
+    if (!job.running()) continue;
+    const auto& workers = job.workers();
+    const auto it = std::find(workers.begin(), workers.end(), w.id);
+    if (it == workers.end()) continue;
+    const int position = static_cast<int>(it - workers.begin());
+    const int s = position % job.stages(), r = position / job.stages();
+    Requeue(job, absl::StrCat("worker ", w.name, " (stage ", s,
+                              job.replicas() > 1 ? absl::StrCat(" of replica ", r) : "", ") ", why));
   }
+}
+
+absl::StatusOr<WorkerRecord> JobManager::Drain(const std::string& worker, bool undo) {
+  ASSIGN_OR_RETURN(const WorkerRecord w, registry_.SetDrained(worker, !undo));
+  absl::MutexLock lock(&mu_);
+  if (!undo) {
+    LOG(INFO) << "worker " << w.name << " drained by an operator";
+    FailOver(w, "was drained by an operator");
+  }
+  ScheduleLocked();  // a waiting job may take it back, or recover without it
+  return registry_.Get(w.id);
 }
 
 void JobManager::Requeue(RunningJob& job, const std::string& why) {

@@ -89,6 +89,10 @@ class JobManager {
   // it is shutting down"): each job they ran fails over (Requeue).
   void WorkersLost(const std::vector<WorkerRecord>& lost,
                    const std::string& why = "was lost: no heartbeat within its lease");
+  // An operator takes a worker (name or id) out of service: the job it
+  // runs fails over now, and it gets no job until undone. Its record;
+  // NOT_FOUND for no such live worker.
+  absl::StatusOr<WorkerRecord> Drain(const std::string& worker, bool undo);
   // Fails jobs whose stages reported a broken link and whose lost worker, if
   // any, has not been identified within a lease, and places waiting jobs
   // whose grace is over (called by the lease reaper).
@@ -117,6 +121,9 @@ class JobManager {
   // from its committed step on whichever workers are idle (the survivors
   // and any standby; after a lease without enough, on fewer stages).
   void Requeue(RunningJob& job, const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The running job of worker `w`, if any, fails over (Requeue), naming
+  // the worker and its position: "worker NAME (stage S) <why>".
+  void FailOver(const WorkerRecord& w, const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The job's epoch is over: shards of it and earlier ones are refused from
   // now on, and its committed step is the WeightStore's.
   void Fence(RunningJob& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

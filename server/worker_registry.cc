@@ -94,9 +94,19 @@ std::vector<WorkerRecord> WorkerRegistry::List() {
 std::vector<WorkerRecord> WorkerRegistry::Idle() {
   std::vector<WorkerRecord> out;
   for (WorkerRecord& w : List()) {
-    if (!w.lost && w.job_id.empty()) out.push_back(std::move(w));
+    if (!w.lost && !w.drained && w.job_id.empty()) out.push_back(std::move(w));
   }
   return out;
+}
+
+absl::StatusOr<WorkerRecord> WorkerRegistry::SetDrained(const std::string& worker, bool drained) {
+  absl::MutexLock lock(&mu_);
+  for (auto& [id, w] : workers_) {
+    if (w.lost || (id != worker && w.name != worker)) continue;
+    w.drained = drained;
+    return w;
+  }
+  return absl::NotFoundError(absl::StrCat("no live worker '", worker.substr(0, 128), "'"));
 }
 
 void WorkerRegistry::SetJob(const std::string& worker_id, const std::string& job_id) {

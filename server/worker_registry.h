@@ -26,6 +26,7 @@ struct WorkerRecord {
   bool lost = false;
   std::string job_id;  // empty when idle
   int64_t order = 0;   // registration order
+  bool drained = false;  // out of service: never given a job
   absl::Time last_heartbeat;  // or registration
   // What its stage was doing at the last heartbeat (empty job_id: none).
   shardline::v1::StageActivity activity;
@@ -63,8 +64,11 @@ class WorkerRegistry {
 
   absl::StatusOr<WorkerRecord> Get(const std::string& worker_id);
   std::vector<WorkerRecord> List();
-  // Live workers without a job, in registration order.
+  // Live workers without a job, not drained, in registration order.
   std::vector<WorkerRecord> Idle();
+  // Takes the live worker named or identified `worker` out of service, or
+  // (drained = false) back; its record. NOT_FOUND for no such live worker.
+  absl::StatusOr<WorkerRecord> SetDrained(const std::string& worker, bool drained);
   void SetJob(const std::string& worker_id, const std::string& job_id);
 
  private:

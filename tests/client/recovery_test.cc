@@ -169,8 +169,10 @@ void ExpectAKilledWorkerRecovers(const std::string& spec_path, int stages, int r
   ASSERT_TRUE(spec.ok());
   auto job = admin.Submit(*spec);
   ASSERT_TRUE(job.ok()) << job.status();
-  const shardline::v1::JobStatus checkpointed =
-      WaitFor(admin, job->job_id(), 60, [&](const auto& s) { return s.step() >= kill_step; });
+  // (The checkpoint of step 10 is uploaded in the background: it may
+  // commit a few steps later.)
+  const shardline::v1::JobStatus checkpointed = WaitFor(
+      admin, job->job_id(), 60, [&](const auto& s) { return s.step() >= kill_step && s.committed_step() >= 10; });
   ASSERT_EQ(checkpointed.state(), shardline::v1::RUNNING) << checkpointed.message();
   ASSERT_GE(checkpointed.committed_step(), 10);
   std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
@@ -218,6 +220,57 @@ TEST(RecoveryTest, AnyKilledWorkerOfAPipelineEndsBitForBitWithOrWithoutAStandby)
 
 TEST(RecoveryTest, AnyKilledWorkerOfAGridEndsBitForBitWithOrWithoutAStandby) {
   ExpectEveryKilledPositionRecovers("kill-grid", 2, 2);
+}
+
+// shardctl drain of a busy worker: its job moves off it at once, onto the
+// standby, and ends with the reference's weights; the worker stays
+// registered, drained, until undrained.
+TEST(RecoveryTest, ADrainedWorkersJobMovesToTheStandbyAndEndsBitForBit) {
+  const std::string dir = TempDir("drain");
+  const std::string spec_path = WriteSpec(dir, "drained", 150);
+  auto reference = TrainReference(dir, spec_path);
+  ASSERT_TRUE(reference.ok()) << reference.status();
+  auto cluster = testing::ProcessCluster::Start("drain-cluster", {3, "", 3000});
+  ASSERT_NE(cluster, nullptr);
+  AdminClient admin(cluster->address());
+  auto spec = common::LoadJobSpec(spec_path);
+  ASSERT_TRUE(spec.ok());
+  auto job = admin.Submit(*spec);
+  ASSERT_TRUE(job.ok()) << job.status();
+  const shardline::v1::JobStatus running = WaitFor(
+      admin, job->job_id(), 60, [](const auto& s) { return s.step() >= 12 && s.committed_step() >= 10; });
+  ASSERT_EQ(running.state(), shardline::v1::RUNNING) << running.message();
+  const std::string victim = running.stages(1).worker();
+  const testing::CtlRun drain = cluster->Ctl({"drain", victim});
+  ASSERT_EQ(drain.ended, "exited with status 0") << drain.err;
+  EXPECT_NE(drain.out.find("drained"), std::string::npos) << drain.out;
+
+  const shardline::v1::JobStatus after = WaitFor(admin, job->job_id(), 120, [](const auto& s) {
+    return s.state() == shardline::v1::SUCCEEDED || s.state() == shardline::v1::FAILED ||
+           s.state() == shardline::v1::CANCELLED;
+  });
+  ASSERT_EQ(after.state(), shardline::v1::SUCCEEDED) << after.message();
+  EXPECT_GT(after.plan_epoch(), running.plan_epoch());
+  for (const auto& stage : after.stages()) EXPECT_NE(stage.worker(), victim);
+  auto exported = admin.Export(job->job_id());
+  ASSERT_TRUE(exported.ok()) << exported.status();
+  auto weights = common::ParseSafetensors(*exported);
+  ASSERT_TRUE(weights.ok()) << weights.status();
+  ExpectSameWeights(*reference, *weights);
+
+  const testing::CtlRun workers = cluster->Ctl({"get", "workers"});
+  bool listed = false;
+  for (const std::string& line : workers.lines()) {
+    if (line.rfind(victim + " ", 0) == 0) {
+      listed = true;
+      EXPECT_NE(line.find(" drained "), std::string::npos) << line;
+    }
+  }
+  EXPECT_TRUE(listed) << workers.out;
+  const testing::CtlRun undrain = cluster->Ctl({"undrain", victim});
+  ASSERT_EQ(undrain.ended, "exited with status 0") << undrain.err;
+  EXPECT_NE(undrain.out.find(" idle "), std::string::npos) << undrain.out;
+  EXPECT_EQ(cluster->Ctl({"drain", "nobody"}).ended, "exited with status 3") << "no such worker";
 }
 
 // Runs `spec_path` on a fresh cluster of `workers` with `worker_flags`,

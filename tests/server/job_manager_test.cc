@@ -219,6 +219,37 @@ TEST_F(JobManagerTest, ABrokenLinkWaitsToNameTheLostWorker) {
   for (const auto& [w, a] : delivered_) EXPECT_EQ(a.first_step(), 1) << "nothing was committed";
 }
 
+// An operator drains a busy worker: its job restarts at once without it,
+// on the standby, and the drained worker gets no job until undrained.
+TEST_F(JobManagerTest, ADrainedWorkersJobMovesOffItAtOnceAndItGetsNoJobUntilUndrained) {
+  AddWorker("a");
+  const std::string b = AddWorker("b");
+  const JobStatus job = *jobs_->Submit(Spec(2, 100));
+  NoteAssignments();
+  AddWorker("standby");
+  delivered_.clear();
+  auto drained = jobs_->Drain("b", /*undo=*/false);
+  ASSERT_TRUE(drained.ok()) << drained.status();
+  EXPECT_TRUE(drained->drained);
+  EXPECT_TRUE(drained->job_id.empty()) << "released from its job";
+  const JobStatus moved = *jobs_->Get(job.job_id());
+  ASSERT_EQ(moved.state(), shardline::v1::RUNNING) << moved.message();
+  EXPECT_GT(moved.plan_epoch(), job.plan_epoch());
+  for (const auto& stage : moved.stages()) EXPECT_NE(stage.worker(), "b");
+  bool told_to_stop = false;
+  for (const auto& [w, a] : delivered_) told_to_stop |= w == b && a.cancel();
+  EXPECT_TRUE(told_to_stop);
+  for (const auto& w : registry_->Idle()) EXPECT_NE(w.name, "b") << "a drained worker is not idle";
+
+  // Its job ends; a new job waits rather than take the drained worker.
+  ASSERT_TRUE(jobs_->Cancel(job.job_id()).ok());
+  const JobStatus waiting = *jobs_->Submit(Spec(3, 100));
+  EXPECT_EQ(waiting.state(), shardline::v1::PENDING) << waiting.message();
+  ASSERT_TRUE(jobs_->Drain(b, /*undo=*/true).ok()) << "by id too";
+  EXPECT_EQ(jobs_->Get(waiting.job_id())->state(), shardline::v1::RUNNING);
+  EXPECT_EQ(jobs_->Drain("nobody", false).status().code(), absl::StatusCode::kNotFound);
+}
+
 TEST_F(JobManagerTest, WithNoStandbyWithinALeaseALossReplansOntoFewerStagesOfTheSameCheckpoint) {
   AddWorker("a");
   AddWorker("b");
