@@ -1,4 +1,4 @@
-"""Runs the transport, collective and pipeline benchmarks small and checks what they write.
+"""Runs the transport, collective, pipeline and recovery benchmarks small and checks what they write.
 
 The figures themselves depend on the machine and are not judged here (they
 belong in docs/benchmarks.md), but for the capped wire below; what is
@@ -10,7 +10,10 @@ possible (all timed work fits in the benchmark process's wall time, as this
 script measured it, and CPU time in that wall time times the cores); that
 counts derived from the configuration (bytes, tokens per step, micro-batches)
 are the ones reported; and, for the pipeline, that training over real gRPC
-links on the CPU gives exactly the single-process trainer's losses.
+links on the CPU gives exactly the single-process trainer's losses; for
+recovery, that the kill was noticed within the lease (plus the reaper's
+tick and the polling), the replayed steps are those after the committed
+version, and the positions after it are what each scenario plans.
 
 Where this process may create network namespaces (root, iproute2), it also
 runs the transport benchmark across a veth pair capped at 1 Gbit/s
@@ -258,6 +261,33 @@ def check_pipeline(bin_dir, workdir):
     assert timed < wall, ("the timed steps took longer than the whole benchmark", timed, wall)
 
 
+RECOVERY_LEASE_MS = 1000
+RECOVERY_EVERY = 10
+RECOVERY_KILL_AFTER = 5
+
+
+def check_recovery(bin_dir, workdir):
+    rows, wall = run([os.path.join(bin_dir, "bench_recovery"), "--lease_ms=%d" % RECOVERY_LEASE_MS,
+                      "--checkpoint_every=%d" % RECOVERY_EVERY, "--kill_after=%d" % RECOVERY_KILL_AFTER],
+                     os.path.join(workdir, "recovery.json"))
+    assert [r["scenario"] for r in rows] == ["standby", "twin", "replan"], rows
+    positions = {"standby": 3, "twin": 4, "replan": 2}
+    timed = 0.0
+    for r in rows:
+        check_fields(r, ["stages", "data_parallel", "workers", "lease_s", "detect_s", "resume_s", "recovery_s",
+                         "killed_at_step", "committed_step", "replayed_steps", "positions_after"])
+        assert r["lease_s"] == RECOVERY_LEASE_MS / 1000, r
+        # Noticed by the lease (the reaper looks every lease/10; polled every 5 ms).
+        assert 0 < r["detect_s"] <= r["lease_s"] * 1.1 + 0.5, r
+        assert r["resume_s"] > 0 and close(r["recovery_s"], r["detect_s"] + r["resume_s"]), r
+        assert r["committed_step"] >= RECOVERY_EVERY and r["committed_step"] % RECOVERY_EVERY == 0, r
+        assert r["replayed_steps"] == r["killed_at_step"] - r["committed_step"] >= RECOVERY_KILL_AFTER, r
+        assert r["positions_after"] == positions[r["scenario"]], r
+        assert r["workers"] == r["stages"] * r["data_parallel"] + (0 if r["scenario"] == "replan" else 1), r
+        timed += r["recovery_s"]
+    assert timed < wall, ("the recoveries took longer than the whole benchmark", timed, wall)
+
+
 def main():
     bin_dir, workdir, source_dir = sys.argv[1], sys.argv[2], sys.argv[3]
     os.makedirs(workdir, exist_ok=True)
@@ -266,6 +296,7 @@ def main():
     check_collective_across_capped_veth(bin_dir, workdir, source_dir)
     check_collective(bin_dir, workdir)
     check_pipeline(bin_dir, workdir)
+    check_recovery(bin_dir, workdir)
     print("bench JSON checks passed")
 
 
