@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/heartbeat.h"
 #include "common/job_spec.h"
 #include "common/safetensors.h"
 #include "common/shard_digest.h"
@@ -356,7 +357,25 @@ void JobManager::Tick() {
   absl::MutexLock lock(&mu_);
   const absl::Time now = registry_.Now();
   for (auto& [id, job] : jobs_) {
-    if (job.running() && job.link_failure_due(now)) End(job, shardline::v1::FAILED, job.pending_failure());
+    if (!job.running() || !job.link_failure_pending()) continue;
+    // A stage's link broke: a worker of the job that has stopped talking
+    // for two heartbeats is taken for lost now, not a lease later.
+    const std::vector<WorkerRecord> silent =
+        registry_.ExpireSilent(job.workers(), 2 * common::HeartbeatInterval(registry_.lease()));
+    for (const WorkerRecord& w : silent) {
+      LOG(WARNING) << "worker " << w.name << " lost: its neighbours' links broke and its heartbeats stopped";
+      FailOver(w, "was lost: its neighbours' links broke and its heartbeats stopped");
+    }
+    if (!job.running() || !job.link_failure_due(now)) continue;
+    // A lease on, nobody was lost: a network fault or a stuck stage. Start
+    // again from the committed step, a few times; then it is the job's.
+    if (job.TakeLinkRetry()) {
+      Requeue(job, absl::StrCat("a link broke and no worker was lost: ", job.pending_failure()));
+    } else {
+      End(job, shardline::v1::FAILED,
+          absl::StrCat(job.pending_failure(), " (links broke ", RunningJob::kLinkRetries + 1,
+                       " times in a row with no newer checkpoint)"));
+    }
   }
   ScheduleLocked();  // a recovering job's grace may be over
 }

@@ -183,6 +183,14 @@ void RunningJob::NoteLinkFailure(const std::string& message, absl::Time deadline
   Publish();
 }
 
+bool RunningJob::TakeLinkRetry() {
+  if (status_.committed_step() > link_retries_since_) {
+    link_retries_ = 0;
+    link_retries_since_ = status_.committed_step();
+  }
+  return link_retries_++ < kLinkRetries;
+}
+
 void RunningJob::Watch(std::shared_ptr<StreamMailbox<shardline::v1::JobStatus>> mailbox) {
   for (const shardline::v1::JobStatus& past : recent_steps_) {
     if (past.step() < status_.step()) mailbox->Push(past);  // the current step comes with the status now

@@ -91,8 +91,14 @@ class RunningJob {
   // A stage lost its link (usually a neighbour died): the failure to report
   // if no lost worker is named before `deadline`. Only the first counts.
   void NoteLinkFailure(const std::string& message, absl::Time deadline);
+  bool link_failure_pending() const { return !pending_failure_.empty(); }
   bool link_failure_due(absl::Time now) const { return !pending_failure_.empty() && now >= failure_deadline_; }
   const std::string& pending_failure() const { return pending_failure_; }
+  // A broken link with nobody lost is retried from the committed step up to
+  // kLinkRetries times in a row without a newer commit; true while allowed
+  // (and counts this one).
+  static constexpr int kLinkRetries = 3;
+  bool TakeLinkRetry();
 
   // Streams to `mailbox` the recent steps' statuses, the status now and,
   // unless the job has ended, every later one.
@@ -113,6 +119,8 @@ class RunningJob {
   std::deque<shardline::v1::JobStatus> recent_steps_;  // as each of the last steps ended
   std::string pending_failure_;
   absl::Time failure_deadline_;
+  int link_retries_ = 0;            // in a row, since the committed step below
+  int64_t link_retries_since_ = -1;
   std::string resume_reason_;
   absl::Time shrink_after_ = absl::InfiniteFuture();
 };

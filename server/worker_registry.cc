@@ -76,6 +76,19 @@ std::vector<WorkerRecord> WorkerRegistry::ExpireLeases() {
   return lost;
 }
 
+std::vector<WorkerRecord> WorkerRegistry::ExpireSilent(const std::vector<std::string>& ids, absl::Duration silence) {
+  std::vector<WorkerRecord> lost;
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = clock_();
+  for (const std::string& id : ids) {
+    auto it = workers_.find(id);
+    if (it == workers_.end() || it->second.lost || now - it->second.last_heartbeat <= silence) continue;
+    it->second.lost = true;
+    lost.push_back(it->second);
+  }
+  return lost;
+}
+
 absl::StatusOr<WorkerRecord> WorkerRegistry::Get(const std::string& worker_id) {
   absl::MutexLock lock(&mu_);
   auto it = workers_.find(worker_id);

@@ -61,6 +61,10 @@ class WorkerRegistry {
   absl::StatusOr<WorkerRecord> Leave(const std::string& worker_id);
   // Marks workers whose lease has lapsed as lost; returns them.
   std::vector<WorkerRecord> ExpireLeases();
+  // Marks those of `ids` silent for longer than `silence` (no heartbeat)
+  // as lost before their lease lapses; returns them. For workers already
+  // suspected: their neighbours' links broke.
+  std::vector<WorkerRecord> ExpireSilent(const std::vector<std::string>& ids, absl::Duration silence);
 
   absl::StatusOr<WorkerRecord> Get(const std::string& worker_id);
   std::vector<WorkerRecord> List();

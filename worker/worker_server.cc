@@ -10,6 +10,7 @@
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "common/cost_model.h"
+#include "common/heartbeat.h"
 #include "worker/backend/backend_factory.h"
 #include "worker/collective/grpc_collective.h"
 #include "worker/runtime/gradient_buckets.h"
@@ -85,9 +86,7 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const WorkerOp
   LOG(INFO) << "worker " << options.name << " registered as " << registered.worker_id() << " ("
             << w->backend_->description() << ", " << flops / 1e9 << " GFLOP/s, StageLink on port "
             << w->port_ << ")";
-  // Four per lease, and at least one a second: heartbeats carry what the
-  // stage is doing (the hang explainer), which should be fresh.
-  const absl::Duration every = absl::Milliseconds(std::clamp<int64_t>(registered.lease_ms() / 4, 10, 1000));
+  const absl::Duration every = common::HeartbeatInterval(absl::Milliseconds(registered.lease_ms()));
   WorkerServer* self = w.get();
   w->heartbeat_ = std::thread([self, every] { self->HeartbeatLoop(every); });
   w->watch_ = std::thread([self] { self->WatchLoop(); });
