@@ -6,13 +6,16 @@
 // coordinator acts on it (detect_s: the job leaves RUNNING; the target is
 // the lease), from then until the job has trained a step again at its new
 // epoch (resume_s: the target is 10 s), and the steps it replays (those
-// completed after its committed version):
+// completed after its committed version), and where the restarted
+// positions loaded their state from (their own memory, a twin's, the
+// coordinator's disk; --d_model scales the state):
 //   standby  p = 3: a spare worker takes the lost position;
 //   twin     p = 2, d = 2: a spare takes the lost position, whose replica
 //            twin holds the same shard;
 //   replan   p = 3, no spare: after a lease it re-plans onto 2 stages.
 //
-//   bench_recovery [--scenarios=standby,twin,replan] [--lease_ms=3000] [--kill_after=25] [--json=FILE]
+//   bench_recovery [--scenarios=standby,twin,replan] [--lease_ms=3000] [--kill_after=25] [--d_model=128]
+//                  [--json=FILE]
 #include <signal.h>
 
 #include <algorithm>
@@ -23,6 +26,7 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -36,6 +40,7 @@ ABSL_FLAG(std::string, scenarios, "standby,twin,replan", "which recoveries to me
 ABSL_FLAG(int64_t, lease_ms, 3000, "the coordinator's lease (its default: 3000)");
 ABSL_FLAG(int, checkpoint_every, 50, "checkpoint.every_steps of the job");
 ABSL_FLAG(int, kill_after, 25, "steps after a committed checkpoint at which the worker is killed");
+ABSL_FLAG(int, d_model, 128, "the model's width (the default model's: 128)");
 ABSL_FLAG(std::string, json, "", "write the rows as JSON to this file");
 
 namespace shardline::bench {
@@ -64,6 +69,7 @@ shardline::v1::JobSpec Spec(const Scenario& s) {
   spec->mutable_parallel()->set_pipeline_stages(s.stages);
   spec->mutable_parallel()->set_data_parallel(s.replicas);
   spec->mutable_train()->set_micro_batches(8 / s.replicas);
+  spec->mutable_model()->set_d_model(absl::GetFlag(FLAGS_d_model));
   spec->mutable_checkpoint()->set_every_steps(absl::GetFlag(FLAGS_checkpoint_every));
   return *spec;
 }
@@ -90,6 +96,9 @@ BenchReport::Row Measure(const Scenario& s) {
   const int threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / workers);
   const int64_t lease_ms = absl::GetFlag(FLAGS_lease_ms);
   client::LocalCluster cluster;
+  // Alike workers on one host, reported alike (measured at once, their
+  // rates differ by noise, and the planner would cut again for the spare).
+  cluster.set_worker_flags({"--gemm_flops=1e11"});
   BENCH_CHECK_OK(cluster.Start(workers, "cpu", threads, lease_ms));
   client::AdminClient admin(cluster.address());
   absl::StatusOr<shardline::v1::JobStatus> job = admin.Submit(Spec(s));
@@ -121,6 +130,12 @@ BenchReport::Row Measure(const Scenario& s) {
   });
   const double resume_s = Since(detected);
   BENCH_CHECK_OK(admin.Cancel(id).status());
+  int own = 0, twin = 0, coordinator = 0;
+  for (const auto& stage : resumed.stages()) {
+    own += stage.resumed_from() == "its own memory";
+    twin += absl::StartsWith(stage.resumed_from(), "its twin");
+    coordinator += stage.resumed_from() == "the coordinator";
+  }
   LOG(INFO) << s.name << ": killed " << victim << " at step " << reached << "; noticed after " << detect_s
             << " s: " << noticed.message() << "; training again after " << resume_s << " s on "
             << resumed.stages_size() << " positions";
@@ -135,7 +150,10 @@ BenchReport::Row Measure(const Scenario& s) {
           {"killed_at_step", static_cast<double>(reached)},
           {"committed_step", static_cast<double>(committed)},
           {"replayed_steps", static_cast<double>(reached - committed)},
-          {"positions_after", static_cast<double>(resumed.stages_size())}};
+          {"positions_after", static_cast<double>(resumed.stages_size())},
+          {"state_from_own_memory", static_cast<double>(own)},
+          {"state_from_twin", static_cast<double>(twin)},
+          {"state_from_coordinator", static_cast<double>(coordinator)}};
 }
 
 int Main() {

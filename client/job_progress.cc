@@ -131,6 +131,9 @@ std::string DescribeJob(const shardline::v1::JobStatus& s) {
     std::vector<std::vector<std::string>> rows = {{"STAGE", "WORKER", "UNITS", "BUSY", "STEP S", "PEAK MICRO-BATCHES",
                                                    "LINK PEAK MIB", "MINOR FAULTS/GIB RECEIVED", "CHECKPOINT S (WAIT)"}};
     if (replicas) rows[0].insert(rows[0].begin() + 1, "REPLICA");
+    bool resumed = false;  // a restart after step 1: where each position's state came from
+    for (const auto& st : s.stages()) resumed |= !st.resumed_from().empty();
+    if (resumed) rows[0].push_back("STATE FROM");
     for (const auto& st : s.stages()) {
       std::vector<std::string> row = {
           absl::StrCat(st.stage()), st.worker(), absl::StrCat("[", st.unit_begin(), ", ", st.unit_end(), ")"),
@@ -142,6 +145,7 @@ std::string DescribeJob(const shardline::v1::JobStatus& s) {
               ? absl::StrFormat("%.3f (%.3f)", st.checkpoint_seconds(), st.checkpoint_wait_seconds())
               : "-"};
       if (replicas) row.insert(row.begin() + 1, absl::StrCat(st.replica()));
+      if (resumed) row.push_back(st.resumed_from().empty() ? "-" : st.resumed_from());
       rows.push_back(std::move(row));
     }
     out += "Stages:\n" + Table(rows);

@@ -73,10 +73,11 @@ absl::Status LocalCluster::AddWorker() {
 
 absl::Status LocalCluster::StartWorker() {
   const int n = static_cast<int>(workers_.size());
-  auto worker = ChildProcess::Start(
-      {(BinDir() / "shardline-worker").string(), "--coordinator=" + address_, absl::StrCat("--name=local-", n),
-       "--listen=127.0.0.1:0", "--device=" + device_, absl::StrCat("--threads=", threads_)},
-      absl::StrCat(dir_, "/worker-", n, ".log"));
+  std::vector<std::string> argv = {(BinDir() / "shardline-worker").string(), "--coordinator=" + address_,
+                                   absl::StrCat("--name=local-", n), "--listen=127.0.0.1:0", "--device=" + device_,
+                                   absl::StrCat("--threads=", threads_)};
+  argv.insert(argv.end(), worker_flags_.begin(), worker_flags_.end());
+  auto worker = ChildProcess::Start(argv, absl::StrCat(dir_, "/worker-", n, ".log"));
   if (!worker.ok()) return worker.status();
   workers_.push_back(std::move(*worker));
   return absl::OkStatus();

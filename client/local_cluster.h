@@ -24,6 +24,8 @@ class LocalCluster {
  public:
   ~LocalCluster();
 
+  // More flags for every worker started from now on.
+  void set_worker_flags(std::vector<std::string> flags) { worker_flags_ = std::move(flags); }
   // Starts the coordinator (lease `lease_ms`) and `workers` workers and
   // waits until every one has registered.
   absl::Status Start(int workers, const std::string& device, int threads, int64_t lease_ms);
@@ -47,6 +49,7 @@ class LocalCluster {
   std::string address_;
   std::string device_;
   int threads_ = 1;
+  std::vector<std::string> worker_flags_;
   std::unique_ptr<ChildProcess> coordinator_;
   std::vector<std::unique_ptr<ChildProcess>> workers_;
   bool keep_ = false;

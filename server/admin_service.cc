@@ -4,7 +4,7 @@
 #include "common/grpc_status.h"
 #include "common/job_spec.h"
 #include "common/safetensors.h"
-#include "server/chunk_writer.h"
+#include "common/grpc_chunk_writer.h"
 #include "server/grpc_mailbox_writer.h"
 
 namespace shardline::server {
@@ -119,7 +119,7 @@ grpc::ServerWriteReactor<shardline::v1::ExportChunk>* AdminService::ExportWeight
   absl::StatusOr<std::string> bytes =
       contents.ok() ? common::SerializeSafetensors(*contents) : contents.status();
   if (!bytes.ok()) return new RejectedWriter<shardline::v1::ExportChunk>(ToGrpcStatus(bytes.status()));
-  return new ChunkWriter<shardline::v1::ExportChunk>(std::move(*bytes));
+  return new common::ChunkWriter<shardline::v1::ExportChunk>(std::move(*bytes));
 }
 
 }  // namespace shardline::server

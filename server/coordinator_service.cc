@@ -4,10 +4,10 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/grpc_chunk_writer.h"
 #include "common/grpc_status.h"
 #include "common/safetensors.h"
 #include "glog/logging.h"
-#include "server/chunk_writer.h"
 #include "server/grpc_mailbox_writer.h"
 
 namespace shardline::server {
@@ -198,7 +198,7 @@ grpc::ServerWriteReactor<shardline::v1::ShardChunk>* CoordinatorService::FetchSt
   (void)absl::SimpleAtoi(contents->metadata["step"], &step);
   header.set_step(step);
   header.set_total_bytes(static_cast<int64_t>(bytes->size()));
-  return new ChunkWriter<shardline::v1::ShardChunk>(
+  return new common::ChunkWriter<shardline::v1::ShardChunk>(
       std::move(*bytes), [header](shardline::v1::ShardChunk& first) { *first.mutable_header() = header; });
 }
 

@@ -32,6 +32,31 @@ int64_t ReduceBytesPerStep(int64_t parameters, int d) {
   return d > 1 ? 2 * (d - 1) * parameters * static_cast<int64_t>(sizeof(float)) / d : 0;
 }
 
+// `n` of `idle`: the worker named previous[i] at position i where it is
+// idle (previous.size() == n), the others in order.
+std::vector<WorkerRecord> ChooseGrid(const std::vector<WorkerRecord>& idle, int n,
+                                     const std::vector<std::string>& previous) {
+  std::vector<WorkerRecord> grid(n);
+  std::vector<bool> placed(n, false), used(idle.size(), false);
+  for (int i = 0; i < n && static_cast<int>(previous.size()) == n; ++i) {
+    for (size_t w = 0; w < idle.size(); ++w) {
+      if (!used[w] && idle[w].name == previous[i]) {
+        grid[i] = idle[w];
+        placed[i] = used[w] = true;
+        break;
+      }
+    }
+  }
+  size_t next = 0;
+  for (int i = 0; i < n; ++i) {
+    if (placed[i]) continue;
+    while (used[next]) ++next;
+    grid[i] = idle[next];
+    used[next] = true;
+  }
+  return grid;
+}
+
 }  // namespace
 
 absl::StatusOr<shardline::v1::PlanResponse> PreviewGrid(const shardline::v1::JobSpec& spec,
@@ -64,7 +89,9 @@ absl::StatusOr<shardline::v1::PlanResponse> PreviewGrid(const shardline::v1::Job
 
 absl::StatusOr<GridPlacement> PlaceGrid(const shardline::v1::JobSpec& job_spec, const std::string& job_id,
                                         int64_t first_step, int stages,
-                                        const std::vector<WorkerRecord>& idle) {
+                                        const std::vector<WorkerRecord>& idle,
+                                        const std::vector<std::string>& previous,
+                                        const std::vector<int>& previous_cut) {
   const int p = stages, d = job_spec.parallel().data_parallel();
   if (p < 1 || p > job_spec.parallel().pipeline_stages()) {
     return absl::InvalidArgumentError(absl::StrCat("cannot plan ", p, " stages for a spec of ",
@@ -75,8 +102,8 @@ absl::StatusOr<GridPlacement> PlaceGrid(const shardline::v1::JobSpec& job_spec, 
   }
   shardline::v1::JobSpec spec = job_spec;
   spec.mutable_parallel()->set_pipeline_stages(p);
-  const std::vector<WorkerRecord> grid(idle.begin(), idle.begin() + p * d);
-  ASSIGN_OR_RETURN(PipelinePlan plan, PlanPipeline(spec, GridCapacities(grid, p, d)));
+  const std::vector<WorkerRecord> grid = ChooseGrid(idle, p * d, previous);
+  ASSIGN_OR_RETURN(PipelinePlan plan, PlanPipeline(spec, GridCapacities(grid, p, d), previous_cut));
   GridPlacement out;
   out.stages = p;
   out.replicas = d;
@@ -104,6 +131,9 @@ absl::StatusOr<GridPlacement> PlaceGrid(const shardline::v1::JobSpec& job_spec, 
       a.set_replicas(d);
       if (d > 1) {
         for (int q = 0; q < d; ++q) a.add_replica_addresses(grid[q * p + s].capabilities.listen_address());
+      }
+      for (int q = 0; q < d && first_step > 1; ++q) {
+        if (q != r) a.add_state_peers(grid[q * p + s].capabilities.listen_address());
       }
     }
   }

@@ -37,10 +37,17 @@ absl::StatusOr<shardline::v1::PlanResponse> PreviewGrid(const shardline::v1::Job
 // re-planned onto the workers it has left: the cut is planned for that
 // many, and the assignments' spec says so), every assignment starting at
 // `first_step` (1 for a fresh job; after a restart or a loss, one after
-// the committed version).
+// the committed version). `previous`, the names of the workers that held
+// each position before a restart (same p × d), keeps those still idle
+// where they were, and `previous_cut` (each stage's first unit) when it is
+// nearly as fast as the best (PlanPipeline): they hold that position's
+// state in memory. A position starting after step 1 is told its twins'
+// addresses (state_peers).
 absl::StatusOr<GridPlacement> PlaceGrid(const shardline::v1::JobSpec& spec, const std::string& job_id,
                                         int64_t first_step, int stages,
-                                        const std::vector<WorkerRecord>& idle);
+                                        const std::vector<WorkerRecord>& idle,
+                                        const std::vector<std::string>& previous = {},
+                                        const std::vector<int>& previous_cut = {});
 
 }  // namespace shardline::server
 

@@ -155,7 +155,8 @@ void JobManager::ScheduleLocked() {
         continue;
       }
     }
-    absl::StatusOr<GridPlacement> placement = PlaceGrid(job.spec(), id, job.first_step(), stages, idle);
+    absl::StatusOr<GridPlacement> placement =
+        PlaceGrid(job.spec(), id, job.first_step(), stages, idle, job.previous_workers(), job.previous_cut());
     if (!placement.ok() && stages < p) {
       job.Wait(absl::StrCat(resume, "cannot re-plan onto ", stages * d, " workers (",
                             placement.status().message(), "); ", want));

@@ -24,7 +24,8 @@ double GiB(int64_t bytes) { return static_cast<double>(bytes) / (1 << 30); }
 }  // namespace
 
 absl::StatusOr<PipelinePlan> PlanPipeline(const shardline::v1::JobSpec& spec,
-                                          const std::vector<WorkerCapacity>& workers) {
+                                          const std::vector<WorkerCapacity>& workers,
+                                          const std::vector<int>& prefer) {
   const int p = spec.parallel().pipeline_stages();
   const int n = common::PipelineUnits(spec.model());
   if (p < 1 || p > n) {
@@ -111,17 +112,34 @@ absl::StatusOr<PipelinePlan> PlanPipeline(const shardline::v1::JobSpec& spec,
         "%.2f GiB in all)%s",
         n, p, GiB(total), detail));
   }
+  std::vector<int> starts(p);
+  for (int s = p - 1, j = n; s >= 0; --s) j = starts[s] = cut[s][j];
+  double slowest = best[p - 1][n];
+  // The preferred cut, if it is one, fits, and is nearly as fast.
+  bool keep = static_cast<int>(prefer.size()) == p && prefer[0] == 0;
+  double kept_slowest = 0;
+  for (int s = 0; keep && s < p; ++s) {
+    const int a = prefer[s], b = s + 1 < p ? prefer[s + 1] : n;
+    keep = a < b && b <= n;
+    if (!keep) break;
+    const RangeCost cost = range(s, a, b);
+    keep = cost.memory_bytes <= workers[s].memory_bytes;
+    kept_slowest = std::max(kept_slowest, cost.flops_per_micro_batch / workers[s].flops_per_second);
+  }
+  if (keep && kept_slowest <= kKeepCutSlack * slowest) {
+    starts = prefer;
+    slowest = kept_slowest;
+  }
   PipelinePlan plan;
   plan.stages.resize(p);
-  for (int s = p - 1, j = n; s >= 0; --s) {
-    const int a = cut[s][j];
+  for (int s = 0; s < p; ++s) {
+    const int a = starts[s], j = s + 1 < p ? starts[s + 1] : n;
     const RangeCost cost = range(s, a, j);
     plan.stages[s] = StagePlan{a, j, workers[s].name,
                                cost.flops_per_micro_batch / workers[s].flops_per_second,
                                cost.memory_bytes, static_cast<int64_t>(parameters[j] - parameters[a])};
-    j = a;
   }
-  plan.predicted_step_seconds = (m + p - 1) * best[p - 1][n];
+  plan.predicted_step_seconds = (m + p - 1) * slowest;
   plan.bubble_fraction = static_cast<double>(p - 1) / (m + p - 1);
   return plan;
 }

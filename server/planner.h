@@ -43,8 +43,14 @@ struct PipelinePlan {
 // batch's (the caller passes, per stage, what its d workers can all do).
 // INVALID_ARGUMENT for too few workers or units; RESOURCE_EXHAUSTED when no
 // cut fits in memory, saying which worker falls short and by how much.
+// `prefer` (each stage's first unit, p of them) is kept instead of the best
+// cut when it fits and its slowest stage is within kKeepCutSlack of the
+// best's: a restart keeps the cut its surviving workers hold state for
+// unless another is clearly faster (measured rates differ by noise alone).
+inline constexpr double kKeepCutSlack = 1.10;
 absl::StatusOr<PipelinePlan> PlanPipeline(const shardline::v1::JobSpec& spec,
-                                          const std::vector<WorkerCapacity>& workers);
+                                          const std::vector<WorkerCapacity>& workers,
+                                          const std::vector<int>& prefer = {});
 
 // A readable multi-line description of the plan.
 std::string DescribePlan(const PipelinePlan& plan);

@@ -20,6 +20,7 @@ RunningJob::RunningJob(shardline::v1::JobSpec spec, shardline::v1::JobStatus sav
   const int64_t committed = std::max<int64_t>(status_.committed_step(), 0);
   status_.set_state(shardline::v1::RECOVERING);
   status_.set_step(committed);
+  RememberPlacement();
   status_.clear_stages();
   resume_reason_ = "after a coordinator restart";
   status_.set_message(absl::StrCat("resuming ", resume_reason_, " from its committed step ", committed));
@@ -29,6 +30,7 @@ void RunningJob::Requeue(const std::string& why, absl::Time shrink_after) {
   status_.set_state(shardline::v1::RECOVERING);
   shrink_after_ = shrink_after;
   status_.set_step(std::max<int64_t>(status_.committed_step(), 0));
+  RememberPlacement();
   status_.clear_stages();
   workers_.clear();
   reports_.clear();
@@ -36,6 +38,15 @@ void RunningJob::Requeue(const std::string& why, absl::Time shrink_after) {
   resume_reason_ = why;
   status_.set_message(absl::StrCat("recovering (", why, "): resuming at step ", first_step()));
   Publish();
+}
+
+void RunningJob::RememberPlacement() {
+  previous_workers_.clear();
+  previous_cut_.clear();
+  for (const auto& stage : status_.stages()) {
+    previous_workers_.push_back(stage.worker());
+    if (stage.replica() == 0) previous_cut_.push_back(stage.unit_begin());
+  }
 }
 
 bool RunningJob::ended() const {
@@ -144,6 +155,7 @@ void RunningJob::CompleteStep(int64_t step) {
     status->set_minor_faults_per_gib(gib > 0 ? rep.minor_faults() / gib : 0.0);
     status->set_link_peak_bytes(rep.link_peak_bytes());
     status->set_step_seconds(rep.step_seconds());
+    if (!rep.resumed_from().empty()) status->set_resumed_from(rep.resumed_from());
     if (rep.checkpoint_seconds() > 0) {
       status->set_checkpoint_seconds(rep.checkpoint_seconds());
       status->set_checkpoint_wait_seconds(rep.checkpoint_wait_seconds());

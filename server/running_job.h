@@ -64,6 +64,11 @@ class RunningJob {
   void Requeue(const std::string& why, absl::Time shrink_after);
   // Why a RECOVERING job restarts.
   const std::string& resume_reason() const { return resume_reason_; }
+  // The names of the workers that held each position before it stopped
+  // (none for a fresh job): a restart keeps them there where it can.
+  const std::vector<std::string>& previous_workers() const { return previous_workers_; }
+  // And the cut they held (each stage's first unit).
+  const std::vector<int>& previous_cut() const { return previous_cut_; }
   // From when a RECOVERING job may restart on fewer stages than its spec's
   // (never for a fresh job). A restored one gets `at`.
   absl::Time shrink_after() const { return shrink_after_; }
@@ -122,6 +127,9 @@ class RunningJob {
   int link_retries_ = 0;            // in a row, since the committed step below
   int64_t link_retries_since_ = -1;
   std::string resume_reason_;
+  std::vector<std::string> previous_workers_;
+  std::vector<int> previous_cut_;
+  void RememberPlacement();  // previous_workers_ and previous_cut_ from the stages now
   absl::Time shrink_after_ = absl::InfiniteFuture();
 };
 

@@ -9,8 +9,9 @@
 
 namespace shardline::worker {
 
-BackgroundReporter::BackgroundReporter(StageReporter& inner, const std::atomic<bool>& cancelled, size_t max_queued)
-    : inner_(inner), cancelled_(cancelled), max_queued_(max_queued) {
+BackgroundReporter::BackgroundReporter(StageReporter& inner, StateCache& cache, const std::atomic<bool>& cancelled,
+                                       size_t max_queued)
+    : inner_(inner), cache_(cache), cancelled_(cancelled), max_queued_(max_queued) {
   reports_ = std::thread([this] { SendReports(); });
   uploads_ = std::thread([this] { SendShards(); });
 }
@@ -19,11 +20,6 @@ BackgroundReporter::~BackgroundReporter() { Abandon(); }
 
 void BackgroundReporter::Fail(const absl::Status& error) {
   if (status_.ok()) status_ = error;
-}
-
-void BackgroundReporter::Release(std::unique_ptr<ShardSnapshot> shard) {
-  spare_ = std::move(*shard).TakeTensors();
-  snapshot_held_ = false;
 }
 
 void BackgroundReporter::Prepare(std::map<std::string, std::vector<int64_t>> layout) {
@@ -59,7 +55,8 @@ std::map<std::string, common::Tensor> BackgroundReporter::WaitForSnapshotSlot() 
   auto free = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !snapshot_held_ || closing_ || !status_.ok(); };
   AwaitOrCancelled(absl::Condition(&free));
   if (snapshot_held_) return {};
-  return std::move(spare_);
+  if (!spare_.empty()) return std::move(spare_);
+  return cache_.TakeMemory();  // the last snapshot's, unless a twin is reading it
 }
 
 void BackgroundReporter::ReportCheckpoint(shardline::v1::ReportStepRequest report,
@@ -106,12 +103,15 @@ void BackgroundReporter::SendReports() {
       item = std::move(queue_.front());
       queue_.pop_front();
       if (!status_.ok()) {  // the stage is about to stop: nothing more goes out
-        if (item.shard != nullptr) Release(std::move(item.shard));
+        if (item.shard != nullptr) snapshot_held_ = false;
         continue;
       }
       sending_ = true;
     }
-    if (item.shard != nullptr) item.report.set_shard_digest(item.shard->ComputeDigest());
+    if (item.shard != nullptr) {
+      item.report.set_shard_digest(item.shard->ComputeDigest());
+      cache_.Put(item.shard);
+    }
     absl::StatusOr<bool> stop = inner_.ReportStep(item.report);
     absl::MutexLock lock(&mu_);
     sending_ = false;
@@ -124,7 +124,7 @@ void BackgroundReporter::SendReports() {
       if (item.upload && status_.ok() && !closing_) {
         to_upload_ = std::move(item.shard);
       } else {
-        Release(std::move(item.shard));
+        snapshot_held_ = false;
       }
     }
   }
@@ -132,7 +132,7 @@ void BackgroundReporter::SendReports() {
 
 void BackgroundReporter::SendShards() {
   while (true) {
-    std::unique_ptr<ShardSnapshot> shard;
+    std::shared_ptr<ShardSnapshot> shard;
     std::map<std::string, std::vector<int64_t>> layout;
     {
       absl::MutexLock lock(&mu_);
@@ -172,7 +172,8 @@ void BackgroundReporter::SendShards() {
       Fail(absl::Status(uploaded.code(), absl::StrCat("the checkpoint of step ", shard->header().step(),
                                                       " was not stored: ", uploaded.message())));
     }
-    Release(std::move(shard));
+    shard.reset();  // the cache's alone now
+    snapshot_held_ = false;
   }
 }
 

@@ -4,10 +4,12 @@
 // checkpoint the stage hands over a snapshot of its shard (host memory);
 // the snapshot's digest, which the step's report carries, is computed on
 // that thread, and replica 0's upload runs on a second one while the stage
-// trains on. One snapshot at a time, in memory reused from one checkpoint
-// to the next (allocated ahead, off the stage's thread, by Prepare): a
-// checkpoint waits in WaitForSnapshotSlot until the previous upload is
-// done, the only wait for a checkpoint beyond copying its snapshot. The
+// trains on. Each snapshot, once its digest is known, is the worker's
+// StateCache's (for a restart, or a twin, to load from memory). One
+// snapshot at a time, in memory reused from one checkpoint to the next
+// (allocated ahead, off the stage's thread, by Prepare): a checkpoint
+// waits in WaitForSnapshotSlot until the previous upload is done, the only
+// wait for a checkpoint beyond copying its snapshot. The
 // first error, or the coordinator saying stop, is kept for the stage to
 // read between steps. Thread-safe; the reporter it wraps is used by one
 // thread at a time.
@@ -27,6 +29,7 @@
 #include "absl/synchronization/mutex.h"
 #include "shardline/v1/coordinator.pb.h"
 #include "worker/shard_snapshot.h"
+#include "worker/state_cache.h"
 #include "worker/stage_reporter.h"
 
 namespace shardline::worker {
@@ -34,7 +37,8 @@ namespace shardline::worker {
 class BackgroundReporter {
  public:
   // `cancelled` is the job's: once true, waits end and the upload stops.
-  BackgroundReporter(StageReporter& inner, const std::atomic<bool>& cancelled, size_t max_queued = 64);
+  BackgroundReporter(StageReporter& inner, StateCache& cache, const std::atomic<bool>& cancelled,
+                     size_t max_queued = 64);
   // Abandon()s whatever is not sent yet (Flush first to send it).
   ~BackgroundReporter();
 
@@ -64,21 +68,21 @@ class BackgroundReporter {
  private:
   struct Item {
     shardline::v1::ReportStepRequest report;
-    std::unique_ptr<ShardSnapshot> shard;
+    std::shared_ptr<ShardSnapshot> shard;
     bool upload = false;
   };
 
   void SendReports();
   void SendShards();
   void Fail(const absl::Status& error) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The snapshot is done with: the next one may be taken, into its memory.
-  void Release(std::unique_ptr<ShardSnapshot> shard) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   bool Idle() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Waits for `condition`, or until the job is cancelled (which also cuts
   // the upload).
   void AwaitOrCancelled(const absl::Condition& condition) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   StageReporter& inner_;
+  StateCache& cache_;
   const std::atomic<bool>& cancelled_;
   const size_t max_queued_;
   std::atomic<bool> abandoned_{false};  // the upload's cancellation flag
@@ -87,9 +91,9 @@ class BackgroundReporter {
   std::deque<Item> queue_ ABSL_GUARDED_BY(mu_);
   bool sending_ ABSL_GUARDED_BY(mu_) = false;      // a report is on its way
   bool snapshot_held_ ABSL_GUARDED_BY(mu_) = false;
-  std::unique_ptr<ShardSnapshot> to_upload_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<ShardSnapshot> to_upload_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::vector<int64_t>> to_prepare_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, common::Tensor> spare_ ABSL_GUARDED_BY(mu_);  // the next snapshot's memory
+  std::map<std::string, common::Tensor> spare_ ABSL_GUARDED_BY(mu_);  // Prepare's memory, for the first snapshot
   absl::Status status_ ABSL_GUARDED_BY(mu_);
   bool closing_ ABSL_GUARDED_BY(mu_) = false;
 

@@ -7,6 +7,7 @@
 #include "common/grpc_status.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
+#include "shardline/v1/stage_link.grpc.pb.h"
 #include "worker/call_watchdog.h"
 
 namespace shardline::worker {
@@ -181,21 +182,22 @@ absl::Status GrpcCoordinatorClient::ReportShard(const ShardSnapshot& shard, cons
   }
 }
 
-absl::StatusOr<common::SafetensorsContents> GrpcCoordinatorClient::FetchState(
-    const shardline::v1::FetchStateRequest& request) {
-  grpc::ClientContext context;
-  // A whole stage's state: more time than one small call.
-  context.set_deadline(absl::ToChronoTime(absl::Now() + 6 * deadline_));
-  auto reader = stub_->FetchState(&context, request);
+namespace {
+
+// A FetchState stream (the coordinator's or a twin's): a safetensors file
+// in chunks, the first with a header announcing its length.
+absl::StatusOr<common::SafetensorsContents> ReadStateStream(grpc::ClientContext& context,
+                                                            grpc::ClientReader<shardline::v1::ShardChunk>& reader,
+                                                            const std::string& from) {
   shardline::v1::ShardChunk chunk;
   int64_t total = -1;
   std::string bytes;
-  while (reader->Read(&chunk)) {
+  while (reader.Read(&chunk)) {
     if (total < 0) {
       if (!chunk.has_header() || chunk.header().total_bytes() < 0) {
         context.TryCancel();
-        (void)reader->Finish();
-        return absl::DataLossError("the coordinator's state stream lacks its header");
+        (void)reader.Finish();
+        return absl::DataLossError(absl::StrCat(from, "'s state stream lacks its header"));
       }
       total = chunk.header().total_bytes();
       bytes.reserve(static_cast<size_t>(total));
@@ -203,15 +205,38 @@ absl::StatusOr<common::SafetensorsContents> GrpcCoordinatorClient::FetchState(
     bytes += chunk.data();
     if (static_cast<int64_t>(bytes.size()) > total) {
       context.TryCancel();
-      (void)reader->Finish();
-      return absl::DataLossError(absl::StrCat("the coordinator sent more than the ", total, " bytes it announced"));
+      (void)reader.Finish();
+      return absl::DataLossError(absl::StrCat(from, " sent more than the ", total, " bytes it announced"));
     }
   }
-  RETURN_IF_ERROR(FromGrpcStatus(reader->Finish()));
+  RETURN_IF_ERROR(FromGrpcStatus(reader.Finish()));
   if (static_cast<int64_t>(bytes.size()) != total) {
-    return absl::DataLossError(absl::StrCat("the state stream ended at ", bytes.size(), " of ", total, " bytes"));
+    return absl::DataLossError(absl::StrCat(from, "'s state stream ended at ", bytes.size(), " of ", total, " bytes"));
   }
   return common::ParseSafetensors(bytes);
+}
+
+}  // namespace
+
+absl::StatusOr<common::SafetensorsContents> GrpcCoordinatorClient::FetchState(
+    const shardline::v1::FetchStateRequest& request) {
+  grpc::ClientContext context;
+  // A whole stage's state: more time than one small call.
+  context.set_deadline(absl::ToChronoTime(absl::Now() + 6 * deadline_));
+  auto reader = stub_->FetchState(&context, request);
+  return ReadStateStream(context, *reader, "the coordinator");
+}
+
+absl::StatusOr<common::SafetensorsContents> GrpcCoordinatorClient::FetchStateFromTwin(
+    const std::string& address, const shardline::v1::FetchStateRequest& request) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(64 << 20);
+  auto stub = shardline::v1::WorkerState::NewStub(
+      grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + 6 * deadline_));
+  auto reader = stub->FetchState(&context, request);
+  return ReadStateStream(context, *reader, "the twin at " + address);
 }
 
 }  // namespace shardline::worker

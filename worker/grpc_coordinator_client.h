@@ -43,6 +43,9 @@ class GrpcCoordinatorClient final : public StageReporter {
   // went through for three deadlines or on a refusal.
   absl::Status ReportShard(const ShardSnapshot& shard, const std::atomic<bool>& cancelled) override;
   absl::StatusOr<common::SafetensorsContents> FetchState(const shardline::v1::FetchStateRequest& request) override;
+  // A fresh channel to the twin, the same deadline as FetchState's.
+  absl::StatusOr<common::SafetensorsContents> FetchStateFromTwin(
+      const std::string& address, const shardline::v1::FetchStateRequest& request) override;
 
  private:
   void SetDeadline(grpc::ClientContext& context) const;

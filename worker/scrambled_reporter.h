@@ -26,6 +26,10 @@ class ScrambledReporter final : public StageReporter {
   absl::StatusOr<common::SafetensorsContents> FetchState(const shardline::v1::FetchStateRequest& request) override {
     return inner_.FetchState(request);
   }
+  absl::StatusOr<common::SafetensorsContents> FetchStateFromTwin(
+      const std::string& address, const shardline::v1::FetchStateRequest& request) override {
+    return inner_.FetchStateFromTwin(address, request);
+  }
 
  private:
   StageReporter& inner_;

@@ -38,6 +38,8 @@ class ShardSnapshot {
   std::string Bytes() const;
   // Computes, records in the header and returns the file's ShardDigest.
   uint64_t ComputeDigest();
+  // The tensors by name (what a restart from this step imports).
+  const std::map<std::string, common::Tensor>& tensors() const { return contents_.tensors; }
   // The tensors back, to be written over by the next checkpoint's snapshot.
   std::map<std::string, common::Tensor> TakeTensors() && { return std::move(contents_.tensors); }
 

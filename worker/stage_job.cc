@@ -12,6 +12,7 @@
 #include "worker/data/data_source.h"
 #include "worker/runtime/pipeline_stage.h"
 #include "worker/runtime/shard_runtime.h"
+#include "worker/state_loader.h"
 
 namespace shardline::worker {
 namespace {
@@ -56,35 +57,11 @@ absl::StatusOr<std::unique_ptr<ShardSnapshot>> TakeSnapshot(const shardline::v1:
   return ShardSnapshot::Create(std::move(header), std::move(contents));
 }
 
-// A position restarting at first_step > 1 (after a coordinator restart or a
-// lost worker) loads the committed version of the step before it.
-absl::Status LoadCommittedState(const shardline::v1::Assignment& a, const std::string& worker_id,
-                                runtime::ShardRuntime& runtime, runtime::PipelineStage& stage,
-                                StageReporter& reporter) {
-  shardline::v1::FetchStateRequest request;
-  request.set_job_id(a.job_id());
-  request.set_plan_epoch(a.plan_epoch());
-  request.set_stage(a.stage());
-  request.set_replica(a.replica());
-  request.set_worker_id(worker_id);
-  for (const nn::Parameter* p : runtime.parameters()) request.add_names(p->name);
-  ASSIGN_OR_RETURN(common::SafetensorsContents state, reporter.FetchState(request));
-  const std::string want = std::to_string(a.first_step() - 1);
-  if (state.metadata["step"] != want) {
-    return absl::FailedPreconditionError(absl::StrCat("the committed version is of step ", state.metadata["step"],
-                                                      ", not ", want, " as the assignment says"));
-  }
-  RETURN_IF_ERROR(stage.ImportState(state.tensors));
-  LOG(INFO) << "job " << a.job_id() << " stage " << a.stage() << " replica " << a.replica()
-            << ": resumed from the committed step " << want << " (" << state.tensors.size() << " tensors)";
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 absl::Status RunStageJob(const shardline::v1::Assignment& a, const std::string& worker_id,
                          Backend& backend, transport::StageLink& link, collective::Collective* replicas,
-                         StageReporter& reporter, const std::atomic<bool>& cancelled,
+                         StageReporter& reporter, StateCache& cache, const std::atomic<bool>& cancelled,
                          runtime::StageActivity* activity) {
   auto doing = [activity](int64_t step, std::string what) {
     if (activity != nullptr) activity->Set(step, std::move(what));
@@ -128,15 +105,22 @@ absl::Status RunStageJob(const shardline::v1::Assignment& a, const std::string& 
     status = created.status();
     if (created.ok()) stage = std::move(*created);
   }
+  std::string resumed_from;
   if (status.ok() && a.first_step() > 1) {
-    doing(a.first_step(), absl::StrCat("loads the committed state of step ", a.first_step() - 1));
-    status = LoadCommittedState(a, worker_id, *runtime, *stage, reporter);
+    doing(a.first_step(), absl::StrCat("loads the state of step ", a.first_step() - 1));
+    absl::StatusOr<std::string> source = LoadState(a, worker_id, *runtime, *stage, reporter, cache);
+    status = source.status();
+    if (source.ok()) {
+      resumed_from = *source;
+      LOG(INFO) << "job " << a.job_id() << " stage " << a.stage() << " replica " << a.replica()
+                << ": resumed from step " << a.first_step() - 1 << ", its state from " << resumed_from;
+    }
   }
   if (!status.ok()) return ReportFailure(a, worker_id, a.first_step(), status, reporter);
 
   const int64_t total = spec.train().steps();
   const int every = spec.checkpoint().every_steps();
-  BackgroundReporter background(reporter, cancelled);
+  BackgroundReporter background(reporter, cache, cancelled);
   background.Prepare(runtime->StateLayout());  // the snapshot memory, allocated off this thread
   // Reported once the background reporter has stopped: they share the
   // reporter.
@@ -169,6 +153,7 @@ absl::Status RunStageJob(const shardline::v1::Assignment& a, const std::string& 
     r.set_minor_faults(result->minor_faults);
     r.set_link_peak_bytes(static_cast<int64_t>(result->link_peak_bytes));
     if (replicas != nullptr) r.set_collective_bytes(static_cast<int64_t>(replicas->BytesReceived() - collective_before));
+    if (step == a.first_step()) r.set_resumed_from(resumed_from);
     if ((every > 0 && step % every == 0) || step == total) {
       // A checkpoint: the snapshot now, its digest (every replica) and
       // upload (replica 0) in the background.

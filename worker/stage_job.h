@@ -6,7 +6,9 @@
 // stage's data-parallel group (assignment.replica is its rank); replica 0
 // sends the shards, every replica reports their digests. `cancelled` is
 // polled between steps; to interrupt a step, close the link (and the
-// group). `activity`, if set, is told what the stage is doing (the hang
+// group). Checkpoint snapshots go to `cache`, and a position starting
+// after step 1 loads its state from the nearest source (LoadState).
+// `activity`, if set, is told what the stage is doing (the hang
 // explainer). Synchronous; one call per assignment.
 #ifndef SHARDLINE_WORKER_STAGE_JOB_H_
 #define SHARDLINE_WORKER_STAGE_JOB_H_
@@ -20,13 +22,14 @@
 #include "worker/collective/collective.h"
 #include "worker/runtime/stage_activity.h"
 #include "worker/stage_reporter.h"
+#include "worker/state_cache.h"
 #include "worker/transport/stage_link.h"
 
 namespace shardline::worker {
 
 absl::Status RunStageJob(const shardline::v1::Assignment& assignment, const std::string& worker_id,
                          Backend& backend, transport::StageLink& link, collective::Collective* replicas,
-                         StageReporter& reporter, const std::atomic<bool>& cancelled,
+                         StageReporter& reporter, StateCache& cache, const std::atomic<bool>& cancelled,
                          runtime::StageActivity* activity = nullptr);
 
 }  // namespace shardline::worker

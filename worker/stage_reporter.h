@@ -25,6 +25,10 @@ class StageReporter {
   // The committed state a restarted position loads (Coordinator.FetchState):
   // a safetensors file's contents, metadata "step" its committed step.
   virtual absl::StatusOr<common::SafetensorsContents> FetchState(const shardline::v1::FetchStateRequest& request) = 0;
+  // The same from a data-parallel twin's memory (its WorkerState service
+  // at `address`): NOT_FOUND when it does not hold that step.
+  virtual absl::StatusOr<common::SafetensorsContents> FetchStateFromTwin(
+      const std::string& address, const shardline::v1::FetchStateRequest& request) = 0;
 };
 
 }  // namespace shardline::worker

@@ -27,6 +27,9 @@ ABSL_FLAG(int32_t, link_window_frames, 16, "frames a neighbour may send ahead of
 ABSL_FLAG(int64_t, link_staging_mib, 512,
           "host memory for one stage's link staging slots (pinned on CUDA); 0: none");
 ABSL_FLAG(std::string, port_file, "", "write the StageLink port here once registered");
+ABSL_FLAG(double, gemm_flops, 0,
+          "f32 GEMM FLOP/s to report to the planner instead of measuring at start-up (0: measure); "
+          "for alike machines whose measurements differ by noise");
 ABSL_FLAG(bool, test_only_scramble_reports, false,
           "test hook: send each step report after the next one and again, each shard twice");
 
@@ -66,6 +69,11 @@ int main(int argc, char** argv) {
   }
   options.link_staging_bytes = static_cast<size_t>(staging_mib) << 20;
   options.scramble_reports = absl::GetFlag(FLAGS_test_only_scramble_reports);
+  options.gemm_flops = absl::GetFlag(FLAGS_gemm_flops);
+  if (options.gemm_flops < 0) {
+    std::fprintf(stderr, "Error: --gemm_flops must be 0 (measure) or positive\n");
+    return 3;
+  }
   auto worker = shardline::worker::WorkerServer::Start(options);
   if (!worker.ok()) {
     std::fprintf(stderr, "Error: %s\n", std::string(worker.status().message()).c_str());

@@ -54,7 +54,10 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const WorkerOp
   if (options.name.empty()) return absl::InvalidArgumentError("--name is required");
   std::unique_ptr<WorkerServer> w(new WorkerServer(options));
   ASSIGN_OR_RETURN(w->backend_, CreateBackend(options.device, {options.threads}));
-  ASSIGN_OR_RETURN(double flops, MeasureGemmFlops(*w->backend_));
+  double flops = options.gemm_flops;
+  if (!(flops > 0)) {
+    ASSIGN_OR_RETURN(flops, MeasureGemmFlops(*w->backend_));
+  }
   ASSIGN_OR_RETURN(int64_t memory, w->backend_->MemoryAvailable());
 
   grpc::EnableDefaultHealthCheckService(true);
@@ -62,6 +65,7 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const WorkerOp
   builder.AddChannelArgument("grpc.so_reuseport", 0);
   builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &w->port_);
   w->link_service_.RegisterWith(builder);
+  builder.RegisterService(&w->state_service_);
   w->server_ = builder.BuildAndStart();
   if (w->server_ == nullptr || w->port_ == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen));
@@ -300,7 +304,8 @@ void WorkerServer::RunJob(shardline::v1::Assignment a) {
     ScrambledReporter scrambled(*coordinator_, a.spec().train().steps());
     StageReporter& reporter = options_.scramble_reports ? static_cast<StageReporter&>(scrambled) : *coordinator_;
     activity_.Begin(a.job_id(), a.plan_epoch(), a.stage(), a.replica());
-    status = RunStageJob(a, worker_id(), *backend_, **link, replicas.get(), reporter, job_cancelled_, &activity_);
+    status = RunStageJob(a, worker_id(), *backend_, **link, replicas.get(), reporter, state_cache_, job_cancelled_,
+                         &activity_);
     activity_.End();
     absl::MutexLock lock(&mu_);
     link_ = nullptr;

@@ -25,6 +25,8 @@
 #include "worker/collective/collective.h"
 #include "worker/grpc_coordinator_client.h"
 #include "worker/runtime/stage_activity.h"
+#include "worker/state_cache.h"
+#include "worker/worker_state_service.h"
 #include "worker/transport/grpc_stage_link.h"
 #include "worker/transport/stage_link_service.h"
 
@@ -42,6 +44,10 @@ struct WorkerOptions {
   // precision and the waiting bound come from each job).
   transport::ExchangeOptions link;
   size_t link_staging_bytes = size_t{512} << 20;  // staging slots of one stage's links, at most
+  // The f32 GEMM rate to report to the planner instead of measuring it (0:
+  // measure): for machines known to be alike, whose start-up measurements
+  // differ by noise (two workers starting at once on one host).
+  double gemm_flops = 0;
   // Test hook: reports reordered and duplicated on the way (ScrambledReporter).
   bool scramble_reports = false;
 };
@@ -77,6 +83,9 @@ class WorkerServer {
   const WorkerOptions options_;
   std::unique_ptr<Backend> backend_;
   transport::StageLinkService link_service_;
+  // The last checkpoint snapshot, kept for a restart here or a twin's fetch.
+  StateCache state_cache_;
+  WorkerStateService state_service_{state_cache_};
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<GrpcCoordinatorClient> coordinator_;
   shardline::v1::RegisterRequest registration_;

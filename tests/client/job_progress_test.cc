@@ -65,6 +65,18 @@ TEST(JobProgressTest, DescribeShowsOneAlignedRowPerStage) {
             "1      cpu-long-name  [3, 6)  88%   0.500   1                   0.0            1234                       "
             "0.054 (1.500)");
   EXPECT_EQ(text.find("Now:"), std::string::npos) << "nothing from heartbeats: no section";
+  EXPECT_EQ(text.find("STATE FROM"), std::string::npos) << "not a restart: no column";
+}
+
+// After a restart, where each position's state came from.
+TEST(JobProgressTest, DescribeSaysWhereARestartedPositionsStateCameFrom) {
+  shardline::v1::JobStatus s = Running();
+  s.mutable_stages(0)->set_resumed_from("its own memory");
+  s.mutable_stages(1)->set_resumed_from("its twin at 10.0.0.7:7500");
+  const std::string text = DescribeJob(s);
+  EXPECT_NE(text.find("CHECKPOINT S (WAIT)  STATE FROM\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("  its own memory\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("  its twin at 10.0.0.7:7500\n"), std::string::npos) << text;
 }
 
 // The hang explainer's lines: what each position said at its worker's last

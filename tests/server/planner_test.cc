@@ -40,6 +40,34 @@ TEST(PlannerTest, EqualWorkersGetBalancedContiguousStages) {
   EXPECT_NEAR(plan->predicted_step_seconds, 9 * slowest, 1e-12);
 }
 
+// A restart prefers the cut its surviving workers hold state for: kept when
+// it fits and is nearly as fast as the best (rates that differ by noise),
+// not when another is clearly faster or it no longer fits.
+TEST(PlannerTest, APreferredCutIsKeptUnlessClearlySlowerOrTooBig) {
+  const std::vector<WorkerCapacity> equal = {{"a", 1e11, 8 * kGiB}, {"b", 1.03e11, 8 * kGiB}};
+  auto best = PlanPipeline(Spec(24, 2), equal);
+  ASSERT_TRUE(best.ok()) << best.status();
+  const int split = best->stages[1].unit_begin;
+  // One block of 24 over: a little slower (~8%), within the slack.
+  auto kept = PlanPipeline(Spec(24, 2), equal, {0, split + 1});
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  EXPECT_EQ(kept->stages[1].unit_begin, split + 1);
+  EXPECT_EQ(kept->stages[0].unit_end, split + 1);
+  EXPECT_GT(kept->predicted_step_seconds, best->predicted_step_seconds);
+  EXPECT_LE(kept->predicted_step_seconds, kKeepCutSlack * best->predicted_step_seconds * 1.0000001);
+  // Everything but the head on one worker: clearly slower.
+  auto lopsided = PlanPipeline(Spec(24, 2), equal, {0, 25});
+  ASSERT_TRUE(lopsided.ok());
+  EXPECT_EQ(lopsided->stages[1].unit_begin, split);
+  // Kept cut that no longer fits the (new) first worker's memory.
+  const std::vector<WorkerCapacity> small = {{"a", 1e11, best->stages[0].memory_bytes}, {"b", 1e11, 8 * kGiB}};
+  auto too_big = PlanPipeline(Spec(24, 2), small, {0, split + 1});
+  ASSERT_TRUE(too_big.ok());
+  EXPECT_LE(too_big->stages[0].unit_end, split);
+  // Not a cut of p stages: ignored.
+  EXPECT_EQ(PlanPipeline(Spec(24, 2), equal, {0, 8, 16})->stages[1].unit_begin, split);
+}
+
 TEST(PlannerTest, AFasterWorkerGetsMoreLayers) {
   auto plan = PlanPipeline(Spec(12, 2), {{"slow", 1e11, 8 * kGiB}, {"fast", 3e11, 8 * kGiB}});
   ASSERT_TRUE(plan.ok()) << plan.status();

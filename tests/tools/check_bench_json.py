@@ -275,7 +275,17 @@ def check_recovery(bin_dir, workdir):
     timed = 0.0
     for r in rows:
         check_fields(r, ["stages", "data_parallel", "workers", "lease_s", "detect_s", "resume_s", "recovery_s",
-                         "killed_at_step", "committed_step", "replayed_steps", "positions_after"])
+                         "killed_at_step", "committed_step", "replayed_steps", "positions_after",
+                         "state_from_own_memory", "state_from_twin", "state_from_coordinator"])
+        # Every restarted position loaded its state from somewhere; the
+        # survivors of an unchanged cut from their own memory, the new
+        # position from its twin where it has one, else the coordinator.
+        sources = (r["state_from_own_memory"], r["state_from_twin"], r["state_from_coordinator"])
+        assert sum(sources) == r["positions_after"], r
+        if r["scenario"] == "standby":
+            assert sources == (r["positions_after"] - 1, 0, 1), r
+        elif r["scenario"] == "twin":
+            assert sources == (r["positions_after"] - 1, 1, 0), r
         assert r["lease_s"] == RECOVERY_LEASE_MS / 1000, r
         # Noticed by the lease (the reaper looks every lease/10; polled every 5 ms).
         assert 0 < r["detect_s"] <= r["lease_s"] * 1.1 + 0.5, r

@@ -37,6 +37,10 @@ class FakeReporter final : public StageReporter {
   absl::StatusOr<common::SafetensorsContents> FetchState(const shardline::v1::FetchStateRequest&) override {
     return absl::UnimplementedError("");
   }
+  absl::StatusOr<common::SafetensorsContents> FetchStateFromTwin(const std::string&,
+                                                                 const shardline::v1::FetchStateRequest&) override {
+    return absl::UnimplementedError("");
+  }
 
   absl::Mutex mu_;
   std::vector<shardline::v1::ReportStepRequest> steps_ ABSL_GUARDED_BY(mu_);
@@ -59,6 +63,7 @@ std::unique_ptr<ShardSnapshot> Snapshot(int64_t step) {
   common::SafetensorsContents c;
   c.tensors.emplace("w", *common::Tensor::FromValues<float>({3}, std::vector<float>{1, 2, float(step)}));
   shardline::v1::ShardHeader h;
+  h.set_job_id("job-1");
   h.set_step(step);
   return *ShardSnapshot::Create(h, std::move(c));
 }
@@ -66,7 +71,8 @@ std::unique_ptr<ShardSnapshot> Snapshot(int64_t step) {
 TEST(BackgroundReporterTest, ReportsGoInOrderWithTheCheckpointsDigestAndItsShard) {
   FakeReporter fake;
   std::atomic<bool> cancelled{false};
-  BackgroundReporter background(fake, cancelled);
+  StateCache cache;
+  BackgroundReporter background(fake, cache, cancelled);
   background.Report(Step(1));
   std::unique_ptr<ShardSnapshot> shard = Snapshot(2);
   const std::string bytes = shard->Bytes();
@@ -91,7 +97,8 @@ TEST(BackgroundReporterTest, TheStageGoesOnDuringAnUploadButTheNextCheckpointWai
     fake.release_uploads_ = false;
   }
   std::atomic<bool> cancelled{false};
-  BackgroundReporter background(fake, cancelled);
+  StateCache cache;
+  BackgroundReporter background(fake, cache, cancelled);
   background.ReportCheckpoint(Step(1), Snapshot(1), /*upload=*/true);
   for (int step = 2; step <= 5; ++step) background.Report(Step(step));
   {
@@ -115,10 +122,36 @@ TEST(BackgroundReporterTest, TheStageGoesOnDuringAnUploadButTheNextCheckpointWai
   EXPECT_TRUE(background.Flush().ok());
 }
 
+// Each snapshot, once its digest is known, is the worker's cache's (what a
+// restart or a twin loads from), and its memory the next snapshot's.
+TEST(BackgroundReporterTest, SnapshotsGoToTheCacheAndTheirMemoryComesBack) {
+  FakeReporter fake;
+  std::atomic<bool> cancelled{false};
+  StateCache cache;
+  BackgroundReporter background(fake, cache, cancelled);
+  std::unique_ptr<ShardSnapshot> first = Snapshot(4);
+  const void* memory = first->tensors().at("w").raw_data();
+  background.ReportCheckpoint(Step(4), std::move(first), /*upload=*/true);
+  ASSERT_TRUE(background.Flush().ok());
+  std::shared_ptr<const ShardSnapshot> held = cache.Get("job-1", 4);
+  ASSERT_NE(held, nullptr);
+  EXPECT_NE(held->header().digest(), 0u);
+  EXPECT_EQ(cache.Get("job-1", 3), nullptr);
+  EXPECT_EQ(cache.Get("job-2", 4), nullptr);
+  EXPECT_TRUE(background.WaitForSnapshotSlot().empty()) << "read (held here): not handed out";
+  held.reset();
+  ASSERT_NE(cache.Get("job-1", 4), nullptr) << "still there";
+  std::map<std::string, common::Tensor> reused = background.WaitForSnapshotSlot();
+  ASSERT_EQ(reused.count("w"), 1u);
+  EXPECT_EQ(reused.at("w").raw_data(), memory) << "the same memory, not a copy";
+  EXPECT_EQ(cache.Get("job-1", 4), nullptr) << "being written over: no longer served";
+}
+
 TEST(BackgroundReporterTest, OnlyReplicaZeroUploadsTheOthersSendTheirDigest) {
   FakeReporter fake;
   std::atomic<bool> cancelled{false};
-  BackgroundReporter background(fake, cancelled);
+  StateCache cache;
+  BackgroundReporter background(fake, cache, cancelled);
   background.ReportCheckpoint(Step(1), Snapshot(1), /*upload=*/false);
   background.WaitForSnapshotSlot();  // free once the digest went out
   ASSERT_TRUE(background.Flush().ok());
@@ -132,7 +165,8 @@ TEST(BackgroundReporterTest, ErrorsAndTheCoordinatorsStopReachTheStage) {
     FakeReporter fake;
     fake.upload_error_ = absl::FailedPreconditionError("epoch 3 is stale");
     std::atomic<bool> cancelled{false};
-    BackgroundReporter background(fake, cancelled);
+  StateCache cache;
+    BackgroundReporter background(fake, cache, cancelled);
     background.ReportCheckpoint(Step(4), Snapshot(4), true);
     const absl::Status s = background.Flush();
     EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
@@ -143,7 +177,8 @@ TEST(BackgroundReporterTest, ErrorsAndTheCoordinatorsStopReachTheStage) {
     FakeReporter fake;
     fake.stop_at_ = 2;
     std::atomic<bool> cancelled{false};
-    BackgroundReporter background(fake, cancelled);
+  StateCache cache;
+    BackgroundReporter background(fake, cache, cancelled);
     background.Report(Step(1));
     background.Report(Step(2));
     background.Report(Step(3));
@@ -160,7 +195,8 @@ TEST(BackgroundReporterTest, ACancelledJobCutsTheUploadAndEndsTheWaits) {
     fake.release_uploads_ = false;
   }
   std::atomic<bool> cancelled{false};
-  BackgroundReporter background(fake, cancelled);
+  StateCache cache;
+  BackgroundReporter background(fake, cache, cancelled);
   background.ReportCheckpoint(Step(1), Snapshot(1), true);
   std::thread cancel([&] {
     absl::SleepFor(absl::Milliseconds(100));

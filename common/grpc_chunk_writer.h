@@ -2,8 +2,8 @@
 // messages (anything with set_data: ExportChunk, ShardChunk), kChunkBytes
 // each, an empty file as one empty chunk; `first` fills the rest of the
 // first chunk (a header). It deletes itself when the call is done.
-#ifndef SHARDLINE_SERVER_CHUNK_WRITER_H_
-#define SHARDLINE_SERVER_CHUNK_WRITER_H_
+#ifndef SHARDLINE_COMMON_GRPC_CHUNK_WRITER_H_
+#define SHARDLINE_COMMON_GRPC_CHUNK_WRITER_H_
 
 #include <grpcpp/grpcpp.h>
 
@@ -11,7 +11,7 @@
 #include <functional>
 #include <string>
 
-namespace shardline::server {
+namespace shardline::common {
 
 template <typename Chunk>
 class ChunkWriter final : public grpc::ServerWriteReactor<Chunk> {
@@ -46,6 +46,6 @@ class ChunkWriter final : public grpc::ServerWriteReactor<Chunk> {
   Chunk chunk_;
 };
 
-}  // namespace shardline::server
+}  // namespace shardline::common
 
-#endif  // SHARDLINE_SERVER_CHUNK_WRITER_H_
+#endif  // SHARDLINE_COMMON_GRPC_CHUNK_WRITER_H_
