@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "absl/random/random.h"
+
 #include "worker/transport/grpc_stage_link.h"
 
 namespace shardline::worker::transport {
@@ -19,6 +21,7 @@ UpstreamConnector::UpstreamConnector(const std::string& address, const shardline
 void UpstreamConnector::Connect() {
   const absl::Time deadline = absl::Now() + timeout_;
   absl::Duration backoff = absl::Milliseconds(10);
+  absl::BitGen random;
   while (true) {
     ++attempts_;
     auto call = std::make_unique<UpstreamExchangeCall>(&stub_, hello_, stream_);
@@ -34,13 +37,18 @@ void UpstreamConnector::Connect() {
     }
     const absl::Status status = call->status();
     call->Shutdown();
-    // The peer may simply not have registered its side yet.
-    if (status.code() != absl::StatusCode::kNotFound || absl::Now() + backoff > deadline) {
+    // The peer may simply not have registered its side yet (NOT_FOUND):
+    // try again with jittered exponential backoff until the link's
+    // timeout. (One that does not listen yet holds the call instead:
+    // wait_for_ready.)
+    const absl::Duration wait = backoff * absl::Uniform(random, 0.5, 1.0);
+    if (status.code() != absl::StatusCode::kNotFound || absl::Now() + wait > deadline) {
       stream_->Close(status);
       return;
     }
-    absl::SleepFor(backoff);
-    backoff = std::min(backoff * 2, absl::Milliseconds(200));
+    const absl::Time until = absl::Now() + wait;
+    while (!closing_ && absl::Now() < until) absl::SleepFor(absl::Milliseconds(5));
+    backoff = std::min(backoff * 2, absl::Milliseconds(500));
   }
 }
 

@@ -2,9 +2,9 @@
 // through StageLink.Exchange must train exactly like the reference trainer,
 // with tensors split into many chunks; a slow receiver holds a fast sender
 // to bounded memory; tensors travel through staging slots that come back; a
-// downstream stage may connect first; what a closing stage sent last
-// arrives; a dead upstream worker fails the step
-// promptly. (Misbehaving peers: stage_link_service_test.cc.)
+// downstream stage may connect first, even before the upstream one listens;
+// what a closing stage sent last arrives; a dead upstream worker fails the
+// step promptly. (Misbehaving peers: stage_link_service_test.cc.)
 #include <grpcpp/grpcpp.h>
 
 #include <sys/mman.h>
@@ -350,6 +350,37 @@ TEST(GrpcStageLinkTest, TheDownstreamStageMayConnectBeforeTheUpstreamOneIsReady)
   ASSERT_TRUE(received.ok()) << received.status();
   EXPECT_EQ(received->values, activation.values);
   EXPECT_EQ((*link)->BytesReceived(), 2 * sizeof(float)) << "payload bytes, for the step report";
+  link->reset();
+  upstream->server->Shutdown();
+  own->server->Shutdown();
+}
+
+// The upstream worker does not even listen yet (it is starting, or
+// restarting on its port): the link waits for it (gRPC's wait_for_ready,
+// reconnecting with its own backoff) and connects once it does.
+TEST(GrpcStageLinkTest, TheLinkConnectsOnceAnUpstreamThatDidNotListenDoes) {
+  auto own = StartServer();
+  std::string address;
+  {
+    auto placeholder = StartServer();  // a free port, freed again
+    address = placeholder->address;
+    placeholder->server->Shutdown();
+  }
+  Server absent;
+  absent.address = address;
+  auto link = GrpcStageLink::Create(Options(1, 2, own.get(), &absent));
+  ASSERT_TRUE(link.ok());
+  absl::SleepFor(absl::Milliseconds(400));  // connections refused meanwhile
+  auto upstream = StartServer(address);
+  ASSERT_EQ(upstream->address, address);
+  auto expectation = upstream->service->Expect("job-1", 7, 0, Exchange(absl::Seconds(10)));
+  StageMessage activation;
+  activation.kind = StageMessage::Kind::kActivation;
+  activation.values = {1.0f, 2.0f};
+  ASSERT_TRUE(expectation->Send(std::make_shared<StageMessage>(activation)).ok());
+  auto received = (*link)->ReceiveFromPrevious();
+  ASSERT_TRUE(received.ok()) << received.status();
+  EXPECT_EQ(received->values, activation.values);
   link->reset();
   upstream->server->Shutdown();
   own->server->Shutdown();

@@ -24,12 +24,12 @@ struct Server {
   std::string address;
 };
 
-inline std::unique_ptr<Server> StartServer() {
+inline std::unique_ptr<Server> StartServer(const std::string& address = "127.0.0.1:0") {
   auto s = std::make_unique<Server>();
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddChannelArgument("grpc.so_reuseport", 0);
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
   s->service->RegisterWith(builder);
   s->server = builder.BuildAndStart();
   EXPECT_NE(port, 0);
