@@ -111,6 +111,7 @@ absl::Status ValidateParallel(shardline::v1::ParallelSpec& p, const shardline::v
   if (!p.has_wire_dtype()) p.set_wire_dtype("f32");
   if (!p.has_bucket_mib()) p.set_bucket_mib(25.0);
   if (!p.has_shard_optimizer()) p.set_shard_optimizer(false);
+  if (!p.has_tensor_parallel()) p.set_tensor_parallel(1);
   RETURN_IF_ERROR(CheckRange("parallel.bucket_mib", p.bucket_mib(), 1.0 / 256, 1024.0));
   const int units = PipelineUnits(model);
   if (p.pipeline_stages() < 1 || p.pipeline_stages() > units) {
@@ -123,6 +124,13 @@ absl::Status ValidateParallel(shardline::v1::ParallelSpec& p, const shardline::v
     return FieldError("parallel.schedule", absl::StrCat("is '", p.schedule(), "', must be 'gpipe' or '1f1b'"));
   }
   RETURN_IF_ERROR(CheckRange("parallel.data_parallel", p.data_parallel(), 1, 1024));
+  RETURN_IF_ERROR(CheckRange("parallel.tensor_parallel", p.tensor_parallel(), 1, 1024));
+  if (model.n_heads() % p.tensor_parallel() != 0 || (4 * model.d_model()) % p.tensor_parallel() != 0) {
+    return FieldError("parallel.tensor_parallel",
+                      absl::StrCat("is ", p.tensor_parallel(), ", must divide model.n_heads (", model.n_heads(),
+                                   ") and the MLP width 4 × model.d_model (", 4 * model.d_model(),
+                                   "): each rank holds n_heads/t heads and 4·d_model/t MLP features"));
+  }
   if (p.wire_dtype() != "f32" && p.wire_dtype() != "bf16" && p.wire_dtype() != "f16") {
     return FieldError("parallel.wire_dtype", absl::StrCat("is '", p.wire_dtype(), "', must be 'f32', 'bf16' or 'f16'"));
   }

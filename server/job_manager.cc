@@ -45,8 +45,23 @@ absl::Status JobManager::Recover() {
   return absl::OkStatus();
 }
 
+namespace {
+
+// What the coordinator cannot run yet.
+absl::Status CheckPlannable(const shardline::v1::JobSpec& spec) {
+  if (spec.parallel().tensor_parallel() > 1) {
+    return absl::UnimplementedError(
+        "parallel.tensor_parallel > 1: tensor-parallel grids are not planned by the coordinator yet "
+        "(the split layers exist: worker/nn/tensor_parallel.h)");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<shardline::v1::JobStatus> JobManager::Submit(shardline::v1::JobSpec spec) {
   RETURN_IF_ERROR(common::ValidateJobSpec(spec));
+  RETURN_IF_ERROR(CheckPlannable(spec));
   absl::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(const int64_t number, store_.TakeJobNumber());
   const std::string id = absl::StrCat("job-", number);
@@ -122,6 +137,7 @@ absl::StatusOr<shardline::v1::JobStatus> JobManager::Cancel(const std::string& j
 
 absl::StatusOr<shardline::v1::PlanResponse> JobManager::Plan(shardline::v1::JobSpec spec) {
   RETURN_IF_ERROR(common::ValidateJobSpec(spec));
+  RETURN_IF_ERROR(CheckPlannable(spec));
   return PreviewGrid(spec, registry_.Idle());
 }
 

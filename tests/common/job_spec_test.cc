@@ -65,6 +65,21 @@ TEST(JobSpecTest, ReplicasTimesMicroBatchesMustDivideGlobalBatch) {
   ExpectInvalid(json, "parallel.data_parallel");
 }
 
+// t must divide the heads (4 here) and the MLP width (4 × 32 = 128).
+TEST(JobSpecTest, TensorParallelMustDivideTheHeadsAndTheMlp) {
+  std::string json = kValid;
+  json.insert(json.rfind('}'), R"(, "parallel": {"tensor_parallel": 4})");
+  auto four = ParseJobSpec(json);
+  ASSERT_TRUE(four.ok()) << four.status();
+  EXPECT_EQ(four->parallel().tensor_parallel(), 4);
+  EXPECT_EQ(ParseJobSpec(kValid)->parallel().tensor_parallel(), 1) << "the default";
+  for (const char* bad : {"3", "8", "0"}) {
+    json = kValid;
+    json.insert(json.rfind('}'), std::string(R"(, "parallel": {"tensor_parallel": )") + bad + "}");
+    ExpectInvalid(json, "parallel.tensor_parallel");
+  }
+}
+
 TEST(JobSpecTest, MoreStagesThanUnitsIsRefused) {
   std::string json = kValid;
   json.insert(json.rfind('}'), R"(, "parallel": {"pipeline_stages": 5})");

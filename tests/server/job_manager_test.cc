@@ -367,6 +367,16 @@ TEST_F(JobManagerTest, AfterABrokenLinkAWorkerSilentForTwoHeartbeatsIsLostBefore
   EXPECT_FALSE(registry_->Get(stage_workers_[0])->lost);
 }
 
+TEST_F(JobManagerTest, TensorParallelJobsAreRefusedUntilTheCoordinatorPlansThem) {
+  AddWorker("a");
+  AddWorker("b");
+  auto spec = Spec(1);
+  spec.mutable_parallel()->set_tensor_parallel(2);
+  EXPECT_EQ(jobs_->Submit(spec).status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(jobs_->Plan(spec).status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_TRUE(jobs_->List().empty()) << "nothing was accepted";
+}
+
 TEST_F(JobManagerTest, PlansThatDoNotFitFailTheJobWithTheReason) {
   shardline::v1::WorkerCapabilities caps;
   caps.set_listen_address("tiny:1");

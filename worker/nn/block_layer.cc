@@ -7,26 +7,40 @@ namespace shardline::worker::nn {
 
 absl::StatusOr<std::unique_ptr<BlockLayer>> BlockLayer::Create(Backend& backend,
                                                                const ModelConfig& config,
-                                                               int index, uint64_t seed) {
-  std::unique_ptr<BlockLayer> layer(new BlockLayer(backend, config, index));
+                                                               int index, uint64_t seed,
+                                                               const TensorParallel& tp) {
+  RETURN_IF_ERROR(tp.Check(config.heads, config.d_model));
+  std::unique_ptr<BlockLayer> layer(new BlockLayer(backend, config, index, tp));
   const std::string& p = layer->name_;
   const int64_t c = config.d_model;
+  // Megatron's splits (whole when unsplit): qkv by heads, its q, k and v
+  // rows of this rank's heads; fc by blocks of 4·C/t; proj and mlp.proj by
+  // the matching input features.
+  using Kind = LinearSplit::Kind;
+  LinearSplit qkv_split, proj_split, fc_split, mlp_proj_split;
+  if (tp.split()) {
+    const auto [a, b] = tp.Block(c);
+    qkv_split = {Kind::kColumns, {{a, b}, {c + a, c + b}, {2 * c + a, 2 * c + b}}};
+    proj_split = {Kind::kRows, {{a, b}}};
+    fc_split = {Kind::kColumns, {tp.Block(4 * c)}};
+    mlp_proj_split = {Kind::kRows, {tp.Block(4 * c)}};
+  }
   ASSIGN_OR_RETURN(layer->ln1_weight_, CreateParameter(backend, seed, p + ".ln1.weight", {c},
                                                        InitKind::kOnes, 0.0f, false));
   ASSIGN_OR_RETURN(layer->ln1_bias_, CreateParameter(backend, seed, p + ".ln1.bias", {c},
                                                      InitKind::kZeros, 0.0f, false));
   ASSIGN_OR_RETURN(layer->qkv_, Linear::Create(backend, seed, p + ".attn.qkv", c, 3 * c, true,
-                                               config.init_std()));
+                                               config.init_std(), qkv_split));
   ASSIGN_OR_RETURN(layer->proj_, Linear::Create(backend, seed, p + ".attn.proj", c, c, true,
-                                                config.residual_std()));
+                                                config.residual_std(), proj_split));
   ASSIGN_OR_RETURN(layer->ln2_weight_, CreateParameter(backend, seed, p + ".ln2.weight", {c},
                                                        InitKind::kOnes, 0.0f, false));
   ASSIGN_OR_RETURN(layer->ln2_bias_, CreateParameter(backend, seed, p + ".ln2.bias", {c},
                                                      InitKind::kZeros, 0.0f, false));
   ASSIGN_OR_RETURN(layer->fc_, Linear::Create(backend, seed, p + ".mlp.fc", c, 4 * c, true,
-                                              config.init_std()));
+                                              config.init_std(), fc_split));
   ASSIGN_OR_RETURN(layer->mlp_proj_, Linear::Create(backend, seed, p + ".mlp.proj", 4 * c, c, true,
-                                                    config.residual_std()));
+                                                    config.residual_std(), mlp_proj_split));
   return layer;
 }
 
@@ -43,10 +57,11 @@ std::vector<Parameter*> BlockLayer::parameters() {
 
 absl::Status BlockLayer::EnsureScratch(int64_t rows, int64_t probs) {
   const size_t c = static_cast<size_t>(config_.d_model), n = static_cast<size_t>(rows);
+  const size_t a = static_cast<size_t>(attention_width()), f = static_cast<size_t>(mlp_width());
   RETURN_IF_ERROR(EnsureFloats(backend_, tmp_c_, n * c));
-  RETURN_IF_ERROR(EnsureFloats(backend_, tmp_3c_, n * 3 * c));
-  RETURN_IF_ERROR(EnsureFloats(backend_, tmp_4c_a_, n * 4 * c));
-  RETURN_IF_ERROR(EnsureFloats(backend_, tmp_4c_b_, n * 4 * c));
+  RETURN_IF_ERROR(EnsureFloats(backend_, tmp_3c_, n * 3 * a));
+  RETURN_IF_ERROR(EnsureFloats(backend_, tmp_4c_a_, n * f));
+  RETURN_IF_ERROR(EnsureFloats(backend_, tmp_4c_b_, n * f));
   return EnsureFloats(backend_, tmp_probs_, static_cast<size_t>(probs));
 }
 
@@ -54,15 +69,16 @@ absl::Status BlockLayer::Forward(const MicroBatch& mb, DeviceSpan<const float> x
                                  DeviceSpan<float> y) {
   const int64_t n = mb.rows(), c = config_.d_model;
   const size_t nc = static_cast<size_t>(n * c);
-  const AttentionShape attn{mb.batch, mb.t, config_.heads, config_.head_dim()};
-  const int64_t probs = mb.batch * config_.heads * mb.t * mb.t;
+  const size_t na = static_cast<size_t>(n * attention_width()), nf = static_cast<size_t>(n * mlp_width());
+  const AttentionShape attn{mb.batch, mb.t, heads(), config_.head_dim()};
+  const int64_t probs = mb.batch * heads() * mb.t * mb.t;
   RETURN_IF_ERROR(EnsureScratch(n, probs));
   ASSIGN_OR_RETURN(Saved * s, saved_.Acquire(mb.slot));
   for (auto [buffer, floats] : {std::pair{&s->h1, nc}, {&s->stats1, 2 * static_cast<size_t>(n)},
-                                {&s->qkv, 3 * nc}, {&s->probs, static_cast<size_t>(probs)},
-                                {&s->att, nc}, {&s->r1, nc}, {&s->h2, nc},
-                                {&s->stats2, 2 * static_cast<size_t>(n)}, {&s->f, 4 * nc},
-                                {&s->g, 4 * nc}}) {
+                                {&s->qkv, 3 * na}, {&s->probs, static_cast<size_t>(probs)},
+                                {&s->att, na}, {&s->r1, nc}, {&s->h2, nc},
+                                {&s->stats2, 2 * static_cast<size_t>(n)}, {&s->f, nf},
+                                {&s->g, nf}}) {
     RETURN_IF_ERROR(EnsureFloats(backend_, *buffer, floats));
   }
   auto f32 = [](DeviceBuffer& b) { return b.span<float>(); };
@@ -76,12 +92,20 @@ absl::Status BlockLayer::Forward(const MicroBatch& mb, DeviceSpan<const float> x
   RETURN_IF_ERROR(qkv_.Forward(backend_, f32(s->h1), n, f32(s->qkv)));
   RETURN_IF_ERROR(AttentionForward(backend_, attn, f32(s->qkv), f32(s->att), f32(s->probs)));
   RETURN_IF_ERROR(proj_.Forward(backend_, f32(s->att), n, tmp));
+  if (tp_.split()) {  // Megatron's g: the ranks' parts summed, then the bias once
+    RETURN_IF_ERROR(tp_.AllReduce(tmp.subspan(0, nc)));
+    RETURN_IF_ERROR(proj_.AddBias(backend_, tmp, n));
+  }
   RETURN_IF_ERROR(backend_.Add(x, tmp.subspan(0, nc), f32(s->r1)));
   RETURN_IF_ERROR(backend_.LayerNormForward(ln, f32(s->r1), ln2_weight_.v(), ln2_bias_.v(),
                                             f32(s->h2), mean2, rstd2));
   RETURN_IF_ERROR(fc_.Forward(backend_, f32(s->h2), n, f32(s->f)));
-  RETURN_IF_ERROR(backend_.GeluForward(f32(s->f).subspan(0, 4 * nc), f32(s->g)));
+  RETURN_IF_ERROR(backend_.GeluForward(f32(s->f).subspan(0, nf), f32(s->g)));
   RETURN_IF_ERROR(mlp_proj_.Forward(backend_, f32(s->g), n, tmp));
+  if (tp_.split()) {
+    RETURN_IF_ERROR(tp_.AllReduce(tmp.subspan(0, nc)));
+    RETURN_IF_ERROR(mlp_proj_.AddBias(backend_, tmp, n));
+  }
   return backend_.Add(f32(s->r1).subspan(0, nc), tmp.subspan(0, nc), y);
 }
 
@@ -89,24 +113,26 @@ absl::Status BlockLayer::Backward(const MicroBatch& mb, DeviceSpan<const float> 
                                   DeviceSpan<const float> dy, DeviceSpan<float> dx) {
   const int64_t n = mb.rows(), c = config_.d_model;
   const size_t nc = static_cast<size_t>(n * c);
-  const AttentionShape attn{mb.batch, mb.t, config_.heads, config_.head_dim()};
-  RETURN_IF_ERROR(EnsureScratch(n, mb.batch * config_.heads * mb.t * mb.t));
+  const size_t na = static_cast<size_t>(n * attention_width()), nf = static_cast<size_t>(n * mlp_width());
+  const AttentionShape attn{mb.batch, mb.t, heads(), config_.head_dim()};
+  RETURN_IF_ERROR(EnsureScratch(n, mb.batch * heads() * mb.t * mb.t));
   ASSIGN_OR_RETURN(Saved * s, saved_.Find(mb.slot));
   auto f32 = [](DeviceBuffer& b) { return b.span<float>(); };
   const LayerNormShape ln{n, c, 1e-5f};
   auto mean1 = f32(s->stats1).subspan(0, n), rstd1 = f32(s->stats1).subspan(n, n);
   auto mean2 = f32(s->stats2).subspan(0, n), rstd2 = f32(s->stats2).subspan(n, n);
   DeviceSpan<float> dc = f32(tmp_c_).subspan(0, nc);
-  DeviceSpan<float> dg = f32(tmp_4c_a_).subspan(0, 4 * nc), df = f32(tmp_4c_b_).subspan(0, 4 * nc);
-  DeviceSpan<float> dqkv = f32(tmp_3c_).subspan(0, 3 * nc);
+  DeviceSpan<float> dg = f32(tmp_4c_a_).subspan(0, nf), df = f32(tmp_4c_b_).subspan(0, nf);
+  DeviceSpan<float> dqkv = f32(tmp_3c_).subspan(0, 3 * na);
 
   // dx accumulates the residual stream's gradient: dy, then both branches.
   RETURN_IF_ERROR(backend_.CopyOnDevice(dy.subspan(0, nc), dx));
   // MLP branch.
   RETURN_IF_ERROR(mlp_proj_.Backward(backend_, f32(s->g), dy, n, dg));
   RETURN_IF_ERROR(backend_.Fill(df, 0.0f));
-  RETURN_IF_ERROR(backend_.GeluBackward(f32(s->f).subspan(0, 4 * nc), dg, df));
+  RETURN_IF_ERROR(backend_.GeluBackward(f32(s->f).subspan(0, nf), dg, df));
   RETURN_IF_ERROR(fc_.Backward(backend_, f32(s->h2), df, n, dc));
+  RETURN_IF_ERROR(tp_.AllReduce(dc));  // Megatron's f, backwards: the ranks' parts of ln2's output gradient
   RETURN_IF_ERROR(backend_.LayerNormBackward(ln, f32(s->r1), ln2_weight_.v(), mean2, rstd2, dc,
                                              dx, ln2_weight_.g(), ln2_bias_.g()));
   // Attention branch; dx now holds the full gradient of r1.
@@ -115,6 +141,7 @@ absl::Status BlockLayer::Backward(const MicroBatch& mb, DeviceSpan<const float> 
   RETURN_IF_ERROR(AttentionBackward(backend_, attn, f32(s->qkv), f32(s->probs), dc, dqkv,
                                     f32(tmp_probs_)));
   RETURN_IF_ERROR(qkv_.Backward(backend_, f32(s->h1), dqkv, n, dc));
+  RETURN_IF_ERROR(tp_.AllReduce(dc));
   RETURN_IF_ERROR(backend_.LayerNormBackward(ln, x, ln1_weight_.v(), mean1, rstd1, dc, dx,
                                              ln1_weight_.g(), ln1_bias_.g()));
   saved_.Release(mb.slot);

@@ -2,8 +2,13 @@
 //   r = x + proj(attention(qkv(ln1(x))));  y = r + mlp.proj(gelu(mlp.fc(ln2(r))))
 // with causal multi-head self-attention. Parameters are named
 // blocks.<i>.{ln1,attn.qkv,attn.proj,ln2,mlp.fc,mlp.proj}.{weight,bias}.
+// Split over a tensor-parallel group of t ranks (TensorParallel: qkv and fc
+// column-parallel, proj and mlp.proj row-parallel), a rank runs n_heads/t
+// heads and 4·C/t MLP features, and the group sums the two row-parallel
+// outputs in the forward pass and the two column-parallel input gradients
+// in the backward pass: four all-reduces of N·C floats per micro-batch.
 // Saved activations per slot (floats, N = batch·t tokens, C = width):
-// 12·N·C + 4·N + batch·heads·t². Not thread-safe.
+// 4·N·C + 8·N·C/t + 4·N + batch·(heads/t)·t². Not thread-safe.
 #ifndef SHARDLINE_WORKER_NN_BLOCK_LAYER_H_
 #define SHARDLINE_WORKER_NN_BLOCK_LAYER_H_
 
@@ -15,14 +20,16 @@
 #include "worker/nn/linear.h"
 #include "worker/nn/model_config.h"
 #include "worker/nn/slot_store.h"
+#include "worker/nn/tensor_parallel.h"
 
 namespace shardline::worker::nn {
 
 class BlockLayer final : public Layer {
  public:
+  // `tp` must divide the heads and 4·d_model (TensorParallel::Check).
   static absl::StatusOr<std::unique_ptr<BlockLayer>> Create(Backend& backend,
                                                             const ModelConfig& config, int index,
-                                                            uint64_t seed);
+                                                            uint64_t seed, const TensorParallel& tp = {});
 
   const std::string& name() const override { return name_; }
   std::vector<Parameter*> parameters() override;
@@ -39,12 +46,17 @@ class BlockLayer final : public Layer {
     DeviceBuffer h1, stats1, qkv, probs, att, r1, h2, stats2, f, g;
   };
 
-  BlockLayer(Backend& backend, const ModelConfig& config, int index)
-      : backend_(backend), config_(config), name_("blocks." + std::to_string(index)) {}
+  BlockLayer(Backend& backend, const ModelConfig& config, int index, const TensorParallel& tp)
+      : backend_(backend), config_(config), tp_(tp), name_("blocks." + std::to_string(index)) {}
+  // Per rank: heads, and attention and MLP features.
+  int64_t heads() const { return config_.heads / tp_.size; }
+  int64_t attention_width() const { return config_.d_model / tp_.size; }
+  int64_t mlp_width() const { return 4 * config_.d_model / tp_.size; }
   absl::Status EnsureScratch(int64_t rows, int64_t probs);
 
   Backend& backend_;
   const ModelConfig config_;
+  const TensorParallel tp_;
   const std::string name_;
   Parameter ln1_weight_, ln1_bias_, ln2_weight_, ln2_bias_;
   Linear qkv_, proj_, fc_, mlp_proj_;

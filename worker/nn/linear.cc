@@ -5,18 +5,28 @@
 namespace shardline::worker::nn {
 
 absl::StatusOr<Linear> Linear::Create(Backend& backend, uint64_t seed, const std::string& prefix,
-                                      int64_t in, int64_t out, bool bias, float std) {
+                                      int64_t in, int64_t out, bool bias, float std, const LinearSplit& split) {
+  using Kind = LinearSplit::Kind;
   Linear linear;
-  linear.in_ = in;
-  linear.out_ = out;
+  // The weight [out × in]: a column-parallel part holds rows, a row-parallel one columns.
+  Slice weight_slice, bias_slice;
+  if (split.kind == Kind::kColumns) weight_slice = bias_slice = Slice{0, split.ranges};
+  if (split.kind == Kind::kRows) weight_slice = Slice{1, split.ranges};
   ASSIGN_OR_RETURN(linear.weight_, CreateParameter(backend, seed, prefix + ".weight", {out, in},
-                                                   InitKind::kNormal, std, /*decay=*/true));
+                                                   InitKind::kNormal, std, /*decay=*/true, weight_slice));
+  linear.out_ = linear.weight_.shape[0];
+  linear.in_ = linear.weight_.shape[1];
+  linear.row_parallel_ = split.kind == Kind::kRows;
   linear.has_bias_ = bias;
   if (bias) {
     ASSIGN_OR_RETURN(linear.bias_, CreateParameter(backend, seed, prefix + ".bias", {out},
-                                                   InitKind::kZeros, 0.0f, /*decay=*/false));
+                                                   InitKind::kZeros, 0.0f, /*decay=*/false, bias_slice));
   }
   return linear;
+}
+
+absl::Status Linear::AddBias(Backend& backend, DeviceSpan<float> y, int64_t rows) {
+  return has_bias_ ? backend.BiasAdd(y, bias_.v(), rows, out_) : absl::OkStatus();
 }
 
 absl::Status Linear::Forward(Backend& backend, DeviceSpan<const float> x, int64_t rows,
@@ -27,7 +37,7 @@ absl::Status Linear::Forward(Backend& backend, DeviceSpan<const float> x, int64_
   g.n = out_;
   g.k = in_;
   RETURN_IF_ERROR(backend.Gemm(g, x, weight_.v(), y));
-  if (has_bias_) RETURN_IF_ERROR(backend.BiasAdd(y, bias_.v(), rows, out_));
+  if (has_bias_ && !row_parallel_) RETURN_IF_ERROR(backend.BiasAdd(y, bias_.v(), rows, out_));
   return absl::OkStatus();
 }
 

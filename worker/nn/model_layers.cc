@@ -10,7 +10,8 @@ namespace shardline::worker::nn {
 
 absl::StatusOr<std::vector<std::unique_ptr<Layer>>> BuildLayers(Backend& backend,
                                                                 const ModelConfig& config,
-                                                                int begin, int end, uint64_t seed) {
+                                                                int begin, int end, uint64_t seed,
+                                                                const TensorParallel& tp) {
   if (begin < 0 || begin >= end || end > config.units()) {
     return absl::InvalidArgumentError(absl::StrCat("unit range [", begin, ", ", end,
                                                    ") is not inside [0, ", config.units(), ")"));
@@ -24,7 +25,7 @@ absl::StatusOr<std::vector<std::unique_ptr<Layer>>> BuildLayers(Backend& backend
       ASSIGN_OR_RETURN(auto layer, HeadLayer::Create(backend, config, seed));
       layers.push_back(std::move(layer));
     } else {
-      ASSIGN_OR_RETURN(auto layer, BlockLayer::Create(backend, config, unit - 1, seed));
+      ASSIGN_OR_RETURN(auto layer, BlockLayer::Create(backend, config, unit - 1, seed, tp));
       layers.push_back(std::move(layer));
     }
   }

@@ -1,7 +1,9 @@
 // A trainable tensor of the model: its stable global name
 // ("blocks.3.attn.qkv.weight"), shape, value and gradient on the backend, and
-// the optimizer's state for it. Owned by the layer that uses it; the optimizer
-// and the runtime hold plain pointers. Not thread-safe.
+// the optimizer's state for it. With tensor parallelism a rank may hold a
+// slice of the global tensor (Slice): `shape` is the slice's, and
+// `global_shape` the tensor's. Owned by the layer that uses it; the
+// optimizer and the runtime hold plain pointers. Not thread-safe.
 #ifndef SHARDLINE_WORKER_NN_PARAMETER_H_
 #define SHARDLINE_WORKER_NN_PARAMETER_H_
 
@@ -11,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "worker/backend/backend.h"
+#include "worker/nn/tensor_parallel.h"
 
 namespace shardline::worker::nn {
 
@@ -21,9 +24,28 @@ enum class InitKind {
   kOnes,
 };
 
+// The part of a global tensor a tensor-parallel rank holds: ranges of its
+// dimension `dim` (0: rows; 1: columns of a matrix), in order, side by side
+// in the local tensor. No ranges: the whole tensor.
+struct Slice {
+  int dim = 0;
+  Ranges ranges;
+  bool whole() const { return ranges.empty(); }
+};
+
+// The slice's shape; the elements of `global` (a tensor of `global_shape`)
+// it holds, in local order; and the way back (`local` into `global`).
+std::vector<int64_t> SliceShape(const std::vector<int64_t>& global_shape, const Slice& slice);
+std::vector<float> TakeSlice(absl::Span<const float> global, const std::vector<int64_t>& global_shape,
+                             const Slice& slice);
+void PutSlice(absl::Span<const float> local, const std::vector<int64_t>& global_shape, const Slice& slice,
+              absl::Span<float> global);
+
 struct Parameter {
   std::string name;
-  std::vector<int64_t> shape;
+  std::vector<int64_t> shape;         // of the value held here
+  std::vector<int64_t> global_shape;  // of the tensor `name` (== shape unless sliced)
+  Slice slice;
   bool decay = false;  // weight decay applies (matrices and embeddings, not norms or biases)
   DeviceBuffer value;
   DeviceBuffer grad;
@@ -42,10 +64,12 @@ struct Parameter {
 std::vector<float> InitialValues(uint64_t seed, const std::string& name, int64_t count,
                                  InitKind kind, float std);
 
-// Allocates value (initialised) and gradient (zeroed) on `backend`.
+// Allocates value (initialised) and gradient (zeroed) on `backend`: the
+// `slice` of the tensor `name` of `shape`, initialised as that tensor is
+// (the same values whatever the split).
 absl::StatusOr<Parameter> CreateParameter(Backend& backend, uint64_t seed, std::string name,
                                           std::vector<int64_t> shape, InitKind kind, float std,
-                                          bool decay);
+                                          bool decay, const Slice& slice = {});
 
 }  // namespace shardline::worker::nn
 

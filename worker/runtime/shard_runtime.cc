@@ -45,11 +45,11 @@ absl::StatusOr<HostTransfer> CopyOut(Backend& backend, DeviceSpan<const T> src, 
 
 absl::StatusOr<std::unique_ptr<ShardRuntime>> ShardRuntime::Create(
     Backend& backend, const nn::ModelConfig& config, int unit_begin, int unit_end, uint64_t seed,
-    const nn::OptimizerConfig& optimizer) {
+    const nn::OptimizerConfig& optimizer, const nn::TensorParallel& tp) {
   std::unique_ptr<ShardRuntime> runtime(
       new ShardRuntime(backend, config, unit_begin, unit_end, optimizer));
   ASSIGN_OR_RETURN(runtime->layers_,
-                   nn::BuildLayers(backend, config, unit_begin, unit_end, seed));
+                   nn::BuildLayers(backend, config, unit_begin, unit_end, seed, tp));
   return runtime;
 }
 

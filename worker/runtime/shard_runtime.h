@@ -41,12 +41,14 @@ class ShardRuntime {
     absl::Span<const float> activations;    // [batch·t·input_width]; stages after the first
   };
 
-  // Units [unit_begin, unit_end) of the model (see nn/model_layers.h).
+  // Units [unit_begin, unit_end) of the model (see nn/model_layers.h), this
+  // rank's part of them when `tp` splits them.
   static absl::StatusOr<std::unique_ptr<ShardRuntime>> Create(Backend& backend,
                                                               const nn::ModelConfig& config,
                                                               int unit_begin, int unit_end,
                                                               uint64_t seed,
-                                                              const nn::OptimizerConfig& optimizer);
+                                                              const nn::OptimizerConfig& optimizer,
+                                                              const nn::TensorParallel& tp = {});
   // Waits for the copies still using the runtime's staging memory.
   ~ShardRuntime();
 
