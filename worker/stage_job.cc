@@ -99,8 +99,8 @@ absl::Status RunStageJob(const shardline::v1::Assignment& a, const std::string& 
                                           a.replica(),
                                           std::max(1, a.replicas()),
                                           static_cast<size_t>(spec.parallel().bucket_mib() * (1 << 20)),
-                                          spec.parallel().shard_optimizer(),
-                                          activity};
+                                          spec.parallel().shard_optimizer()};
+    options.activity = activity;
     auto created = runtime::PipelineStage::Create(*runtime, data.get(), link, options, replicas);
     status = created.status();
     if (created.ok()) stage = std::move(*created);

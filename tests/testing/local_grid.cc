@@ -1,7 +1,9 @@
 #include "tests/testing/local_grid.h"
 
+#include <algorithm>
 #include <thread>
 
+#include "common/dtype.h"
 #include "common/status_macros.h"
 #include "worker/backend/backend_factory.h"
 
@@ -12,36 +14,78 @@ absl::StatusOr<std::unique_ptr<LocalGrid>> LocalGrid::Create(const shardline::v1
                                                              absl::Duration timeout) {
   std::unique_ptr<LocalGrid> grid(new LocalGrid());
   const int replicas = spec.parallel().data_parallel();
-  std::vector<worker::collective::InProcessGroup*> groups;
-  for (size_t s = 0; s <= cuts.size(); ++s) {
-    ASSIGN_OR_RETURN(auto group, worker::collective::InProcessGroup::Create(replicas, timeout));
-    groups.push_back(group.get());
-    grid->groups_.push_back(std::move(group));
+  const int tensor_ranks = std::max(1, spec.parallel().tensor_parallel());
+  const size_t stages = cuts.size() + 1;
+  auto make_groups = [&](int ranks, size_t count) -> absl::StatusOr<std::vector<worker::collective::InProcessGroup*>> {
+    std::vector<worker::collective::InProcessGroup*> out;
+    for (size_t i = 0; i < count; ++i) {
+      ASSIGN_OR_RETURN(auto group, worker::collective::InProcessGroup::Create(ranks, timeout));
+      out.push_back(group.get());
+      grid->groups_.push_back(std::move(group));
+    }
+    return out;
+  };
+  // By tensor rank: the data-parallel group of each stage; by replica: the
+  // tensor-parallel group of each stage.
+  std::vector<std::vector<worker::collective::InProcessGroup*>> data_groups, tensor_groups;
+  for (int k = 0; k < tensor_ranks; ++k) {
+    ASSIGN_OR_RETURN(auto groups, make_groups(replicas, stages));
+    data_groups.push_back(std::move(groups));
   }
   for (int r = 0; r < replicas; ++r) {
-    ASSIGN_OR_RETURN(auto pipeline,
-                     LocalPipeline::Create(spec, cuts, timeout, [] { return worker::CreateBackend("cpu", {1}); },
-                                           r, groups));
-    grid->replicas_.push_back(std::move(pipeline));
+    ASSIGN_OR_RETURN(auto groups, make_groups(tensor_ranks, stages));
+    tensor_groups.push_back(std::move(groups));
+  }
+  for (int r = 0; r < replicas; ++r) {
+    grid->positions_.emplace_back();
+    for (int k = 0; k < tensor_ranks; ++k) {
+      ASSIGN_OR_RETURN(auto pipeline,
+                       LocalPipeline::Create(spec, cuts, timeout, [] { return worker::CreateBackend("cpu", {1}); }, r,
+                                             data_groups[k], k, tensor_groups[r]));
+      grid->positions_.back().push_back(std::move(pipeline));
+    }
   }
   return grid;
 }
 
 absl::StatusOr<LocalGrid::Step> LocalGrid::RunStep(int64_t step) {
+  const int d = replicas(), t = tensor_ranks();
   std::vector<absl::StatusOr<std::vector<worker::runtime::StageStepResult>>> results(
-      replicas_.size(), absl::UnknownError("not run"));
+      static_cast<size_t>(d * t), absl::UnknownError("not run"));
   std::vector<std::thread> threads;
-  for (size_t r = 0; r < replicas_.size(); ++r) {
-    threads.emplace_back([&, r] { results[r] = replicas_[r]->RunStep(step); });
+  for (int r = 0; r < d; ++r) {
+    for (int k = 0; k < t; ++k) {
+      threads.emplace_back([&, r, k] { results[r * t + k] = positions_[r][k]->RunStep(step); });
+    }
   }
-  for (std::thread& t : threads) t.join();
+  for (std::thread& thread : threads) thread.join();
   Step out;
-  for (auto& r : results) {
-    RETURN_IF_ERROR(r.status());
-    out.loss += r->back().loss;
-    out.results.push_back(std::move(*r));
+  for (auto& result : results) RETURN_IF_ERROR(result.status());
+  for (int r = 0; r < d; ++r) {
+    out.loss += results[r * t]->back().loss;
+    out.results.push_back(*results[r * t]);
   }
   return out;
+}
+
+absl::StatusOr<std::map<std::string, common::Tensor>> LocalGrid::ExportWeights() {
+  std::map<std::string, common::Tensor> all;
+  LocalPipeline& first = position(0, 0);
+  for (int s = 0; s < first.stages(); ++s) {
+    const std::vector<worker::nn::Parameter*> params = first.runtime(s).parameters();
+    for (size_t i = 0; i < params.size(); ++i) {
+      ASSIGN_OR_RETURN(common::Tensor global, common::Tensor::Zeros(common::DType::kF32, params[i]->global_shape));
+      for (int k = 0; k < (params[i]->slice.whole() ? 1 : tensor_ranks()); ++k) {
+        worker::runtime::ShardRuntime& runtime = position(0, k).runtime(s);
+        worker::nn::Parameter* p = runtime.parameters()[i];
+        std::vector<float> local(p->count());
+        RETURN_IF_ERROR(runtime.backend().CopyToHost(worker::DeviceSpan<const float>(p->v()), absl::MakeSpan(local)));
+        worker::nn::PutSlice(local, p->global_shape, p->slice, global.values<float>());
+      }
+      all.emplace(params[i]->name, std::move(global));
+    }
+  }
+  return all;
 }
 
 }  // namespace shardline::testing

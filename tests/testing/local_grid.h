@@ -1,7 +1,10 @@
-// LocalGrid runs a p × d grid inside the test process: d replicas of a
-// p-stage LocalPipeline (spec.parallel().data_parallel() = d), the d copies
-// of each stage joined by an InProcessGroup, every stage of every replica on
-// its own thread for each step. Tests use it to check data parallelism
+// LocalGrid runs a p × d × t grid inside the test process: for each
+// data-parallel replica r (spec.parallel().data_parallel() = d) and tensor
+// rank k (spec.parallel().tensor_parallel() = t) a p-stage LocalPipeline;
+// the d copies of each (stage, tensor rank) joined by an InProcessGroup (the
+// data-parallel group), the t ranks of each (stage, replica) by another
+// (the tensor-parallel group); every stage of every position on its own
+// thread for each step. Tests use it to check data and tensor parallelism
 // against the reference trainer without any networking.
 #ifndef SHARDLINE_TESTS_TESTING_LOCAL_GRID_H_
 #define SHARDLINE_TESTS_TESTING_LOCAL_GRID_H_
@@ -22,29 +25,34 @@ class LocalGrid {
  public:
   // One step of the whole grid.
   struct Step {
-    std::vector<std::vector<worker::runtime::StageStepResult>> results;  // [replica][stage]
+    std::vector<std::vector<worker::runtime::StageStepResult>> results;  // [replica][stage], tensor rank 0's
     // The step's loss: the replicas' last-stage losses added in rank order,
-    // as the coordinator adds them.
+    // as the coordinator adds them (tensor rank 0's: every rank has it).
     double loss = 0.0;
   };
 
-  // `cuts` as for LocalPipeline; every stage of every replica gets a CPU
+  // `cuts` as for LocalPipeline; every stage of every position gets a CPU
   // backend of its own.
   static absl::StatusOr<std::unique_ptr<LocalGrid>> Create(const shardline::v1::JobSpec& spec,
                                                            const std::vector<int>& cuts,
                                                            absl::Duration timeout = absl::Seconds(30));
 
-  // Runs one step on every stage of every replica concurrently; the first
-  // error (by replica, then stage) once all have returned.
+  // Runs one step on every stage of every position concurrently; the first
+  // error (by replica, tensor rank, then stage) once all have returned.
   absl::StatusOr<Step> RunStep(int64_t step);
+  // The weights of replica 0 by global name, split tensors put together
+  // from the tensor ranks' slices.
+  absl::StatusOr<std::map<std::string, common::Tensor>> ExportWeights();
 
-  int replicas() const { return static_cast<int>(replicas_.size()); }
-  LocalPipeline& replica(int r) { return *replicas_[r]; }
+  int replicas() const { return static_cast<int>(positions_.size()); }
+  int tensor_ranks() const { return static_cast<int>(positions_[0].size()); }
+  LocalPipeline& replica(int r) { return *positions_[r][0]; }
+  LocalPipeline& position(int r, int k) { return *positions_[r][k]; }
 
  private:
   LocalGrid() = default;
-  std::vector<std::unique_ptr<worker::collective::InProcessGroup>> groups_;  // by stage
-  std::vector<std::unique_ptr<LocalPipeline>> replicas_;
+  std::vector<std::unique_ptr<worker::collective::InProcessGroup>> groups_;  // all of them
+  std::vector<std::vector<std::unique_ptr<LocalPipeline>>> positions_;        // [replica][tensor rank]
 };
 
 }  // namespace shardline::testing

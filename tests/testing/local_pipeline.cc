@@ -1,5 +1,6 @@
 #include "tests/testing/local_pipeline.h"
 
+#include <algorithm>
 #include <atomic>
 #include <thread>
 
@@ -30,10 +31,15 @@ absl::StatusOr<std::unique_ptr<LocalPipeline>> LocalPipeline::Create(
 absl::StatusOr<std::unique_ptr<LocalPipeline>> LocalPipeline::Create(
     const shardline::v1::JobSpec& spec, const std::vector<int>& cuts, absl::Duration link_timeout,
     const BackendMaker& make_backend, int replica,
-    const std::vector<worker::collective::InProcessGroup*>& groups) {
+    const std::vector<worker::collective::InProcessGroup*>& groups, int tensor_rank,
+    const std::vector<worker::collective::InProcessGroup*>& tensor_groups) {
   const int replicas = spec.parallel().data_parallel();
+  const int tensor_size = std::max(1, spec.parallel().tensor_parallel());
   if (replicas > 1 && groups.size() != cuts.size() + 1) {
     return absl::InvalidArgumentError("a data-parallel replica needs one group per stage");
+  }
+  if (tensor_size > 1 && tensor_groups.size() != cuts.size() + 1) {
+    return absl::InvalidArgumentError("a tensor-parallel rank needs one group per stage");
   }
   std::unique_ptr<LocalPipeline> pipeline(new LocalPipeline());
   ASSIGN_OR_RETURN(pipeline->data_, worker::data::CreateDataSource(spec));
@@ -48,19 +54,24 @@ absl::StatusOr<std::unique_ptr<LocalPipeline>> LocalPipeline::Create(
     const int begin = s == 0 ? 0 : cuts[s - 1];
     const int end = s + 1 == stages ? config.units() : cuts[s];
     ASSIGN_OR_RETURN(std::unique_ptr<worker::Backend> backend, make_backend());
+    worker::nn::TensorParallel tp;
+    if (tensor_size > 1) {
+      pipeline->tensor_groups_.push_back(tensor_groups[s]->Rank(tensor_rank, *backend));
+      tp = {tensor_rank, tensor_size, pipeline->tensor_groups_.back().get()};
+    }
     ASSIGN_OR_RETURN(auto runtime, ShardRuntime::Create(*backend, config, begin, end,
-                                                        spec.train().seed(), optimizer));
+                                                        spec.train().seed(), optimizer, tp));
     PipelineStageOptions options{schedule, stages, s, spec.train().micro_batches(),
                                  spec.train().global_batch(), wire, replica, replicas,
                                  static_cast<size_t>(spec.parallel().bucket_mib() * (1 << 20)),
-                                 spec.parallel().shard_optimizer()};
+                                 spec.parallel().shard_optimizer(), tensor_rank, tensor_size};
     worker::collective::Collective* group = nullptr;
     if (replicas > 1) {
       pipeline->replica_groups_.push_back(groups[s]->Rank(replica, *backend));
       group = pipeline->replica_groups_.back().get();
     }
     ASSIGN_OR_RETURN(auto stage, PipelineStage::Create(*runtime, pipeline->data_.get(),
-                                                       *pipeline->links_.links[s], options, group));
+                                                       *pipeline->links_.links[s], options, group, tp.group));
     pipeline->backends_.push_back(std::move(backend));
     pipeline->runtimes_.push_back(std::move(runtime));
     pipeline->stages_.push_back(std::move(stage));

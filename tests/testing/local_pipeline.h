@@ -39,11 +39,14 @@ class LocalPipeline {
       const shardline::v1::JobSpec& spec, const std::vector<int>& cuts, absl::Duration link_timeout,
       const BackendMaker& make_backend);
   // Replica `replica` of spec.parallel().data_parallel() (LocalGrid): stage
-  // s joins `groups[s]`, its data-parallel group, as rank `replica`.
+  // s joins `groups[s]`, its data-parallel group, as rank `replica`; with
+  // spec.parallel().tensor_parallel() = t > 1, this is the pipeline of
+  // tensor rank `tensor_rank`, stage s split over `tensor_groups[s]`.
   static absl::StatusOr<std::unique_ptr<LocalPipeline>> Create(
       const shardline::v1::JobSpec& spec, const std::vector<int>& cuts, absl::Duration link_timeout,
       const BackendMaker& make_backend, int replica,
-      const std::vector<worker::collective::InProcessGroup*>& groups);
+      const std::vector<worker::collective::InProcessGroup*>& groups, int tensor_rank = 0,
+      const std::vector<worker::collective::InProcessGroup*>& tensor_groups = {});
 
   // Runs one step on every stage concurrently; the results by stage, or the
   // first error (with its stage) once every stage has returned.
@@ -62,6 +65,7 @@ class LocalPipeline {
   std::unique_ptr<worker::data::DataSource> data_;
   std::vector<std::unique_ptr<worker::Backend>> backends_;
   std::vector<std::unique_ptr<worker::collective::Collective>> replica_groups_;  // by stage
+  std::vector<std::unique_ptr<worker::collective::Collective>> tensor_groups_;   // by stage
   std::vector<std::unique_ptr<worker::runtime::ShardRuntime>> runtimes_;
   worker::transport::LocalPipelineLinks links_;
   std::vector<std::unique_ptr<worker::runtime::PipelineStage>> stages_;

@@ -5,9 +5,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "worker/runtime/norm_pieces.h"
 
 namespace shardline::worker::runtime {
 namespace {
@@ -39,7 +41,7 @@ size_t LargestLinkTensorBytes(const shardline::v1::JobSpec& spec) {
 
 absl::StatusOr<std::unique_ptr<PipelineStage>> PipelineStage::Create(
     ShardRuntime& runtime, const data::DataSource* data, transport::StageLink& link,
-    PipelineStageOptions options, collective::Collective* replica_group) {
+    PipelineStageOptions options, collective::Collective* replica_group, collective::Collective* tensor_group) {
   if (runtime.is_first() != (options.stage == 0) ||
       runtime.is_last() != (options.stage == options.stages - 1)) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -62,6 +64,12 @@ absl::StatusOr<std::unique_ptr<PipelineStage>> PipelineStage::Create(
     return absl::InvalidArgumentError(absl::StrCat("replica ", options.replica, " of ", options.replicas,
                                                    " needs its data-parallel group, as rank ", options.replica));
   }
+  if (options.tensor_size > 1 &&
+      (tensor_group == nullptr || tensor_group->size() != options.tensor_size ||
+       tensor_group->rank() != options.tensor_rank)) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor rank ", options.tensor_rank, " of ", options.tensor_size,
+                                                   " needs its tensor-parallel group, as rank ", options.tensor_rank));
+  }
   RETURN_IF_ERROR(runtime.set_edge_dtype(options.wire));
   ASSIGN_OR_RETURN(std::vector<PipelineAction> schedule,
                    BuildSchedule(options.schedule, options.stages, options.stage,
@@ -73,6 +81,7 @@ absl::StatusOr<std::unique_ptr<PipelineStage>> PipelineStage::Create(
   }
   return std::unique_ptr<PipelineStage>(new PipelineStage(runtime, data, link, options,
                                                           options.replicas > 1 ? replica_group : nullptr,
+                                                          options.tensor_size > 1 ? tensor_group : nullptr,
                                                           std::move(schedule), std::move(buckets)));
 }
 
@@ -211,8 +220,11 @@ absl::Status PipelineStage::Backward(int64_t step, int k, bool last, StageStepRe
 absl::StatusOr<double> PipelineStage::ReduceGradNorm(int64_t step) {
   // This stage's parts first (its device works while the earlier stages
   // finish their backward passes).
-  ASSIGN_OR_RETURN(const std::vector<double> own, sharded() ? buckets_->GatheredSumsOfSquares()
-                                                            : runtime_.GradSumsOfSquares());
+  ASSIGN_OR_RETURN(std::vector<double> own, sharded() ? buckets_->GatheredSumsOfSquares()
+                                                      : runtime_.GradSumsOfSquares());
+  if (tensor_group_ != nullptr) {
+    ASSIGN_OR_RETURN(own, TensorGroupNormTerms(own));
+  }
   // The running sum travels 0 → p−1 and each stage adds its parameters' parts
   // one by one, as the trainer adds every parameter's: the same bits for any
   // cut. The total comes back p−1 → 0.
@@ -242,6 +254,26 @@ absl::StatusOr<double> PipelineStage::ReduceGradNorm(int64_t step) {
     RETURN_IF_ERROR(sender_.Send(StageSender::Direction::kPrevious, std::move(out)));
   }
   return total;
+}
+
+absl::StatusOr<std::vector<double>> PipelineStage::TensorGroupNormTerms(const std::vector<double>& own) {
+  double partial = 0.0;
+  size_t term = 0;
+  for (const nn::Parameter* p : runtime_.parameters()) {
+    const size_t pieces = NormPieceCount(p->count());
+    for (size_t i = 0; i < pieces && term < own.size(); ++i, ++term) {
+      if (!p->slice.whole() || options_.tensor_rank == 0) partial += own[term];
+    }
+  }
+  if (term != own.size()) return absl::InternalError("the norm terms do not match the parameters' pieces");
+  // Chunk r of 2·t floats: rank r's partial, as a double.
+  const int t = tensor_group_->size();
+  std::vector<float> gathered(2 * static_cast<size_t>(t), 0.0f);
+  std::memcpy(gathered.data() + 2 * options_.tensor_rank, &partial, sizeof(double));
+  RETURN_IF_ERROR(tensor_group_->AllGatherHost(absl::MakeSpan(gathered)));
+  std::vector<double> terms(static_cast<size_t>(t));
+  for (int r = 0; r < t; ++r) std::memcpy(&terms[r], gathered.data() + 2 * r, sizeof(double));
+  return terms;
 }
 
 PipelineStage::~PipelineStage() {

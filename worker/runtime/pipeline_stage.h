@@ -56,6 +56,10 @@ struct PipelineStageOptions {
   // optimizer state for, its share of the parameters only; the replicas
   // then gather each other's shares of the new weights.
   bool shard_optimizer = false;
+  // Tensor parallelism: this position's rank in its stage's tensor-parallel
+  // group of tensor_size (the runtime was built with the same split).
+  int tensor_rank = 0;
+  int tensor_size = 1;
   // Where the stage says what it is doing (the hang explainer); optional.
   StageActivity* activity = nullptr;
 };
@@ -91,13 +95,18 @@ class PipelineStage {
   // `data` is required on stage 0 and ignored elsewhere. With replicas > 1,
   // `replica_group` is this stage's data-parallel group (rank = replica):
   // the gradients are summed over it in buckets, each as soon as the step's
-  // last backward pass has finished its layers (GradientBuckets). Nothing
-  // is owned; everything must outlive the stage.
+  // last backward pass has finished its layers (GradientBuckets). With
+  // tensor_size > 1, `tensor_group` is the group the runtime's layers are
+  // split over (rank = tensor_rank): the stage's part of the grad norm is
+  // its ranks' parts (a replicated parameter counted once) added in rank
+  // order; each rank exchanges the whole activations with the same rank of
+  // its neighbours. Nothing is owned; everything must outlive the stage.
   static absl::StatusOr<std::unique_ptr<PipelineStage>> Create(ShardRuntime& runtime,
                                                                const data::DataSource* data,
                                                                transport::StageLink& link,
                                                                PipelineStageOptions options,
-                                                               collective::Collective* replica_group = nullptr);
+                                                               collective::Collective* replica_group = nullptr,
+                                                               collective::Collective* tensor_group = nullptr);
 
   // After a failed step, closes the link (the stage is done with it): a
   // send still blocked on a neighbour that stopped reading returns at once
@@ -124,9 +133,13 @@ class PipelineStage {
  private:
   PipelineStage(ShardRuntime& runtime, const data::DataSource* data, transport::StageLink& link,
                 PipelineStageOptions options, collective::Collective* replica_group,
-                std::vector<PipelineAction> schedule, std::unique_ptr<GradientBuckets> buckets)
+                collective::Collective* tensor_group, std::vector<PipelineAction> schedule,
+                std::unique_ptr<GradientBuckets> buckets)
       : runtime_(runtime), data_(data), link_(link), options_(options), replica_group_(replica_group),
-        schedule_(std::move(schedule)), sender_(link), buckets_(std::move(buckets)) {}
+        tensor_group_(tensor_group), schedule_(std::move(schedule)), sender_(link), buckets_(std::move(buckets)) {}
+  // The stage's norm terms over its tensor-parallel group: each rank's own
+  // terms added (a replicated parameter's on rank 0 only), one per rank.
+  absl::StatusOr<std::vector<double>> TensorGroupNormTerms(const std::vector<double>& own);
   bool sharded() const { return buckets_ != nullptr && buckets_->sharded(); }
   // Tells options_.activity (if any) what the stage does now.
   void Doing(int64_t step, std::string what) {
@@ -161,6 +174,7 @@ class PipelineStage {
   transport::StageLink& link_;
   const PipelineStageOptions options_;
   collective::Collective* const replica_group_;  // null with one replica
+  collective::Collective* const tensor_group_;   // null unsplit
   const std::vector<PipelineAction> schedule_;
   StageSender sender_;
   std::unique_ptr<GradientBuckets> buckets_;  // with replicas
