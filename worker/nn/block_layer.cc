@@ -19,11 +19,10 @@ absl::StatusOr<std::unique_ptr<BlockLayer>> BlockLayer::Create(Backend& backend,
   using Kind = LinearSplit::Kind;
   LinearSplit qkv_split, proj_split, fc_split, mlp_proj_split;
   if (tp.split()) {
-    const auto [a, b] = tp.Block(c);
-    qkv_split = {Kind::kColumns, {{a, b}, {c + a, c + b}, {2 * c + a, 2 * c + b}}};
-    proj_split = {Kind::kRows, {{a, b}}};
-    fc_split = {Kind::kColumns, {tp.Block(4 * c)}};
-    mlp_proj_split = {Kind::kRows, {tp.Block(4 * c)}};
+    qkv_split = {Kind::kColumns, {{0, c}, {c, 2 * c}, {2 * c, 3 * c}}, tp.rank, tp.size};
+    proj_split = {Kind::kRows, {{0, c}}, tp.rank, tp.size};
+    fc_split = {Kind::kColumns, {{0, 4 * c}}, tp.rank, tp.size};
+    mlp_proj_split = {Kind::kRows, {{0, 4 * c}}, tp.rank, tp.size};
   }
   ASSIGN_OR_RETURN(layer->ln1_weight_, CreateParameter(backend, seed, p + ".ln1.weight", {c},
                                                        InitKind::kOnes, 0.0f, false));

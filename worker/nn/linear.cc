@@ -10,8 +10,8 @@ absl::StatusOr<Linear> Linear::Create(Backend& backend, uint64_t seed, const std
   Linear linear;
   // The weight [out × in]: a column-parallel part holds rows, a row-parallel one columns.
   Slice weight_slice, bias_slice;
-  if (split.kind == Kind::kColumns) weight_slice = bias_slice = Slice{0, split.ranges};
-  if (split.kind == Kind::kRows) weight_slice = Slice{1, split.ranges};
+  if (split.kind == Kind::kColumns) weight_slice = bias_slice = Slice{0, split.blocks, split.rank, split.ranks};
+  if (split.kind == Kind::kRows) weight_slice = Slice{1, split.blocks, split.rank, split.ranks};
   ASSIGN_OR_RETURN(linear.weight_, CreateParameter(backend, seed, prefix + ".weight", {out, in},
                                                    InitKind::kNormal, std, /*decay=*/true, weight_slice));
   linear.out_ = linear.weight_.shape[0];

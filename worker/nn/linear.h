@@ -22,7 +22,11 @@ namespace shardline::worker::nn {
 struct LinearSplit {
   enum class Kind { kWhole, kColumns, kRows };
   Kind kind = Kind::kWhole;
-  Ranges ranges;  // kColumns: of the output features; kRows: of the input features
+  // kColumns: of the output features; kRows: of the input features; each
+  // cut into `ranks` parts, of which this rank holds part `rank` (Slice).
+  Ranges blocks;
+  int rank = 0;
+  int ranks = 1;
 };
 
 class Linear {

@@ -23,7 +23,7 @@ std::vector<int64_t> SliceShape(const std::vector<int64_t>& global_shape, const 
   if (slice.whole()) return global_shape;
   std::vector<int64_t> shape = global_shape;
   int64_t n = 0;
-  for (const auto& [begin, end] : slice.ranges) n += end - begin;
+  for (const auto& [begin, end] : slice.ranges()) n += end - begin;
   shape[static_cast<size_t>(slice.dim)] = n;
   return shape;
 }
@@ -40,8 +40,9 @@ void ForEachRun(const std::vector<int64_t>& global_shape, const Slice& slice, co
   for (size_t d = 0; d < static_cast<size_t>(slice.dim); ++d) outer *= global_shape[d];
   const int64_t extent = global_shape[static_cast<size_t>(slice.dim)];
   int64_t local = 0;
+  const Ranges ranges = slice.ranges();
   for (int64_t o = 0; o < outer; ++o) {
-    for (const auto& [begin, end] : slice.ranges) {
+    for (const auto& [begin, end] : ranges) {
       const int64_t count = (end - begin) * inner;
       copy((o * extent + begin) * inner, local, count);
       local += count;
@@ -76,7 +77,7 @@ absl::StatusOr<Parameter> CreateParameter(Backend& backend, uint64_t seed, std::
                                           std::vector<int64_t> shape, InitKind kind, float std,
                                           bool decay, const Slice& slice) {
   ASSIGN_OR_RETURN(int64_t global_count, common::NumElements(shape));
-  for (const auto& [begin, end] : slice.ranges) {
+  for (const auto& [begin, end] : slice.whole() ? Ranges() : slice.ranges()) {
     if (slice.dim < 0 || static_cast<size_t>(slice.dim) >= shape.size() || begin < 0 || begin >= end ||
         end > shape[static_cast<size_t>(slice.dim)]) {
       return absl::InvalidArgumentError(absl::StrCat("a slice of ", name, " out of its shape"));

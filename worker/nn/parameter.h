@@ -24,13 +24,30 @@ enum class InitKind {
   kOnes,
 };
 
-// The part of a global tensor a tensor-parallel rank holds: ranges of its
-// dimension `dim` (0: rows; 1: columns of a matrix), in order, side by side
-// in the local tensor. No ranges: the whole tensor.
+// The part of a global tensor a tensor-parallel rank holds: along its
+// dimension `dim` (0: rows; 1: columns of a matrix), each of `blocks` is
+// cut into `ranks` equal parts and rank `rank` holds part `rank` of each,
+// side by side in the local tensor (qkv's q, k and v blocks by heads; one
+// block for the others). Unsplit: the whole tensor.
 struct Slice {
   int dim = 0;
-  Ranges ranges;
-  bool whole() const { return ranges.empty(); }
+  Ranges blocks;
+  int rank = 0;
+  int ranks = 1;
+  bool whole() const { return ranks <= 1 || blocks.empty(); }
+  // The ranges rank `r` holds.
+  Ranges RangesOf(int r) const {
+    Ranges out;
+    for (const auto& [a, b] : blocks) out.emplace_back(a + r * (b - a) / ranks, a + (r + 1) * (b - a) / ranks);
+    return out;
+  }
+  Ranges ranges() const { return RangesOf(rank); }
+  // The same split as rank `r` holds it.
+  Slice Of(int r) const {
+    Slice s = *this;
+    s.rank = r;
+    return s;
+  }
 };
 
 // The slice's shape; the elements of `global` (a tensor of `global_shape`)

@@ -39,8 +39,6 @@ struct TensorParallel {
   absl::Status AllReduce(DeviceSpan<float> data) const {
     return split() ? group->AllReduceSum(data) : absl::OkStatus();
   }
-  // This rank's block of `n` features cut into `size` equal blocks.
-  std::pair<int64_t, int64_t> Block(int64_t n) const { return {rank * n / size, (rank + 1) * n / size}; }
   // OK when `size` divides what a model of `heads` heads and width `d_model`
   // splits (the heads, and the MLP's 4·d_model), and the group fits.
   absl::Status Check(int64_t heads, int64_t d_model) const {

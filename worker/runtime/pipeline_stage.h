@@ -124,10 +124,14 @@ class PipelineStage {
   // replica's share, so every replica of the stage must call it at the
   // same point (a checkpoint step), and all export the same tensors.
   // Tensors of `reuse` that fit are written over (ShardRuntime::ExportWeights).
+  // Split over a tensor-parallel group, the ranks put their slices together
+  // (every rank of the stage calls it at the same point): the shard is in
+  // the global layout, the same on every rank and in every grid.
   absl::StatusOr<ShardRuntime::HostTensors> ExportState(ShardRuntime::HostTensors reuse = {});
   // Before the first RunStep of a restart: the weights and whole optimizer
-  // state ExportState wrote at the committed step (this replica keeps its
-  // share of the state when sharded).
+  // state ExportState wrote at the committed step, in the global layout of
+  // any grid (a split rank takes its slices; this replica keeps its share
+  // of the state when sharded).
   absl::Status ImportState(const std::map<std::string, common::Tensor>& state);
 
  private:
@@ -137,6 +141,8 @@ class PipelineStage {
                 std::unique_ptr<GradientBuckets> buckets)
       : runtime_(runtime), data_(data), link_(link), options_(options), replica_group_(replica_group),
         tensor_group_(tensor_group), schedule_(std::move(schedule)), sender_(link), buckets_(std::move(buckets)) {}
+  // This rank's own tensors (a ZeRO-1 state gathered over the replicas).
+  absl::StatusOr<ShardRuntime::HostTensors> ExportLocalState(ShardRuntime::HostTensors& reuse);
   // The stage's norm terms over its tensor-parallel group: each rank's own
   // terms added (a replicated parameter's on rank 0 only), one per rank.
   absl::StatusOr<std::vector<double>> TensorGroupNormTerms(const std::vector<double>& own);

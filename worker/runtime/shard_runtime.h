@@ -146,7 +146,7 @@ class ShardRuntime {
   // "optimizer.v.<name>" (AdamW) or "optimizer.m.<name>" (SGD momentum),
   // once the optimizer has stepped; a ZeRO-1 share of the state is left
   // out (PipelineStage::ExportState gathers it).
-  absl::StatusOr<HostTensors> ExportState(HostTensors reuse = {});
+  absl::StatusOr<HostTensors> ExportState(HostTensors* reuse = nullptr);
   // The names and shapes ExportState gives once the optimizer has stepped:
   // what a checkpoint holds.
   std::map<std::string, std::vector<int64_t>> StateLayout();

@@ -9,16 +9,32 @@
 
 namespace shardline::worker::runtime {
 
+namespace {
+
+// `t`'s values for parameter `p` here: as they are when `t` has p's shape,
+// p's slice of them when `t` is the whole tensor of a split parameter (a
+// checkpoint in the global layout, whatever grid wrote it).
+absl::StatusOr<std::vector<float>> ValuesFor(const nn::Parameter& p, const std::string& name,
+                                             const common::Tensor& t) {
+  if (t.dtype() == common::DType::kF32 && t.shape() == p.shape) {
+    const auto v = t.values<float>();
+    return std::vector<float>(v.begin(), v.end());
+  }
+  if (t.dtype() == common::DType::kF32 && !p.slice.whole() && t.shape() == p.global_shape) {
+    return nn::TakeSlice(t.values<float>(), p.global_shape, p.slice);
+  }
+  return absl::InvalidArgumentError(absl::StrCat(name, " is ", t.DebugString(), ", expected f32",
+                                                 common::ShapeString(p.global_shape)));
+}
+
+}  // namespace
+
 absl::Status ShardRuntime::ImportWeights(const std::map<std::string, common::Tensor>& weights) {
   for (nn::Parameter* p : parameters()) {
     auto it = weights.find(p->name);
     if (it == weights.end()) return absl::NotFoundError(absl::StrCat("no weights for ", p->name));
-    const common::Tensor& t = it->second;
-    if (t.dtype() != common::DType::kF32 || t.shape() != p->shape) {
-      return absl::InvalidArgumentError(absl::StrCat(p->name, " is ", t.DebugString(), ", expected f32",
-                                                     common::ShapeString(p->shape)));
-    }
-    RETURN_IF_ERROR(backend_.CopyToDevice(t.values<float>(), p->v()));
+    ASSIGN_OR_RETURN(const std::vector<float> values, ValuesFor(*p, p->name, it->second));
+    RETURN_IF_ERROR(backend_.CopyToDevice(absl::Span<const float>(values), p->v()));
   }
   return absl::OkStatus();
 }
@@ -36,12 +52,8 @@ absl::Status ShardRuntime::ImportState(const std::map<std::string, common::Tenso
       if (buffer == &p->state2 && !optimizer_.config().adamw) continue;
       auto it = state.find(prefix + p->name);
       if (it == state.end()) return absl::NotFoundError(absl::StrCat("no ", prefix, p->name));
-      const common::Tensor& t = it->second;
-      if (t.dtype() != common::DType::kF32 || t.shape() != p->shape) {
-        return absl::InvalidArgumentError(absl::StrCat(prefix, p->name, " is ", t.DebugString(), ", expected f32",
-                                                       common::ShapeString(p->shape)));
-      }
-      const absl::Span<const float> whole = t.values<float>();
+      ASSIGN_OR_RETURN(const std::vector<float> values, ValuesFor(*p, prefix + p->name, it->second));
+      const absl::Span<const float> whole(values);
       std::vector<float> kept;
       if (owned == nullptr) {
         kept.assign(whole.begin(), whole.end());
@@ -60,12 +72,14 @@ absl::Status ShardRuntime::ImportState(const std::map<std::string, common::Tenso
   return absl::OkStatus();
 }
 
-absl::StatusOr<ShardRuntime::HostTensors> ShardRuntime::ExportState(HostTensors reuse) {
-  ASSIGN_OR_RETURN(HostTensors out, ExportWeights(&reuse));
+absl::StatusOr<ShardRuntime::HostTensors> ShardRuntime::ExportState(HostTensors* reuse) {
+  HostTensors none;
+  if (reuse == nullptr) reuse = &none;
+  ASSIGN_OR_RETURN(HostTensors out, ExportWeights(reuse));
   for (nn::Parameter* p : parameters()) {
     for (auto [buffer, prefix] : {std::pair{&p->state1, "optimizer.m."}, {&p->state2, "optimizer.v."}}) {
       if (buffer->bytes() != p->value.bytes()) continue;  // none yet, or a ZeRO-1 share
-      ASSIGN_OR_RETURN(common::Tensor t, TakeHostTensor(reuse, prefix + p->name, p->shape));
+      ASSIGN_OR_RETURN(common::Tensor t, TakeHostTensor(*reuse, prefix + p->name, p->shape));
       RETURN_IF_ERROR(backend_.CopyToHost(DeviceSpan<const float>(buffer->span<float>()),
                                           t.values<float>()));
       out.emplace(prefix + p->name, std::move(t));
