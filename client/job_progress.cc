@@ -91,22 +91,29 @@ std::string WorkerTable(const shardline::v1::WorkerStatus& worker) {
 }
 
 std::string PlanTable(const shardline::v1::PlanResponse& plan) {
-  bool replicas = false;
-  for (const auto& s : plan.stages()) replicas |= s.replica() > 0;
+  bool replicas = false, tensor = false;
+  for (const auto& s : plan.stages()) {
+    replicas |= s.replica() > 0;
+    tensor |= s.tensor_rank() > 0;
+  }
   std::vector<std::vector<std::string>> rows = {{"STAGE", "WORKER", "UNITS", "MS/MICRO-BATCH", "MEMORY"}};
+  if (tensor) rows[0].insert(rows[0].begin() + 1, "TENSOR");
   if (replicas) {
     rows[0].insert(rows[0].begin() + 1, "REPLICA");
     rows[0].push_back("ALL-REDUCE/STEP");
   }
+  if (tensor) rows[0].push_back("TENSOR ALL-REDUCES/STEP");
   for (const auto& s : plan.stages()) {
     std::vector<std::string> row = {
         absl::StrCat(s.stage()), s.worker(), absl::StrCat("[", s.unit_begin(), ", ", s.unit_end(), ")"),
         absl::StrFormat("%.3f", s.seconds_per_micro_batch() * 1e3),
         absl::StrFormat("%.1f MiB", static_cast<double>(s.memory_bytes()) / (1 << 20))};
+    if (tensor) row.insert(row.begin() + 1, absl::StrCat(s.tensor_rank()));
     if (replicas) {
       row.insert(row.begin() + 1, absl::StrCat(s.replica()));
       row.push_back(absl::StrFormat("%.1f MiB", static_cast<double>(s.reduce_bytes_per_step()) / (1 << 20)));
     }
+    if (tensor) row.push_back(absl::StrFormat("%.1f MiB", static_cast<double>(s.tensor_bytes_per_step()) / (1 << 20)));
     rows.push_back(std::move(row));
   }
   return Table(rows) + absl::StrFormat("predicted step: %.4f s (pipeline bubble %.0f%%)\n",
@@ -122,14 +129,20 @@ std::string DescribeJob(const shardline::v1::JobStatus& s) {
       s.committed_step() >= 0 ? absl::StrCat("step ", s.committed_step()) : "none");
   if (!s.message().empty()) absl::StrAppend(&out, "Message:    ", s.message(), "\n");
   if (s.stages_size() > 0) {
-    bool replicas = false;
-    for (const auto& st : s.stages()) replicas |= st.replica() > 0;
+    bool replicas = false, tensor = false;
+    for (const auto& st : s.stages()) {
+      replicas |= st.replica() > 0;
+      tensor |= st.tensor_rank() > 0;
+    }
     auto position = [&](const shardline::v1::StageStatus& st) {
-      return replicas ? absl::StrCat("stage ", st.stage(), " replica ", st.replica())
-                      : absl::StrCat("stage ", st.stage());
+      std::string label = absl::StrCat("stage ", st.stage());
+      if (replicas) absl::StrAppend(&label, " replica ", st.replica());
+      if (tensor) absl::StrAppend(&label, " tensor ", st.tensor_rank());
+      return label;
     };
     std::vector<std::vector<std::string>> rows = {{"STAGE", "WORKER", "UNITS", "BUSY", "STEP S", "PEAK MICRO-BATCHES",
                                                    "LINK PEAK MIB", "MINOR FAULTS/GIB RECEIVED", "CHECKPOINT S (WAIT)"}};
+    if (tensor) rows[0].insert(rows[0].begin() + 1, "TENSOR");
     if (replicas) rows[0].insert(rows[0].begin() + 1, "REPLICA");
     bool resumed = false;  // a restart after step 1: where each position's state came from
     for (const auto& st : s.stages()) resumed |= !st.resumed_from().empty();
@@ -144,6 +157,7 @@ std::string DescribeJob(const shardline::v1::JobStatus& s) {
           st.checkpoint_seconds() > 0
               ? absl::StrFormat("%.3f (%.3f)", st.checkpoint_seconds(), st.checkpoint_wait_seconds())
               : "-"};
+      if (tensor) row.insert(row.begin() + 1, absl::StrCat(st.tensor_rank()));
       if (replicas) row.insert(row.begin() + 1, absl::StrCat(st.replica()));
       if (resumed) row.push_back(st.resumed_from().empty() ? "-" : st.resumed_from());
       rows.push_back(std::move(row));

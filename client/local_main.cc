@@ -34,8 +34,8 @@
 #include "common/metrics_log.h"
 
 ABSL_FLAG(int, workers, 0,
-          "worker processes (0: pipeline_stages × data_parallel of the spec); the spec runs as "
-          "workers / data_parallel pipeline stages");
+          "worker processes (0: pipeline_stages × data_parallel × tensor_parallel of the spec); the "
+          "spec runs as workers / (data_parallel × tensor_parallel) pipeline stages");
 ABSL_FLAG(std::string, metrics_out, "", "write JSON Lines metrics to this file");
 ABSL_FLAG(std::string, out, "", "final weights (default: <name>.safetensors next to --metrics_out, or here)");
 ABSL_FLAG(std::string, device, "cpu", "device for every worker (cpu, cuda:N, auto)");
@@ -68,17 +68,19 @@ int Run(const std::string& spec_path) {
   absl::StatusOr<shardline::v1::JobSpec> spec = common::LoadJobSpec(spec_path);
   if (!spec.ok()) return Fail(kInvalid, std::string(spec.status().message()));
   const int d = spec->parallel().data_parallel();
+  const int t = spec->parallel().tensor_parallel();
   const int n = absl::GetFlag(FLAGS_workers) > 0 ? absl::GetFlag(FLAGS_workers)
-                                                 : spec->parallel().pipeline_stages() * d;
-  if (n % d != 0 || n / d < 1 || n / d > common::PipelineUnits(spec->model())) {
-    return Fail(kInvalid, absl::StrCat("--workers must be a multiple of parallel.data_parallel (", d,
-                                       ") with at most ", common::PipelineUnits(spec->model()),
+                                                 : spec->parallel().pipeline_stages() * d * t;
+  if (n % (d * t) != 0 || n / (d * t) < 1 || n / (d * t) > common::PipelineUnits(spec->model())) {
+    return Fail(kInvalid, absl::StrCat("--workers must be a multiple of parallel.data_parallel × tensor_parallel (",
+                                       d * t, ") with at most ", common::PipelineUnits(spec->model()),
                                        " pipeline stages per replica"));
   }
-  const int stages = n / d;
+  const int stages = n / (d * t);
   if (spec->parallel().pipeline_stages() != stages) {
     std::printf("note: running %d pipeline stages%s (the spec says %d)\n", stages,
-                d > 1 ? absl::StrCat(" in each of ", d, " replicas").c_str() : ", one per worker",
+                d > 1 || t > 1 ? absl::StrCat(" in each of ", d, " replicas, each stage on ", t, " workers").c_str()
+                               : ", one per worker",
                 spec->parallel().pipeline_stages());
     spec->mutable_parallel()->set_pipeline_stages(stages);
   }
@@ -101,12 +103,13 @@ int Run(const std::string& spec_path) {
   absl::StatusOr<shardline::v1::JobStatus> submitted = admin.Submit(*spec);
   if (!submitted.ok()) return Fail(kInvalid, std::string(submitted.status().message()));
   const std::string job_id = submitted->job_id();
-  std::printf("submitted %s ('%s'): %d steps on %d stages%s\n", job_id.c_str(), spec->name().c_str(),
+  std::printf("submitted %s ('%s'): %d steps on %d stages%s%s\n", job_id.c_str(), spec->name().c_str(),
               spec->train().steps(), stages,
               d > 1 ? absl::StrCat(" × ", d, " replicas",
                                    spec->parallel().shard_optimizer() ? " (optimizer state sharded: ZeRO-1)" : "")
                           .c_str()
-                    : "");
+                    : "",
+              t > 1 ? absl::StrCat(" × ", t, " tensor ranks").c_str() : "");
 
   // Interrupts and dead daemons end the watch by ending the job.
   std::atomic<bool> watching{true};

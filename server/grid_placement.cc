@@ -12,16 +12,60 @@ namespace {
 // What each stage of a p × d grid can count on: its replicas share one cut,
 // so the slowest and the smallest of a stage's d workers (positions r·p + s)
 // decide, under replica 0's name.
-std::vector<WorkerCapacity> GridCapacities(const std::vector<WorkerRecord>& workers, int p, int d) {
+std::vector<WorkerCapacity> GridCapacities(const std::vector<WorkerRecord>& workers, int p, int d, int t) {
   std::vector<WorkerCapacity> out;
   for (int s = 0; s < p; ++s) {
-    WorkerCapacity c{workers[s].name, workers[s].capabilities.gemm_flops(), workers[s].capabilities.memory_bytes()};
-    for (int r = 1; r < d; ++r) {
-      const auto& caps = workers[r * p + s].capabilities;
-      c.flops_per_second = std::min(c.flops_per_second, caps.gemm_flops());
-      c.memory_bytes = std::min(c.memory_bytes, caps.memory_bytes());
+    const WorkerRecord& first = workers[static_cast<size_t>(s * t)];
+    WorkerCapacity c{first.name, first.capabilities.gemm_flops(), first.capabilities.memory_bytes()};
+    for (int r = 0; r < d; ++r) {
+      for (int k = 0; k < t; ++k) {
+        const auto& caps = workers[static_cast<size_t>((r * p + s) * t + k)].capabilities;
+        c.flops_per_second = std::min(c.flops_per_second, caps.gemm_flops());
+        c.memory_bytes = std::min(c.memory_bytes, caps.memory_bytes());
+      }
     }
+    c.flops_per_second *= t;
+    c.memory_bytes *= t;
     out.push_back(c);
+  }
+  return out;
+}
+
+// Activation bytes one rank of a stage of `blocks` blocks sends per step in
+// its tensor group's all-reduces: 4 per block per micro-batch of `tokens`
+// tokens × C floats, 2 (t − 1)/t of each.
+int64_t TensorBytesPerStep(const shardline::v1::JobSpec& spec, int blocks, int t) {
+  if (t <= 1) return 0;
+  const int64_t m = spec.train().micro_batches();
+  const int64_t tokens = spec.train().global_batch() / (m * spec.parallel().data_parallel()) * spec.model().context();
+  const int64_t floats = tokens * spec.model().d_model();
+  return 4 * blocks * m * 2 * (t - 1) * floats * static_cast<int64_t>(sizeof(float)) / t;
+}
+
+// Blocks (units between the embedding and the head) in [begin, end).
+int BlocksIn(const shardline::v1::JobSpec& spec, int begin, int end) {
+  const int last = spec.model().n_layers() + 1;  // the head's unit
+  return std::max(0, std::min(end, last) - std::max(begin, 1));
+}
+
+// Idle workers ordered so that consecutive runs of t share a host where
+// they can: a host's workers together, hosts in the order their first idle
+// worker registered.
+std::vector<WorkerRecord> ByHost(const std::vector<WorkerRecord>& idle, int t) {
+  if (t <= 1) return idle;
+  auto host = [](const WorkerRecord& w) {
+    const std::string& a = w.capabilities.listen_address();
+    return a.substr(0, a.rfind(':'));
+  };
+  std::vector<std::string> hosts;
+  for (const WorkerRecord& w : idle) {
+    if (std::find(hosts.begin(), hosts.end(), host(w)) == hosts.end()) hosts.push_back(host(w));
+  }
+  std::vector<WorkerRecord> out;
+  for (const std::string& h : hosts) {
+    for (const WorkerRecord& w : idle) {
+      if (host(w) == h) out.push_back(w);
+    }
   }
   return out;
 }
@@ -62,24 +106,31 @@ std::vector<WorkerRecord> ChooseGrid(const std::vector<WorkerRecord>& idle, int 
 absl::StatusOr<shardline::v1::PlanResponse> PreviewGrid(const shardline::v1::JobSpec& spec,
                                                         const std::vector<WorkerRecord>& idle) {
   const int p = spec.parallel().pipeline_stages(), d = spec.parallel().data_parallel();
-  if (static_cast<int>(idle.size()) < p * d) {
-    return absl::InvalidArgumentError(absl::StrCat("the plan needs ", p * d, " workers (", p, " stages × ", d,
-                                                   " replicas), ", idle.size(), " are idle"));
+  const int t = std::max(1, spec.parallel().tensor_parallel());
+  if (static_cast<int>(idle.size()) < p * d * t) {
+    return absl::InvalidArgumentError(absl::StrCat("the plan needs ", p * d * t, " workers (", p, " stages × ", d,
+                                                   " replicas × ", t, " tensor ranks), ", idle.size(), " are idle"));
   }
-  ASSIGN_OR_RETURN(PipelinePlan plan, PlanPipeline(spec, GridCapacities(idle, p, d)));
+  const std::vector<WorkerRecord> grid = ByHost(idle, t);
+  ASSIGN_OR_RETURN(PipelinePlan plan, PlanPipeline(spec, GridCapacities(grid, p, d, t)));
   shardline::v1::PlanResponse out;
   for (int r = 0; r < d; ++r) {
     for (int s = 0; s < p; ++s) {
-      const StagePlan& sp = plan.stages[s];
-      auto* st = out.add_stages();
-      st->set_stage(s);
-      st->set_replica(r);
-      st->set_worker(idle[r * p + s].name);
-      st->set_unit_begin(sp.unit_begin);
-      st->set_unit_end(sp.unit_end);
-      st->set_seconds_per_micro_batch(sp.seconds_per_micro_batch);
-      st->set_memory_bytes(sp.memory_bytes);
-      st->set_reduce_bytes_per_step(ReduceBytesPerStep(sp.parameters, d));
+      for (int k = 0; k < t; ++k) {
+        const StagePlan& sp = plan.stages[s];
+        auto* st = out.add_stages();
+        st->set_stage(s);
+        st->set_replica(r);
+        st->set_tensor_rank(k);
+        st->set_worker(grid[static_cast<size_t>((r * p + s) * t + k)].name);
+        st->set_unit_begin(sp.unit_begin);
+        st->set_unit_end(sp.unit_end);
+        st->set_seconds_per_micro_batch(sp.seconds_per_micro_batch);
+        st->set_memory_bytes(sp.memory_bytes / t);
+        // A rank holds about 1/t of the stage's parameters (the blocks' split).
+        st->set_reduce_bytes_per_step(ReduceBytesPerStep(sp.parameters / t, d));
+        st->set_tensor_bytes_per_step(TensorBytesPerStep(spec, BlocksIn(spec, sp.unit_begin, sp.unit_end), t));
+      }
     }
   }
   out.set_predicted_step_seconds(plan.predicted_step_seconds);
@@ -93,47 +144,63 @@ absl::StatusOr<GridPlacement> PlaceGrid(const shardline::v1::JobSpec& job_spec, 
                                         const std::vector<std::string>& previous,
                                         const std::vector<int>& previous_cut) {
   const int p = stages, d = job_spec.parallel().data_parallel();
+  const int t = std::max(1, job_spec.parallel().tensor_parallel());
   if (p < 1 || p > job_spec.parallel().pipeline_stages()) {
     return absl::InvalidArgumentError(absl::StrCat("cannot plan ", p, " stages for a spec of ",
                                                    job_spec.parallel().pipeline_stages()));
   }
-  if (static_cast<int>(idle.size()) < p * d) {
-    return absl::FailedPreconditionError(absl::StrCat("placing ", p * d, " positions on ", idle.size(), " workers"));
+  const int n = p * d * t;
+  if (static_cast<int>(idle.size()) < n) {
+    return absl::FailedPreconditionError(absl::StrCat("placing ", n, " positions on ", idle.size(), " workers"));
   }
   shardline::v1::JobSpec spec = job_spec;
   spec.mutable_parallel()->set_pipeline_stages(p);
-  const std::vector<WorkerRecord> grid = ChooseGrid(idle, p * d, previous);
-  ASSIGN_OR_RETURN(PipelinePlan plan, PlanPipeline(spec, GridCapacities(grid, p, d), previous_cut));
+  const std::vector<WorkerRecord> grid = ChooseGrid(ByHost(idle, t), n, previous);
+  ASSIGN_OR_RETURN(PipelinePlan plan, PlanPipeline(spec, GridCapacities(grid, p, d, t), previous_cut));
+  auto at = [&](int s, int r, int k) -> const WorkerRecord& { return grid[static_cast<size_t>((r * p + s) * t + k)]; };
   GridPlacement out;
   out.stages = p;
   out.replicas = d;
+  out.tensor_ranks = t;
   for (int r = 0; r < d; ++r) {
     for (int s = 0; s < p; ++s) {
-      const StagePlan& sp = plan.stages[s];
-      const WorkerRecord& w = grid[r * p + s];
-      out.workers.push_back(w.id);
-      shardline::v1::StageStatus& status = out.stage_statuses.emplace_back();
-      status.set_stage(s);
-      status.set_replica(r);
-      status.set_worker(w.name);
-      status.set_unit_begin(sp.unit_begin);
-      status.set_unit_end(sp.unit_end);
-      shardline::v1::Assignment& a = out.assignments.emplace_back();
-      a.set_job_id(job_id);
-      *a.mutable_spec() = spec;
-      a.set_stage(s);
-      a.set_stages(p);
-      a.set_unit_begin(sp.unit_begin);
-      a.set_unit_end(sp.unit_end);
-      if (s > 0) a.set_upstream_address(grid[r * p + s - 1].capabilities.listen_address());
-      a.set_first_step(first_step);
-      a.set_replica(r);
-      a.set_replicas(d);
-      if (d > 1) {
-        for (int q = 0; q < d; ++q) a.add_replica_addresses(grid[q * p + s].capabilities.listen_address());
-      }
-      for (int q = 0; q < d && first_step > 1; ++q) {
-        if (q != r) a.add_state_peers(grid[q * p + s].capabilities.listen_address());
+      for (int k = 0; k < t; ++k) {
+        const StagePlan& sp = plan.stages[s];
+        const WorkerRecord& w = at(s, r, k);
+        out.workers.push_back(w.id);
+        shardline::v1::StageStatus& status = out.stage_statuses.emplace_back();
+        status.set_stage(s);
+        status.set_replica(r);
+        status.set_tensor_rank(k);
+        status.set_worker(w.name);
+        status.set_unit_begin(sp.unit_begin);
+        status.set_unit_end(sp.unit_end);
+        shardline::v1::Assignment& a = out.assignments.emplace_back();
+        a.set_job_id(job_id);
+        *a.mutable_spec() = spec;
+        a.set_stage(s);
+        a.set_stages(p);
+        a.set_unit_begin(sp.unit_begin);
+        a.set_unit_end(sp.unit_end);
+        // Each tensor rank exchanges activations with the same rank of its neighbours.
+        if (s > 0) a.set_upstream_address(at(s - 1, r, k).capabilities.listen_address());
+        a.set_first_step(first_step);
+        a.set_replica(r);
+        a.set_replicas(d);
+        if (d > 1) {
+          for (int q = 0; q < d; ++q) a.add_replica_addresses(at(s, q, k).capabilities.listen_address());
+        }
+        a.set_tensor_rank(k);
+        a.set_tensor_size(t);
+        if (t > 1) {
+          for (int j = 0; j < t; ++j) a.add_tensor_addresses(at(s, r, j).capabilities.listen_address());
+        }
+        // Every position of the stage holds the same (global) snapshot.
+        for (int q = 0; q < d && first_step > 1; ++q) {
+          for (int j = 0; j < t; ++j) {
+            if (q != r || j != k) a.add_state_peers(at(s, q, j).capabilities.listen_address());
+          }
+        }
       }
     }
   }

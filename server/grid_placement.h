@@ -1,6 +1,10 @@
-// Placement of a job on a p × d grid of idle workers (positions r·p + s:
-// stage s of replica r), beside the planner: the d replicas share one
-// pipeline cut, planned on the slowest and smallest worker of each stage.
+// Placement of a job on a p × d × t grid of idle workers (positions
+// (r·p + s)·t + k: stage s of replica r, tensor rank k), beside the
+// planner: the d replicas share one pipeline cut, planned on the slowest
+// and smallest worker of each stage, a stage's t ranks counted as one
+// worker t times as fast and as large (the split blocks; the replicated
+// embeddings and the all-reduces are not counted). A tensor group's t
+// workers are taken from one host where one has that many idle.
 // PreviewGrid answers `shardctl plan`; PlaceGrid builds what starting the
 // job needs: each position's worker, its StageStatus and its Assignment.
 #ifndef SHARDLINE_SERVER_GRID_PLACEMENT_H_
@@ -21,6 +25,7 @@ namespace shardline::server {
 struct GridPlacement {
   int stages = 0;    // p
   int replicas = 1;  // d
+  int tensor_ranks = 1;  // t
   // By position.
   std::vector<std::string> workers;  // worker ids
   std::vector<shardline::v1::StageStatus> stage_statuses;

@@ -45,23 +45,8 @@ absl::Status JobManager::Recover() {
   return absl::OkStatus();
 }
 
-namespace {
-
-// What the coordinator cannot run yet.
-absl::Status CheckPlannable(const shardline::v1::JobSpec& spec) {
-  if (spec.parallel().tensor_parallel() > 1) {
-    return absl::UnimplementedError(
-        "parallel.tensor_parallel > 1: tensor-parallel grids are not planned by the coordinator yet "
-        "(the split layers exist: worker/nn/tensor_parallel.h)");
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
-
 absl::StatusOr<shardline::v1::JobStatus> JobManager::Submit(shardline::v1::JobSpec spec) {
   RETURN_IF_ERROR(common::ValidateJobSpec(spec));
-  RETURN_IF_ERROR(CheckPlannable(spec));
   absl::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(const int64_t number, store_.TakeJobNumber());
   const std::string id = absl::StrCat("job-", number);
@@ -137,7 +122,6 @@ absl::StatusOr<shardline::v1::JobStatus> JobManager::Cancel(const std::string& j
 
 absl::StatusOr<shardline::v1::PlanResponse> JobManager::Plan(shardline::v1::JobSpec spec) {
   RETURN_IF_ERROR(common::ValidateJobSpec(spec));
-  RETURN_IF_ERROR(CheckPlannable(spec));
   return PreviewGrid(spec, registry_.Idle());
 }
 
@@ -151,21 +135,26 @@ void JobManager::ScheduleLocked() {
     RunningJob& job = jobs_.at(id);
     if (!job.waiting()) continue;
     const int p = job.spec().parallel().pipeline_stages(), d = job.spec().parallel().data_parallel();
+    const int t = std::max(1, job.spec().parallel().tensor_parallel());
     const std::vector<WorkerRecord> idle = registry_.Idle();
     const int n = static_cast<int>(idle.size());
     const std::string resume = job.resume_reason().empty()
                                    ? ""
                                    : absl::StrCat("recovering (", job.resume_reason(), "): resuming at step ",
                                                   job.first_step(), ": ");
-    const std::string want = d > 1 ? absl::StrCat("waiting for ", p * d, " idle workers (", p, " stages × ", d,
-                                                  " replicas; ", n, " now)")
-                                   : absl::StrCat("waiting for ", p, " idle workers (", n, " now)");
+    std::string grid = absl::StrCat(p, " stages");
+    if (d > 1) absl::StrAppend(&grid, " × ", d, " replicas");
+    if (t > 1) absl::StrAppend(&grid, " × ", t, " tensor ranks");
+    const std::string want = d > 1 || t > 1
+                                 ? absl::StrCat("waiting for ", p * d * t, " idle workers (", grid, "; ", n, " now)")
+                                 : absl::StrCat("waiting for ", p, " idle workers (", n, " now)");
     // A job that lost workers re-plans onto fewer stages of the same d
-    // replicas when no replacement came within its grace (fewer replicas
-    // would change the arithmetic: see the determinism contract).
+    // replicas (and t tensor ranks) when no replacement came within its
+    // grace (fewer replicas would change the arithmetic: see the
+    // determinism contract).
     int stages = p;
-    if (n < p * d) {
-      stages = registry_.Now() >= job.shrink_after() ? std::min(p - 1, n / d) : 0;
+    if (n < p * d * t) {
+      stages = registry_.Now() >= job.shrink_after() ? std::min(p - 1, n / (d * t)) : 0;
       if (stages < 1) {
         job.Wait(absl::StrCat(resume, want));
         continue;
@@ -174,7 +163,7 @@ void JobManager::ScheduleLocked() {
     absl::StatusOr<GridPlacement> placement =
         PlaceGrid(job.spec(), id, job.first_step(), stages, idle, job.previous_workers(), job.previous_cut());
     if (!placement.ok() && stages < p) {
-      job.Wait(absl::StrCat(resume, "cannot re-plan onto ", stages * d, " workers (",
+      job.Wait(absl::StrCat(resume, "cannot re-plan onto ", stages * d * t, " workers (",
                             placement.status().message(), "); ", want));
       continue;
     }
@@ -203,7 +192,8 @@ absl::StatusOr<bool> JobManager::ReportStep(const shardline::v1::ReportStepReque
   absl::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(RunningJob * job, Find(r.job_id()));
   if (!job->running()) return true;
-  ASSIGN_OR_RETURN(const int position, job->CheckSender(r.plan_epoch(), r.stage(), r.replica(), r.worker_id()));
+  ASSIGN_OR_RETURN(const int position,
+                   job->CheckSender(r.plan_epoch(), r.stage(), r.replica(), r.tensor_rank(), r.worker_id()));
   if (!r.error().empty()) {
     const std::string message = absl::StrCat(job->PositionName(position), " failed at step ", r.step(), ": ",
                                              r.error());
@@ -235,8 +225,8 @@ absl::Status JobManager::CheckShard(const shardline::v1::ShardHeader& h) {
   absl::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(RunningJob * job, Find(h.job_id()));
   if (!job->running()) return absl::FailedPreconditionError(absl::StrCat("job ", h.job_id(), " is not running"));
-  // Replica 0 sends the shards (the others' agree: their digests).
-  RETURN_IF_ERROR(job->CheckSender(h.plan_epoch(), h.stage(), 0, "").status());
+  // Replica 0's tensor rank 0 sends the shards (the others' agree: their digests).
+  RETURN_IF_ERROR(job->CheckSender(h.plan_epoch(), h.stage(), 0, 0, "").status());
   if (h.stages() != job->stages()) {
     return absl::InvalidArgumentError(absl::StrCat("shard says ", h.stages(), " stages; the plan has ",
                                                    job->stages()));
@@ -292,7 +282,7 @@ absl::StatusOr<common::SafetensorsContents> JobManager::FetchState(const shardli
     absl::MutexLock lock(&mu_);
     ASSIGN_OR_RETURN(RunningJob * job, Find(r.job_id()));
     if (!job->running()) return absl::FailedPreconditionError(absl::StrCat("job ", r.job_id(), " is not running"));
-    RETURN_IF_ERROR(job->CheckSender(r.plan_epoch(), r.stage(), r.replica(), r.worker_id()).status());
+    RETURN_IF_ERROR(job->CheckSender(r.plan_epoch(), r.stage(), r.replica(), r.tensor_rank(), r.worker_id()).status());
   }
   return weights_.FetchTensors(r.job_id(), std::vector<std::string>(r.names().begin(), r.names().end()));
 }
@@ -341,9 +331,7 @@ void JobManager::FailOver(const WorkerRecord& w, const std::string& why) {
     const auto it = std::find(workers.begin(), workers.end(), w.id);
     if (it == workers.end()) continue;
     const int position = static_cast<int>(it - workers.begin());
-    const int s = position % job.stages(), r = position / job.stages();
-    Requeue(job, absl::StrCat("worker ", w.name, " (stage ", s,
-                              job.replicas() > 1 ? absl::StrCat(" of replica ", r) : "", ") ", why));
+    Requeue(job, absl::StrCat("worker ", w.name, " (", job.PositionLabel(position), ") ", why));
   }
 }
 

@@ -76,6 +76,7 @@ void RunningJob::Start(uint64_t epoch, GridPlacement placement) {
   for (shardline::v1::StageStatus& stage : placement.stage_statuses) *status_.add_stages() = std::move(stage);
   stages_ = placement.stages;
   replicas_ = placement.replicas;
+  tensor_ranks_ = placement.tensor_ranks;
   workers_ = std::move(placement.workers);
   reports_.assign(workers_.size(), {});
   pending_failure_.clear();
@@ -89,7 +90,7 @@ void RunningJob::End(shardline::v1::JobState state, const std::string& message) 
   Publish();
 }
 
-absl::StatusOr<int> RunningJob::CheckSender(uint64_t epoch, int stage, int replica,
+absl::StatusOr<int> RunningJob::CheckSender(uint64_t epoch, int stage, int replica, int tensor_rank,
                                             const std::string& worker_id) const {
   if (epoch != status_.plan_epoch()) {
     return absl::FailedPreconditionError(absl::StrCat("plan epoch ", epoch, " is stale; job ", status_.job_id(),
@@ -101,20 +102,27 @@ absl::StatusOr<int> RunningJob::CheckSender(uint64_t epoch, int stage, int repli
   if (replica < 0 || replica >= replicas_) {
     return absl::InvalidArgumentError(absl::StrCat("job ", status_.job_id(), " has no replica ", replica));
   }
-  const int position = replica * stages_ + stage;
+  if (tensor_rank < 0 || tensor_rank >= tensor_ranks_) {
+    return absl::InvalidArgumentError(absl::StrCat("job ", status_.job_id(), " has no tensor rank ", tensor_rank));
+  }
+  const int position = PositionOf(stage, replica, tensor_rank);
   if (!worker_id.empty() && workers_[position] != worker_id) {
-    return absl::FailedPreconditionError(absl::StrCat("worker ", worker_id, " does not hold stage ", stage,
-                                                      replicas_ > 1 ? absl::StrCat(" of replica ", replica) : "",
-                                                      " of ", status_.job_id()));
+    return absl::FailedPreconditionError(
+        absl::StrCat("worker ", worker_id, " does not hold ", PositionLabel(position), " of ", status_.job_id()));
   }
   return position;
 }
 
+std::string RunningJob::PositionLabel(int position) const {
+  const Position at = PositionAt(position);
+  std::string label = absl::StrCat("stage ", at.stage);
+  if (replicas_ > 1) absl::StrAppend(&label, " of replica ", at.replica);
+  if (tensor_ranks_ > 1) absl::StrAppend(&label, replicas_ > 1 ? "," : " of", " tensor rank ", at.tensor_rank);
+  return label;
+}
+
 std::string RunningJob::PositionName(int position) const {
-  const int s = position % stages_, r = position / stages_;
-  const std::string& worker = status_.stages(position).worker();
-  return replicas_ > 1 ? absl::StrCat("stage ", s, " of replica ", r, " (worker ", worker, ")")
-                       : absl::StrCat("stage ", s, " (worker ", worker, ")");
+  return absl::StrCat(PositionLabel(position), " (worker ", status_.stages(position).worker(), ")");
 }
 
 absl::Status RunningJob::AddReport(int position, const shardline::v1::ReportStepRequest& report) {
@@ -124,17 +132,16 @@ absl::Status RunningJob::AddReport(int position, const shardline::v1::ReportStep
   for (const auto& reports : reports_) {
     if (!reports.count(step)) return absl::OkStatus();
   }
-  // The replicas of a stage hold the same shard at a checkpoint.
-  const int p = stages_;
-  for (int s = 0; s < p; ++s) {
-    const uint64_t want = reports_[s].at(step).shard_digest();
-    for (int r = 1; r < replicas_; ++r) {
-      const uint64_t got = reports_[r * p + s].at(step).shard_digest();
-      if (got != want) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "the replicas of stage ", s, " diverged at step ", step, ": replica ", r,
-            "'s shard differs from replica 0's (digest ", absl::Hex(got), " vs ", absl::Hex(want), ")"));
-      }
+  // Every position of a stage holds the same shard at a checkpoint (its
+  // replicas' are copies; its tensor ranks put their slices together).
+  for (int position = 0; position < static_cast<int>(reports_.size()); ++position) {
+    const Position at = PositionAt(position);
+    const uint64_t want = reports_[PositionOf(at.stage, 0, 0)].at(step).shard_digest();
+    const uint64_t got = reports_[position].at(step).shard_digest();
+    if (got != want) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the replicas of stage ", at.stage, " diverged at step ", step, ": ", PositionLabel(position),
+          "'s shard differs from replica 0's (digest ", absl::Hex(got), " vs ", absl::Hex(want), ")"));
     }
   }
   CompleteStep(step);
@@ -161,12 +168,13 @@ void RunningJob::CompleteStep(int64_t step) {
       status->set_checkpoint_wait_seconds(rep.checkpoint_wait_seconds());
     }
   }
-  // The step's loss and tokens: the replicas' last stages', in rank order.
+  // The step's loss and tokens: the replicas' last stages', in rank order
+  // (tensor rank 0's: every rank computes them).
   for (int r = 0; r < replicas_; ++r) {
-    loss += reports_[r * p + p - 1].at(step).loss();
-    tokens += reports_[r * p + p - 1].at(step).tokens();
+    loss += reports_[PositionOf(p - 1, r, 0)].at(step).loss();
+    tokens += reports_[PositionOf(p - 1, r, 0)].at(step).tokens();
   }
-  const shardline::v1::ReportStepRequest& last = reports_[p - 1].at(step);
+  const shardline::v1::ReportStepRequest& last = reports_[PositionOf(p - 1, 0, 0)].at(step);
   status_.set_step(step);
   status_.set_loss(loss);
   status_.set_lr(last.lr());

@@ -46,10 +46,23 @@ class RunningJob {
   bool ended() const;
   // PENDING or RECOVERING: to be placed.
   bool waiting() const;
-  // Worker ids by position (replica · p + stage) while it runs.
+  // Worker ids by position ((replica · p + stage) · t + tensor rank) while it runs.
   const std::vector<std::string>& workers() const { return workers_; }
   int stages() const { return stages_; }
   int replicas() const { return replicas_; }
+  int tensor_ranks() const { return tensor_ranks_; }
+  struct Position {
+    int stage = 0;
+    int replica = 0;
+    int tensor_rank = 0;
+  };
+  Position PositionAt(int position) const {
+    const int t = tensor_ranks_, p = stages_;
+    return {(position / t) % p, position / (t * p), position % t};
+  }
+  int PositionOf(int stage, int replica, int tensor_rank) const {
+    return (replica * stages_ + stage) * tensor_ranks_ + tensor_rank;
+  }
 
   // Still waiting, for `why` (watchers hear of a change only).
   void Wait(const std::string& why);
@@ -76,11 +89,15 @@ class RunningJob {
   // The job's new state; no further change once it has ended.
   void End(shardline::v1::JobState state, const std::string& message);
 
-  // The position of (stage, replica), if `worker_id` (any, when empty)
-  // holds it at `epoch`: FAILED_PRECONDITION for a stale epoch or another
-  // worker, INVALID_ARGUMENT for a stage or replica the job lacks.
-  absl::StatusOr<int> CheckSender(uint64_t epoch, int stage, int replica, const std::string& worker_id) const;
-  // "stage 1" or, with replicas, "stage 1 of replica 2", and its worker.
+  // The position of (stage, replica, tensor rank), if `worker_id` (any,
+  // when empty) holds it at `epoch`: FAILED_PRECONDITION for a stale epoch
+  // or another worker, INVALID_ARGUMENT for a stage, replica or tensor rank
+  // the job lacks.
+  absl::StatusOr<int> CheckSender(uint64_t epoch, int stage, int replica, int tensor_rank,
+                                  const std::string& worker_id) const;
+  // "stage 1", "stage 1 of replica 2", "stage 1 of replica 2, tensor rank
+  // 1" (the parts the grid has), without and with its worker.
+  std::string PositionLabel(int position) const;
   std::string PositionName(int position) const;
 
   // Keeps a step report of `position` (one of a step already complete is
@@ -117,6 +134,7 @@ class RunningJob {
   shardline::v1::JobStatus status_;
   int stages_ = 0;    // p
   int replicas_ = 1;  // d
+  int tensor_ranks_ = 1;  // t
   std::vector<std::string> workers_;
   // Per position, its reports of the steps not yet complete everywhere.
   std::vector<std::map<int64_t, shardline::v1::ReportStepRequest>> reports_;

@@ -24,6 +24,7 @@ shardline::v1::ReportStepRequest Report(const shardline::v1::Assignment& a,
   r.set_plan_epoch(a.plan_epoch());
   r.set_stage(a.stage());
   r.set_replica(a.replica());
+  r.set_tensor_rank(a.tensor_rank());
   r.set_worker_id(worker_id);
   r.set_step(step);
   return r;
@@ -61,6 +62,7 @@ absl::StatusOr<std::unique_ptr<ShardSnapshot>> TakeSnapshot(const shardline::v1:
 
 absl::Status RunStageJob(const shardline::v1::Assignment& a, const std::string& worker_id,
                          Backend& backend, transport::StageLink& link, collective::Collective* replicas,
+                         collective::Collective* tensor_group,
                          StageReporter& reporter, StateCache& cache, const std::atomic<bool>& cancelled,
                          runtime::StageActivity* activity) {
   auto doing = [activity](int64_t step, std::string what) {
@@ -83,9 +85,11 @@ absl::Status RunStageJob(const shardline::v1::Assignment& a, const std::string& 
   if (status.ok()) status = wire.status();
   if (status.ok()) {
     const auto config = nn::ModelConfig::FromSpec(spec.model());
+    nn::TensorParallel tp;
+    if (a.tensor_size() > 1) tp = {a.tensor_rank(), a.tensor_size(), tensor_group};
     auto created = runtime::ShardRuntime::Create(backend, config, a.unit_begin(), a.unit_end(),
                                                  spec.train().seed(),
-                                                 nn::OptimizerConfig::FromSpec(spec.train()));
+                                                 nn::OptimizerConfig::FromSpec(spec.train()), tp);
     status = created.status();
     if (created.ok()) runtime = std::move(*created);
   }
@@ -101,7 +105,9 @@ absl::Status RunStageJob(const shardline::v1::Assignment& a, const std::string& 
                                           static_cast<size_t>(spec.parallel().bucket_mib() * (1 << 20)),
                                           spec.parallel().shard_optimizer()};
     options.activity = activity;
-    auto created = runtime::PipelineStage::Create(*runtime, data.get(), link, options, replicas);
+    options.tensor_rank = a.tensor_rank();
+    options.tensor_size = std::max(1, a.tensor_size());
+    auto created = runtime::PipelineStage::Create(*runtime, data.get(), link, options, replicas, tensor_group);
     status = created.status();
     if (created.ok()) stage = std::move(*created);
   }
@@ -166,7 +172,7 @@ absl::Status RunStageJob(const shardline::v1::Assignment& a, const std::string& 
       if (!snapshot.ok()) return fail(step, snapshot.status());
       r.set_checkpoint_wait_seconds(absl::ToDoubleSeconds(ready - begin));
       r.set_checkpoint_seconds(absl::ToDoubleSeconds(absl::Now() - ready));
-      background.ReportCheckpoint(std::move(r), *std::move(snapshot), a.replica() == 0);
+      background.ReportCheckpoint(std::move(r), *std::move(snapshot), a.replica() == 0 && a.tensor_rank() == 0);
     } else {
       background.Report(std::move(r));
     }

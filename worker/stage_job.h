@@ -4,7 +4,10 @@
 // shard (weights and optimizer state). A failed step is reported with its
 // error before it is returned. With data parallelism `replicas` is the
 // stage's data-parallel group (assignment.replica is its rank); replica 0
-// sends the shards, every replica reports their digests. `cancelled` is
+// sends the shards, every replica reports their digests; with tensor
+// parallelism `tensor_group` is the stage's tensor-parallel group
+// (assignment.tensor_rank its rank) and only rank 0 of replica 0 sends
+// the (global) shard. `cancelled` is
 // polled between steps; to interrupt a step, close the link (and the
 // group). Checkpoint snapshots go to `cache`, and a position starting
 // after step 1 loads its state from the nearest source (LoadState).
@@ -29,6 +32,7 @@ namespace shardline::worker {
 
 absl::Status RunStageJob(const shardline::v1::Assignment& assignment, const std::string& worker_id,
                          Backend& backend, transport::StageLink& link, collective::Collective* replicas,
+                         collective::Collective* tensor_group,
                          StageReporter& reporter, StateCache& cache, const std::atomic<bool>& cancelled,
                          runtime::StageActivity* activity = nullptr);
 

@@ -25,6 +25,7 @@ absl::StatusOr<std::string> LoadState(const shardline::v1::Assignment& a, const 
   request.set_plan_epoch(a.plan_epoch());
   request.set_stage(a.stage());
   request.set_replica(a.replica());
+  request.set_tensor_rank(a.tensor_rank());
   request.set_worker_id(worker_id);
   request.set_step(step);
   for (const nn::Parameter* p : runtime.parameters()) request.add_names(p->name);

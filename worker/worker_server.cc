@@ -9,11 +9,9 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
-#include "common/cost_model.h"
 #include "common/heartbeat.h"
 #include "worker/backend/backend_factory.h"
-#include "worker/collective/grpc_collective.h"
-#include "worker/runtime/gradient_buckets.h"
+#include "worker/grpc_job_groups.h"
 #include "worker/runtime/pipeline_stage.h"
 #include "worker/runtime/stage_sender.h"
 #include "worker/scrambled_reporter.h"
@@ -119,7 +117,7 @@ void WorkerServer::Stop() {
     absl::MutexLock lock(&mu_);
     job_cancelled_ = true;
     if (link_ != nullptr) link_->Close("the worker is shutting down");
-    if (replicas_ != nullptr) replicas_->Close("the worker is shutting down");
+    if (groups_ != nullptr) groups_->Close("the worker is shutting down");
   }
   JoinJob();
   if (coordinator_ != nullptr) coordinator_->CancelWatch();
@@ -199,7 +197,7 @@ void WorkerServer::CancelJob(const std::string& why) {
   if (job_id_.empty()) return;
   job_cancelled_ = true;
   if (link_ != nullptr) link_->Close(why);
-  if (replicas_ != nullptr) replicas_->Close(why);
+  if (groups_ != nullptr) groups_->Close(why);
 }
 
 void WorkerServer::OnAssignment(const shardline::v1::Assignment& a) {
@@ -263,53 +261,32 @@ void WorkerServer::RunJob(shardline::v1::Assignment a) {
   options.staging_budget_bytes = options_.link_staging_bytes;
   absl::StatusOr<std::unique_ptr<transport::GrpcStageLink>> link = transport::GrpcStageLink::Create(options);
   absl::Status status = link.status();
-  // With replicas: the stage's data-parallel group, over the same service.
-  std::unique_ptr<collective::GrpcCollective> replicas;
-  if (status.ok() && a.replicas() > 1) {
-    collective::GrpcCollectiveOptions group;
-    group.job_id = a.job_id();
-    group.plan_epoch = a.plan_epoch();
-    group.group = absl::StrCat("stage-", a.stage());
-    group.rank = a.replica();
-    group.peer_addresses.assign(a.replica_addresses().begin(), a.replica_addresses().end());
-    group.service = &link_service_;
-    group.exchange = options_.link;
-    // Slots for the largest chunk of a bucket, or of all the stage's
-    // gradients when they fill less than one.
-    int64_t parameters = 0;
-    const std::vector<common::UnitCost> units = common::ModelUnitCosts(a.spec().model(), a.spec().model().context());
-    for (int u = a.unit_begin(); u < a.unit_end() && u < static_cast<int>(units.size()); ++u) {
-      parameters += units[u].parameters;
-    }
-    const size_t bucket = std::min(static_cast<size_t>(a.spec().parallel().bucket_mib() * (1 << 20)),
-                                   static_cast<size_t>(std::max<int64_t>(1, parameters)) * sizeof(float));
-    group.staging_slot_bytes = runtime::GradientBuckets::LargestChunkBytes(bucket, a.replicas(),
-                                                                                  a.spec().parallel().shard_optimizer());
-    group.staging_memory = transport::HostStagingMemory(*backend_);
-    absl::StatusOr<std::unique_ptr<collective::GrpcCollective>> created =
-        collective::GrpcCollective::Create(*backend_, group);
+  // Its data-parallel and tensor-parallel groups, over the same service.
+  JobGroups groups;
+  if (status.ok()) {
+    absl::StatusOr<JobGroups> created = CreateJobGroups(a, *backend_, link_service_, options_.link);
     status = created.status();
-    if (created.ok()) replicas = std::move(*created);
+    if (created.ok()) groups = *std::move(created);
   }
   if (status.ok()) {
     {
       absl::MutexLock lock(&mu_);
       link_ = link->get();
-      replicas_ = replicas.get();
+      groups_ = &groups;
       if (job_cancelled_) {
         link_->Close("cancelled");
-        if (replicas_ != nullptr) replicas_->Close("cancelled");
+        groups_->Close("cancelled");
       }
     }
     ScrambledReporter scrambled(*coordinator_, a.spec().train().steps());
     StageReporter& reporter = options_.scramble_reports ? static_cast<StageReporter&>(scrambled) : *coordinator_;
     activity_.Begin(a.job_id(), a.plan_epoch(), a.stage(), a.replica());
-    status = RunStageJob(a, worker_id(), *backend_, **link, replicas.get(), reporter, state_cache_, job_cancelled_,
-                         &activity_);
+    status = RunStageJob(a, worker_id(), *backend_, **link, groups.replicas.get(), groups.tensor.get(), reporter,
+                         state_cache_, job_cancelled_, &activity_);
     activity_.End();
     absl::MutexLock lock(&mu_);
     link_ = nullptr;
-    replicas_ = nullptr;
+    groups_ = nullptr;
   }
   if (status.ok()) {
     LOG(INFO) << "job " << a.job_id() << ": stage " << a.stage() << " done";

@@ -24,6 +24,7 @@
 #include "worker/backend/backend.h"
 #include "worker/collective/collective.h"
 #include "worker/grpc_coordinator_client.h"
+#include "worker/grpc_job_groups.h"
 #include "worker/runtime/stage_activity.h"
 #include "worker/state_cache.h"
 #include "worker/worker_state_service.h"
@@ -101,7 +102,7 @@ class WorkerServer {
   std::string job_id_ ABSL_GUARDED_BY(mu_);
   uint64_t job_epoch_ ABSL_GUARDED_BY(mu_) = 0;  // of the assignment job_id_ came with
   transport::GrpcStageLink* link_ ABSL_GUARDED_BY(mu_) = nullptr;  // of the running job
-  collective::Collective* replicas_ ABSL_GUARDED_BY(mu_) = nullptr;  // its data-parallel group, if any
+  JobGroups* groups_ ABSL_GUARDED_BY(mu_) = nullptr;  // its collective groups
   std::atomic<bool> job_cancelled_{false};
   runtime::StageActivity activity_;  // what the running job's stage does: sent with each heartbeat
 };

@@ -123,6 +123,39 @@ TEST(EndToEndTest, LocalGridWithShardedOptimizerTrainsExactlyLikeTheReferenceTra
             std::string::npos);
 }
 
+// The held-out exact match a run printed ("held-out exact match: 100.00% of
+// 993 problems"), or -1.
+double HeldOutAccuracy(const std::string& log) {
+  const std::string text = common::ReadFile(log).value_or("");
+  const size_t at = text.rfind("held-out exact match: ");
+  if (at == std::string::npos) return -1;
+  return std::stod(text.substr(at + 22));
+}
+
+// The default example with each of its 2 stages split over 2 tensor
+// ranks (examples/addition-tensor.json, 4 worker processes): the held-out
+// accuracy shardline-train reaches on examples/addition.json.
+TEST(EndToEndTensorParallelTest, ASplitLocalClusterReachesTheTrainersAccuracyOnAddition) {
+  const std::string dir = TempDir("addition-tensor");
+  const std::string examples = std::string(SHARDLINE_SOURCE_DIR) + "/examples";
+  ASSERT_EQ(RunToEnd({kBin + "/shardline-train", examples + "/addition.json", "--out=" + dir + "/ref.safetensors"},
+                     dir + "/train.log", 300),
+            "exited with status 0");
+  ASSERT_EQ(RunToEnd({kBin + "/shardline-local", examples + "/addition-tensor.json", "--out=" + dir + "/tp.safetensors"},
+                     dir + "/local.log", 500),
+            "exited with status 0")
+      << common::ReadFile(dir + "/local.log").value_or("");
+  const std::string log = common::ReadFile(dir + "/local.log").value_or("");
+  EXPECT_NE(log.find("on 2 stages × 2 tensor ranks"), std::string::npos) << log;
+  const double want = HeldOutAccuracy(dir + "/train.log"), got = HeldOutAccuracy(dir + "/local.log");
+  ASSERT_GT(want, 0);
+  EXPECT_GE(got, want) << "shardline-local (2, 1, 2) reached " << got << "%, shardline-train " << want << "%";
+  auto weights = common::ReadSafetensors(dir + "/tp.safetensors");
+  ASSERT_TRUE(weights.ok()) << weights.status();
+  EXPECT_EQ(weights->tensors.at("blocks.0.attn.qkv.weight").shape(), (std::vector<int64_t>{384, 128}))
+      << "the exported weights are whole, in the global layout";
+}
+
 // Kills the worker of the last stage of the last replica of a `stages` ×
 // `replicas` grid mid-run, with no standby: within the deadlines the job
 // stops, naming it (no hang, no failure), and a lease later runs again on

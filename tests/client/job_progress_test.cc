@@ -117,5 +117,26 @@ TEST(JobProgressTest, ReplicasShowPerStageAndInTheirOwnColumn) {
   EXPECT_NE(text.find("\n1      1        twin-1 "), std::string::npos) << text;
 }
 
+// A tensor-parallel grid: a TENSOR column, in describe and plan (with the
+// bytes each rank's all-reduces move per step).
+TEST(JobProgressTest, TensorRanksShowInTheirOwnColumn) {
+  shardline::v1::JobStatus s = Running();
+  s.mutable_stages(1)->set_stage(0);
+  s.mutable_stages(1)->set_tensor_rank(1);
+  const std::string text = DescribeJob(s);
+  EXPECT_NE(text.find("STAGE  TENSOR  WORKER"), std::string::npos) << text;
+  EXPECT_NE(text.find("\n0      1       cpu-long-name "), std::string::npos) << text;
+  shardline::v1::PlanResponse plan;
+  for (int k = 0; k < 2; ++k) {
+    auto* st = plan.add_stages();
+    st->set_tensor_rank(k);
+    st->set_worker(absl::StrCat("w", k));
+    st->set_tensor_bytes_per_step(3 << 20);
+  }
+  const std::string table = PlanTable(plan);
+  EXPECT_NE(table.find("TENSOR ALL-REDUCES/STEP"), std::string::npos) << table;
+  EXPECT_NE(table.find("3.0 MiB"), std::string::npos) << table;
+}
+
 }  // namespace
 }  // namespace shardline::client

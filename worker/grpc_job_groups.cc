@@ -1,0 +1,59 @@
+#include "worker/grpc_job_groups.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/cost_model.h"
+#include "common/status_macros.h"
+#include "worker/runtime/gradient_buckets.h"
+#include "worker/runtime/pipeline_stage.h"
+#include "worker/transport/staging_pool.h"
+
+namespace shardline::worker {
+
+absl::StatusOr<JobGroups> CreateJobGroups(const shardline::v1::Assignment& a, Backend& backend,
+                                          transport::StageLinkService& service,
+                                          const transport::ExchangeOptions& exchange) {
+  auto group = [&](std::string name, int rank, const auto& addresses, size_t slot_bytes) {
+    collective::GrpcCollectiveOptions o;
+    o.job_id = a.job_id();
+    o.plan_epoch = a.plan_epoch();
+    o.group = std::move(name);
+    o.rank = rank;
+    o.peer_addresses.assign(addresses.begin(), addresses.end());
+    o.service = &service;
+    o.exchange = exchange;
+    o.staging_slot_bytes = slot_bytes;
+    o.staging_memory = transport::HostStagingMemory(backend);
+    return collective::GrpcCollective::Create(backend, o);
+  };
+  const bool split = a.tensor_size() > 1;
+  JobGroups groups;
+  if (a.replicas() > 1) {
+    // Slots for the largest chunk of a bucket, or of all the stage's
+    // gradients when they fill less than one.
+    int64_t parameters = 0;
+    const std::vector<common::UnitCost> units = common::ModelUnitCosts(a.spec().model(), a.spec().model().context());
+    for (int u = a.unit_begin(); u < a.unit_end() && u < static_cast<int>(units.size()); ++u) {
+      parameters += units[u].parameters;
+    }
+    const size_t bucket = std::min(static_cast<size_t>(a.spec().parallel().bucket_mib() * (1 << 20)),
+                                   static_cast<size_t>(std::max<int64_t>(1, parameters)) * sizeof(float));
+    ASSIGN_OR_RETURN(groups.replicas,
+                     group(split ? absl::StrCat("stage-", a.stage(), ".tensor-", a.tensor_rank())
+                                 : absl::StrCat("stage-", a.stage()),
+                           a.replica(), a.replica_addresses(),
+                           runtime::GradientBuckets::LargestChunkBytes(bucket, a.replicas(),
+                                                                      a.spec().parallel().shard_optimizer())));
+  }
+  if (split) {
+    // A micro-batch's activations, summed over the group.
+    ASSIGN_OR_RETURN(groups.tensor, group(absl::StrCat("tensor-", a.stage(), ".replica-", a.replica()),
+                                          a.tensor_rank(), a.tensor_addresses(),
+                                          runtime::LargestLinkTensorBytes(a.spec())));
+  }
+  return groups;
+}
+
+}  // namespace shardline::worker

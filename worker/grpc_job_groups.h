@@ -1,0 +1,37 @@
+// The collective groups a worker's position joins for one assignment, over
+// its StageLink service: with replicas, its stage's data-parallel group
+// (the copies of this stage and tensor rank in the other replicas; the
+// gradient buckets' chunks size its staging slots); with tensor
+// parallelism, its stage's tensor-parallel group in this replica (the
+// all-reduces of a micro-batch's activations). Either may be absent.
+// Closing both interrupts any call in flight.
+#ifndef SHARDLINE_WORKER_GRPC_JOB_GROUPS_H_
+#define SHARDLINE_WORKER_GRPC_JOB_GROUPS_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "shardline/v1/coordinator.pb.h"
+#include "worker/backend/backend.h"
+#include "worker/collective/grpc_collective.h"
+#include "worker/transport/stage_link_service.h"
+
+namespace shardline::worker {
+
+struct JobGroups {
+  std::unique_ptr<collective::GrpcCollective> replicas;  // null with one replica
+  std::unique_ptr<collective::GrpcCollective> tensor;    // null with one tensor rank
+  void Close(const std::string& why) {
+    if (replicas != nullptr) replicas->Close(why);
+    if (tensor != nullptr) tensor->Close(why);
+  }
+};
+
+absl::StatusOr<JobGroups> CreateJobGroups(const shardline::v1::Assignment& a, Backend& backend,
+                                          transport::StageLinkService& service,
+                                          const transport::ExchangeOptions& exchange);
+
+}  // namespace shardline::worker
+
+#endif  // SHARDLINE_WORKER_GRPC_JOB_GROUPS_H_
