@@ -26,8 +26,15 @@
 // d = 1 on the same total threads (vs_d1). --shard_optimizer runs those
 // rows with ZeRO-1; optimizer_state_mib is the most one position holds.
 //
-//   bench_pipeline [--stages=2,4] [--data_parallel=1,2] [--bucket_mib=N] [--shard_optimizer] [--steps=N]
-//                  [--threads=N] [--device=cpu|cuda:N] [--json=FILE]
+// --tensor_parallel=2 adds rows with each stage split over t ranks (one
+// replica): the bytes the tensor groups' all-reduces move per step next to
+// the count (4 all-reduces of a micro-batch's B·T·C floats per block per
+// micro-batch, each rank receiving 2 (t − 1)/t of each, and the gradient
+// norm's doubles), the seconds they take (synchronous: all exposed) and
+// tokens/s next to t = 1 (vs_t1).
+//
+//   bench_pipeline [--stages=2,4] [--data_parallel=1,2] [--tensor_parallel=1,2] [--bucket_mib=N]
+//                  [--shard_optimizer] [--steps=N] [--threads=N] [--device=cpu|cuda:N] [--json=FILE]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -53,6 +60,8 @@ ABSL_FLAG(std::string, stages, "2,4", "pipeline depths to measure");
 ABSL_FLAG(double, bucket_mib, 25, "gradient bucket size of the d > 1 rows (parallel.bucket_mib)");
 ABSL_FLAG(bool, shard_optimizer, false, "ZeRO-1 in the d > 1 rows (parallel.shard_optimizer)");
 ABSL_FLAG(std::string, data_parallel, "1", "replicas of each pipeline to measure (e.g. 1,2); d > 1 rows compare to d = 1");
+ABSL_FLAG(std::string, tensor_parallel, "1",
+          "tensor ranks per stage to measure (e.g. 1,2), with one replica; t > 1 rows compare to t = 1");
 ABSL_FLAG(int, steps, 6, "timed steps per configuration (after one warm-up step)");
 ABSL_FLAG(int, threads, 0, "total compute threads (0: all cores), divided among the stages");
 ABSL_FLAG(std::string, json, "", "write the rows as JSON to this file");
@@ -66,7 +75,7 @@ using worker::runtime::StageStepResult;
 // The "default larger model" of the issues: d_model 512, 8 layers, context 128.
 // m = 4p micro-batches of two sequences per step, split among the d
 // replicas: the same global batch (and micro-batch size) for every d.
-shardline::v1::JobSpec Spec(int stages, int replicas) {
+shardline::v1::JobSpec Spec(int stages, int replicas, int tensor = 1) {
   auto spec = common::ParseJobSpec(R"({"name": "bench",
     "model": {"kind": "gpt", "vocab_size": 256, "context": 128, "d_model": 512, "n_heads": 8, "n_layers": 8},
     "data": {"kind": "text_bytes", "path": "/usr/share/common-licenses/GPL-3"},
@@ -75,6 +84,7 @@ shardline::v1::JobSpec Spec(int stages, int replicas) {
   BENCH_CHECK_OK(spec.status());
   spec->mutable_parallel()->set_pipeline_stages(stages);
   spec->mutable_parallel()->set_data_parallel(replicas);
+  spec->mutable_parallel()->set_tensor_parallel(tensor);
   spec->mutable_parallel()->set_bucket_mib(absl::GetFlag(FLAGS_bucket_mib));
   spec->mutable_parallel()->set_shard_optimizer(replicas > 1 && absl::GetFlag(FLAGS_shard_optimizer));
   spec->mutable_train()->set_micro_batches(4 * stages / replicas);
@@ -124,14 +134,34 @@ Reference RunReference(const shardline::v1::JobSpec& spec, int threads, int step
   return out;
 }
 
-// One row: p stages × d replicas sharing `total_threads`; `d1` is the
-// tokens/s of the same p with d = 1 in this run (0 for that row itself).
-double Measure(int p, int d, int total_threads, int steps, double d1, BenchReport& report) {
-  const shardline::v1::JobSpec spec = Spec(p, d);
+// The bytes a p × 1 × t grid's tensor groups receive per step, all ranks
+// together: 4 all-reduces of a micro-batch's N·C floats per block per
+// micro-batch, each rank receiving 2 (t − 1)/t of each, and the gradient
+// norm's all-gather (each rank receives the t − 1 other ranks' double).
+double TensorBytesAnalytic(const shardline::v1::JobSpec& spec, const std::vector<int>& cuts, int t) {
+  const int p = spec.parallel().pipeline_stages(), blocks_total = spec.model().n_layers();
+  int blocks = 0;
+  for (int s = 0; s < p; ++s) blocks += std::min(cuts[s + 1], blocks_total + 1) - std::max(cuts[s], 1);
+  const int64_t m = spec.train().micro_batches();
+  const double floats =
+      static_cast<double>(spec.train().global_batch() / (m * spec.parallel().data_parallel())) *
+      spec.model().context() * spec.model().d_model();
+  return t * 4.0 * blocks * m * 2.0 * (t - 1) / t * floats * sizeof(float) +
+         static_cast<double>(p) * t * (t - 1) * sizeof(double);
+}
+
+// One row: p stages × d replicas × t tensor ranks sharing `total_threads`;
+// `d1` is the tokens/s of the same p with d = t = 1 in this run (0 for that
+// row itself).
+double Measure(int p, int d, int t, int total_threads, int steps, double d1, BenchReport& report) {
+  const shardline::v1::JobSpec spec = Spec(p, d, t);
   const auto config = worker::nn::ModelConfig::FromSpec(spec.model());
-  const int stage_threads = std::max(1, total_threads / (p * d));
-  PipelineGrid grid(spec, Cuts(config.units(), p), absl::GetFlag(FLAGS_device), stage_threads);
+  const int stage_threads = std::max(1, total_threads / (p * d * t));
+  const std::vector<int> cuts = Cuts(config.units(), p);
+  PipelineGrid grid(spec, cuts, absl::GetFlag(FLAGS_device), stage_threads);
   grid.RunStep(1);  // warm-up: allocations, connections
+  const uint64_t tensor_bytes_before = grid.TensorBytesReceived();
+  const double tensor_seconds_before = grid.TensorSeconds();
   double wall = 0, busy = 0, busiest = 0, exposed = 0, reduce = 0, reduce_exposed = 0;
   int64_t tokens = 0;
   size_t peak = 0, optimizer_state = 0;
@@ -141,10 +171,10 @@ double Measure(int p, int d, int total_threads, int steps, double d1, BenchRepor
     const std::vector<StageStepResult> r = grid.RunStep(step);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     wall += seconds;
-    double loss = 0;  // the replicas' parts, in rank order
+    double loss = 0;  // the replicas' parts, in rank order (tensor rank 0's)
     for (int q = 0; q < d; ++q) {
-      tokens += r[q * p].tokens;
-      loss += r[q * p + p - 1].loss;
+      tokens += r[static_cast<size_t>(q * p * t)].tokens;
+      loss += r[static_cast<size_t>((q * p + p - 1) * t)].loss;
     }
     losses.push_back(loss);
     double most = 0;
@@ -162,7 +192,7 @@ double Measure(int p, int d, int total_threads, int steps, double d1, BenchRepor
   const uint64_t link_peak = grid.LinkPeakBytes();
   const int staging_peak = grid.LinkPeakStagingSlots();
   const int m = spec.train().micro_batches();
-  const double efficiency = busy / (p * d * wall);
+  const double efficiency = busy / (p * d * t * wall);
   const double bound = 1.0 - static_cast<double>(p - 1) / (m + p - 1);
   // The trainer with the same spec (it sums the replicas' gradients as they do).
   const Reference reference = RunReference(spec, total_threads, steps);
@@ -173,6 +203,7 @@ double Measure(int p, int d, int total_threads, int steps, double d1, BenchRepor
   const double reference_tokens_per_s = reference.tokens / reference.seconds;
   BenchReport::Row row = {{"stages", static_cast<double>(p)},
                           {"data_parallel", static_cast<double>(d)},
+                          {"tensor_parallel", static_cast<double>(t)},
                           {"micro_batches", static_cast<double>(m)},
                           {"threads_per_stage", static_cast<double>(stage_threads)},
                           {"bucket_mib", spec.parallel().bucket_mib()},
@@ -196,6 +227,18 @@ double Measure(int p, int d, int total_threads, int steps, double d1, BenchRepor
     // throughput next to one pipeline on the same threads.
     row.push_back({"reduce_hidden", reduce > 0 ? 1.0 - reduce_exposed / reduce : 0.0});
     row.push_back({"vs_d1", d1 > 0 ? tokens / wall / d1 : 0.0});
+  }
+  if (t > 1) {
+    // The tensor groups' all-reduces: bytes per step, all ranks together,
+    // measured and counted; their seconds, all on the critical path, as a
+    // share of the positions' wall time; throughput next to t = 1.
+    const double tensor_seconds = grid.TensorSeconds() - tensor_seconds_before;
+    row.push_back({"tensor_bytes_per_step", static_cast<double>(grid.TensorBytesReceived() - tensor_bytes_before) /
+                                                steps});
+    row.push_back({"tensor_bytes_analytic", TensorBytesAnalytic(spec, cuts, t)});
+    row.push_back({"tensor_allreduce_s", tensor_seconds});
+    row.push_back({"tensor_exposed", tensor_seconds / (p * d * t * wall)});
+    row.push_back({"vs_t1", d1 > 0 ? tokens / wall / d1 : 0.0});
   }
   row.insert(row.end(), {{"max_loss_gap", loss_gap},
                          // The raw timings the figures above come from.
@@ -233,6 +276,16 @@ int Main() {
     replicas.push_back(d);
   }
   if (replicas.empty()) replicas.push_back(1);
+  std::vector<int> tensor_ranks;
+  for (absl::string_view s : absl::StrSplit(absl::GetFlag(FLAGS_tensor_parallel), ',', absl::SkipEmpty())) {
+    int t = 0;
+    if (!absl::SimpleAtoi(s, &t) || t < 1 || t > 8 || 8 % t != 0) {
+      std::fprintf(stderr, "Error: bad --tensor_parallel entry '%s' (1, 2, 4 or 8: it must divide the 8 heads)\n",
+                   std::string(s).c_str());
+      return 3;
+    }
+    tensor_ranks.push_back(t);
+  }
   for (absl::string_view s : absl::StrSplit(absl::GetFlag(FLAGS_stages), ',', absl::SkipEmpty())) {
     int p = 0;
     if (!absl::SimpleAtoi(s, &p) || p < 2 || p > 10) {
@@ -245,16 +298,19 @@ int Main() {
         return 3;
       }
     }
-    // d = 1 first, for the ratios (measured even when not asked for a row of its own).
+    // d = t = 1 first, for the ratios (measured even when not asked for a row of its own).
     const int steps = std::max(1, absl::GetFlag(FLAGS_steps));
     BenchReport single;
-    const double d1 = Measure(p, 1, threads, steps, 0, single);
+    const double d1 = Measure(p, 1, 1, threads, steps, 0, single);
     for (int d : replicas) {
       if (d == 1) {
         report.Add(single.rows()[0]);
       } else {
-        Measure(p, d, threads, steps, d1, report);
+        Measure(p, d, 1, threads, steps, d1, report);
       }
+    }
+    for (int t : tensor_ranks) {
+      if (t > 1) Measure(p, 1, t, threads, steps, d1, report);
     }
   }
   BENCH_CHECK_OK(report.Publish(absl::GetFlag(FLAGS_json)));

@@ -1,9 +1,10 @@
-// PipelineGrid is bench_pipeline's p × d grid of pipeline stages: threads of
-// this process, each position (stage s, replica r) with its own backend
-// (and BLAS thread budget), StageLink service and gRPC server on loopback,
-// its replica's stage links, and, with d > 1, its stage's data-parallel
-// GrpcCollective, set up as worker daemons set them up. RunStep runs one
-// step on every position at once.
+// PipelineGrid is bench_pipeline's p × d × t grid of pipeline stages:
+// threads of this process, each position (stage s, replica r, tensor rank
+// k) with its own backend (and BLAS thread budget), StageLink service and
+// gRPC server on loopback, its stage links (to the same tensor rank of its
+// replica's neighbours), and, with d > 1, its data-parallel GrpcCollective,
+// with t > 1 its stage's tensor-parallel one, set up as worker daemons set
+// them up. RunStep runs one step on every position at once.
 #ifndef SHARDLINE_BENCH_PIPELINE_GRID_H_
 #define SHARDLINE_BENCH_PIPELINE_GRID_H_
 
@@ -15,6 +16,7 @@
 
 #include "shardline/v1/job.pb.h"
 #include "worker/backend/backend.h"
+#include "bench/timed_collective.h"
 #include "worker/collective/grpc_collective.h"
 #include "worker/data/data_source.h"
 #include "worker/runtime/pipeline_stage.h"
@@ -33,8 +35,13 @@ class PipelineGrid {
 
   int stages() const { return p_; }
   int replicas() const { return d_; }
-  // One step on every position; the results by position r·p + s.
+  int tensor_ranks() const { return t_; }
+  // One step on every position; the results by position (r·p + s)·t + k.
   std::vector<worker::runtime::StageStepResult> RunStep(int64_t step);
+  // Bytes received so far by every position's tensor-parallel group, and
+  // the seconds its calls took (every position's, added).
+  uint64_t TensorBytesReceived() const;
+  double TensorSeconds() const;
   // The most tensor bytes one position's links held, and staging slots used.
   uint64_t LinkPeakBytes() const;
   int LinkPeakStagingSlots() const;
@@ -48,11 +55,13 @@ class PipelineGrid {
     std::unique_ptr<worker::runtime::ShardRuntime> runtime;
     std::unique_ptr<worker::transport::GrpcStageLink> link;
     std::unique_ptr<worker::collective::GrpcCollective> replicas;
+    std::unique_ptr<worker::collective::GrpcCollective> tensor;
+    std::unique_ptr<TimedCollective> timed_tensor;  // what the layers call
     std::unique_ptr<worker::runtime::PipelineStage> stage;
   };
-  Position& At(int s, int r) { return positions_[static_cast<size_t>(r * p_ + s)]; }
+  Position& At(int s, int r, int k) { return positions_[static_cast<size_t>((r * p_ + s) * t_ + k)]; }
 
-  const int p_, d_;
+  const int p_, d_, t_;
   std::unique_ptr<worker::data::DataSource> data_;
   std::vector<Position> positions_;
 };

@@ -8,8 +8,8 @@ figure is what its raw timings give (each row carries them: seconds, CPU
 seconds, tokens), recomputed here; that those timings are physically
 possible (all timed work fits in the benchmark process's wall time, as this
 script measured it, and CPU time in that wall time times the cores); that
-counts derived from the configuration (bytes, tokens per step, micro-batches)
-are the ones reported; and, for the pipeline, that training over real gRPC
+counts derived from the configuration (bytes, tokens per step, micro-batches,
+the tensor-parallel all-reduces' bytes) are the ones reported; and, for the pipeline, that training over real gRPC
 links on the CPU gives exactly the single-process trainer's losses; for
 recovery, that the kill was noticed within the lease (plus the reaper's
 tick and the polling), the replayed steps are those after the committed
@@ -37,10 +37,13 @@ TRANSPORT_REPS = 8
 TRANSPORT_TRIALS = 2
 PIPELINE_STAGES = [2]
 PIPELINE_REPLICAS = [1, 2]
+PIPELINE_TENSOR_RANKS = [2]  # the t > 1 rows, after each p's d rows
 PIPELINE_STEPS = 1
 # bench_pipeline's model (bench/bench_pipeline.cc): context 128, a global
 # batch of 8 sequences per stage, m = 4p micro-batches in all (4p/d per replica).
 PIPELINE_CONTEXT = 128
+PIPELINE_D_MODEL = 512
+PIPELINE_BLOCKS = 8
 
 
 def run(args, json_path):
@@ -191,10 +194,12 @@ def check_pipeline(bin_dir, workdir):
     rows, wall = run([os.path.join(bin_dir, "bench_pipeline"),
                       "--stages=" + ",".join(map(str, PIPELINE_STAGES)),
                       "--data_parallel=" + ",".join(map(str, PIPELINE_REPLICAS)),
+                      "--tensor_parallel=1," + ",".join(map(str, PIPELINE_TENSOR_RANKS)),
                       "--steps=%d" % PIPELINE_STEPS, "--threads=2", "--shard_optimizer"],
                      os.path.join(workdir, "pipeline.json"))
-    assert [(r["stages"], r["data_parallel"]) for r in rows] == \
-        [(p, d) for p in PIPELINE_STAGES for d in PIPELINE_REPLICAS], rows
+    assert [(r["stages"], r["data_parallel"], r["tensor_parallel"]) for r in rows] == \
+        [(p, d, t) for p in PIPELINE_STAGES
+         for (d, t) in [(d, 1) for d in PIPELINE_REPLICAS] + [(1, t) for t in PIPELINE_TENSOR_RANKS]], rows
     timed = 0.0
     single = {}  # tokens/s of d = 1, by p
     single_state = {}  # the most optimizer state one position holds with d = 1, by p
@@ -207,7 +212,9 @@ def check_pipeline(bin_dir, workdir):
                          "reference_wall_s", "bucket_mib", "shard_optimizer", "optimizer_state_mib"])
         assert r["bucket_mib"] == 25, r  # the default
         assert r["shard_optimizer"] == (1 if r["data_parallel"] > 1 else 0), r
-        p, d, m, steps = r["stages"], r["data_parallel"], r["micro_batches"], r["timed_steps"]
+        p, d, t = r["stages"], r["data_parallel"], r["tensor_parallel"]
+        m, steps = r["micro_batches"], r["timed_steps"]
+        positions = p * d * t
         assert m * d == 4 * p and steps == PIPELINE_STEPS, r
         # Every token of every timed step, from the configuration alone (the
         # same global batch for any d); the trainer trained the same ones.
@@ -218,7 +225,7 @@ def check_pipeline(bin_dir, workdir):
         wall_s, busy_s, busiest_s = r["wall_s"], r["busy_s"], r["busiest_s"]
         tokens_per_s = r["tokens"] / wall_s
         reference_tokens_per_s = r["reference_tokens"] / r["reference_wall_s"]
-        efficiency = busy_s / (p * d * wall_s)
+        efficiency = busy_s / (positions * wall_s)
         assert close(r["tokens_per_s"], tokens_per_s), r
         assert close(r["reference_tokens_per_s"], reference_tokens_per_s), r
         assert close(r["vs_reference"], tokens_per_s / reference_tokens_per_s), r
@@ -227,8 +234,8 @@ def check_pipeline(bin_dir, workdir):
         assert close(r["step_ms"], wall_s / steps * 1e3), r
         assert close(r["exposed_comm_ms"], (wall_s - busiest_s) / steps * 1e3), r
         # Each position was busy for some of each step and at most all of it:
-        # the busiest within the wall time, all of them within p·d times.
-        assert 0 < busiest_s <= wall_s and busiest_s <= busy_s <= p * d * busiest_s, r
+        # the busiest within the wall time, all of them within p·d·t times.
+        assert 0 < busiest_s <= wall_s and busiest_s <= busy_s <= positions * busiest_s, r
         # 1F1B keeps at most p micro-batches' activations on a stage.
         assert 1 <= r["peak_slots"] <= p, r
         assert r["link_peak_mib"] > 0 and r["peak_rss_mib"] > 0, r
@@ -239,7 +246,25 @@ def check_pipeline(bin_dir, workdir):
         # and =2 differ by ~3e-8 on an AVX-512 host): the design brief's
         # CPU tolerance holds everywhere.
         assert r["max_loss_gap"] <= 1e-6, r
-        if d == 1:
+        if t > 1:
+            check_fields(r, ["tensor_bytes_per_step", "tensor_bytes_analytic", "tensor_allreduce_s",
+                             "tensor_exposed", "vs_t1"])
+            # Per step, all ranks together: 4 all-reduces of a micro-batch's
+            # 2 sequences' activations per block per micro-batch, each rank
+            # receiving 2 (t - 1)/t of each, and the gradient norm's
+            # all-gather (t - 1 doubles per rank per stage); counted here
+            # from the configuration, and what the groups really received.
+            floats = 2 * PIPELINE_CONTEXT * PIPELINE_D_MODEL
+            analytic = t * 4 * PIPELINE_BLOCKS * m * 2 * (t - 1) / t * floats * 4 + p * t * (t - 1) * 8
+            assert close(r["tensor_bytes_analytic"], analytic), (r, analytic)
+            assert r["tensor_bytes_per_step"] == r["tensor_bytes_analytic"], r
+            # Every rank all-reduced for part of each step, at most all of it.
+            tensor_s = r["tensor_allreduce_s"]
+            assert 0 < tensor_s <= positions * wall_s, r
+            assert close(r["tensor_exposed"], tensor_s / (positions * wall_s)), r
+            assert close(r["vs_t1"], tokens_per_s / single[p]), (r, single)
+            assert "reduce_s" not in r, r
+        elif d == 1:
             single[p] = tokens_per_s
             single_state[p] = r["optimizer_state_mib"]
             assert r["optimizer_state_mib"] > 0, r

@@ -1,0 +1,62 @@
+// TimedCollective wraps a rank's Collective and adds up the wall time its
+// calls take (the tensor-parallel all-reduces sit on a step's critical
+// path: their time is exposed). For bench_pipeline. Not thread-safe, as a
+// rank's Collective (one thread calls it).
+#ifndef SHARDLINE_BENCH_TIMED_COLLECTIVE_H_
+#define SHARDLINE_BENCH_TIMED_COLLECTIVE_H_
+
+#include <chrono>
+#include <string>
+
+#include "worker/collective/collective.h"
+
+namespace shardline::bench {
+
+class TimedCollective final : public worker::collective::Collective {
+ public:
+  explicit TimedCollective(worker::collective::Collective& inner) : inner_(inner) {}
+
+  int rank() const override { return inner_.rank(); }
+  int size() const override { return inner_.size(); }
+  absl::Status AllReduceSum(worker::DeviceSpan<float> data) override {
+    return Time([&] { return inner_.AllReduceSum(data); });
+  }
+  absl::Status ReduceScatterSum(worker::DeviceSpan<float> data) override {
+    return Time([&] { return inner_.ReduceScatterSum(data); });
+  }
+  absl::Status AllGather(worker::DeviceSpan<float> data) override {
+    return Time([&] { return inner_.AllGather(data); });
+  }
+  absl::Status Broadcast(worker::DeviceSpan<float> data, int root) override {
+    return Time([&] { return inner_.Broadcast(data, root); });
+  }
+  absl::Status AllReduceSumHost(absl::Span<float> data) override {
+    return Time([&] { return inner_.AllReduceSumHost(data); });
+  }
+  absl::Status ReduceScatterSumHost(absl::Span<float> data) override {
+    return Time([&] { return inner_.ReduceScatterSumHost(data); });
+  }
+  absl::Status AllGatherHost(absl::Span<float> data) override {
+    return Time([&] { return inner_.AllGatherHost(data); });
+  }
+  void Close(const std::string& reason) override { inner_.Close(reason); }
+  uint64_t BytesReceived() override { return inner_.BytesReceived(); }
+
+  double seconds() const { return seconds_; }
+
+ private:
+  template <typename Call>
+  absl::Status Time(const Call& call) {
+    const auto start = std::chrono::steady_clock::now();
+    absl::Status status = call();
+    seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return status;
+  }
+
+  worker::collective::Collective& inner_;
+  double seconds_ = 0;
+};
+
+}  // namespace shardline::bench
+
+#endif  // SHARDLINE_BENCH_TIMED_COLLECTIVE_H_
