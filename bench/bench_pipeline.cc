@@ -27,11 +27,13 @@
 // rows with ZeRO-1; optimizer_state_mib is the most one position holds.
 //
 // --tensor_parallel=2 adds rows with each stage split over t ranks (one
-// replica): the bytes the tensor groups' all-reduces move per step next to
-// the count (4 all-reduces of a micro-batch's B·T·C floats per block per
-// micro-batch, each rank receiving 2 (t − 1)/t of each, and the gradient
-// norm's doubles), the seconds they take (synchronous: all exposed) and
-// tokens/s next to t = 1 (vs_t1).
+// replica; the embedding and head vocabulary-parallel where the spec's
+// default says so: common::VocabParallel): the bytes the tensor groups'
+// collectives move per step next to the count (4 all-reduces of a
+// micro-batch's B·T·C floats per block per micro-batch, each rank
+// receiving 2 (t − 1)/t of each; the embedding's and the head's all-reduce
+// and the loss parts' all-gather; the gradient norm's doubles), the seconds
+// they take (synchronous: all exposed) and tokens/s next to t = 1 (vs_t1).
 //
 //   bench_pipeline [--stages=2,4] [--data_parallel=1,2] [--tensor_parallel=1,2] [--bucket_mib=N]
 //                  [--shard_optimizer] [--steps=N] [--threads=N] [--device=cpu|cuda:N] [--json=FILE]
@@ -50,6 +52,7 @@
 #include "absl/strings/str_split.h"
 #include "bench/bench_report.h"
 #include "bench/pipeline_grid.h"
+#include "common/cost_model.h"
 #include "common/init.h"
 #include "common/job_spec.h"
 #include "worker/backend/backend_factory.h"
@@ -135,19 +138,13 @@ Reference RunReference(const shardline::v1::JobSpec& spec, int threads, int step
 }
 
 // The bytes a p × 1 × t grid's tensor groups receive per step, all ranks
-// together: 4 all-reduces of a micro-batch's N·C floats per block per
-// micro-batch, each rank receiving 2 (t − 1)/t of each, and the gradient
-// norm's all-gather (each rank receives the t − 1 other ranks' double).
+// together, counted from the configuration (common::TensorGroupBytesPerRank).
 double TensorBytesAnalytic(const shardline::v1::JobSpec& spec, const std::vector<int>& cuts, int t) {
-  const int p = spec.parallel().pipeline_stages(), blocks_total = spec.model().n_layers();
-  int blocks = 0;
-  for (int s = 0; s < p; ++s) blocks += std::min(cuts[s + 1], blocks_total + 1) - std::max(cuts[s], 1);
-  const int64_t m = spec.train().micro_batches();
-  const double floats =
-      static_cast<double>(spec.train().global_batch() / (m * spec.parallel().data_parallel())) *
-      spec.model().context() * spec.model().d_model();
-  return t * 4.0 * blocks * m * 2.0 * (t - 1) / t * floats * sizeof(float) +
-         static_cast<double>(p) * t * (t - 1) * sizeof(double);
+  double bytes = 0;
+  for (int s = 0; s < spec.parallel().pipeline_stages(); ++s) {
+    bytes += t * common::TensorGroupBytesPerRank(spec, cuts[s], cuts[s + 1]);
+  }
+  return bytes;
 }
 
 // One row: p stages × d replicas × t tensor ranks sharing `total_threads`;
@@ -204,6 +201,7 @@ double Measure(int p, int d, int t, int total_threads, int steps, double d1, Ben
   BenchReport::Row row = {{"stages", static_cast<double>(p)},
                           {"data_parallel", static_cast<double>(d)},
                           {"tensor_parallel", static_cast<double>(t)},
+                          {"vocab_parallel", common::VocabParallel(spec) ? 1.0 : 0.0},
                           {"micro_batches", static_cast<double>(m)},
                           {"threads_per_stage", static_cast<double>(stage_threads)},
                           {"bucket_mib", spec.parallel().bucket_mib()},

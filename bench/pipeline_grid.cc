@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "bench/bench_report.h"
 #include "bench/loopback_server.h"
+#include "common/job_spec.h"
 #include "worker/backend/backend_factory.h"
 #include "worker/runtime/gradient_buckets.h"
 #include "worker/runtime/stage_sender.h"
@@ -59,7 +60,7 @@ PipelineGrid::PipelineGrid(const shardline::v1::JobSpec& spec, const std::vector
           at.tensor = group_options(at, absl::StrCat("tensor-", s, ".replica-", r), k, std::move(peers),
                                     worker::runtime::LargestLinkTensorBytes(spec));
           at.timed_tensor = std::make_unique<TimedCollective>(*at.tensor);
-          tp = {k, t_, at.timed_tensor.get()};
+          tp = {k, t_, at.timed_tensor.get(), common::VocabParallel(spec)};
         }
         auto runtime = worker::runtime::ShardRuntime::Create(*at.backend, config, cuts[s], cuts[s + 1],
                                                              spec.train().seed(), optimizer, tp);

@@ -1,6 +1,32 @@
 #include "common/cost_model.h"
 
+#include <algorithm>
+
+#include "common/job_spec.h"
+
 namespace shardline::common {
+
+double TensorGroupBytesPerRank(const shardline::v1::JobSpec& spec, int begin, int end) {
+  const double t = spec.parallel().tensor_parallel();
+  if (t <= 1) return 0;
+  const int units = PipelineUnits(spec.model());
+  const int64_t m = spec.train().micro_batches();
+  const double tokens = static_cast<double>(spec.train().global_batch() / (m * spec.parallel().data_parallel())) *
+                        spec.model().context();
+  const double activation = tokens * spec.model().d_model();  // floats
+  const int blocks = std::max(0, std::min(end, units - 1) - std::max(begin, 1));
+  double all_reduced = 4.0 * blocks * activation;  // per micro-batch
+  double gathered = 0;                             // floats gathered per micro-batch, all ranks' parts
+  if (VocabParallel(spec)) {
+    if (begin == 0) all_reduced += activation;  // the embedding's rows
+    if (end == units) {
+      all_reduced += activation;  // the head's input gradient
+      gathered += 3 * tokens * t;
+    }
+  }
+  const double per_micro_batch = 2 * (t - 1) / t * all_reduced + (t - 1) / t * gathered;
+  return (m * per_micro_batch + (t - 1) * 2) * sizeof(float);  // + the norm's doubles
+}
 
 std::vector<UnitCost> ModelUnitCosts(const shardline::v1::ModelSpec& model, int64_t t) {
   const double c = model.d_model(), v = model.vocab_size(), h = model.n_heads();

@@ -22,6 +22,18 @@ struct UnitCost {
 // One entry per unit, in order; `t` is the sequence length.
 std::vector<UnitCost> ModelUnitCosts(const shardline::v1::ModelSpec& model, int64_t t);
 
+// The bytes one rank of a stage holding units [begin, end) receives per
+// training step in its tensor group's collectives (t =
+// parallel.tensor_parallel ranks; 0 for t = 1), sequences at full context
+// (shorter ones move less). Per micro-batch of N tokens: 4 all-reduces of
+// N·C floats per block; vocabulary-parallel (VocabParallel), one for the
+// embedding's rows and one for the head's input gradient, and the loss
+// parts' all-gather (3 floats per token from each other rank). Per step,
+// the gradient norm's all-gather (a double from each other rank). An
+// all-reduce of n floats brings a rank 2 (t − 1)/t · n of them on average
+// (a reduce-scatter, then an all-gather).
+double TensorGroupBytesPerRank(const shardline::v1::JobSpec& spec, int begin, int end);
+
 }  // namespace shardline::common
 
 #endif  // SHARDLINE_COMMON_COST_MODEL_H_

@@ -12,6 +12,9 @@ namespace {
 
 using shardline::v1::JobSpec;
 
+// VocabParallel's default: the fewest vocabulary rows per rank worth a split.
+constexpr int64_t kVocabRowsPerRank = 64;
+
 absl::Status FieldError(absl::string_view field, absl::string_view problem) {
   return absl::InvalidArgumentError(absl::StrCat("job spec: ", field, " ", problem));
 }
@@ -131,6 +134,11 @@ absl::Status ValidateParallel(shardline::v1::ParallelSpec& p, const shardline::v
                                    ") and the MLP width 4 × model.d_model (", 4 * model.d_model(),
                                    "): each rank holds n_heads/t heads and 4·d_model/t MLP features"));
   }
+  if (p.vocab_parallel() && p.tensor_parallel() > 1 && model.vocab_size() % p.tensor_parallel() != 0) {
+    return FieldError("parallel.vocab_parallel",
+                      absl::StrCat("splits the vocabulary (", model.vocab_size(), ") over tensor_parallel ",
+                                   p.tensor_parallel(), " ranks, which must divide it"));
+  }
   if (p.wire_dtype() != "f32" && p.wire_dtype() != "bf16" && p.wire_dtype() != "f16") {
     return FieldError("parallel.wire_dtype", absl::StrCat("is '", p.wire_dtype(), "', must be 'f32', 'bf16' or 'f16'"));
   }
@@ -140,6 +148,13 @@ absl::Status ValidateParallel(shardline::v1::ParallelSpec& p, const shardline::v
 }  // namespace
 
 int PipelineUnits(const shardline::v1::ModelSpec& model) { return model.n_layers() + 2; }
+
+bool VocabParallel(const JobSpec& spec) {
+  const int64_t t = spec.parallel().tensor_parallel(), vocab = spec.model().vocab_size();
+  if (t <= 1) return false;
+  if (spec.parallel().has_vocab_parallel()) return spec.parallel().vocab_parallel();
+  return vocab % t == 0 && vocab >= kVocabRowsPerRank * t;
+}
 
 absl::Status ValidateJobSpec(JobSpec& spec) {
   if (spec.name().empty()) spec.set_name("job");

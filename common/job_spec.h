@@ -28,6 +28,13 @@ std::string JobSpecToJson(const shardline::v1::JobSpec& spec);
 // Number of pipeline units of a model: embedding, n_layers blocks, head.
 int PipelineUnits(const shardline::v1::ModelSpec& model);
 
+// Whether the token embedding and the LM head are split over the tensor
+// group (vocabulary-parallel): parallel.vocab_parallel where set, else when
+// tensor_parallel t > 1 divides the vocabulary and it has at least 64 rows
+// per rank (below that, each rank's slice saves less than the collectives
+// the split adds cost). Never with t = 1.
+bool VocabParallel(const shardline::v1::JobSpec& spec);
+
 }  // namespace shardline::common
 
 #endif  // SHARDLINE_COMMON_JOB_SPEC_H_

@@ -1,8 +1,10 @@
 #include "server/grid_placement.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "common/cost_model.h"
 #include "common/status_macros.h"
 #include "server/planner.h"
 
@@ -29,23 +31,6 @@ std::vector<WorkerCapacity> GridCapacities(const std::vector<WorkerRecord>& work
     out.push_back(c);
   }
   return out;
-}
-
-// Activation bytes one rank of a stage of `blocks` blocks sends per step in
-// its tensor group's all-reduces: 4 per block per micro-batch of `tokens`
-// tokens × C floats, 2 (t − 1)/t of each.
-int64_t TensorBytesPerStep(const shardline::v1::JobSpec& spec, int blocks, int t) {
-  if (t <= 1) return 0;
-  const int64_t m = spec.train().micro_batches();
-  const int64_t tokens = spec.train().global_batch() / (m * spec.parallel().data_parallel()) * spec.model().context();
-  const int64_t floats = tokens * spec.model().d_model();
-  return 4 * blocks * m * 2 * (t - 1) * floats * static_cast<int64_t>(sizeof(float)) / t;
-}
-
-// Blocks (units between the embedding and the head) in [begin, end).
-int BlocksIn(const shardline::v1::JobSpec& spec, int begin, int end) {
-  const int last = spec.model().n_layers() + 1;  // the head's unit
-  return std::max(0, std::min(end, last) - std::max(begin, 1));
 }
 
 // Idle workers ordered so that consecutive runs of t share a host where
@@ -129,7 +114,8 @@ absl::StatusOr<shardline::v1::PlanResponse> PreviewGrid(const shardline::v1::Job
         st->set_memory_bytes(sp.memory_bytes / t);
         // A rank holds about 1/t of the stage's parameters (the blocks' split).
         st->set_reduce_bytes_per_step(ReduceBytesPerStep(sp.parameters / t, d));
-        st->set_tensor_bytes_per_step(TensorBytesPerStep(spec, BlocksIn(spec, sp.unit_begin, sp.unit_end), t));
+        st->set_tensor_bytes_per_step(
+            std::llround(common::TensorGroupBytesPerRank(spec, sp.unit_begin, sp.unit_end)));
       }
     }
   }

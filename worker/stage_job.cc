@@ -86,7 +86,7 @@ absl::Status RunStageJob(const shardline::v1::Assignment& a, const std::string& 
   if (status.ok()) {
     const auto config = nn::ModelConfig::FromSpec(spec.model());
     nn::TensorParallel tp;
-    if (a.tensor_size() > 1) tp = {a.tensor_rank(), a.tensor_size(), tensor_group};
+    if (a.tensor_size() > 1) tp = {a.tensor_rank(), a.tensor_size(), tensor_group, common::VocabParallel(spec)};
     auto created = runtime::ShardRuntime::Create(backend, config, a.unit_begin(), a.unit_end(),
                                                  spec.train().seed(),
                                                  nn::OptimizerConfig::FromSpec(spec.train()), tp);

@@ -235,14 +235,32 @@ TEST(EndToEndTest, AKilledReplicaIsNamedAndTheJobReplansOntoTheSurvivors) {
 }
 
 // Processes whose command line contains every one of `needles`.
-int CountProcesses(const std::vector<std::string>& needles) {
-  int count = 0;
+std::string CommandLine(const std::string& pid) {
+  std::string cmdline = common::ReadFile("/proc/" + pid + "/cmdline").value_or("");
+  std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
+  return cmdline;
+}
+
+// The processes `parent` started whose command line holds `needle` (other
+// tests' clusters may run alongside: only this one's count).
+std::vector<std::string> ChildrenOf(pid_t parent, const std::string& needle) {
+  std::vector<std::string> out;
   for (const auto& entry : fs::directory_iterator("/proc")) {
-    std::string cmdline = common::ReadFile(entry.path().string() + "/cmdline").value_or("");
-    std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
-    bool all = !cmdline.empty();
-    for (const auto& n : needles) all = all && cmdline.find(n) != std::string::npos;
-    count += all;
+    const std::string pid = entry.path().filename().string();
+    const std::string status = common::ReadFile(entry.path().string() + "/status").value_or("");
+    if (status.find(absl::StrCat("\nPPid:\t", parent, "\n")) == std::string::npos) continue;
+    if (CommandLine(pid).find(needle) != std::string::npos) out.push_back(pid);
+  }
+  return out;
+}
+
+// How many of `pids` still run the program they ran (not reaped, not reused).
+int StillRunning(const std::vector<std::string>& pids, const std::string& needle) {
+  int count = 0;
+  for (const std::string& pid : pids) {
+    const std::string status = common::ReadFile("/proc/" + pid + "/status").value_or("");
+    const bool zombie = status.find("\nState:\tZ") != std::string::npos;
+    count += !zombie && CommandLine(pid).find(needle) != std::string::npos;
   }
   return count;
 }
@@ -284,15 +302,18 @@ TEST(EndToEndTest, InterruptingTheLocalClusterCancelsAndCleansUp) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   ASSERT_TRUE(running) << common::ReadFile(dir + "/local.log").value_or("");
-  EXPECT_EQ(CountProcesses({"shardline-worker", "--name=local-"}), 2);
+  const std::vector<std::string> workers = ChildrenOf((*local)->pid(), "shardline-worker");
+  const std::vector<std::string> coordinator = ChildrenOf((*local)->pid(), "shardline-coordinator");
+  EXPECT_EQ(workers.size(), 2u);
+  EXPECT_EQ(coordinator.size(), 1u);
   ::kill((*local)->pid(), SIGINT);
   std::string ended;
   for (int i = 0; i < 1500 && (*local)->Running(&ended); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   EXPECT_EQ(ended, "exited with status 130");
-  EXPECT_EQ(CountProcesses({"shardline-worker", "--name=local-"}), 0) << "no daemon left behind";
-  EXPECT_EQ(CountProcesses({"shardline-coordinator", "shardline-local-"}), 0);
+  EXPECT_EQ(StillRunning(workers, "shardline-worker"), 0) << "no daemon left behind";
+  EXPECT_EQ(StillRunning(coordinator, "shardline-coordinator"), 0);
 }
 
 }  // namespace

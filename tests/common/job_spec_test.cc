@@ -80,6 +80,36 @@ TEST(JobSpecTest, TensorParallelMustDivideTheHeadsAndTheMlp) {
   }
 }
 
+// Unset, the embedding and the head are split where t divides the
+// vocabulary and leaves each rank ≥ 64 rows; set, as asked, t dividing the
+// vocabulary; never with t = 1.
+TEST(JobSpecTest, VocabParallelDefaultsByRowsPerRankAndMustDivideTheVocabulary) {
+  auto spec = ParseJobSpec(kValid);
+  ASSERT_TRUE(spec.ok());
+  spec->mutable_model()->set_vocab_size(128);
+  EXPECT_FALSE(VocabParallel(*spec)) << "t = 1";
+  spec->mutable_parallel()->set_tensor_parallel(2);
+  EXPECT_TRUE(VocabParallel(*spec)) << "128 rows: 64 per rank";
+  spec->mutable_parallel()->set_tensor_parallel(4);
+  EXPECT_FALSE(VocabParallel(*spec)) << "32 per rank";
+  spec->mutable_model()->set_vocab_size(258);
+  spec->mutable_parallel()->set_tensor_parallel(4);
+  EXPECT_FALSE(VocabParallel(*spec)) << "4 does not divide 258";
+  spec->mutable_parallel()->set_vocab_parallel(false);
+  spec->mutable_model()->set_vocab_size(256);
+  EXPECT_FALSE(VocabParallel(*spec)) << "asked not to";
+  spec->mutable_model()->set_vocab_size(16);
+  spec->mutable_parallel()->set_vocab_parallel(true);
+  EXPECT_TRUE(VocabParallel(*spec)) << "asked to: 4 rows per rank";
+
+  std::string json = Edit(R"("vocab_size": 16)", R"("vocab_size": 18)");
+  json.insert(json.rfind('}'), R"(, "parallel": {"tensor_parallel": 4, "vocab_parallel": true})");
+  ExpectInvalid(json, "parallel.vocab_parallel");
+  json = Edit(R"("vocab_size": 16)", R"("vocab_size": 18)");
+  json.insert(json.rfind('}'), R"(, "parallel": {"tensor_parallel": 4})");
+  EXPECT_TRUE(ParseJobSpec(json).ok()) << "unset: replicated, whatever the vocabulary";
+}
+
 TEST(JobSpecTest, MoreStagesThanUnitsIsRefused) {
   std::string json = kValid;
   json.insert(json.rfind('}'), R"(, "parallel": {"pipeline_stages": 5})");

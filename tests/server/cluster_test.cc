@@ -7,6 +7,7 @@
 #include <cmath>
 #include <set>
 #include <thread>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "client/admin_client.h"
@@ -108,12 +109,14 @@ INSTANTIATE_TEST_SUITE_P(Pipelines, ClusterTest,
 
 // Tensor parallelism through the daemons: each stage split over two
 // workers (the tensor group's all-reduces over gRPC, GrpcCollective), each
-// rank's link to the same rank of the next stage; the losses within 1e-5 of
+// rank's link to the same rank of the next stage; the 2-stage grid with the
+// embedding and the head vocabulary-parallel too; the losses within 1e-5 of
 // the reference trainer's (the split sums change a GEMM's order) and the
 // exported weights, one global layout, within 1e-5 of the model's size.
 TEST(ClusterTensorParallelTest, ASplitGridMatchesTheReferenceWithinTolerance) {
-  for (const auto& [stages, replicas] : {std::pair{2, 1}, std::pair{1, 2}}) {
-    SCOPED_TRACE(absl::StrCat(stages, " stages × ", replicas, " replicas × 2 tensor ranks"));
+  for (const auto& [stages, replicas, vocab_parallel] : {std::tuple{2, 1, true}, std::tuple{1, 2, false}}) {
+    SCOPED_TRACE(absl::StrCat(stages, " stages × ", replicas, " replicas × 2 tensor ranks",
+                              vocab_parallel ? ", vocabulary-parallel" : ""));
     auto spec = worker::testing::TinySpec(2, 4 * replicas);
     spec.mutable_train()->set_steps(8);
     spec.mutable_train()->mutable_optimizer()->set_lr(0.001);
@@ -121,6 +124,7 @@ TEST(ClusterTensorParallelTest, ASplitGridMatchesTheReferenceWithinTolerance) {
     spec.mutable_parallel()->set_pipeline_stages(stages);
     spec.mutable_parallel()->set_data_parallel(replicas);
     spec.mutable_parallel()->set_tensor_parallel(2);
+    spec.mutable_parallel()->set_vocab_parallel(vocab_parallel);
     spec.mutable_checkpoint()->set_every_steps(4);
     auto cluster = testing::InProcessCluster::Start(stages * replicas * 2);
     ASSERT_TRUE(cluster.ok()) << cluster.status();

@@ -42,6 +42,7 @@ TEST_P(RecoverySourcesTest, SurvivorsLoadFromMemoryAndTheStandbyFromItsTwinOrThe
   spec.mutable_parallel()->set_data_parallel(c.replicas);
   spec.mutable_parallel()->set_shard_optimizer(c.shard_optimizer);
   spec.mutable_parallel()->set_tensor_parallel(c.tensor);
+  spec.mutable_parallel()->set_vocab_parallel(c.tensor > 1);  // the lost rank holds a slice of the head
   spec.mutable_checkpoint()->set_every_steps(300);
   // And a standby. Alike workers, reported alike: measured at start-up,
   // concurrently, their rates differ by up to 2× here, and the planner

@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/job_spec.h"
 #include "common/status_macros.h"
 #include "worker/backend/backend_factory.h"
 #include "worker/nn/model_config.h"
@@ -57,7 +58,7 @@ absl::StatusOr<std::unique_ptr<LocalPipeline>> LocalPipeline::Create(
     worker::nn::TensorParallel tp;
     if (tensor_size > 1) {
       pipeline->tensor_groups_.push_back(tensor_groups[s]->Rank(tensor_rank, *backend));
-      tp = {tensor_rank, tensor_size, pipeline->tensor_groups_.back().get()};
+      tp = {tensor_rank, tensor_size, pipeline->tensor_groups_.back().get(), common::VocabParallel(spec)};
     }
     ASSIGN_OR_RETURN(auto runtime, ShardRuntime::Create(*backend, config, begin, end,
                                                         spec.train().seed(), optimizer, tp));

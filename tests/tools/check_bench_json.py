@@ -43,6 +43,7 @@ PIPELINE_STEPS = 1
 # batch of 8 sequences per stage, m = 4p micro-batches in all (4p/d per replica).
 PIPELINE_CONTEXT = 128
 PIPELINE_D_MODEL = 512
+PIPELINE_VOCAB = 256
 PIPELINE_BLOCKS = 8
 
 
@@ -248,14 +249,22 @@ def check_pipeline(bin_dir, workdir):
         assert r["max_loss_gap"] <= 1e-6, r
         if t > 1:
             check_fields(r, ["tensor_bytes_per_step", "tensor_bytes_analytic", "tensor_allreduce_s",
-                             "tensor_exposed", "vs_t1"])
+                             "tensor_exposed", "vs_t1", "vocab_parallel"])
+            # The vocabulary (256) split where each rank keeps >= 64 rows.
+            assert r["vocab_parallel"] == (1 if PIPELINE_VOCAB % t == 0 and PIPELINE_VOCAB >= 64 * t else 0), r
             # Per step, all ranks together: 4 all-reduces of a micro-batch's
             # 2 sequences' activations per block per micro-batch, each rank
-            # receiving 2 (t - 1)/t of each, and the gradient norm's
-            # all-gather (t - 1 doubles per rank per stage); counted here
-            # from the configuration, and what the groups really received.
-            floats = 2 * PIPELINE_CONTEXT * PIPELINE_D_MODEL
-            analytic = t * 4 * PIPELINE_BLOCKS * m * 2 * (t - 1) / t * floats * 4 + p * t * (t - 1) * 8
+            # receiving 2 (t - 1)/t of each; vocabulary-parallel, one more for
+            # the embedding and one for the head, and the loss parts'
+            # all-gather (each rank receives 3 floats per token from each
+            # other rank); and the gradient norm's all-gather (t - 1 doubles
+            # per rank per stage). Counted here from the configuration, and
+            # what the groups really received.
+            tokens = 2 * PIPELINE_CONTEXT
+            floats = tokens * PIPELINE_D_MODEL
+            all_reduces = 4 * PIPELINE_BLOCKS + (2 if r["vocab_parallel"] else 0)
+            gathered = t * (t - 1) * 3 * tokens if r["vocab_parallel"] else 0
+            analytic = (t * all_reduces * m * 2 * (t - 1) / t * floats + m * gathered) * 4 + p * t * (t - 1) * 8
             assert close(r["tensor_bytes_analytic"], analytic), (r, analytic)
             assert r["tensor_bytes_per_step"] == r["tensor_bytes_analytic"], r
             # Every rank all-reduced for part of each step, at most all of it.

@@ -40,6 +40,15 @@ absl::Status CheckPositive(absl::string_view op, absl::string_view name, int64_t
   return absl::OkStatus();
 }
 
+// A slice [first, first + held) of `total` (0: the whole, first 0).
+absl::Status CheckSlice(absl::string_view op, int64_t first, int64_t held, int64_t total) {
+  if (first < 0 || total < 0 || (total == 0 && first != 0) || (total > 0 && first > total - held)) {
+    return Invalid(op, absl::StrCat("slice [", first, ", ", first + held, ") is not inside [0, ",
+                                    total > 0 ? total : held, ")"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckHalfDType(absl::string_view op, common::DType dtype) {
   if (dtype != common::DType::kBF16 && dtype != common::DType::kF16) {
     return Invalid(op, absl::StrCat("dtype must be bf16 or f16, got ", common::DTypeName(dtype)));
@@ -248,6 +257,7 @@ absl::Status Backend::EmbeddingForward(const EmbeddingShape& shape, DeviceSpan<c
   constexpr absl::string_view op = "EmbeddingForward";
   RETURN_IF_ERROR(CheckPositive(op, "vocab", shape.vocab));
   RETURN_IF_ERROR(CheckPositive(op, "dim", shape.dim));
+  RETURN_IF_ERROR(CheckSlice(op, shape.first, shape.vocab, shape.total));
   ASSIGN_OR_RETURN(uint64_t n, Count(op, shape.rows, shape.dim));
   ASSIGN_OR_RETURN(uint64_t table_n, Count(op, shape.vocab, shape.dim));
   if (n == 0) return absl::OkStatus();
@@ -262,6 +272,7 @@ absl::Status Backend::EmbeddingBackward(const EmbeddingShape& shape, DeviceSpan<
   constexpr absl::string_view op = "EmbeddingBackward";
   RETURN_IF_ERROR(CheckPositive(op, "vocab", shape.vocab));
   RETURN_IF_ERROR(CheckPositive(op, "dim", shape.dim));
+  RETURN_IF_ERROR(CheckSlice(op, shape.first, shape.vocab, shape.total));
   ASSIGN_OR_RETURN(uint64_t n, Count(op, shape.rows, shape.dim));
   ASSIGN_OR_RETURN(uint64_t table_n, Count(op, shape.vocab, shape.dim));
   if (n == 0) return absl::OkStatus();
@@ -277,6 +288,8 @@ absl::Status Backend::CrossEntropyForward(const CrossEntropyShape& shape,
                                           DeviceSpan<float> losses) {
   constexpr absl::string_view op = "CrossEntropyForward";
   RETURN_IF_ERROR(CheckPositive(op, "vocab", shape.vocab));
+  RETURN_IF_ERROR(CheckSlice(op, shape.first, shape.vocab, shape.total));
+  if (!shape.whole()) return Invalid(op, "takes whole rows of logits (a slice's: CrossEntropyParts)");
   ASSIGN_OR_RETURN(uint64_t n, Count(op, shape.rows, shape.vocab));
   if (n == 0) return absl::OkStatus();
   RETURN_IF_ERROR(CheckSpan(op, "logits", logits, n));
@@ -288,16 +301,51 @@ absl::Status Backend::CrossEntropyForward(const CrossEntropyShape& shape,
 absl::Status Backend::CrossEntropyBackward(const CrossEntropyShape& shape,
                                            DeviceSpan<const float> logits,
                                            DeviceSpan<const int32_t> targets, float grad_scale,
-                                           DeviceSpan<float> dlogits) {
+                                           DeviceSpan<float> dlogits, DeviceSpan<const float> lse) {
   constexpr absl::string_view op = "CrossEntropyBackward";
   RETURN_IF_ERROR(CheckPositive(op, "vocab", shape.vocab));
+  RETURN_IF_ERROR(CheckSlice(op, shape.first, shape.vocab, shape.total));
+  if (lse.empty() && !shape.whole()) {
+    return Invalid(op, "a slice of the classes needs the rows' log-sum-exp (lse)");
+  }
   ASSIGN_OR_RETURN(uint64_t n, Count(op, shape.rows, shape.vocab));
   if (n == 0) return absl::OkStatus();
   RETURN_IF_ERROR(CheckSpan(op, "logits", logits, n));
   RETURN_IF_ERROR(CheckSpan(op, "targets", targets, shape.rows));
   RETURN_IF_ERROR(CheckSpan(op, "dlogits", dlogits, n));
-  return CrossEntropyBackwardImpl(shape, logits.data(), targets.data(), grad_scale,
-                                  dlogits.data());
+  if (!lse.empty()) RETURN_IF_ERROR(CheckSpan(op, "lse", lse, shape.rows));
+  return CrossEntropyBackwardImpl(shape, logits.data(), targets.data(), lse.empty() ? nullptr : lse.data(),
+                                  grad_scale, dlogits.data());
+}
+
+absl::Status Backend::CrossEntropyParts(const CrossEntropyShape& shape, DeviceSpan<const float> logits,
+                                        DeviceSpan<const int32_t> targets, DeviceSpan<float> parts) {
+  constexpr absl::string_view op = "CrossEntropyParts";
+  RETURN_IF_ERROR(CheckPositive(op, "vocab", shape.vocab));
+  RETURN_IF_ERROR(CheckSlice(op, shape.first, shape.vocab, shape.total));
+  ASSIGN_OR_RETURN(uint64_t n, Count(op, shape.rows, shape.vocab));
+  ASSIGN_OR_RETURN(uint64_t parts_n, Count(op, shape.rows, 3));
+  if (n == 0) return absl::OkStatus();
+  RETURN_IF_ERROR(CheckSpan(op, "logits", logits, n));
+  RETURN_IF_ERROR(CheckSpan(op, "targets", targets, shape.rows));
+  RETURN_IF_ERROR(CheckSpan(op, "parts", parts, parts_n));
+  return CrossEntropyPartsImpl(shape, logits.data(), targets.data(), parts.data());
+}
+
+absl::Status Backend::CrossEntropyCombine(const LossPartsShape& shape, DeviceSpan<const float> parts,
+                                          DeviceSpan<const int32_t> targets, DeviceSpan<float> losses,
+                                          DeviceSpan<float> lse) {
+  constexpr absl::string_view op = "CrossEntropyCombine";
+  RETURN_IF_ERROR(CheckPositive(op, "slices", shape.slices));
+  ASSIGN_OR_RETURN(uint64_t rows, Count(op, shape.rows, 1));
+  ASSIGN_OR_RETURN(uint64_t per_slice, Count(op, shape.rows, 3));
+  ASSIGN_OR_RETURN(uint64_t parts_n, Count(op, shape.slices, static_cast<int64_t>(per_slice)));
+  if (rows == 0) return absl::OkStatus();
+  RETURN_IF_ERROR(CheckSpan(op, "parts", parts, parts_n));
+  RETURN_IF_ERROR(CheckSpan(op, "targets", targets, rows));
+  RETURN_IF_ERROR(CheckSpan(op, "losses", losses, rows));
+  RETURN_IF_ERROR(CheckSpan(op, "lse", lse, rows));
+  return CrossEntropyCombineImpl(shape, parts.data(), targets.data(), losses.data(), lse.data());
 }
 
 absl::Status Backend::AdamWUpdate(const AdamWStep& step, DeviceSpan<float> params,

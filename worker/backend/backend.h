@@ -183,10 +183,27 @@ class Backend {
   absl::Status CrossEntropyForward(const CrossEntropyShape& shape, DeviceSpan<const float> logits,
                                    DeviceSpan<const int32_t> targets, DeviceSpan<float> losses);
   // dlogits[r, :] += grad_scale · (softmax(logits[r, :]) − onehot(targets[r]))
-  // for every row whose target is not ignored.
+  // for every row whose target is not ignored. With `lse` ([rows]) the
+  // softmax's denominator is exp(lse[r]), the log-sum-exp over all classes
+  // (CrossEntropyCombine's), so a slice of the classes (shape.first,
+  // shape.total) gets its part of the whole row's gradient; without it the
+  // logits must be whole rows.
   absl::Status CrossEntropyBackward(const CrossEntropyShape& shape, DeviceSpan<const float> logits,
                                     DeviceSpan<const int32_t> targets, float grad_scale,
-                                    DeviceSpan<float> dlogits);
+                                    DeviceSpan<float> dlogits, DeviceSpan<const float> lse = {});
+  // Vocabulary-parallel cross-entropy (Megatron-LM's, without gathering the
+  // logits), step 1: a slice of each row's classes gives parts[r] = (max_j
+  // x_j, Σ_j exp(x_j − max), x[target − first] where this slice holds the
+  // target, else 0); parts: [rows × 3]. Targets are checked against
+  // shape.total.
+  absl::Status CrossEntropyParts(const CrossEntropyShape& shape, DeviceSpan<const float> logits,
+                                 DeviceSpan<const int32_t> targets, DeviceSpan<float> parts);
+  // Step 2, from every slice's parts, added in slice order (the same bits
+  // on every rank): lse[r] = M + log Σ_k s_k·exp(m_k − M) with M = max_k
+  // m_k, and losses[r] = lse[r] − Σ_k z_k, or 0 where targets[r] < 0.
+  absl::Status CrossEntropyCombine(const LossPartsShape& shape, DeviceSpan<const float> parts,
+                                   DeviceSpan<const int32_t> targets, DeviceSpan<float> losses,
+                                   DeviceSpan<float> lse);
 
   // ---- Optimizers and reductions ----
   absl::Status AdamWUpdate(const AdamWStep& step, DeviceSpan<float> params,
@@ -246,9 +263,14 @@ class Backend {
                                              const float* dout, float* dtable) = 0;
   virtual absl::Status CrossEntropyForwardImpl(const CrossEntropyShape& shape, const float* logits,
                                                const int32_t* targets, float* losses) = 0;
+  // `lse` may be null (whole rows: the kernel computes it).
   virtual absl::Status CrossEntropyBackwardImpl(const CrossEntropyShape& shape,
                                                 const float* logits, const int32_t* targets,
-                                                float grad_scale, float* dlogits) = 0;
+                                                const float* lse, float grad_scale, float* dlogits) = 0;
+  virtual absl::Status CrossEntropyPartsImpl(const CrossEntropyShape& shape, const float* logits,
+                                             const int32_t* targets, float* parts) = 0;
+  virtual absl::Status CrossEntropyCombineImpl(const LossPartsShape& shape, const float* parts,
+                                               const int32_t* targets, float* losses, float* lse) = 0;
   virtual absl::Status AdamWUpdateImpl(const AdamWStep& step, float* params, const float* grads,
                                        float* m, float* v, size_t n) = 0;
   virtual absl::Status SgdMomentumUpdateImpl(const SgdStep& step, float* params,

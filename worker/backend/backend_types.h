@@ -46,17 +46,38 @@ struct SoftmaxShape {
   float scale = 1.0f;
 };
 
-// ids: [rows]; table: [vocab × dim]; out: [rows × dim].
+// ids: [rows]; table: [vocab × dim]; out: [rows × dim]. A vocabulary-
+// parallel rank's table holds rows [first, first + vocab) of a table of
+// `total` rows (total 0: the whole table, first 0): ids must lie in
+// [0, total), and an id whose row is held elsewhere reads as zeros and
+// adds nothing to the gradient.
 struct EmbeddingShape {
   int64_t rows = 0;
   int64_t vocab = 0;
   int64_t dim = 0;
+  int64_t first = 0;
+  int64_t total = 0;
+  int64_t ids() const { return total > 0 ? total : vocab; }
 };
 
-// logits, dlogits: [rows × vocab]; targets, losses: [rows].
+// logits, dlogits: [rows × vocab]; targets, losses: [rows]. The logits may
+// be classes [first, first + vocab) of `total` (a vocabulary-parallel rank's
+// slice; total 0: all of them): targets lie in [0, total), or < 0 (ignored).
 struct CrossEntropyShape {
   int64_t rows = 0;
   int64_t vocab = 0;
+  int64_t first = 0;
+  int64_t total = 0;
+  int64_t classes() const { return total > 0 ? total : vocab; }
+  bool whole() const { return first == 0 && classes() == vocab; }
+};
+
+// The loss of rows whose classes are split into `slices` slices:
+// parts [slices × rows × 3], slice by slice (CrossEntropyParts); targets,
+// losses, lse: [rows].
+struct LossPartsShape {
+  int64_t rows = 0;
+  int64_t slices = 0;
 };
 
 // One AdamW step (decoupled weight decay, as torch.optim.AdamW):

@@ -8,15 +8,18 @@ namespace shardline::worker::nn {
 
 absl::StatusOr<std::unique_ptr<HeadLayer>> HeadLayer::Create(Backend& backend,
                                                              const ModelConfig& config,
-                                                             uint64_t seed) {
-  std::unique_ptr<HeadLayer> layer(new HeadLayer(backend, config));
+                                                             uint64_t seed, const TensorParallel& tp) {
+  RETURN_IF_ERROR(tp.CheckVocab(config.vocab));
+  std::unique_ptr<HeadLayer> layer(new HeadLayer(backend, config, tp));
   const int64_t c = config.d_model;
   ASSIGN_OR_RETURN(layer->norm_weight_, CreateParameter(backend, seed, "ln_f.weight", {c},
                                                         InitKind::kOnes, 0.0f, false));
   ASSIGN_OR_RETURN(layer->norm_bias_, CreateParameter(backend, seed, "ln_f.bias", {c},
                                                       InitKind::kZeros, 0.0f, false));
+  LinearSplit split;  // column-parallel: the logits' classes [k·V/t, (k+1)·V/t)
+  if (tp.vocab_split()) split = {LinearSplit::Kind::kColumns, {{0, config.vocab}}, tp.rank, tp.size};
   ASSIGN_OR_RETURN(layer->lm_head_, Linear::Create(backend, seed, "lm_head", c, config.vocab,
-                                                   /*bias=*/false, config.init_std()));
+                                                   /*bias=*/false, config.init_std(), split));
   return layer;
 }
 
@@ -28,7 +31,12 @@ std::vector<Parameter*> HeadLayer::parameters() {
 
 absl::Status HeadLayer::Forward(const MicroBatch& mb, DeviceSpan<const float> x,
                                 DeviceSpan<float> y) {
-  const int64_t n = mb.rows(), c = config_.d_model, v = config_.vocab;
+  const int64_t n = mb.rows(), c = config_.d_model, v = lm_head_.out();
+  if (!y.empty() && tp_.vocab_split()) {
+    return absl::FailedPreconditionError(
+        "the vocabulary-parallel head keeps its logits split over the tensor group: it computes the loss, not "
+        "whole logits");
+  }
   ASSIGN_OR_RETURN(Saved * s, saved_.Acquire(mb.slot));
   RETURN_IF_ERROR(EnsureFloats(backend_, s->h, static_cast<size_t>(n * c)));
   RETURN_IF_ERROR(EnsureFloats(backend_, s->stats, static_cast<size_t>(2 * n)));
@@ -47,10 +55,9 @@ absl::Status HeadLayer::Forward(const MicroBatch& mb, DeviceSpan<const float> x,
   if (mb.losses_copied == nullptr) {
     return absl::InvalidArgumentError("head forward with targets needs somewhere to put the losses");
   }
-  const CrossEntropyShape ce{n, v};
   // A recycled slot's losses may still be on their way to the host.
   RETURN_IF_ERROR(backend_.AwaitOnDevice(std::exchange(s->losses_read, HostTransfer())));
-  RETURN_IF_ERROR(backend_.CrossEntropyForward(ce, logits, mb.targets, s->losses.span<float>()));
+  RETURN_IF_ERROR(Loss(mb, *s, logits));
   ASSIGN_OR_RETURN(*mb.losses_copied,
                    backend_.CopyToHostAsync(DeviceSpan<const float>(s->losses.span<float>().subspan(
                                                 0, static_cast<size_t>(n))),
@@ -59,21 +66,43 @@ absl::Status HeadLayer::Forward(const MicroBatch& mb, DeviceSpan<const float> x,
   return absl::OkStatus();
 }
 
+absl::Status HeadLayer::Loss(const MicroBatch& mb, Saved& s, DeviceSpan<const float> logits) {
+  const int64_t n = mb.rows();
+  if (!tp_.vocab_split()) {
+    return backend_.CrossEntropyForward(CrossEntropyShape{n, config_.vocab}, logits, mb.targets,
+                                        s.losses.span<float>());
+  }
+  // Rank k's parts in chunk k; gathered, every rank combines them alike.
+  const size_t chunk = static_cast<size_t>(3 * n);
+  RETURN_IF_ERROR(EnsureFloats(backend_, parts_, chunk * tp_.size));
+  RETURN_IF_ERROR(EnsureFloats(backend_, s.lse, static_cast<size_t>(n)));
+  auto parts = parts_.span<float>().subspan(0, chunk * tp_.size);
+  RETURN_IF_ERROR(backend_.CrossEntropyParts(Classes(n), logits, mb.targets,
+                                             parts.subspan(chunk * tp_.rank, chunk)));
+  RETURN_IF_ERROR(tp_.group->AllGather(parts));
+  return backend_.CrossEntropyCombine(LossPartsShape{n, tp_.size}, parts, mb.targets, s.losses.span<float>(),
+                                      s.lse.span<float>());
+}
+
 absl::Status HeadLayer::Backward(const MicroBatch& mb, DeviceSpan<const float> x,
                                  DeviceSpan<const float> dy, DeviceSpan<float> dx) {
   if (mb.targets.empty()) {
     return absl::FailedPreconditionError("head backward needs the micro-batch's targets");
   }
-  const int64_t n = mb.rows(), c = config_.d_model, v = config_.vocab;
+  const int64_t n = mb.rows(), c = config_.d_model, v = lm_head_.out();
   ASSIGN_OR_RETURN(Saved * s, saved_.Find(mb.slot));
   RETURN_IF_ERROR(EnsureFloats(backend_, dlogits_, static_cast<size_t>(n * v)));
   RETURN_IF_ERROR(EnsureFloats(backend_, dh_, static_cast<size_t>(n * c)));
   auto dlogits = dlogits_.span<float>().subspan(0, static_cast<size_t>(n * v));
   auto dh = dh_.span<float>().subspan(0, static_cast<size_t>(n * c));
   RETURN_IF_ERROR(backend_.Fill(dlogits, 0.0f));
-  RETURN_IF_ERROR(backend_.CrossEntropyBackward(CrossEntropyShape{n, v}, s->logits.span<float>(),
-                                                mb.targets, mb.loss_scale, dlogits));
+  RETURN_IF_ERROR(backend_.CrossEntropyBackward(Classes(n), s->logits.span<float>(), mb.targets, mb.loss_scale,
+                                                dlogits,
+                                                tp_.vocab_split() ? DeviceSpan<const float>(s->lse.span<float>())
+                                                                  : DeviceSpan<const float>()));
   RETURN_IF_ERROR(lm_head_.Backward(backend_, s->h.span<float>(), dlogits, n, dh));
+  // Each rank's classes give a part of dh: Megatron's f, before ln_f.
+  if (tp_.vocab_split()) RETURN_IF_ERROR(tp_.AllReduce(dh));
   RETURN_IF_ERROR(backend_.Fill(dx.subspan(0, static_cast<size_t>(n * c)), 0.0f));
   auto stats = s->stats.span<float>();
   RETURN_IF_ERROR(backend_.LayerNormBackward(LayerNormShape{n, c, 1e-5f}, x, norm_weight_.v(),

@@ -19,10 +19,10 @@ absl::StatusOr<std::vector<std::unique_ptr<Layer>>> BuildLayers(Backend& backend
   std::vector<std::unique_ptr<Layer>> layers;
   for (int unit = begin; unit < end; ++unit) {
     if (unit == 0) {
-      ASSIGN_OR_RETURN(auto layer, EmbeddingLayer::Create(backend, config, seed));
+      ASSIGN_OR_RETURN(auto layer, EmbeddingLayer::Create(backend, config, seed, tp));
       layers.push_back(std::move(layer));
     } else if (unit == config.units() - 1) {
-      ASSIGN_OR_RETURN(auto layer, HeadLayer::Create(backend, config, seed));
+      ASSIGN_OR_RETURN(auto layer, HeadLayer::Create(backend, config, seed, tp));
       layers.push_back(std::move(layer));
     } else {
       ASSIGN_OR_RETURN(auto layer, BlockLayer::Create(backend, config, unit - 1, seed, tp));

@@ -2,9 +2,9 @@
 // embedding, units 1..n_layers the blocks, unit n_layers+1 the head. Every
 // parameter is initialised from (seed, its global name) only, so any
 // partition of the units gives the same initial model. With tensor
-// parallelism the blocks are split over `tp` (BlockLayer); the embedding
-// and the head are replicated on every rank (vocabulary-parallel ones are
-// not built yet).
+// parallelism the blocks are split over `tp` (BlockLayer), and the token
+// embedding and the head too when tp.split_vocab (vocabulary-parallel);
+// otherwise those are replicated on every rank.
 #ifndef SHARDLINE_WORKER_NN_MODEL_LAYERS_H_
 #define SHARDLINE_WORKER_NN_MODEL_LAYERS_H_
 

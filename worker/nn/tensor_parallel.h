@@ -9,9 +9,11 @@
 // weight's rows): attn.qkv by heads (each rank n_heads/t of them: its q, k
 // and v rows), mlp.fc by blocks of 4·C/t. Row-parallel (input features
 // split: the weight's columns): attn.proj and mlp.proj, their bias added
-// once, after the sum. LayerNorms, row-parallel biases, the embeddings and
-// the head are replicated: every rank holds and updates the same values
-// from the same (all-reduced) gradients.
+// once, after the sum. LayerNorms, row-parallel biases and the position
+// embedding are replicated: every rank holds and updates the same values
+// from the same (all-reduced) gradients. The token embedding and the LM
+// head are vocabulary-parallel when `split_vocab` (each rank vocab/t rows
+// of each: EmbeddingLayer, HeadLayer), replicated otherwise.
 #ifndef SHARDLINE_WORKER_NN_TENSOR_PARALLEL_H_
 #define SHARDLINE_WORKER_NN_TENSOR_PARALLEL_H_
 
@@ -33,8 +35,14 @@ struct TensorParallel {
   int rank = 0;
   int size = 1;
   collective::Collective* group = nullptr;  // required when size > 1; size() == size, rank() == rank
+  bool split_vocab = false;                 // vocabulary-parallel embedding and head (common::VocabParallel)
 
   bool split() const { return size > 1; }
+  bool vocab_split() const { return split() && split_vocab; }
+  // The vocabulary's rows this rank holds, [first, first + rows): all of
+  // them unless vocab_split().
+  int64_t VocabFirst(int64_t vocab) const { return vocab_split() ? rank * (vocab / size) : 0; }
+  int64_t VocabRows(int64_t vocab) const { return vocab_split() ? vocab / size : vocab; }
   // The sum over the group (nothing to do unsplit).
   absl::Status AllReduce(DeviceSpan<float> data) const {
     return split() ? group->AllReduceSum(data) : absl::OkStatus();
@@ -50,6 +58,21 @@ struct TensorParallel {
                                                      ") and 4·d_model (", 4 * d_model, ")"));
     }
     if (split() && (group == nullptr || group->size() != size || group->rank() != rank)) {
+      return absl::InvalidArgumentError("a split layer needs its tensor-parallel group");
+    }
+    return absl::OkStatus();
+  }
+  // The same for a layer of the vocabulary (`vocab` rows): split, t divides it.
+  absl::Status CheckVocab(int64_t vocab) const {
+    if (size < 1 || rank < 0 || rank >= size) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor rank ", rank, " of ", size));
+    }
+    if (!vocab_split()) return absl::OkStatus();
+    if (vocab % size != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("a vocabulary-parallel layer needs tensor_parallel ", size, " to divide the vocabulary (", vocab, ")"));
+    }
+    if (group == nullptr || group->size() != size || group->rank() != rank) {
       return absl::InvalidArgumentError("a split layer needs its tensor-parallel group");
     }
     return absl::OkStatus();

@@ -262,6 +262,113 @@ TEST_P(ConformanceTest, CrossEntropySkipsIgnoredTargets) {
                       1e-5, 1e-5));
 }
 
+// A vocabulary-parallel rank's table: rows [first, first + vocab) of 10.
+// Each slice reads its own rows and zeros for the others' (so the slices'
+// outputs add up to the whole table's, exactly), leaves the others' rows
+// alone when accumulating, and adds to its own rows' gradients only.
+TEST_P(ConformanceTest, EmbeddingSlicesAddUpToTheWholeTable) {
+  const int64_t rows = 6, vocab = 10, dim = 12;
+  const auto table = RandomVector(vocab * dim, 1);
+  const std::vector<int32_t> ids = {3, 0, 9, 3, 7, 1};
+  const auto dout = RandomVector(rows * dim, 2);
+  DeviceBuffer di = Upload(backend(), ids), ddout = Upload(backend(), dout);
+  std::vector<float> sum(rows * dim, 0.0f);
+  for (const auto& [first, end] : std::vector<std::pair<int64_t, int64_t>>{{0, 4}, {4, 7}, {7, 10}}) {
+    SCOPED_TRACE(::testing::Message() << "rows [" << first << ", " << end << ")");
+    const EmbeddingShape shape{rows, end - first, dim, first, vocab};
+    DeviceBuffer dt = Upload(backend(), std::vector<float>(table.begin() + first * dim, table.begin() + end * dim));
+    const auto start = RandomVector(rows * dim, 3);
+    DeviceBuffer out = Upload(backend(), start);
+    ASSERT_TRUE(backend().EmbeddingForward(shape, di.span<int32_t>(), dt.span<float>(), out.span<float>(),
+                                           /*accumulate=*/true).ok());
+    std::vector<double> want(rows * dim);
+    for (int r = 0; r < rows; ++r) {
+      const bool held = ids[r] >= first && ids[r] < end;
+      for (int c = 0; c < dim; ++c) want[r * dim + c] = start[r * dim + c] + (held ? table[ids[r] * dim + c] : 0.0f);
+    }
+    EXPECT_TRUE(AllNear(Download(backend(), out), want, 0, 0));
+    ASSERT_TRUE(backend().EmbeddingForward(shape, di.span<int32_t>(), dt.span<float>(), out.span<float>(),
+                                           /*accumulate=*/false).ok());
+    const std::vector<float> part = Download(backend(), out);
+    for (size_t i = 0; i < sum.size(); ++i) sum[i] += part[i];
+    auto dtable = backend().AllocateZeros(static_cast<size_t>((end - first) * dim));
+    ASSERT_TRUE(dtable.ok());
+    ASSERT_TRUE(backend().EmbeddingBackward(shape, di.span<int32_t>(), ddout.span<float>(),
+                                            dtable->span<float>()).ok());
+    std::vector<double> grad((end - first) * dim, 0.0);
+    for (int r = 0; r < rows; ++r) {
+      if (ids[r] < first || ids[r] >= end) continue;
+      for (int c = 0; c < dim; ++c) grad[(ids[r] - first) * dim + c] += dout[r * dim + c];
+    }
+    EXPECT_TRUE(AllNear(Download(backend(), *dtable), grad, 1e-6, 0));
+  }
+  std::vector<double> whole(rows * dim);
+  for (int r = 0; r < rows; ++r) {
+    for (int c = 0; c < dim; ++c) whole[r * dim + c] = table[ids[r] * dim + c];
+  }
+  EXPECT_TRUE(AllNear(sum, whole, 0, 0));
+}
+
+// Vocabulary-parallel cross-entropy: three slices of 50 classes, each's
+// parts, combined in slice order, give the whole rows' losses; each slice's
+// backward with the combined log-sum-exp gives its columns of the whole
+// rows' gradient.
+TEST_P(ConformanceTest, CrossEntropySlicesGiveTheWholeRowsLossesAndGradients) {
+  const int64_t rows = 7, vocab = 50;
+  const auto logits = RandomVector(rows * vocab, 1, -5.0f, 5.0f);
+  const std::vector<int32_t> targets = {4, -1, 49, 0, -1, 17, 33};
+  DeviceBuffer dt = Upload(backend(), targets);
+  const std::vector<std::pair<int64_t, int64_t>> slices = {{0, 20}, {20, 35}, {35, 50}};
+  const int64_t k = static_cast<int64_t>(slices.size());
+  auto parts = backend().AllocateZeros(static_cast<size_t>(k * rows * 3));
+  ASSERT_TRUE(parts.ok());
+  std::vector<DeviceBuffer> sliced;
+  for (int64_t s = 0; s < k; ++s) {
+    const auto [first, end] = slices[s];
+    std::vector<float> columns;
+    for (int64_t r = 0; r < rows; ++r) {
+      columns.insert(columns.end(), logits.begin() + r * vocab + first, logits.begin() + r * vocab + end);
+    }
+    sliced.push_back(Upload(backend(), columns));
+    ASSERT_TRUE(backend()
+                    .CrossEntropyParts(CrossEntropyShape{rows, end - first, first, vocab}, sliced.back().span<float>(),
+                                       dt.span<int32_t>(), parts->span<float>().subspan(s * rows * 3, rows * 3))
+                    .ok());
+  }
+  DeviceBuffer losses = Upload(backend(), std::vector<float>(rows, 123.0f));
+  DeviceBuffer lse = Upload(backend(), std::vector<float>(rows, 0.0f));
+  ASSERT_TRUE(backend()
+                  .CrossEntropyCombine(LossPartsShape{rows, k}, parts->span<float>(), dt.span<int32_t>(),
+                                       losses.span<float>(), lse.span<float>())
+                  .ok());
+  EXPECT_TRUE(AllNear(Download(backend(), losses), reference::CrossEntropy(AsDoubles(logits), targets, rows, vocab),
+                      1e-5, 1e-5));
+  // The whole rows' gradient, then each slice's against its columns.
+  DeviceBuffer dl = Upload(backend(), logits);
+  auto whole = backend().AllocateZeros(static_cast<size_t>(rows * vocab));
+  ASSERT_TRUE(whole.ok());
+  ASSERT_TRUE(backend()
+                  .CrossEntropyBackward(CrossEntropyShape{rows, vocab}, dl.span<float>(), dt.span<int32_t>(), 0.5f,
+                                        whole->span<float>())
+                  .ok());
+  const std::vector<float> whole_grad = Download(backend(), *whole);
+  for (int64_t s = 0; s < k; ++s) {
+    const auto [first, end] = slices[s];
+    SCOPED_TRACE(::testing::Message() << "classes [" << first << ", " << end << ")");
+    auto grad = backend().AllocateZeros(static_cast<size_t>(rows * (end - first)));
+    ASSERT_TRUE(grad.ok());
+    ASSERT_TRUE(backend()
+                    .CrossEntropyBackward(CrossEntropyShape{rows, end - first, first, vocab}, sliced[s].span<float>(),
+                                          dt.span<int32_t>(), 0.5f, grad->span<float>(), lse.span<float>())
+                    .ok());
+    std::vector<double> want;
+    for (int64_t r = 0; r < rows; ++r) {
+      want.insert(want.end(), whole_grad.begin() + r * vocab + first, whole_grad.begin() + r * vocab + end);
+    }
+    EXPECT_TRUE(AllNear(Download(backend(), *grad), want, 1e-6, 1e-5));
+  }
+}
+
 TEST_P(ConformanceTest, AdamWMatchesHandComputedSteps) {
   const size_t n = 257;
   const auto p0 = RandomVector(n, 1), g1 = RandomVector(n, 2), g2 = RandomVector(n, 3);

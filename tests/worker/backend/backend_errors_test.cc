@@ -148,6 +148,44 @@ TEST_P(BackendErrorsTest, TargetAtVocabSizeIsReported) {
   EXPECT_TRUE(backend().Synchronize().ok());
 }
 
+// A slice's ids and targets are checked against the whole vocabulary, not
+// its rows; a slice outside the vocabulary, or a slice's backward without
+// the rows' log-sum-exp, is refused before anything runs.
+TEST_P(BackendErrorsTest, VocabularySlicesCheckIdsAgainstTheWholeVocabulary) {
+  DeviceBuffer table = Upload(backend(), RandomVector(2 * 3, 1));
+  DeviceBuffer out = Upload(backend(), RandomVector(3 * 3, 2));
+  DeviceBuffer in_range = Upload(backend(), std::vector<int32_t>{0, 5, 3});   // rows 2 and 3 held
+  DeviceBuffer too_big = Upload(backend(), std::vector<int32_t>{0, 6, 3});    // 6 ≥ total
+  const EmbeddingShape slice{3, 2, 3, 2, 6};
+  EXPECT_TRUE(RunAndSync(backend().EmbeddingForward(slice, in_range.span<int32_t>(), table.span<float>(),
+                                                    out.span<float>(), false))
+                  .ok());
+  EXPECT_EQ(RunAndSync(backend().EmbeddingForward(slice, too_big.span<int32_t>(), table.span<float>(),
+                                                  out.span<float>(), false))
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(backend().EmbeddingForward(EmbeddingShape{3, 2, 3, 5, 6}, in_range.span<int32_t>(),
+                                       table.span<float>(), out.span<float>(), false).code(),
+            absl::StatusCode::kInvalidArgument);
+  const CrossEntropyShape classes{3, 2, 2, 6};
+  DeviceBuffer logits = Upload(backend(), RandomVector(3 * 2, 3));
+  DeviceBuffer parts = Upload(backend(), RandomVector(3 * 3, 4));
+  EXPECT_TRUE(RunAndSync(backend().CrossEntropyParts(classes, logits.span<float>(), in_range.span<int32_t>(),
+                                                     parts.span<float>()))
+                  .ok());
+  EXPECT_EQ(RunAndSync(backend().CrossEntropyParts(classes, logits.span<float>(), too_big.span<int32_t>(),
+                                                   parts.span<float>()))
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(backend().CrossEntropyBackward(classes, logits.span<float>(), in_range.span<int32_t>(), 1.0f,
+                                           logits.span<float>()).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(backend().CrossEntropyForward(classes, logits.span<float>(), in_range.span<int32_t>(),
+                                          parts.span<float>()).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(backend().Synchronize().ok());
+}
+
 TEST_P(BackendErrorsTest, OptimizerRejectsBadHyperparameters) {
   DeviceBuffer p = Upload(backend(), RandomVector(4, 1));
   AdamWStep adam;

@@ -6,11 +6,14 @@
 // order: within 1e-5), the replicated parameters' gradients are the same
 // bits on every rank, and finite differences through a split block (its
 // input and every parameter) and through the whole split model (every
-// parameter, along a direction in the global layout) agree with them.
+// parameter, along a direction in the global layout) agree with them; with
+// the vocabulary-parallel embedding and head too (their slices and
+// parallel cross-entropy), and without (replicated).
 #include <cmath>
 #include <functional>
 #include <memory>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "common/dtype.h"
@@ -93,13 +96,14 @@ std::vector<float> Host(Backend& backend, DeviceSpan<float> span) {
 // Units [begin, end) of the model on t ranks.
 class TensorGroup {
  public:
-  TensorGroup(const nn::ModelConfig& config, int begin, int end, int t, const nn::OptimizerConfig& optimizer) {
+  TensorGroup(const nn::ModelConfig& config, int begin, int end, int t, const nn::OptimizerConfig& optimizer,
+              bool split_vocab = false) {
     group_ = std::move(*collective::InProcessGroup::Create(t, absl::Seconds(60)));
     for (int r = 0; r < t; ++r) {
       backends_.push_back(testing::CpuBackend());
       ranks_.push_back(group_->Rank(r, *backends_.back()));
       auto created = ShardRuntime::Create(*backends_.back(), config, begin, end, 5, optimizer,
-                                          nn::TensorParallel{r, t, ranks_.back().get()});
+                                          nn::TensorParallel{r, t, ranks_.back().get(), split_vocab});
       EXPECT_TRUE(created.ok()) << created.status();
       runtimes_.push_back(std::move(*created));
     }
@@ -137,11 +141,13 @@ class TensorGroup {
 };
 
 class TensorParallelTest : public ::testing::TestWithParam<int> {};
+// (t, vocabulary-parallel embedding and head)
+class TensorParallelModelTest : public ::testing::TestWithParam<std::tuple<int, bool>> {};
 
 // The whole model, ids to loss: the split one against the unsplit one, and
 // finite differences along global directions through the split one.
-TEST_P(TensorParallelTest, TheSplitModelComputesTheWholeModelsLossAndGradients) {
-  const int t = GetParam();
+TEST_P(TensorParallelModelTest, TheSplitModelComputesTheWholeModelsLossAndGradients) {
+  const auto [t, split_vocab] = GetParam();
   const auto spec = Spec();
   const nn::ModelConfig config = nn::ModelConfig::FromSpec(spec.model());
   const nn::OptimizerConfig optimizer = nn::OptimizerConfig::FromSpec(spec.train());
@@ -159,7 +165,7 @@ TEST_P(TensorParallelTest, TheSplitModelComputesTheWholeModelsLossAndGradients) 
   const double whole_loss = *(*whole)->Loss(0);
   ASSERT_TRUE((*whole)->Backward(0, {}).ok());
 
-  TensorGroup split(config, 0, config.units(), t, optimizer);
+  TensorGroup split(config, 0, config.units(), t, optimizer, split_vocab);
   std::vector<double> losses(t);
   split.OnEveryRank([&](int r) {
     ShardRuntime& rt = split.runtime(r);
@@ -192,7 +198,9 @@ TEST_P(TensorParallelTest, TheSplitModelComputesTheWholeModelsLossAndGradients) 
       }
     }
   }
-  EXPECT_EQ(sliced, 2 * 6) << "qkv, proj, fc and mlp.proj weights, qkv and fc biases, in each of 2 blocks";
+  EXPECT_EQ(sliced, 2 * 6 + (split_vocab ? 2 : 0))
+      << "qkv, proj, fc and mlp.proj weights, qkv and fc biases, in each of 2 blocks; vocabulary-parallel, "
+         "tok_emb and lm_head";
 
   // Finite differences of the split model along each parameter's global
   // direction, every rank moving its slice of it.
@@ -282,6 +290,11 @@ TEST_P(TensorParallelTest, ASplitBlocksInputAndParameterGradientsMatchFiniteDiff
 
 INSTANTIATE_TEST_SUITE_P(Ranks, TensorParallelTest, ::testing::Values(2, 4),
                          [](const ::testing::TestParamInfo<int>& info) { return absl::StrCat("t", info.param); });
+INSTANTIATE_TEST_SUITE_P(Ranks, TensorParallelModelTest, ::testing::Combine(::testing::Values(2, 4), ::testing::Bool()),
+                         [](const ::testing::TestParamInfo<std::tuple<int, bool>>& info) {
+                           return absl::StrCat("t", std::get<0>(info.param),
+                                               std::get<1>(info.param) ? "_vocab_parallel" : "_vocab_replicated");
+                         });
 
 TEST(TensorParallelConfigTest, ASplitThatDoesNotDivideTheHeadsOrTheMlpIsRefused) {
   nn::ModelConfig config = nn::ModelConfig::FromSpec(Spec().model());
@@ -294,6 +307,21 @@ TEST(TensorParallelConfigTest, ASplitThatDoesNotDivideTheHeadsOrTheMlpIsRefused)
                                       nn::TensorParallel{0, 3, rank.get()});
   EXPECT_EQ(created.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(created.status().message().find("n_heads"), std::string::npos) << created.status();
+}
+
+TEST(TensorParallelConfigTest, AVocabularySplitThatDoesNotDivideTheVocabularyIsRefused) {
+  nn::ModelConfig config = nn::ModelConfig::FromSpec(Spec().model());  // vocabulary 16
+  auto backend = testing::CpuBackend();
+  auto group = collective::InProcessGroup::Create(3, absl::Seconds(1));
+  ASSERT_TRUE(group.ok());
+  auto rank = (*group)->Rank(0, *backend);
+  for (int unit : {0, config.units() - 1}) {  // the embedding, the head
+    auto created = ShardRuntime::Create(*backend, config, unit, unit + 1, 5,
+                                        nn::OptimizerConfig::FromSpec(Spec().train()),
+                                        nn::TensorParallel{0, 3, rank.get(), /*split_vocab=*/true});
+    EXPECT_EQ(created.status().code(), absl::StatusCode::kInvalidArgument) << "unit " << unit;
+    EXPECT_NE(created.status().message().find("vocabulary (16)"), std::string::npos) << created.status();
+  }
 }
 
 }  // namespace

@@ -1,8 +1,9 @@
 // Tensor parallelism in the pipeline against the reference trainer: p × d × t
 // grids in-process (LocalGrid; every position its own CPU backend, the
 // tensor-parallel and data-parallel groups in-process collectives) for
-// (p, d, t) in {(1,1,2), (2,1,2), (1,2,2), (2,2,2), (1,1,4)} (and (2,2,2)
-// with ZeRO-1), with gradient
+// (p, d, t) in {(1,1,2), (2,1,2), (1,2,2), (2,2,2), (1,1,4)}, with the
+// embedding and the head replicated and (but (1,1,2) and (1,2,2))
+// vocabulary-parallel, and (2,2,2) with ZeRO-1, with gradient
 // clipping (the global norm counts every split parameter's parts once and
 // a replicated one once): the loss at every one of 25 steps within 1e-5
 // relative of shardline-train's (t = 1: the split sums change a GEMM's
@@ -19,6 +20,7 @@
 #include <map>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -38,6 +40,7 @@ struct Case {
   int replicas;
   int tensor;
   bool shard_optimizer = false;  // ZeRO-1 within each tensor rank's data-parallel group
+  bool vocab_parallel = false;   // the embedding and the head split too
 };
 
 shardline::v1::JobSpec GridSpec(const Case& c) {
@@ -52,6 +55,7 @@ shardline::v1::JobSpec GridSpec(const Case& c) {
   spec->mutable_parallel()->set_data_parallel(c.replicas);
   spec->mutable_parallel()->set_tensor_parallel(c.tensor);
   spec->mutable_parallel()->set_shard_optimizer(c.shard_optimizer);
+  spec->mutable_parallel()->set_vocab_parallel(c.vocab_parallel);
   spec->mutable_train()->set_micro_batches(2);
   spec->mutable_train()->set_global_batch(4 * c.replicas);
   return *spec;
@@ -131,25 +135,29 @@ TEST_P(TensorParallelGridTest, MatchesTheTrainerWithinToleranceAndItselfBitForBi
 
 INSTANTIATE_TEST_SUITE_P(Grids, TensorParallelGridTest,
                          ::testing::Values(Case{1, 1, 2}, Case{2, 1, 2}, Case{1, 2, 2}, Case{2, 2, 2}, Case{1, 1, 4},
-                                           Case{2, 2, 2, true}),
+                                           Case{2, 1, 2, false, true}, Case{2, 2, 2, false, true},
+                                           Case{1, 1, 4, false, true}, Case{2, 2, 2, true, true}),
                          [](const ::testing::TestParamInfo<Case>& info) {
                            return absl::StrCat("p", info.param.stages, "_d", info.param.replicas, "_t",
-                                               info.param.tensor, info.param.shard_optimizer ? "_zero1" : "");
+                                               info.param.tensor, info.param.shard_optimizer ? "_zero1" : "",
+                                               info.param.vocab_parallel ? "_vocab" : "");
                          });
 
-// Resharding: the checkpoint of a (2,1,2) grid after 10 steps (each stage's
-// shard in the global layout, the tensor ranks' slices put together) loads
-// into a (1,2,1) and a (1,1,4) grid, whose step 11 loss is the uninterrupted
-// (2,1,2) run's within 1e-5. (The global batch and its 4 micro-batches are
-// the same in every grid: m = 4/d per replica.)
+// Resharding: the checkpoint of a (2,1,2) grid with the vocabulary split
+// after 10 steps (each stage's shard in the global layout, the tensor ranks'
+// slices put together) loads into a (1,2,1) grid, a (1,1,4) one with the
+// embedding and head replicated and a (1,1,4) one with them split, whose
+// step 11 loss is the uninterrupted (2,1,2) run's within 1e-5. (The global
+// batch and its 4 micro-batches are the same in every grid: m = 4/d per
+// replica.)
 TEST(TensorParallelReshardingTest, ACheckpointOfOneGridResumesInAnother) {
-  auto spec_for = [](int stages, int replicas, int tensor) {
-    shardline::v1::JobSpec spec = GridSpec(Case{stages, replicas, tensor});
+  auto spec_for = [](int stages, int replicas, int tensor, bool vocab_parallel) {
+    shardline::v1::JobSpec spec = GridSpec(Case{stages, replicas, tensor, false, vocab_parallel});
     spec.mutable_train()->set_global_batch(8);
     spec.mutable_train()->set_micro_batches(4 / replicas);
     return spec;
   };
-  const shardline::v1::JobSpec from = spec_for(2, 1, 2);
+  const shardline::v1::JobSpec from = spec_for(2, 1, 2, true);
   auto grid = shardline::testing::LocalGrid::Create(from, {2});
   ASSERT_TRUE(grid.ok()) << grid.status();
   for (int64_t step = 1; step <= 10; ++step) ASSERT_TRUE((*grid)->RunStep(step).ok());
@@ -172,9 +180,9 @@ TEST(TensorParallelReshardingTest, ACheckpointOfOneGridResumesInAnother) {
   auto uninterrupted = (*grid)->RunStep(11);
   ASSERT_TRUE(uninterrupted.ok());
 
-  for (const auto& [replicas, tensor] : {std::pair{2, 1}, std::pair{1, 4}}) {
-    SCOPED_TRACE(absl::StrCat("resumed as (1,", replicas, ",", tensor, ")"));
-    const shardline::v1::JobSpec to = spec_for(1, replicas, tensor);
+  for (const auto& [replicas, tensor, vocab] : {std::tuple{2, 1, false}, std::tuple{1, 4, false}, std::tuple{1, 4, true}}) {
+    SCOPED_TRACE(absl::StrCat("resumed as (1,", replicas, ",", tensor, ")", vocab ? " vocabulary-parallel" : ""));
+    const shardline::v1::JobSpec to = spec_for(1, replicas, tensor, vocab);
     auto resumed = shardline::testing::LocalGrid::Create(to, {});
     ASSERT_TRUE(resumed.ok()) << resumed.status();
     for (int r = 0; r < replicas; ++r) {

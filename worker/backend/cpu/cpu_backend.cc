@@ -168,8 +168,19 @@ absl::Status CpuBackend::CrossEntropyForwardImpl(const CrossEntropyShape& shape,
 
 absl::Status CpuBackend::CrossEntropyBackwardImpl(const CrossEntropyShape& shape,
                                                   const float* logits, const int32_t* targets,
-                                                  float grad_scale, float* dlogits) {
-  return cpu::CrossEntropyBackward(shape, logits, targets, grad_scale, dlogits);
+                                                  const float* lse, float grad_scale, float* dlogits) {
+  return cpu::CrossEntropyBackward(shape, logits, targets, lse, grad_scale, dlogits);
+}
+
+absl::Status CpuBackend::CrossEntropyPartsImpl(const CrossEntropyShape& shape, const float* logits,
+                                               const int32_t* targets, float* parts) {
+  return cpu::CrossEntropyParts(shape, logits, targets, parts);
+}
+
+absl::Status CpuBackend::CrossEntropyCombineImpl(const LossPartsShape& shape, const float* parts,
+                                                 const int32_t* targets, float* losses, float* lse) {
+  cpu::CrossEntropyCombine(shape, parts, targets, losses, lse);
+  return absl::OkStatus();
 }
 
 absl::Status CpuBackend::AdamWUpdateImpl(const AdamWStep& step, float* params, const float* grads,

@@ -60,8 +60,12 @@ class CpuBackend : public Backend {
   absl::Status CrossEntropyForwardImpl(const CrossEntropyShape& shape, const float* logits,
                                        const int32_t* targets, float* losses) override;
   absl::Status CrossEntropyBackwardImpl(const CrossEntropyShape& shape, const float* logits,
-                                        const int32_t* targets, float grad_scale,
+                                        const int32_t* targets, const float* lse, float grad_scale,
                                         float* dlogits) override;
+  absl::Status CrossEntropyPartsImpl(const CrossEntropyShape& shape, const float* logits,
+                                     const int32_t* targets, float* parts) override;
+  absl::Status CrossEntropyCombineImpl(const LossPartsShape& shape, const float* parts,
+                                       const int32_t* targets, float* losses, float* lse) override;
   absl::Status AdamWUpdateImpl(const AdamWStep& step, float* params, const float* grads, float* m,
                                float* v, size_t n) override;
   absl::Status SgdMomentumUpdateImpl(const SgdStep& step, float* params, const float* grads,

@@ -41,7 +41,12 @@ absl::Status EmbeddingBackward(const EmbeddingShape& shape, const int32_t* ids, 
 absl::Status CrossEntropyForward(const CrossEntropyShape& shape, const float* logits,
                                  const int32_t* targets, float* losses);
 absl::Status CrossEntropyBackward(const CrossEntropyShape& shape, const float* logits,
-                                  const int32_t* targets, float grad_scale, float* dlogits);
+                                  const int32_t* targets, const float* lse, float grad_scale,
+                                  float* dlogits);
+absl::Status CrossEntropyParts(const CrossEntropyShape& shape, const float* logits, const int32_t* targets,
+                               float* parts);
+void CrossEntropyCombine(const LossPartsShape& shape, const float* parts, const int32_t* targets,
+                         float* losses, float* lse);
 
 // Optimizers and reductions (cpu_optimizer.cc).
 void AdamWUpdate(const AdamWStep& step, float* params, const float* grads, float* m, float* v,

@@ -135,6 +135,7 @@ absl::Status CudaBackend::CheckKernelErrors() {
   if (flag & cuda::kErrorFlagEmbeddingBackward) ops.push_back("EmbeddingBackward");
   if (flag & cuda::kErrorFlagCrossEntropyForward) ops.push_back("CrossEntropyForward");
   if (flag & cuda::kErrorFlagCrossEntropyBackward) ops.push_back("CrossEntropyBackward");
+  if (flag & cuda::kErrorFlagCrossEntropyParts) ops.push_back("CrossEntropyParts");
   return absl::InvalidArgumentError(absl::StrCat(
       "an id or target outside [0, vocab) reached ", absl::StrJoin(ops, ", "),
       " since the last synchronisation; the rows holding it were skipped"));

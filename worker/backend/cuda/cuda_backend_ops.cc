@@ -153,11 +153,26 @@ absl::Status CudaBackend::CrossEntropyForwardImpl(const CrossEntropyShape& shape
 
 absl::Status CudaBackend::CrossEntropyBackwardImpl(const CrossEntropyShape& shape,
                                                    const float* logits, const int32_t* targets,
-                                                   float grad_scale, float* dlogits) {
+                                                   const float* lse, float grad_scale, float* dlogits) {
   RETURN_IF_ERROR(MakeCurrent());
-  CUDA_RETURN_IF_ERROR(cuda::LaunchCrossEntropyBackward(shape, logits, targets, grad_scale, dlogits,
+  CUDA_RETURN_IF_ERROR(cuda::LaunchCrossEntropyBackward(shape, logits, targets, lse, grad_scale, dlogits,
                                                         static_cast<unsigned*>(error_flag_.data()),
                                                         stream_));
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::CrossEntropyPartsImpl(const CrossEntropyShape& shape, const float* logits,
+                                                const int32_t* targets, float* parts) {
+  RETURN_IF_ERROR(MakeCurrent());
+  CUDA_RETURN_IF_ERROR(cuda::LaunchCrossEntropyParts(shape, logits, targets, parts,
+                                                     static_cast<unsigned*>(error_flag_.data()), stream_));
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::CrossEntropyCombineImpl(const LossPartsShape& shape, const float* parts,
+                                                  const int32_t* targets, float* losses, float* lse) {
+  RETURN_IF_ERROR(MakeCurrent());
+  CUDA_RETURN_IF_ERROR(cuda::LaunchCrossEntropyCombine(shape, parts, targets, losses, lse, stream_));
   return absl::OkStatus();
 }
 

@@ -20,6 +20,7 @@ inline constexpr unsigned kErrorFlagEmbeddingForward = 1u;
 inline constexpr unsigned kErrorFlagEmbeddingBackward = 2u;
 inline constexpr unsigned kErrorFlagCrossEntropyForward = 4u;
 inline constexpr unsigned kErrorFlagCrossEntropyBackward = 8u;
+inline constexpr unsigned kErrorFlagCrossEntropyParts = 16u;
 
 // Element-wise (cuda_elementwise.cu).
 cudaError_t LaunchFill(float* x, size_t n, float value, cudaStream_t stream);
@@ -62,8 +63,12 @@ cudaError_t LaunchCrossEntropyForward(const CrossEntropyShape& shape, const floa
                                       const int32_t* targets, float* losses, unsigned* error_flag,
                                       cudaStream_t stream);
 cudaError_t LaunchCrossEntropyBackward(const CrossEntropyShape& shape, const float* logits,
-                                       const int32_t* targets, float grad_scale, float* dlogits,
-                                       unsigned* error_flag, cudaStream_t stream);
+                                       const int32_t* targets, const float* lse, float grad_scale,
+                                       float* dlogits, unsigned* error_flag, cudaStream_t stream);
+cudaError_t LaunchCrossEntropyParts(const CrossEntropyShape& shape, const float* logits, const int32_t* targets,
+                                    float* parts, unsigned* error_flag, cudaStream_t stream);
+cudaError_t LaunchCrossEntropyCombine(const LossPartsShape& shape, const float* parts, const int32_t* targets,
+                                      float* losses, float* lse, cudaStream_t stream);
 
 // Optimizers and reductions (cuda_optimizer.cu).
 cudaError_t LaunchAdamW(const AdamWStep& step, float* params, const float* grads, float* m,
