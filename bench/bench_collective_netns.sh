@@ -44,7 +44,7 @@ for ((r = 0; r < ranks; ++r)); do
   ip netns exec "$ns" ip link set "slc$$a$r" up
   ip netns exec "$switch" ip link set "slc$$b$r" master br0
   ip netns exec "$switch" ip link set "slc$$b$r" up
-  # A 4 MB bucket, as bench_transport_netns.sh: the kernel's largest
+  # A 4 MB bucket, as capped_veth.sh: the kernel's largest
   # segments pass, nothing against the megabytes of one figure.
   ip netns exec "$ns" tc qdisc add dev "slc$$a$r" root tbf rate "$rate" burst 4mb latency 50ms
   ip netns exec "$switch" tc qdisc add dev "slc$$b$r" root tbf rate "$rate" burst 4mb latency 50ms

@@ -16,7 +16,7 @@
 // CPU seconds), so a reader can recompute them.
 //
 // With --receiver_netns the receiver runs in another network namespace and
-// the bytes cross a veth pair, which bench/bench_transport_netns.sh caps with
+// the bytes cross a veth pair, which bench/capped_veth.sh caps with
 // a token bucket: how close each path gets to a wire slower than the CPUs.
 //
 //   bench_transport [--sizes=65536,...] [--reps=N] [--trials=N] [--json=FILE]
@@ -26,7 +26,6 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -319,16 +318,7 @@ int Main() {
   downstream.reset();
   link_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   // The receiver ends when its link closes; make sure it does.
-  int status = 0;
-  bool reaped = false;
-  for (int i = 0; i < 500 && !reaped; ++i) {
-    reaped = ::waitpid(child, &status, WNOHANG) == child;
-    if (!reaped) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  if (!reaped) {
-    ::kill(child, SIGKILL);
-    ::waitpid(child, &status, 0);
-  }
+  ReapChild(child);
   BENCH_CHECK_OK(report.Publish(absl::GetFlag(FLAGS_json)));
   return 0;
 }

@@ -4,10 +4,14 @@
 #include <fcntl.h>
 #include <netinet/tcp.h>
 #include <sched.h>
+#include <signal.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
+#include <thread>
 
 namespace shardline::bench {
 
@@ -57,6 +61,16 @@ bool EnterNetns(const std::string& name) {
   }
   ::close(ns);
   return true;
+}
+
+void ReapChild(pid_t child) {
+  int status = 0;
+  for (int i = 0; i < 500; ++i) {
+    if (::waitpid(child, &status, WNOHANG) == child) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ::kill(child, SIGKILL);
+  ::waitpid(child, &status, 0);
 }
 
 }  // namespace shardline::bench

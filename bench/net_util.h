@@ -5,6 +5,7 @@
 #define SHARDLINE_BENCH_NET_UTIL_H_
 
 #include <netinet/in.h>
+#include <sys/types.h>
 
 #include <string>
 
@@ -19,6 +20,9 @@ int ConnectTcp(const std::string& ip, int port);
 // Moves the calling thread (call it before any other thread starts) into
 // network namespace /var/run/netns/`name`; false, with a message, if not.
 bool EnterNetns(const std::string& name);
+// Waits up to 5 s for forked `child` to exit on its own (its link closed),
+// then kills it, so no benchmark leaves a peer behind.
+void ReapChild(pid_t child);
 
 }  // namespace shardline::bench
 

@@ -115,6 +115,7 @@ absl::Status ValidateParallel(shardline::v1::ParallelSpec& p, const shardline::v
   if (!p.has_bucket_mib()) p.set_bucket_mib(25.0);
   if (!p.has_shard_optimizer()) p.set_shard_optimizer(false);
   if (!p.has_tensor_parallel()) p.set_tensor_parallel(1);
+  if (!p.has_stage_link_layout()) p.set_stage_link_layout("auto");
   RETURN_IF_ERROR(CheckRange("parallel.bucket_mib", p.bucket_mib(), 1.0 / 256, 1024.0));
   const int units = PipelineUnits(model);
   if (p.pipeline_stages() < 1 || p.pipeline_stages() > units) {
@@ -138,6 +139,11 @@ absl::Status ValidateParallel(shardline::v1::ParallelSpec& p, const shardline::v
     return FieldError("parallel.vocab_parallel",
                       absl::StrCat("splits the vocabulary (", model.vocab_size(), ") over tensor_parallel ",
                                    p.tensor_parallel(), " ranks, which must divide it"));
+  }
+  if (p.stage_link_layout() != "auto" && p.stage_link_layout() != "same_rank" &&
+      p.stage_link_layout() != "scatter_gather") {
+    return FieldError("parallel.stage_link_layout",
+                      absl::StrCat("is '", p.stage_link_layout(), "', must be 'auto', 'same_rank' or 'scatter_gather'"));
   }
   if (p.wire_dtype() != "f32" && p.wire_dtype() != "bf16" && p.wire_dtype() != "f16") {
     return FieldError("parallel.wire_dtype", absl::StrCat("is '", p.wire_dtype(), "', must be 'f32', 'bf16' or 'f16'"));

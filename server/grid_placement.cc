@@ -36,12 +36,15 @@ std::vector<WorkerCapacity> GridCapacities(const std::vector<WorkerRecord>& work
 // Idle workers ordered so that consecutive runs of t share a host where
 // they can: a host's workers together, hosts in the order their first idle
 // worker registered.
+// The host part of a worker's StageLink address.
+std::string HostOf(const WorkerRecord& w) {
+  const std::string& a = w.capabilities.listen_address();
+  return a.substr(0, a.rfind(':'));
+}
+
 std::vector<WorkerRecord> ByHost(const std::vector<WorkerRecord>& idle, int t) {
   if (t <= 1) return idle;
-  auto host = [](const WorkerRecord& w) {
-    const std::string& a = w.capabilities.listen_address();
-    return a.substr(0, a.rfind(':'));
-  };
+  const auto host = HostOf;
   std::vector<std::string> hosts;
   for (const WorkerRecord& w : idle) {
     if (std::find(hosts.begin(), hosts.end(), host(w)) == hosts.end()) hosts.push_back(host(w));
@@ -144,6 +147,19 @@ absl::StatusOr<GridPlacement> PlaceGrid(const shardline::v1::JobSpec& job_spec, 
   const std::vector<WorkerRecord> grid = ChooseGrid(ByHost(idle, t), n, previous);
   ASSIGN_OR_RETURN(PipelinePlan plan, PlanPipeline(spec, GridCapacities(grid, p, d, t), previous_cut));
   auto at = [&](int s, int r, int k) -> const WorkerRecord& { return grid[static_cast<size_t>((r * p + s) * t + k)]; };
+  // Whether the edge between stages s and s + 1 of replica r carries parts
+  // of tensors (scatter/gather): across hosts it crosses a wire t times
+  // less (docs/benchmarks.md, bench_stage_layout); within one, no layout
+  // wins and the whole tensor saves the all-gather.
+  const std::string& layout = spec.parallel().stage_link_layout();
+  auto split_edge = [&](int s, int r) {
+    if (t <= 1 || layout == "same_rank") return false;
+    if (layout == "scatter_gather") return true;
+    for (int k = 0; k < t; ++k) {
+      if (HostOf(at(s, r, k)) != HostOf(at(s + 1, r, k))) return true;
+    }
+    return false;
+  };
   GridPlacement out;
   out.stages = p;
   out.replicas = d;
@@ -181,6 +197,8 @@ absl::StatusOr<GridPlacement> PlaceGrid(const shardline::v1::JobSpec& job_spec, 
         if (t > 1) {
           for (int j = 0; j < t; ++j) a.add_tensor_addresses(at(s, r, j).capabilities.listen_address());
         }
+        a.set_gather_from_previous(s > 0 && split_edge(s - 1, r));
+        a.set_scatter_to_next(s + 1 < p && split_edge(s, r));
         // Every position of the stage holds the same (global) snapshot.
         for (int q = 0; q < d && first_step > 1; ++q) {
           for (int j = 0; j < t; ++j) {

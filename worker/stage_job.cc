@@ -107,6 +107,8 @@ absl::Status RunStageJob(const shardline::v1::Assignment& a, const std::string& 
     options.activity = activity;
     options.tensor_rank = a.tensor_rank();
     options.tensor_size = std::max(1, a.tensor_size());
+    options.split_previous = a.gather_from_previous();
+    options.split_next = a.scatter_to_next();
     auto created = runtime::PipelineStage::Create(*runtime, data.get(), link, options, replicas, tensor_group);
     status = created.status();
     if (created.ok()) stage = std::move(*created);
@@ -123,6 +125,13 @@ absl::Status RunStageJob(const shardline::v1::Assignment& a, const std::string& 
     }
   }
   if (!status.ok()) return ReportFailure(a, worker_id, a.first_step(), status, reporter);
+  if (a.gather_from_previous() || a.scatter_to_next()) {
+    LOG(INFO) << "job " << a.job_id() << " stage " << a.stage() << " tensor rank " << a.tensor_rank()
+              << ": parts of tensors (scatter/gather) on the edge"
+              << (a.gather_from_previous() && a.scatter_to_next() ? "s with both neighbours"
+                  : a.gather_from_previous()                       ? " with the previous stage"
+                                                                   : " with the next stage");
+  }
 
   const int64_t total = spec.train().steps();
   const int every = spec.checkpoint().every_steps();

@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
 namespace shardline::common {
@@ -108,6 +109,18 @@ TEST(JobSpecTest, VocabParallelDefaultsByRowsPerRankAndMustDivideTheVocabulary) 
   json = Edit(R"("vocab_size": 16)", R"("vocab_size": 18)");
   json.insert(json.rfind('}'), R"(, "parallel": {"tensor_parallel": 4})");
   EXPECT_TRUE(ParseJobSpec(json).ok()) << "unset: replicated, whatever the vocabulary";
+}
+
+TEST(JobSpecTest, StageLinkLayoutIsAutoByDefaultAndOneOfThree) {
+  EXPECT_EQ(ParseJobSpec(kValid)->parallel().stage_link_layout(), "auto");
+  for (const char* layout : {"same_rank", "scatter_gather", "auto"}) {
+    std::string json = kValid;
+    json.insert(json.rfind('}'), absl::StrCat(R"(, "parallel": {"stage_link_layout": ")", layout, R"("})"));
+    EXPECT_TRUE(ParseJobSpec(json).ok()) << layout;
+  }
+  std::string json = kValid;
+  json.insert(json.rfind('}'), R"(, "parallel": {"stage_link_layout": "broadcast"})");
+  ExpectInvalid(json, "parallel.stage_link_layout");
 }
 
 TEST(JobSpecTest, MoreStagesThanUnitsIsRefused) {

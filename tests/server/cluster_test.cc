@@ -110,7 +110,9 @@ INSTANTIATE_TEST_SUITE_P(Pipelines, ClusterTest,
 // Tensor parallelism through the daemons: each stage split over two
 // workers (the tensor group's all-reduces over gRPC, GrpcCollective), each
 // rank's link to the same rank of the next stage; the 2-stage grid with the
-// embedding and the head vocabulary-parallel too; the losses within 1e-5 of
+// embedding and the head vocabulary-parallel too, and its stages handing
+// each other parts of tensors (scatter/gather, the receiving group's
+// all-gather over gRPC) as across hosts; the losses within 1e-5 of
 // the reference trainer's (the split sums change a GEMM's order) and the
 // exported weights, one global layout, within 1e-5 of the model's size.
 TEST(ClusterTensorParallelTest, ASplitGridMatchesTheReferenceWithinTolerance) {
@@ -125,6 +127,7 @@ TEST(ClusterTensorParallelTest, ASplitGridMatchesTheReferenceWithinTolerance) {
     spec.mutable_parallel()->set_data_parallel(replicas);
     spec.mutable_parallel()->set_tensor_parallel(2);
     spec.mutable_parallel()->set_vocab_parallel(vocab_parallel);
+    if (stages > 1) spec.mutable_parallel()->set_stage_link_layout("scatter_gather");
     spec.mutable_checkpoint()->set_every_steps(4);
     auto cluster = testing::InProcessCluster::Start(stages * replicas * 2);
     ASSERT_TRUE(cluster.ok()) << cluster.status();

@@ -48,9 +48,10 @@ class JobManagerTest : public ::testing::Test {
     });
     ASSERT_TRUE(jobs_->Recover().ok());
   }
-  std::string AddWorker(const std::string& name, double flops = 1e10) {
+  // A worker whose StageLink listens at `address` (default NAME:1: a host each).
+  std::string AddWorker(const std::string& name, double flops = 1e10, const std::string& address = "") {
     shardline::v1::WorkerCapabilities caps;
-    caps.set_listen_address(name + ":1");
+    caps.set_listen_address(address.empty() ? name + ":1" : address);
     caps.set_gemm_flops(flops);
     caps.set_memory_bytes(int64_t{1} << 30);
     auto id = registry_->Register(name, caps);

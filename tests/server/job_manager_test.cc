@@ -2,6 +2,7 @@
 // workers, step aggregation, success once the last shards commit, and
 // failures that name the stage or the lost worker.
 #include <set>
+#include <utility>
 
 #include "tests/server/job_manager_fixture.h"
 
@@ -433,6 +434,59 @@ TEST_F(JobManagerTest, ATensorParallelJobIsPlacedAsAGridOfPositions) {
   const JobStatus after = *jobs_->Get(job.job_id());
   EXPECT_EQ(after.step(), 1);
   EXPECT_EQ(after.loss(), 2.25) << "tensor rank 0's loss";
+}
+
+// Which edges between a 2-stage job's tensor groups carry parts of tensors
+// (scatter/gather), by stage: {gather_from_previous, scatter_to_next} of
+// every rank, which must agree.
+std::map<int, std::pair<bool, bool>> EdgeSplits(const std::vector<std::pair<std::string, Assignment>>& delivered) {
+  std::map<int, std::pair<bool, bool>> out;
+  for (const auto& [worker, a] : delivered) {
+    const std::pair<bool, bool> mine{a.gather_from_previous(), a.scatter_to_next()};
+    if (out.count(a.stage()) > 0) {
+      EXPECT_EQ(out[a.stage()], mine) << "stage " << a.stage() << "'s ranks disagree";
+    }
+    out[a.stage()] = mine;
+  }
+  return out;
+}
+
+// "auto": a tensor group on each of two hosts, so the edge between them
+// crosses a wire: parts of tensors, both ends told alike.
+TEST_F(JobManagerTest, StageEdgesBetweenHostsScatterAndGather) {
+  AddWorker("a1", 1e10, "hosta:1");
+  AddWorker("a2", 1e10, "hosta:2");
+  AddWorker("b1", 1e10, "hostb:1");
+  AddWorker("b2", 1e10, "hostb:2");
+  auto spec = Spec(2);
+  spec.mutable_parallel()->set_tensor_parallel(2);
+  ASSERT_EQ(jobs_->Submit(spec)->state(), shardline::v1::RUNNING);
+  ASSERT_EQ(delivered_.size(), 4u);
+  const auto splits = EdgeSplits(delivered_);
+  EXPECT_EQ(splits.at(0), std::make_pair(false, true));
+  EXPECT_EQ(splits.at(1), std::make_pair(true, false));
+  for (const auto& [worker, a] : delivered_) {
+    for (const std::string& peer : a.tensor_addresses()) {
+      EXPECT_EQ(peer.substr(0, 5), a.tensor_addresses(0).substr(0, 5)) << "a tensor group on one host";
+    }
+  }
+}
+
+// "auto" on one host: whole tensors; "scatter_gather" asks for parts anyway.
+TEST_F(JobManagerTest, StageEdgesWithinAHostCarryWholeTensorsUnlessTheSpecSaysOtherwise) {
+  for (int i = 1; i <= 8; ++i) AddWorker(absl::StrCat("w", i), 1e10, absl::StrCat("host:", i));
+  auto spec = Spec(2);
+  spec.mutable_parallel()->set_tensor_parallel(2);
+  ASSERT_EQ(jobs_->Submit(spec)->state(), shardline::v1::RUNNING);
+  auto splits = EdgeSplits(delivered_);
+  EXPECT_EQ(splits.at(0), std::make_pair(false, false));
+  EXPECT_EQ(splits.at(1), std::make_pair(false, false));
+  delivered_.clear();
+  spec.mutable_parallel()->set_stage_link_layout("scatter_gather");
+  ASSERT_EQ(jobs_->Submit(spec)->state(), shardline::v1::RUNNING);
+  splits = EdgeSplits(delivered_);
+  EXPECT_EQ(splits.at(0), std::make_pair(false, true));
+  EXPECT_EQ(splits.at(1), std::make_pair(true, false));
 }
 
 TEST_F(JobManagerTest, PlansThatDoNotFitFailTheJobWithTheReason) {

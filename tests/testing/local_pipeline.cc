@@ -66,6 +66,10 @@ absl::StatusOr<std::unique_ptr<LocalPipeline>> LocalPipeline::Create(
                                  spec.train().global_batch(), wire, replica, replicas,
                                  static_cast<size_t>(spec.parallel().bucket_mib() * (1 << 20)),
                                  spec.parallel().shard_optimizer(), tensor_rank, tensor_size};
+    // One host: scatter/gather only when the spec asks for it.
+    const bool split = tensor_size > 1 && spec.parallel().stage_link_layout() == "scatter_gather";
+    options.split_previous = split && s > 0;
+    options.split_next = split && s + 1 < stages;
     worker::collective::Collective* group = nullptr;
     if (replicas > 1) {
       pipeline->replica_groups_.push_back(groups[s]->Rank(replica, *backend));

@@ -1,4 +1,4 @@
-"""Runs the transport, collective, pipeline and recovery benchmarks small and checks what they write.
+"""Runs the transport, collective, pipeline, stage layout and recovery benchmarks small and checks what they write.
 
 The figures themselves depend on the machine and are not judged here (they
 belong in docs/benchmarks.md), but for the capped wire below; what is
@@ -17,10 +17,12 @@ version, and the positions after it are what each scenario plans.
 
 Where this process may create network namespaces (root, iproute2), it also
 runs the transport benchmark across a veth pair capped at 1 Gbit/s
-(bench/bench_transport_netns.sh) and the collective benchmark with three
+(bench/capped_veth.sh) and the collective benchmark with three
 ranks in namespaces of their own behind a bridge of capped veths
-(bench/bench_collective_netns.sh), and checks that every path's figure is
-that of the capped wire, not of loopback.
+(bench/bench_collective_netns.sh), and the stage layouts with the two
+stages on either side of such a veth (bench/capped_veth.sh again),
+and checks that every path's figure is that of the capped wire, not of
+loopback.
 
 Usage: check_bench_json.py BIN_DIR WORKDIR SOURCE_DIR
 """
@@ -116,17 +118,26 @@ def can_make_network_namespaces():
     return shaped
 
 
-def check_transport_across_capped_veth(bin_dir, workdir, source_dir):
+def run_shaped(what, script, args, json_path, env=None):
+    """Runs bench/`script` (a capped-network testbed) with `args` and
+    --json=`json_path`; its rows, or None (and why) where this process
+    cannot make shaped network namespaces."""
     if not can_make_network_namespaces():
-        print("capped-veth check skipped: cannot create shaped network namespaces here")
-        return
-    json_path = os.path.join(workdir, "transport_netns.json")
-    env = dict(os.environ, BENCH_TRANSPORT=os.path.join(bin_dir, "bench_transport"))
-    subprocess.run([os.path.join(source_dir, "bench", "bench_transport_netns.sh"), "1gbit",
-                    "--sizes=1048576", "--reps=32", "--trials=1", "--json=" + json_path],
+        print("capped-veth %s check skipped: cannot create shaped network namespaces here" % what)
+        return None
+    subprocess.run([script] + args + ["--json=" + json_path],
                    check=True, timeout=240, stdout=subprocess.DEVNULL, env=env)
     with open(json_path) as f:
-        rows = json.load(f)
+        return json.load(f)
+
+
+def check_transport_across_capped_veth(bin_dir, workdir, source_dir):
+    rows = run_shaped("transport", os.path.join(source_dir, "bench", "capped_veth.sh"),
+                      ["1gbit", os.path.join(bin_dir, "bench_transport"),
+                       "--sizes=1048576", "--reps=32", "--trials=1"],
+                      os.path.join(workdir, "transport_netns.json"))
+    if rows is None:
+        return
     assert [r["bytes"] for r in rows] == [1048576], rows
     # 1 Gbit/s is 0.125 GB/s; the token bucket lets a few MB through at once.
     for path in ("stagelink", "tcp", "protobuf"):
@@ -171,16 +182,12 @@ def check_collective(bin_dir, workdir):
 
 
 def check_collective_across_capped_veth(bin_dir, workdir, source_dir):
-    if not can_make_network_namespaces():
-        print("capped-veth collective check skipped: cannot create shaped network namespaces here")
+    rows = run_shaped("collective", os.path.join(source_dir, "bench", "bench_collective_netns.sh"),
+                      ["1gbit", "3", "--sizes=1048576", "--reps=24", "--trials=1"],
+                      os.path.join(workdir, "collective_netns.json"),
+                      env=dict(os.environ, BENCH_COLLECTIVE=os.path.join(bin_dir, "bench_collective")))
+    if rows is None:
         return
-    json_path = os.path.join(workdir, "collective_netns.json")
-    env = dict(os.environ, BENCH_COLLECTIVE=os.path.join(bin_dir, "bench_collective"))
-    subprocess.run([os.path.join(source_dir, "bench", "bench_collective_netns.sh"), "1gbit", "3",
-                    "--sizes=1048576", "--reps=24", "--trials=1", "--json=" + json_path],
-                   check=True, timeout=240, stdout=subprocess.DEVNULL, env=env)
-    with open(json_path) as f:
-        rows = json.load(f)
     assert [(r["ranks"], r["bytes"], r["netns"]) for r in rows] == [(3, 1048576, 1)], rows
     r = rows[0]
     assert r["correct"] == 1, r
@@ -295,6 +302,74 @@ def check_pipeline(bin_dir, workdir):
     assert timed < wall, ("the timed steps took longer than the whole benchmark", timed, wall)
 
 
+LAYOUT_RANKS = [2, 3]
+LAYOUT_SIZES = [65536, 524288]
+LAYOUT_REPS = 8
+LAYOUT_TRIALS = 1
+LAYOUTS = ["same_rank", "scatter_gather", "broadcast"]
+
+
+def check_layout_rows(rows, ranks, sizes, reps, trials):
+    assert [(r["ranks"], r["bytes"], r["layout"]) for r in rows] == \
+        [(t, b, layout) for t in ranks for b in sizes for layout in LAYOUTS], rows
+    same_rank = {}
+    timed = 0.0
+    for r in rows:
+        check_fields(r, ["ms_per_tensor", "gbps", "vs_same_rank", "between_stages_bytes", "between_stages_counted",
+                         "within_group_bytes", "within_group_counted", "reps", "trials", "median_round_s",
+                         "total_s"])
+        t, size = r["ranks"], r["bytes"]
+        assert r["reps"] == reps and r["trials"] == trials, r
+        # What crossed between the stages and within the receiving group per
+        # tensor, counted here from the layout, and what the links and the
+        # collective really received (every tensor, to the byte).
+        between, within = (t * size, 0) if r["layout"] == "same_rank" else (size, (t - 1) * size)
+        assert r["between_stages_counted"] == between and r["within_group_counted"] == within, r
+        assert r["between_stages_bytes"] == between and r["within_group_bytes"] == within, r
+        # The figures, from the raw timings.
+        seconds = r["median_round_s"] / reps
+        assert close(r["ms_per_tensor"], seconds * 1e3), r
+        assert close(r["gbps"], size / seconds / 1e9), r
+        if r["layout"] == "same_rank":
+            same_rank[(t, size)] = seconds
+        assert close(r["vs_same_rank"], same_rank[(t, size)] / seconds), r
+        # The median round within all timed rounds' time.
+        assert 0 < r["total_s"] / trials <= r["median_round_s"] * (1 + 1e-4) <= r["total_s"] * (1 + 1e-4), r
+        timed += r["total_s"]
+    return timed
+
+
+def check_stage_layout(bin_dir, workdir):
+    rows, wall = run([os.path.join(bin_dir, "bench_stage_layout"),
+                      "--ranks=" + ",".join(map(str, LAYOUT_RANKS)),
+                      "--sizes=" + ",".join(map(str, LAYOUT_SIZES)),
+                      "--reps=%d" % LAYOUT_REPS, "--trials=%d" % LAYOUT_TRIALS],
+                     os.path.join(workdir, "stage_layout.json"))
+    timed = check_layout_rows(rows, LAYOUT_RANKS, LAYOUT_SIZES, LAYOUT_REPS, LAYOUT_TRIALS)
+    assert timed < wall, ("the rounds took longer than the whole benchmark", timed, wall)
+
+
+def check_stage_layout_across_capped_veth(bin_dir, workdir, source_dir):
+    rows = run_shaped("stage layout", os.path.join(source_dir, "bench", "capped_veth.sh"),
+                      ["1gbit", os.path.join(bin_dir, "bench_stage_layout"),
+                       "--ranks=2", "--sizes=524288", "--reps=48", "--trials=1"],
+                      os.path.join(workdir, "stage_layout_netns.json"))
+    if rows is None:
+        return
+    check_layout_rows(rows, [2], [524288], 48, 1)
+    # Between the "hosts" every byte crosses the capped veth (1 Gbit/s =
+    # 0.125 GB/s; the token bucket lets 4 MB through at once): same_rank
+    # moves the tensor twice over it, the others once (their group's
+    # all-gather or broadcast stays on the receiving host's loopback), so
+    # they deliver tensors about twice as fast.
+    rounds = {r["layout"]: r for r in rows}
+    for layout, r in rounds.items():
+        wire_s = (r["between_stages_bytes"] * r["reps"] - 4e6) / 0.125e9
+        assert r["median_round_s"] >= wire_s * 0.9, ("faster than the capped wire", r)
+    for layout in ("scatter_gather", "broadcast"):
+        assert 1.5 < rounds[layout]["vs_same_rank"] < 3, rounds[layout]
+
+
 RECOVERY_LEASE_MS = 1000
 RECOVERY_EVERY = 10
 RECOVERY_KILL_AFTER = 5
@@ -340,6 +415,8 @@ def main():
     check_collective_across_capped_veth(bin_dir, workdir, source_dir)
     check_collective(bin_dir, workdir)
     check_pipeline(bin_dir, workdir)
+    check_stage_layout(bin_dir, workdir)
+    check_stage_layout_across_capped_veth(bin_dir, workdir, source_dir)
     check_recovery(bin_dir, workdir)
     print("bench JSON checks passed")
 

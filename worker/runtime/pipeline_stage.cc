@@ -71,6 +71,7 @@ absl::StatusOr<std::unique_ptr<PipelineStage>> PipelineStage::Create(
                                                    " needs its tensor-parallel group, as rank ", options.tensor_rank));
   }
   RETURN_IF_ERROR(runtime.set_edge_dtype(options.wire));
+  RETURN_IF_ERROR(runtime.SplitEdges(options.split_previous, options.split_next));
   ASSIGN_OR_RETURN(std::vector<PipelineAction> schedule,
                    BuildSchedule(options.schedule, options.stages, options.stage,
                                  options.micro_batches));
@@ -159,7 +160,7 @@ absl::Status PipelineStage::Forward(int64_t step, int k, const std::vector<data:
 
   transport::HostBuffer output;  // written by the forward pass, sent as it is
   if (!runtime_.is_last()) {
-    output = link_.OutgoingBuffer(Kind::kActivation, static_cast<size_t>(in.batch * in.t * runtime_.output_width()));
+    output = link_.OutgoingBuffer(Kind::kActivation, static_cast<size_t>(runtime_.OutputElements(in.batch * in.t)));
   }
   Doing(step, absl::StrCat("forward of micro-batch ", k));
   RETURN_IF_ERROR(StartPass());
@@ -193,7 +194,7 @@ absl::Status PipelineStage::Backward(int64_t step, int k, bool last, StageStepRe
   transport::HostBuffer grad_input;  // written by the backward pass, sent as it is
   if (!runtime_.is_first()) {
     ASSIGN_OR_RETURN(int64_t tokens, runtime_.SlotTokens(k));
-    grad_input = link_.OutgoingBuffer(Kind::kGradient, static_cast<size_t>(tokens * runtime_.input_width()));
+    grad_input = link_.OutgoingBuffer(Kind::kGradient, static_cast<size_t>(runtime_.InputElements(tokens)));
   }
   Doing(step, absl::StrCat("backward of micro-batch ", k));
   RETURN_IF_ERROR(StartPass());

@@ -60,6 +60,11 @@ struct PipelineStageOptions {
   // group of tensor_size (the runtime was built with the same split).
   int tensor_rank = 0;
   int tensor_size = 1;
+  // Tensor parallelism across hosts (Assignment.gather_from_previous,
+  // scatter_to_next): the edge with that neighbour carries each rank's part
+  // of every tensor (ShardRuntime::SplitEdges); both ends must agree.
+  bool split_previous = false;
+  bool split_next = false;
   // Where the stage says what it is doing (the hang explainer); optional.
   StageActivity* activity = nullptr;
 };

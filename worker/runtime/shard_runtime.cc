@@ -47,7 +47,7 @@ absl::StatusOr<std::unique_ptr<ShardRuntime>> ShardRuntime::Create(
     Backend& backend, const nn::ModelConfig& config, int unit_begin, int unit_end, uint64_t seed,
     const nn::OptimizerConfig& optimizer, const nn::TensorParallel& tp) {
   std::unique_ptr<ShardRuntime> runtime(
-      new ShardRuntime(backend, config, unit_begin, unit_end, optimizer));
+      new ShardRuntime(backend, config, unit_begin, unit_end, optimizer, tp));
   ASSIGN_OR_RETURN(runtime->layers_,
                    nn::BuildLayers(backend, config, unit_begin, unit_end, seed, tp));
   return runtime;
@@ -62,6 +62,44 @@ ShardRuntime::~ShardRuntime() {
 
 int64_t ShardRuntime::input_width() const { return layers_.front()->input_width(); }
 int64_t ShardRuntime::output_width() const { return layers_.back()->output_width(); }
+
+absl::Status ShardRuntime::SplitEdges(bool previous, bool next) {
+  if ((previous || next) && !tp_.split()) {
+    return absl::FailedPreconditionError("only a tensor-parallel stage's edges carry parts of tensors");
+  }
+  if ((previous && is_first()) || (next && is_last())) {
+    return absl::InvalidArgumentError("a split edge needs a neighbouring stage on that side");
+  }
+  split_previous_ = previous;
+  split_next_ = next;
+  return absl::OkStatus();
+}
+
+collective::Chunk ShardRuntime::EdgePart(int64_t n) const {
+  return collective::ChunkOf(static_cast<size_t>(n), tp_.size, tp_.rank);
+}
+
+int64_t ShardRuntime::InputElements(int64_t rows) const {
+  const int64_t n = rows * input_width();
+  return split_previous_ ? static_cast<int64_t>(EdgePart(n).size()) : n;
+}
+
+int64_t ShardRuntime::OutputElements(int64_t rows) const {
+  const int64_t n = rows * output_width();
+  return split_next_ ? static_cast<int64_t>(EdgePart(n).size()) : n;
+}
+
+absl::StatusOr<HostTransfer> ShardRuntime::UploadEdgeParts(absl::Span<const float> host, DeviceSpan<float> dst,
+                                                           DeviceBuffer& narrow, bool wait,
+                                                           const HostTransfer& after, bool split) {
+  if (!split) return UploadEdge(host, dst, narrow, wait, after);
+  const collective::Chunk part = EdgePart(static_cast<int64_t>(dst.size()));
+  ASSIGN_OR_RETURN(HostTransfer transfer, UploadEdge(host, dst.subspan(part.begin, part.size()), narrow, wait, after));
+  // Every rank's part, in place (the gather waits for the upload: the
+  // device's queue runs it first).
+  RETURN_IF_ERROR(tp_.group->AllGather(dst));
+  return transfer;
+}
 
 std::vector<nn::Parameter*> ShardRuntime::parameters() {
   std::vector<nn::Parameter*> out;
@@ -86,8 +124,8 @@ absl::Status ShardRuntime::CheckInputs(const Inputs& in) const {
   if (!in.targets.empty() && !is_last()) {
     return absl::InvalidArgumentError("targets given to a stage that has no head");
   }
-  if (!is_first() && static_cast<int64_t>(in.activations.size()) != rows * input_width()) {
-    return SizeError("input activations", in.activations.size(), rows * input_width());
+  if (!is_first() && static_cast<int64_t>(in.activations.size()) != InputElements(rows)) {
+    return SizeError("input activations", in.activations.size(), InputElements(rows));
   }
   if (!std::isfinite(in.loss_scale)) return absl::InvalidArgumentError("loss_scale is not finite");
   return absl::OkStatus();
@@ -153,8 +191,8 @@ absl::StatusOr<ShardRuntime::EdgeTransfers> ShardRuntime::ForwardImpl(int slot, 
                                                                       bool wait) {
   RETURN_IF_ERROR(CheckInputs(in));
   const int64_t rows = in.batch * in.t;
-  if (!output.empty() && static_cast<int64_t>(output.size()) != rows * output_width()) {
-    return SizeError("output", output.size(), rows * output_width());
+  if (!output.empty() && static_cast<int64_t>(output.size()) != OutputElements(rows)) {
+    return SizeError("output", output.size(), OutputElements(rows));
   }
   ASSIGN_OR_RETURN(Slot * s, slots_.Acquire(slot));
   s->batch = in.batch;
@@ -173,10 +211,10 @@ absl::StatusOr<ShardRuntime::EdgeTransfers> ShardRuntime::ForwardImpl(int slot, 
     }
     s->acts.resize(layers_.size() + 1);
     if (!is_first()) {
-      RETURN_IF_ERROR(nn::EnsureFloats(backend_, s->acts[0], in.activations.size()));
+      RETURN_IF_ERROR(nn::EnsureFloats(backend_, s->acts[0], static_cast<size_t>(rows * input_width())));
       ASSIGN_OR_RETURN(edge.inputs_read,
-                       UploadEdge(in.activations, Prefix<float>(s->acts[0], rows * input_width()),
-                                  s->narrow_input, wait, s->released));
+                       UploadEdgeParts(in.activations, Prefix<float>(s->acts[0], rows * input_width()),
+                                       s->narrow_input, wait, s->released, split_previous_));
     }
     nn::MicroBatch mb = MicroBatchOf(slot, *s);
     if (s->has_targets) {
@@ -198,7 +236,11 @@ absl::StatusOr<ShardRuntime::EdgeTransfers> ShardRuntime::ForwardImpl(int slot, 
       RETURN_IF_ERROR(layer.Forward(mb, x, y));
     }
     if (!output.empty()) {
-      const DeviceSpan<const float> y = Prefix<float>(s->acts.back(), rows * output_width());
+      DeviceSpan<const float> y = Prefix<float>(s->acts.back(), rows * output_width());
+      if (split_next_) {
+        const collective::Chunk part = EdgePart(rows * output_width());
+        y = y.subspan(part.begin, part.size());
+      }
       ASSIGN_OR_RETURN(edge.output_written, DownloadEdge(y, s->narrow_output, output, wait));
       s->output_read = edge.output_written;
     }
@@ -278,11 +320,11 @@ absl::StatusOr<ShardRuntime::EdgeTransfers> ShardRuntime::BackwardImpl(
   if (is_last() && !grad_output.empty()) {
     return absl::InvalidArgumentError("the last stage starts backward from its loss: no grad_output");
   }
-  if (!is_last() && static_cast<int64_t>(grad_output.size()) != rows * output_width()) {
-    return SizeError("grad_output", grad_output.size(), rows * output_width());
+  if (!is_last() && static_cast<int64_t>(grad_output.size()) != OutputElements(rows)) {
+    return SizeError("grad_output", grad_output.size(), OutputElements(rows));
   }
-  if (!is_first() && static_cast<int64_t>(grad_input.size()) != rows * input_width()) {
-    return SizeError("grad_input", grad_input.size(), rows * input_width());
+  if (!is_first() && static_cast<int64_t>(grad_input.size()) != InputElements(rows)) {
+    return SizeError("grad_input", grad_input.size(), InputElements(rows));
   }
   EdgeTransfers edge;
   absl::Status status = [&]() -> absl::Status {
@@ -291,10 +333,10 @@ absl::StatusOr<ShardRuntime::EdgeTransfers> ShardRuntime::BackwardImpl(
     DeviceSpan<const float> dy;
     if (!is_last()) {
       // Into the slot, so the copy may overlap the work still queued.
-      RETURN_IF_ERROR(nn::EnsureFloats(backend_, s->grad_output, grad_output.size()));
+      RETURN_IF_ERROR(nn::EnsureFloats(backend_, s->grad_output, static_cast<size_t>(rows * output_width())));
       const DeviceSpan<float> dst = Prefix<float>(s->grad_output, rows * output_width());
       ASSIGN_OR_RETURN(edge.inputs_read,
-                       UploadEdge(grad_output, dst, s->narrow_grad, wait, s->released));
+                       UploadEdgeParts(grad_output, dst, s->narrow_grad, wait, s->released, split_next_));
       dy = dst;
     }
     // The stage's input gradient goes to one of two buffers in turn, so the
@@ -323,6 +365,10 @@ absl::StatusOr<ShardRuntime::EdgeTransfers> ShardRuntime::BackwardImpl(
       std::swap(dy_buffer, dx_buffer);
     }
     if (is_first()) return absl::OkStatus();
+    if (split_previous_) {
+      const collective::Chunk part = EdgePart(rows * input_width());
+      dy = dy.subspan(part.begin, part.size());
+    }
     ASSIGN_OR_RETURN(edge.output_written, DownloadEdge(dy, out.narrow, grad_input, wait));
     out.read = edge.output_written;
     return absl::OkStatus();

@@ -21,10 +21,12 @@
 #include "common/dtype.h"
 #include "common/tensor.h"
 #include "worker/backend/backend.h"
+#include "worker/collective/collective.h"
 #include "worker/nn/layer.h"
 #include "worker/nn/model_config.h"
 #include "worker/nn/optimizer.h"
 #include "worker/nn/slot_store.h"
+#include "worker/nn/tensor_parallel.h"
 #include "worker/runtime/host_staging_buffer.h"
 
 namespace shardline::worker::runtime {
@@ -59,6 +61,21 @@ class ShardRuntime {
   int unit_end() const { return unit_end_; }
   int64_t input_width() const;   // floats per token in (0 on the first stage)
   int64_t output_width() const;  // floats per token out (vocab on the last stage: logits)
+
+  // Tensor parallelism across hosts: the edge with the previous stage
+  // (input activations in, grad_input out) and/or with the next one
+  // (output out, grad_output in) carries this rank's part of each tensor
+  // only, collective::ChunkOf(n, t, rank), the t ranks of the neighbouring
+  // stage sending theirs: a tensor crosses between the stages once instead
+  // of t times (Megatron-LM's scatter/gather). Parts coming in are put
+  // together by an all-gather over the tensor group before use; going out,
+  // the rank's part of its (replicated) tensor is all it sends. Needs a
+  // split runtime (tp.size > 1) and the neighbour on that side.
+  absl::Status SplitEdges(bool previous, bool next);
+  // Floats of a micro-batch of `rows` tokens at the edges, as the host
+  // passes them: the whole tensor, or this rank's part of a split edge.
+  int64_t InputElements(int64_t rows) const;
+  int64_t OutputElements(int64_t rows) const;
 
   // Precision of the stage's edge tensors on the host (input activations,
   // the output, grad_output, grad_input): f32 (the default), or bf16 / f16,
@@ -202,9 +219,16 @@ class ShardRuntime {
   };
 
   ShardRuntime(Backend& backend, const nn::ModelConfig& config, int begin, int end,
-               const nn::OptimizerConfig& optimizer)
+               const nn::OptimizerConfig& optimizer, const nn::TensorParallel& tp)
       : backend_(backend), config_(config), unit_begin_(begin), unit_end_(end),
-        optimizer_(backend, optimizer) {}
+        optimizer_(backend, optimizer), tp_(tp) {}
+  // The part of an edge tensor of `n` floats a split edge carries.
+  collective::Chunk EdgePart(int64_t n) const;
+  // Uploads `host` (the whole tensor, or this rank's part when `split`)
+  // into `dst` and, split, all-gathers the parts over the tensor group.
+  absl::StatusOr<HostTransfer> UploadEdgeParts(absl::Span<const float> host, DeviceSpan<float> dst,
+                                               DeviceBuffer& narrow, bool wait, const HostTransfer& after,
+                                               bool split);
   nn::MicroBatch MicroBatchOf(int slot, Slot& s);
   // `wait`: the synchronous edge copies (Forward, Backward); otherwise the
   // asynchronous ones, returned.
@@ -232,6 +256,8 @@ class ShardRuntime {
   const nn::ModelConfig config_;
   const int unit_begin_, unit_end_;
   nn::Optimizer optimizer_;
+  const nn::TensorParallel tp_;
+  bool split_previous_ = false, split_next_ = false;  // SplitEdges
   std::vector<std::unique_ptr<nn::Layer>> layers_;
   nn::SlotStore<Slot> slots_;
   std::map<int, SlotHostMemory> host_;  // by slot id
