@@ -185,7 +185,7 @@ int Run(const std::string& spec_path) {
 }  // namespace shardline::client
 
 int main(int argc, char** argv) {
-  std::vector<char*> args = shardline::common::InitProcess(
+  std::vector<std::string> args = shardline::common::InitProcess(
       argc, argv, "shardline-local SPEC --workers=N [--metrics_out=FILE] [--out=FILE]");
   if (args.size() != 2) {
     std::fprintf(stderr, "Error: expected exactly one job spec path (see --help)\n");

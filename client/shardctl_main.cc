@@ -127,7 +127,7 @@ int Run(const std::vector<std::string>& args) {
 }  // namespace shardline::client
 
 int main(int argc, char** argv) {
-  std::vector<char*> positional = shardline::common::InitProcess(
+  std::vector<std::string> positional = shardline::common::InitProcess(
       argc, argv, "shardctl [--coordinator=HOST:PORT] [-o table|json] COMMAND ...");
   std::vector<std::string> args(positional.begin() + 1, positional.end());
   return shardline::client::Run(args);

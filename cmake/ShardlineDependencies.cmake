@@ -34,3 +34,8 @@ if(NOT SHARDLINE_CUDA STREQUAL "OFF")
     message(FATAL_ERROR "SHARDLINE_CUDA=ON but no CUDA compiler (nvcc) was found")
   endif()
 endif()
+
+# libsystemd: sd_notify for daemons under systemd (Type=notify, WatchdogSec).
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(SYSTEMD REQUIRED IMPORTED_TARGET libsystemd)
+

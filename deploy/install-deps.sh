@@ -8,19 +8,23 @@ packages=(
   build-essential cmake pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libgoogle-glog-dev libgflags-dev libgtest-dev libgmock-dev
-  libgoogle-perftools-dev libopenblas-dev libsqlite3-dev
+  libgoogle-perftools-dev libopenblas-dev libsqlite3-dev libsystemd-dev
 )
 
 # Python tools for tests and benchmarks only (the product never runs Python):
-# a virtual environment with the `safetensors` package, to check our files.
+# a virtual environment with the `safetensors` package, to check our files,
+# and gRPC's reference clients, to check our daemons' health and reflection.
 pytools=${SHARDLINE_PYTOOLS:-/opt/shardline/pytools}
 install_pytools() {
-  if "$pytools/bin/python" -c 'import safetensors, numpy' 2>/dev/null; then return 0; fi
-  echo "install-deps: creating $pytools (safetensors, numpy)"
+  if "$pytools/bin/python" -c 'import safetensors, numpy, grpc_health, grpc_reflection' 2>/dev/null; then
+    return 0
+  fi
+  echo "install-deps: creating $pytools (safetensors, numpy, grpcio-health-checking, grpcio-reflection)"
   python3 -m venv "$pytools" 2>/dev/null || {
     $sudo apt-get install -y -qq --no-install-recommends python3-venv && python3 -m venv "$pytools"
   }
-  "$pytools/bin/python" -m pip install -q --disable-pip-version-check safetensors numpy
+  "$pytools/bin/python" -m pip install -q --disable-pip-version-check safetensors numpy \
+    grpcio-health-checking grpcio-reflection
 }
 
 sudo=""

@@ -1,7 +1,10 @@
 // shardline-coordinator --listen=HOST:PORT --state_dir=DIR [--lease_ms=N] [--port_file=FILE]
 //
-// Registers workers, plans and runs jobs, keeps the committed weights. Stops
-// cleanly on SIGTERM or SIGINT.
+// Registers workers, plans and runs jobs, keeps the committed weights. Under
+// systemd (Type=notify) it says READY=1 once serving, WATCHDOG=1 while its
+// main loop turns and STOPPING=1 on SIGTERM or SIGINT; its health service
+// then says NOT_SERVING and it stops within a few seconds, exit 0.
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 
 #include <csignal>
@@ -15,6 +18,7 @@
 #include "absl/strings/str_format.h"
 #include "common/file_util.h"
 #include "common/init.h"
+#include "common/service_notifier.h"
 #include "glog/logging.h"
 #include "server/admin_service.h"
 #include "server/coordinator_service.h"
@@ -70,6 +74,7 @@ int Run() {
   AdminService admin(jobs, registry, **weights);
 
   grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddChannelArgument("grpc.so_reuseport", 0);
@@ -83,6 +88,9 @@ int Run() {
     std::fprintf(stderr, "Error: cannot listen on %s\n", absl::GetFlag(FLAGS_listen).c_str());
     return 2;
   }
+  // Each service by name too (the server as a whole, "", is SERVING already).
+  server->GetHealthCheckService()->SetServingStatus(shardline::v1::Coordinator::service_full_name(), true);
+  server->GetHealthCheckService()->SetServingStatus(shardline::v1::Admin::service_full_name(), true);
   if (!absl::GetFlag(FLAGS_port_file).empty()) {
     const absl::Status s = shardline::common::WriteFileAtomically(absl::GetFlag(FLAGS_port_file),
                                                                   absl::StrCat(port, "\n"));
@@ -92,7 +100,10 @@ int Run() {
             << absl::GetFlag(FLAGS_state_dir);
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGINT, OnSignal);
+  shardline::common::ServiceNotifier notifier;
+  notifier.Ready(absl::StrCat("serving on port ", port));
   while (!stop_requested) {
+    notifier.MainLoopAlive();
     std::this_thread::sleep_for(absl::ToChronoMilliseconds(lease / 10));
     std::vector<WorkerRecord> lost = registry.ExpireLeases();
     for (const WorkerRecord& w : lost) LOG(WARNING) << "worker " << w.name << " lost its lease";
@@ -100,6 +111,8 @@ int Run() {
     jobs.Tick();
   }
   LOG(INFO) << "shutting down";
+  notifier.Stopping("shutting down");
+  server->GetHealthCheckService()->SetServingStatus(false);
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   return 0;
 }

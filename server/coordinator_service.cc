@@ -137,7 +137,12 @@ grpc::ServerUnaryReactor* CoordinatorService::Heartbeat(grpc::CallbackServerCont
                                                         const shardline::v1::HeartbeatRequest* request,
                                                         shardline::v1::HeartbeatResponse* response) {
   response->set_lease_ms(absl::ToInt64Milliseconds(registry_.lease()));
-  return Done(context, registry_.Heartbeat(request->worker_id(), request->activity()));
+  absl::Status status = registry_.Heartbeat(request->worker_id(), request->activity());
+  if (status.ok()) {
+    absl::StatusOr<WorkerRecord> record = registry_.Get(request->worker_id());
+    response->set_drained(record.ok() && record->drained);
+  }
+  return Done(context, status);
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::Leave(grpc::CallbackServerContext* context,

@@ -38,15 +38,16 @@ absl::StatusOr<shardline::v1::RegisterResponse> GrpcCoordinatorClient::Register(
   return response;
 }
 
-absl::Status GrpcCoordinatorClient::Heartbeat(const std::string& worker_id,
-                                              const std::optional<shardline::v1::StageActivity>& activity) {
+absl::StatusOr<shardline::v1::HeartbeatResponse> GrpcCoordinatorClient::Heartbeat(
+    const std::string& worker_id, const std::optional<shardline::v1::StageActivity>& activity) {
   grpc::ClientContext context;
   SetDeadline(context);
   shardline::v1::HeartbeatRequest request;
   request.set_worker_id(worker_id);
   if (activity.has_value()) *request.mutable_activity() = *activity;
   shardline::v1::HeartbeatResponse response;
-  return FromGrpcStatus(stub_->Heartbeat(&context, request, &response));
+  RETURN_IF_ERROR(FromGrpcStatus(stub_->Heartbeat(&context, request, &response)));
+  return response;
 }
 
 absl::Status GrpcCoordinatorClient::Leave(const std::string& worker_id, const std::string& reason) {

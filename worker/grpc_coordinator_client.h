@@ -24,8 +24,9 @@ class GrpcCoordinatorClient final : public StageReporter {
   GrpcCoordinatorClient(const std::string& address, absl::Duration deadline);
 
   absl::StatusOr<shardline::v1::RegisterResponse> Register(const shardline::v1::RegisterRequest& r);
-  // With what the worker's stage does now, if it runs one (the hang explainer).
-  absl::Status Heartbeat(const std::string& worker_id,
+  // With what the worker's stage does now, if it runs one (the hang
+  // explainer); the answer says whether the worker is drained.
+  absl::StatusOr<shardline::v1::HeartbeatResponse> Heartbeat(const std::string& worker_id,
                          const std::optional<shardline::v1::StageActivity>& activity = std::nullopt);
   // Tells the coordinator this worker is going (a short deadline: best effort).
   absl::Status Leave(const std::string& worker_id, const std::string& reason);

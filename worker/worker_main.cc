@@ -1,8 +1,12 @@
 // shardline-worker --coordinator=HOST:PORT --name=NAME [--listen=HOST:PORT]
 //                  [--device=auto|cpu|cuda:N] [--threads=N] [--port_file=FILE]
 //
-// Joins the coordinator and runs the pipeline stages it assigns. Stops
-// cleanly on SIGTERM or SIGINT.
+// Joins the coordinator and runs the pipeline stages it assigns. Under
+// systemd (Type=notify) it says READY=1 once registered, WATCHDOG=1 while its
+// main loop turns and STOPPING=1 on SIGTERM or SIGINT, then leaves the
+// coordinator (its job fails over at once), stops its stage and exits 0.
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+
 #include <csignal>
 #include <cstdio>
 #include <thread>
@@ -11,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/file_util.h"
 #include "common/init.h"
+#include "common/service_notifier.h"
 #include "glog/logging.h"
 #include "worker/backend/backend_factory.h"
 #include "worker/worker_server.h"
@@ -74,6 +79,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "Error: --gemm_flops must be 0 (measure) or positive\n");
     return 3;
   }
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   auto worker = shardline::worker::WorkerServer::Start(options);
   if (!worker.ok()) {
     std::fprintf(stderr, "Error: %s\n", std::string(worker.status().message()).c_str());
@@ -85,8 +91,16 @@ int main(int argc, char** argv) {
   }
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGINT, OnSignal);
+  shardline::common::ServiceNotifier notifier;
+  notifier.Ready(absl::StrCat("worker ", options.name, " registered as ", (*worker)->worker_id(),
+                              ", StageLink on port ", (*worker)->port()));
   std::thread waiter([&] { (*worker)->Wait(); stop_requested = 1; });
-  while (!stop_requested) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  while (!stop_requested) {
+    notifier.MainLoopAlive();
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  notifier.Stopping("leaving the coordinator and stopping its job");
+  LOG(INFO) << "shutting down";
   (*worker)->Stop();
   waiter.join();
   return 0;

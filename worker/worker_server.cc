@@ -10,6 +10,7 @@
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "common/heartbeat.h"
+#include "common/init.h"
 #include "worker/backend/backend_factory.h"
 #include "worker/grpc_job_groups.h"
 #include "worker/runtime/pipeline_stage.h"
@@ -24,6 +25,11 @@ namespace {
 std::string HostOf(const std::string& address) {
   const size_t colon = address.rfind(':');
   return colon == std::string::npos ? address : address.substr(0, colon);
+}
+
+// A host that means "every address of this machine": neighbours cannot dial it.
+bool IsWildcard(const std::string& host) {
+  return host.empty() || host == "0.0.0.0" || host == "[::]" || host == "::" || host == "*";
 }
 
 }  // namespace
@@ -50,6 +56,12 @@ absl::StatusOr<double> MeasureGemmFlops(Backend& backend) {
 
 absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const WorkerOptions& options) {
   if (options.name.empty()) return absl::InvalidArgumentError("--name is required");
+  if (options.advertise_host.empty() && IsWildcard(HostOf(options.listen))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--listen=", options.listen, " serves on every address of this machine, so its neighbours need "
+        "to be told which one to dial: set --advertise_host to this machine's name or address as the "
+        "other workers reach it (in Docker Compose: the service's name)"));
+  }
   std::unique_ptr<WorkerServer> w(new WorkerServer(options));
   ASSIGN_OR_RETURN(w->backend_, CreateBackend(options.device, {options.threads}));
   double flops = options.gemm_flops;
@@ -68,6 +80,7 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const WorkerOp
   if (w->server_ == nullptr || w->port_ == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen));
   }
+  w->PublishHealth();  // NOT_SERVING until registered
   const std::string host = options.advertise_host.empty() ? HostOf(options.listen) : options.advertise_host;
 
   w->coordinator_ = std::make_unique<GrpcCoordinatorClient>(options.coordinator, options.rpc_deadline);
@@ -79,12 +92,14 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const WorkerOp
   caps->set_memory_bytes(memory);
   caps->set_gemm_flops(flops);
   caps->set_listen_address(absl::StrCat(host, ":", w->port_));
-  caps->set_build_version("shardline 0.1.0");
+  caps->set_build_version(absl::StrCat("shardline ", common::Version()));
   ASSIGN_OR_RETURN(shardline::v1::RegisterResponse registered, w->coordinator_->Register(request));
   {
     absl::MutexLock lock(&w->id_mu_);
     w->worker_id_ = registered.worker_id();
   }
+  w->registered_ = true;
+  w->PublishHealth();
   LOG(INFO) << "worker " << options.name << " registered as " << registered.worker_id() << " ("
             << w->backend_->description() << ", " << flops / 1e9 << " GFLOP/s, StageLink on port "
             << w->port_ << ")";
@@ -102,11 +117,22 @@ std::string WorkerServer::worker_id() const {
 
 WorkerServer::~WorkerServer() { Stop(); }
 
+void WorkerServer::PublishHealth() {
+  absl::MutexLock lock(&health_mu_);
+  if (server_ == nullptr) return;
+  const bool serving = registered_ && !drained_ && !stopping_;
+  grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
+  health->SetServingStatus(serving);  // the server as a whole ("")
+  health->SetServingStatus(transport::StageLinkService::kServiceName, serving);
+  health->SetServingStatus(shardline::v1::WorkerState::service_full_name(), serving);
+}
+
 void WorkerServer::Stop() {
   if (stopping_.exchange(true)) {
     stopped_.WaitForNotification();
     return;
   }
+  PublishHealth();  // NOT_SERVING from now on
   // Told first, so that the job ends naming this worker at once (not a
   // lease later, nor as its neighbours' broken links).
   if (coordinator_ != nullptr) {
@@ -133,13 +159,22 @@ void WorkerServer::HeartbeatLoop(absl::Duration every) {
     const absl::Time next = absl::Now() + every;
     while (!stopping_ && absl::Now() < next) absl::SleepFor(absl::Milliseconds(5));
     if (stopping_) return;
-    const absl::Status status = coordinator_->Heartbeat(worker_id(), activity_.Now());
+    absl::StatusOr<shardline::v1::HeartbeatResponse> answer = coordinator_->Heartbeat(worker_id(), activity_.Now());
+    const absl::Status status = answer.status();
     if (absl::IsNotFound(status)) {
       LOG(WARNING) << "the coordinator no longer knows this worker (it restarted, or the lease lapsed): "
                       "stopping its job and registering again";
+      registered_ = false;
+      PublishHealth();
       RegisterAgain();
       reachable = true;
       continue;
+    }
+    if (answer.ok() && answer->drained() != drained_) {
+      drained_ = answer->drained();
+      LOG(INFO) << (drained_ ? "drained by the coordinator: health NOT_SERVING"
+                             : "undrained by the coordinator: health SERVING");
+      PublishHealth();
     }
     if (!status.ok() && reachable) LOG(WARNING) << "heartbeat failed: " << status << "; retrying";
     if (status.ok() && !reachable) LOG(INFO) << "the coordinator answers heartbeats again";
@@ -162,6 +197,9 @@ void WorkerServer::RegisterAgain() {
         worker_id_ = registered->worker_id();
       }
       LOG(INFO) << "registered again as " << registered->worker_id();
+      registered_ = true;
+      drained_ = false;  // a new registration starts in service
+      PublishHealth();
       coordinator_->CancelWatch();  // the assignment stream follows the new id
       return;
     }

@@ -5,7 +5,9 @@
 // the coordinator no longer knows it (restarted, or its lease lapsed) it
 // stops its job and registers again, with jittered exponential backoff; a
 // new assignment fences an older one still running (stopped first).
-// Stop() (or destruction) ends everything cleanly. Thread-safe.
+// Its gRPC health service says SERVING only while it can take work
+// (registered, not drained, not stopping). Stop() (or destruction) ends
+// everything cleanly. Thread-safe.
 #ifndef SHARDLINE_WORKER_WORKER_SERVER_H_
 #define SHARDLINE_WORKER_WORKER_SERVER_H_
 
@@ -80,6 +82,9 @@ class WorkerServer {
   void OnAssignment(const shardline::v1::Assignment& assignment);
   void RunJob(shardline::v1::Assignment assignment);
   void JoinJob() ABSL_LOCKS_EXCLUDED(mu_);
+  // Says SERVING on the health service (every service) while the worker is
+  // registered, not drained and not stopping; NOT_SERVING otherwise.
+  void PublishHealth();
 
   const WorkerOptions options_;
   std::unique_ptr<Backend> backend_;
@@ -94,6 +99,9 @@ class WorkerServer {
   std::string worker_id_ ABSL_GUARDED_BY(id_mu_);
   int port_ = 0;
   std::atomic<bool> stopping_{false};
+  std::atomic<bool> registered_{false};  // the coordinator knows this worker
+  std::atomic<bool> drained_{false};     // as the last heartbeat said
+  absl::Mutex health_mu_;                // orders PublishHealth's calls
   absl::Notification stopped_;
   std::thread heartbeat_, watch_;
 

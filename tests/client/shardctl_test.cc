@@ -30,6 +30,7 @@
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
 #include "shardline/v1/admin.pb.h"
+#include "tests/client/health_check.h"
 #include "tests/client/process_cluster.h"
 #include "tests/client/process_test_util.h"
 
@@ -54,6 +55,7 @@ std::string WriteSpec(const std::string& path, int steps) {
 }
 
 using testing::CtlRun;
+using testing::HealthStatus;
 using Cluster = testing::ProcessCluster;
 
 template <typename Message>
@@ -325,34 +327,6 @@ TEST_F(ShardctlTest, AnUnreachableCoordinatorExitsTwo) {
     EXPECT_EQ(r.out, "");
     EXPECT_TRUE(absl::StartsWith(r.err, "Error: ")) << r.err;
   }
-}
-
-// grpc.health.v1.Health/Check by hand (the messages are one string and one
-// enum: HealthCheckRequest{service = 1}, HealthCheckResponse{status = 1},
-// SERVING = 1): the serving status, or the call's error.
-absl::StatusOr<int> HealthStatus(const std::string& address, const std::string& service) {
-  auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
-  grpc::GenericStub stub(channel);
-  std::string request;
-  if (!service.empty()) request = absl::StrCat("\x0a", std::string(1, static_cast<char>(service.size())), service);
-  grpc::Slice slice(request);
-  grpc::ByteBuffer in(&slice, 1), out;
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-  absl::Notification done;
-  grpc::Status status;
-  stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", {}, &in, &out, [&](grpc::Status s) {
-    status = std::move(s);
-    done.Notify();
-  });
-  done.WaitForNotification();
-  if (!status.ok()) return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
-  std::vector<grpc::Slice> slices;
-  if (!out.Dump(&slices).ok()) return absl::InternalError("unreadable response");
-  std::string bytes;
-  for (const auto& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
-  if (bytes.size() != 2 || bytes[0] != 0x08) return absl::InternalError("not a HealthCheckResponse: " + bytes);
-  return static_cast<int>(bytes[1]);
 }
 
 TEST_F(ShardctlTest, EveryDaemonAnswersTheHealthService) {

@@ -142,7 +142,7 @@ int Run(const std::string& spec_path) {
 }  // namespace shardline::worker::trainer
 
 int main(int argc, char** argv) {
-  std::vector<char*> args = shardline::common::InitProcess(
+  std::vector<std::string> args = shardline::common::InitProcess(
       argc, argv,
       "shardline-train SPEC [--device=cpu|cuda:N] [--threads=N] [--metrics_out=FILE] [--out=FILE]");
   if (args.size() != 2) {

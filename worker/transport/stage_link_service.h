@@ -39,6 +39,7 @@ inline constexpr int kStageLinkWriteBufferBytes = 4 << 20;
 
 class StageLinkService final : public grpc::CallbackGenericService {
  public:
+  static constexpr char kServiceName[] = "shardline.v1.StageLink";
   static constexpr char kExchangeMethod[] = "/shardline.v1.StageLink/Exchange";
 
   // Serves this on `builder`'s server, accepting frames up to the largest
