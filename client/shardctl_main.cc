@@ -3,6 +3,7 @@
 //   shardctl [--coordinator=HOST:PORT] [-o table|json] COMMAND ...
 //     get workers | get jobs | describe job ID | plan SPEC | submit SPEC
 //     watch ID | cancel ID | drain WORKER | undrain WORKER | export ID -o FILE
+//     health [ADDRESS [SERVICE]]
 //
 // Data goes to stdout, "Error: ..." to stderr. Exit codes: 0 ok, 1 failed
 // (including a watched job that did not succeed), 2 cannot reach the
@@ -15,6 +16,7 @@
 
 #include "absl/flags/flag.h"
 #include "client/admin_client.h"
+#include "client/health_check.h"
 #include "client/job_progress.h"
 #include "common/file_util.h"
 #include "common/init.h"
@@ -48,7 +50,7 @@ int Usage(const std::string& problem) {
   std::fprintf(stderr,
                "Error: %s\nusage: shardctl [--coordinator=HOST:PORT] [-o table|json] "
                "get workers|jobs | describe job ID | plan SPEC | submit SPEC | watch ID | cancel ID | "
-               "drain WORKER | undrain WORKER | export ID -o FILE\n",
+               "drain WORKER | undrain WORKER | export ID -o FILE | health [ADDRESS [SERVICE]]\n",
                problem.c_str());
   return kInvalid;
 }
@@ -119,6 +121,16 @@ int Run(const std::vector<std::string>& args) {
     if (absl::Status s = common::WriteFileAtomically(format, *bytes); !s.ok()) return Fail(s);
     std::printf("wrote %zu bytes to %s\n", bytes->size(), format.c_str());
     return kOk;
+  }
+  if (command == "health" && args.size() <= 3) {
+    // Any daemon's health service (default: the coordinator's), for
+    // container health checks and scripts: exit 0 only when SERVING.
+    const std::string address = args.size() >= 2 ? args[1] : absl::GetFlag(FLAGS_coordinator);
+    absl::StatusOr<ServingStatus> status = CheckHealth(address, args.size() == 3 ? args[2] : "");
+    if (!status.ok()) return Fail(status.status());
+    const std::string name = grpc::health::v1::HealthCheckResponse::ServingStatus_Name(*status);
+    std::printf(format == "json" ? "{\"status\": \"%s\"}\n" : "%s\n", name.c_str());
+    return *status == grpc::health::v1::HealthCheckResponse::SERVING ? kOk : kFailed;
   }
   return Usage("unknown command or wrong arguments");
 }

@@ -8,7 +8,9 @@ packages=(
   build-essential cmake pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libgoogle-glog-dev libgflags-dev libgtest-dev libgmock-dev
-  libgoogle-perftools-dev libopenblas-dev libsqlite3-dev libsystemd-dev
+  libgoogle-perftools-dev libopenblas-dev libsqlite3-dev libsystemd-dev libmicrohttpd-dev
+  # For tests only: the Prometheus server and promtool (tests start their own).
+  prometheus
 )
 
 # Python tools for tests and benchmarks only (the product never runs Python):
@@ -47,6 +49,15 @@ else
   fi
   echo "install-deps: installing ${missing[*]}"
   $sudo apt-get update -qq
-  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  # Packages with a service (prometheus) must not start it: tests start
+  # their own, on ports of their own. A policy-rc.d saying "not now" is
+  # what Debian offers for that, where none is in place.
+  policy=/usr/sbin/policy-rc.d
+  made_policy=""
+  if [ ! -e "$policy" ]; then
+    printf '#!/bin/sh\nexit 101\n' | $sudo tee "$policy" >/dev/null && $sudo chmod 755 "$policy" && made_policy=1
+  fi
+  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" || { [ -n "$made_policy" ] && $sudo rm -f "$policy"; exit 1; }
+  if [ -n "$made_policy" ]; then $sudo rm -f "$policy"; fi
 fi
 install_pytools

@@ -44,7 +44,7 @@ shardline::v1::WorkerStatus ToWorkerStatus(const WorkerRecord& w) {
   out.set_gemm_flops(w.capabilities.gemm_flops());
   out.set_memory_bytes(w.capabilities.memory_bytes());
   out.set_listen_address(w.capabilities.listen_address());
-  out.set_state(w.lost ? "lost" : !w.job_id.empty() ? "busy" : w.drained ? "drained" : "idle");
+  out.set_state(StateOf(w));
   out.set_job_id(w.job_id);
   return out;
 }

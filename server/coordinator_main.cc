@@ -18,9 +18,11 @@
 #include "absl/strings/str_format.h"
 #include "common/file_util.h"
 #include "common/init.h"
+#include "common/metrics_http_server.h"
 #include "common/service_notifier.h"
 #include "glog/logging.h"
 #include "server/admin_service.h"
+#include "server/coordinator_metrics.h"
 #include "server/coordinator_service.h"
 #include "server/coordinator_store.h"
 #include "server/job_manager.h"
@@ -31,6 +33,9 @@ ABSL_FLAG(std::string, listen, "127.0.0.1:7400", "address to serve on (port 0: a
 ABSL_FLAG(std::string, state_dir, "", "directory for the coordinator's state: jobs, ids and committed weights (required)");
 ABSL_FLAG(int64_t, lease_ms, 3000, "a worker silent for this long is lost");
 ABSL_FLAG(std::string, port_file, "", "write the bound port here once serving (for launchers)");
+ABSL_FLAG(std::string, metrics_listen, "",
+          "serve Prometheus metrics at http://HOST:PORT/metrics (port 0: any free port); empty: none");
+ABSL_FLAG(std::string, metrics_port_file, "", "write the metrics port here once serving");
 
 namespace {
 
@@ -72,6 +77,14 @@ int Run() {
     return 3;
   }
   AdminService admin(jobs, registry, **weights);
+  shardline::common::MetricsRegistry metrics_registry;
+  CoordinatorMetrics metrics(metrics_registry, registry, jobs);
+  auto metrics_server = shardline::common::MetricsHttpServer::StartIfAsked(
+      absl::GetFlag(FLAGS_metrics_listen), absl::GetFlag(FLAGS_metrics_port_file), metrics_registry);
+  if (!metrics_server.ok()) {
+    std::fprintf(stderr, "Error: %s\n", std::string(metrics_server.status().message()).c_str());
+    return absl::IsInvalidArgument(metrics_server.status()) ? 3 : 2;
+  }
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

@@ -213,9 +213,11 @@ absl::StatusOr<bool> JobManager::ReportStep(const shardline::v1::ReportStepReque
                                                    job->status().total_steps()));
   }
   if (r.step() <= job->status().step()) return false;  // a retried report
+  const int64_t before = job->status().step();
   if (absl::Status s = job->AddReport(position, r); !s.ok()) {
     End(*job, shardline::v1::FAILED, std::string(s.message()));
   } else {
+    if (job->status().step() > before && step_observer_) step_observer_(job->status());
     MaybeSucceed(*job);
   }
   return !job->running();

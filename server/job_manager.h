@@ -46,6 +46,12 @@ class JobManager {
   JobManager(WorkerRegistry& registry, WeightStore& weights, CoordinatorStore& store, Deliver deliver)
       : registry_(registry), weights_(weights), store_(store), deliver_(std::move(deliver)) {}
 
+  // Told of each step a job completes (every position reported it), with
+  // the job's status after it; called under the manager's lock, so it must
+  // not call back into the manager (metrics only). Set before serving.
+  using StepObserver = std::function<void(const shardline::v1::JobStatus& status)>;
+  void SetStepObserver(StepObserver observer) { step_observer_ = std::move(observer); }
+
   // Loads the saved jobs (once, before serving): ended ones as they ended,
   // the others RECOVERING, to run from their committed step at a new epoch
   // once enough workers have (re-)registered (after two leases, on fewer
@@ -107,6 +113,7 @@ class JobManager {
                      std::shared_ptr<StreamMailbox<shardline::v1::JobStatus>> mailbox);
 
  private:
+  StepObserver step_observer_;
   absl::StatusOr<RunningJob*> Find(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends the job; a running one's workers are told to stop (unless it

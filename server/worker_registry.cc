@@ -6,6 +6,10 @@
 
 namespace shardline::server {
 
+std::string StateOf(const WorkerRecord& w) {
+  return w.lost ? "lost" : !w.job_id.empty() ? "busy" : w.drained ? "drained" : "idle";
+}
+
 absl::StatusOr<std::string> WorkerRegistry::Register(
     const std::string& name, const shardline::v1::WorkerCapabilities& caps) {
   if (name.empty() || name.size() > 128 ||

@@ -32,6 +32,9 @@ struct WorkerRecord {
   shardline::v1::StageActivity activity;
 };
 
+// "idle", "busy", "drained" or "lost", as shardctl and /metrics show it.
+std::string StateOf(const WorkerRecord& worker);
+
 class WorkerRegistry {
  public:
   using Clock = std::function<absl::Time()>;

@@ -10,19 +10,19 @@ absl::StatusOr<bool> ScrambledReporter::ReportStep(const shardline::v1::ReportSt
     held_ = report;
     return false;
   }
-  ASSIGN_OR_RETURN(bool stop, inner_.ReportStep(report));
+  ASSIGN_OR_RETURN(bool stop, inner().ReportStep(report));
   if (held_.has_value()) {
-    ASSIGN_OR_RETURN(const bool held_stop, inner_.ReportStep(*held_));
+    ASSIGN_OR_RETURN(const bool held_stop, inner().ReportStep(*held_));
     held_.reset();
-    ASSIGN_OR_RETURN(const bool again_stop, inner_.ReportStep(report));
+    ASSIGN_OR_RETURN(const bool again_stop, inner().ReportStep(report));
     stop = stop || held_stop || again_stop;
   }
   return stop;
 }
 
 absl::Status ScrambledReporter::ReportShard(const ShardSnapshot& shard, const std::atomic<bool>& cancelled) {
-  RETURN_IF_ERROR(inner_.ReportShard(shard, cancelled));
-  return inner_.ReportShard(shard, cancelled);
+  RETURN_IF_ERROR(inner().ReportShard(shard, cancelled));
+  return inner().ReportShard(shard, cancelled);
 }
 
 }  // namespace shardline::worker

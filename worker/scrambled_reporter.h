@@ -12,27 +12,19 @@
 #include <optional>
 #include <string>
 
-#include "worker/stage_reporter.h"
+#include "worker/forwarding_reporter.h"
 
 namespace shardline::worker {
 
-class ScrambledReporter final : public StageReporter {
+class ScrambledReporter final : public ForwardingReporter {
  public:
   // `last_step`: the job's last step (its report is never held).
-  ScrambledReporter(StageReporter& inner, int64_t last_step) : inner_(inner), last_step_(last_step) {}
+  ScrambledReporter(StageReporter& inner, int64_t last_step) : ForwardingReporter(inner), last_step_(last_step) {}
 
   absl::StatusOr<bool> ReportStep(const shardline::v1::ReportStepRequest& report) override;
   absl::Status ReportShard(const ShardSnapshot& shard, const std::atomic<bool>& cancelled) override;
-  absl::StatusOr<common::SafetensorsContents> FetchState(const shardline::v1::FetchStateRequest& request) override {
-    return inner_.FetchState(request);
-  }
-  absl::StatusOr<common::SafetensorsContents> FetchStateFromTwin(
-      const std::string& address, const shardline::v1::FetchStateRequest& request) override {
-    return inner_.FetchStateFromTwin(address, request);
-  }
 
  private:
-  StageReporter& inner_;
   const int64_t last_step_;
   std::optional<shardline::v1::ReportStepRequest> held_;
 };

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/file_util.h"
 #include "common/init.h"
+#include "common/metrics_http_server.h"
 #include "common/service_notifier.h"
 #include "glog/logging.h"
 #include "worker/backend/backend_factory.h"
@@ -32,6 +33,9 @@ ABSL_FLAG(int32_t, link_window_frames, 16, "frames a neighbour may send ahead of
 ABSL_FLAG(int64_t, link_staging_mib, 512,
           "host memory for one stage's link staging slots (pinned on CUDA); 0: none");
 ABSL_FLAG(std::string, port_file, "", "write the StageLink port here once registered");
+ABSL_FLAG(std::string, metrics_listen, "",
+          "serve Prometheus metrics at http://HOST:PORT/metrics (port 0: any free port); empty: none");
+ABSL_FLAG(std::string, metrics_port_file, "", "write the metrics port here once serving");
 ABSL_FLAG(double, gemm_flops, 0,
           "f32 GEMM FLOP/s to report to the planner instead of measuring at start-up (0: measure); "
           "for alike machines whose measurements differ by noise");
@@ -78,6 +82,16 @@ int main(int argc, char** argv) {
   if (options.gemm_flops < 0) {
     std::fprintf(stderr, "Error: --gemm_flops must be 0 (measure) or positive\n");
     return 3;
+  }
+  // The metrics endpoint first: a bad --metrics_listen fails before the
+  // worker registers.
+  shardline::common::MetricsRegistry metrics;
+  options.metrics = &metrics;
+  auto metrics_server = shardline::common::MetricsHttpServer::StartIfAsked(
+      absl::GetFlag(FLAGS_metrics_listen), absl::GetFlag(FLAGS_metrics_port_file), metrics);
+  if (!metrics_server.ok()) {
+    std::fprintf(stderr, "Error: %s\n", std::string(metrics_server.status().message()).c_str());
+    return absl::IsInvalidArgument(metrics_server.status()) ? 3 : 2;
   }
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   auto worker = shardline::worker::WorkerServer::Start(options);

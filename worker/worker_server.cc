@@ -15,6 +15,7 @@
 #include "worker/grpc_job_groups.h"
 #include "worker/runtime/pipeline_stage.h"
 #include "worker/runtime/stage_sender.h"
+#include "worker/metered_reporter.h"
 #include "worker/scrambled_reporter.h"
 #include "worker/stage_job.h"
 
@@ -100,6 +101,17 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const WorkerOp
   }
   w->registered_ = true;
   w->PublishHealth();
+  w->metrics_
+      ->GetGauge("shardline_build_info", "the build: its version in a label; the value is 1",
+                {{"version", std::string(common::Version())}, {"daemon", "worker"}})
+      .Set(1);
+  w->metrics_
+      ->GetGauge("shardline_worker_info", "this worker: its name and backend in labels; the value is 1",
+                {{"name", options.name}, {"device", w->backend_->name()}})
+      .Set(1);
+  w->metrics_->GetGauge("shardline_worker_gemm_flops", "the f32 GEMM rate it reported to the planner").Set(flops);
+  w->metrics_->GetGauge("shardline_worker_memory_bytes", "the memory it reported to the planner")
+      .Set(static_cast<double>(memory));
   LOG(INFO) << "worker " << options.name << " registered as " << registered.worker_id() << " ("
             << w->backend_->description() << ", " << flops / 1e9 << " GFLOP/s, StageLink on port "
             << w->port_ << ")";
@@ -121,6 +133,8 @@ void WorkerServer::PublishHealth() {
   absl::MutexLock lock(&health_mu_);
   if (server_ == nullptr) return;
   const bool serving = registered_ && !drained_ && !stopping_;
+  metrics_->GetGauge("shardline_worker_serving", "1 while the worker can take work (its health: SERVING)")
+      .Set(serving ? 1 : 0);
   grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
   health->SetServingStatus(serving);  // the server as a whole ("")
   health->SetServingStatus(transport::StageLinkService::kServiceName, serving);
@@ -317,7 +331,8 @@ void WorkerServer::RunJob(shardline::v1::Assignment a) {
       }
     }
     ScrambledReporter scrambled(*coordinator_, a.spec().train().steps());
-    StageReporter& reporter = options_.scramble_reports ? static_cast<StageReporter&>(scrambled) : *coordinator_;
+    MeteredReporter reporter(options_.scramble_reports ? static_cast<StageReporter&>(scrambled) : *coordinator_,
+                             *metrics_);
     activity_.Begin(a.job_id(), a.plan_epoch(), a.stage(), a.replica());
     status = RunStageJob(a, worker_id(), *backend_, **link, groups.replicas.get(), groups.tensor.get(), reporter,
                          state_cache_, job_cancelled_, &activity_);

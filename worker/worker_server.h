@@ -23,6 +23,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "common/metrics_registry.h"
 #include "worker/backend/backend.h"
 #include "worker/collective/collective.h"
 #include "worker/grpc_coordinator_client.h"
@@ -51,6 +52,9 @@ struct WorkerOptions {
   // measure): for machines known to be alike, whose start-up measurements
   // differ by noise (two workers starting at once on one host).
   double gemm_flops = 0;
+  // Where its Prometheus metrics go (worker_main serves them at /metrics);
+  // null: a registry of its own. Must outlive the worker.
+  common::MetricsRegistry* metrics = nullptr;
   // Test hook: reports reordered and duplicated on the way (ScrambledReporter).
   bool scramble_reports = false;
 };
@@ -69,9 +73,14 @@ class WorkerServer {
   // The id of the current registration.
   std::string worker_id() const ABSL_LOCKS_EXCLUDED(id_mu_);
   int port() const { return port_; }
+  // Its Prometheus metrics: WorkerOptions::metrics, or its own.
+  common::MetricsRegistry& metrics() { return *metrics_; }
 
  private:
-  explicit WorkerServer(WorkerOptions options) : options_(std::move(options)) {}
+  explicit WorkerServer(WorkerOptions options)
+      : options_(std::move(options)),
+        own_metrics_(options_.metrics == nullptr ? std::make_unique<common::MetricsRegistry>() : nullptr),
+        metrics_(options_.metrics != nullptr ? options_.metrics : own_metrics_.get()) {}
   void HeartbeatLoop(absl::Duration every);
   // Registers (again) until it succeeds or the worker stops.
   void RegisterAgain();
@@ -87,6 +96,8 @@ class WorkerServer {
   void PublishHealth();
 
   const WorkerOptions options_;
+  std::unique_ptr<common::MetricsRegistry> own_metrics_;  // when options_ names none
+  common::MetricsRegistry* metrics_;
   std::unique_ptr<Backend> backend_;
   transport::StageLinkService link_service_;
   // The last checkpoint snapshot, kept for a restart here or a twin's fetch.

@@ -3,7 +3,6 @@
 // with what it prints on stdout and stderr and each exit code (0 ok, 1
 // failed, 2 cannot reach the coordinator, 3 invalid input); the daemons'
 // grpc.health.v1 service; and --advertise_host, the address neighbours dial.
-#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -23,7 +22,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "absl/synchronization/notification.h"
 #include "client/child_process.h"
 #include "common/file_util.h"
 #include "common/safetensors.h"
@@ -335,9 +333,23 @@ TEST_F(ShardctlTest, EveryDaemonAnswersTheHealthService) {
   for (const std::string& address : addresses) {
     absl::StatusOr<int> serving = HealthStatus(address, "");
     ASSERT_TRUE(serving.ok()) << address << ": " << serving.status();
-    EXPECT_EQ(*serving, 1) << address << " is not SERVING";
+    EXPECT_EQ(*serving, testing::kServing) << address << " is not SERVING";
     EXPECT_EQ(HealthStatus(address, "no.such.Service").status().code(), absl::StatusCode::kNotFound) << address;
+    // shardctl health: what container health checks run.
+    const CtlRun r = cluster().Ctl({"health", address});
+    EXPECT_EQ(r.ended, kOk) << r.err;
+    EXPECT_EQ(r.out, "SERVING\n");
+    const CtlRun json = cluster().Ctl({"-o", "json", "health", address, "shardline.v1.WorkerState"});
+    if (address != cluster().address()) {
+      EXPECT_EQ(json.ended, kOk) << json.err;
+      EXPECT_EQ(json.out, "{\"status\": \"SERVING\"}\n");
+    }
   }
+  // The coordinator by default; a service it does not serve is invalid input.
+  EXPECT_EQ(cluster().Ctl({"health"}).out, "SERVING\n");
+  const CtlRun unknown = cluster().Ctl({"health", cluster().address(), "no.such.Service"});
+  EXPECT_EQ(unknown.ended, kInvalid);
+  EXPECT_TRUE(absl::StartsWith(unknown.err, "Error: ")) << unknown.err;
 }
 
 // Workers that advertise a host nobody listens on (127.0.0.3, loopback, while
