@@ -44,6 +44,17 @@ absl::StatusOr<shardline::v1::JobStatus> AdminClient::Get(const std::string& job
       [&](auto* response) { return stub_->GetJob(context.get(), request, response); });
 }
 
+absl::StatusOr<shardline::v1::GetTraceResponse> AdminClient::Trace(const std::string& job_id, int64_t first,
+                                                                    int64_t last) {
+  shardline::v1::GetTraceRequest request;
+  request.set_job_id(job_id);
+  request.set_first_step(first);
+  request.set_last_step(last);
+  auto context = Context();
+  return Unary<shardline::v1::GetTraceResponse>(
+      [&](auto* response) { return stub_->GetTrace(context.get(), request, response); });
+}
+
 absl::StatusOr<shardline::v1::ListJobsResponse> AdminClient::ListJobs() {
   auto context = Context();
   return Unary<shardline::v1::ListJobsResponse>([&](auto* response) {

@@ -32,6 +32,8 @@ class AdminClient {
   // Calls `on_status` for every status until the job ends; returns the last.
   absl::StatusOr<shardline::v1::JobStatus> Watch(
       const std::string& job_id, const std::function<void(const shardline::v1::JobStatus&)>& on_status);
+  // What the job's positions did in recent steps in [first, last] (0: no bound).
+  absl::StatusOr<shardline::v1::GetTraceResponse> Trace(const std::string& job_id, int64_t first, int64_t last);
   // The committed weights as safetensors bytes.
   absl::StatusOr<std::string> Export(const std::string& job_id);
 

@@ -3,28 +3,41 @@
 //   shardctl [--coordinator=HOST:PORT] [-o table|json] COMMAND ...
 //     get workers | get jobs | describe job ID | plan SPEC | submit SPEC
 //     watch ID | cancel ID | drain WORKER | undrain WORKER | export ID -o FILE
-//     health [ADDRESS [SERVICE]]
+//     health [ADDRESS [SERVICE]] | trace ID [--steps=A:B] -o FILE | completion bash
+//     (get workers -w: watch)
 //
 // Data goes to stdout, "Error: ..." to stderr. Exit codes: 0 ok, 1 failed
 // (including a watched job that did not succeed), 2 cannot reach the
 // coordinator, 3 invalid input.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "client/admin_client.h"
+#include "client/bash_completion.h"
+#include "client/chrome_trace.h"
 #include "client/health_check.h"
 #include "client/job_progress.h"
+#include "common/command_line.h"
 #include "common/file_util.h"
 #include "common/init.h"
 #include "common/job_spec.h"
 #include "google/protobuf/util/json_util.h"
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:7400", "the coordinator's address");
-ABSL_FLAG(std::string, o, "table", "output format: table or json (export: the output file)");
+ABSL_FLAG(std::string, o, "table", "output format: table or json (export, trace: the output file)");
+ABSL_FLAG(bool, w, false, "get workers: keep watching, printing each worker whose row changes (as kubectl get -w)");
+ABSL_FLAG(bool, watch, false, "the same as -w");
+ABSL_FLAG(int64_t, watch_seconds, 0, "get workers -w: stop after this many seconds (0: until interrupted)");
+ABSL_FLAG(std::string, steps, "", "trace: the steps A:B (either end may be left out; default: all the coordinator keeps)");
 
 namespace shardline::client {
 namespace {
@@ -50,7 +63,8 @@ int Usage(const std::string& problem) {
   std::fprintf(stderr,
                "Error: %s\nusage: shardctl [--coordinator=HOST:PORT] [-o table|json] "
                "get workers|jobs | describe job ID | plan SPEC | submit SPEC | watch ID | cancel ID | "
-               "drain WORKER | undrain WORKER | export ID -o FILE | health [ADDRESS [SERVICE]]\n",
+               "drain WORKER | undrain WORKER | export ID -o FILE | health [ADDRESS [SERVICE]] | "
+               "trace ID [--steps=A:B] -o FILE | completion bash\n",
                problem.c_str());
   return kInvalid;
 }
@@ -90,13 +104,52 @@ int Watch(AdminClient& admin, const std::string& job_id) {
   return last->state() == shardline::v1::SUCCEEDED ? kOk : kFailed;
 }
 
+// get workers -w: the table, then a row for each worker that appears or
+// changes (polled twice a second), until interrupted or --watch_seconds.
+int WatchWorkers(AdminClient& admin) {
+  const bool json = absl::GetFlag(FLAGS_o) == "json";
+  const int64_t seconds = absl::GetFlag(FLAGS_watch_seconds);
+  const absl::Time until = seconds > 0 ? absl::Now() + absl::Seconds(seconds) : absl::InfiniteFuture();
+  std::map<std::string, std::string> shown;  // by worker id: what was printed
+  bool first = true;
+  while (absl::Now() < until) {
+    absl::StatusOr<shardline::v1::ListWorkersResponse> workers = admin.ListWorkers();
+    if (!workers.ok()) return Fail(workers.status());
+    shardline::v1::ListWorkersResponse changed;
+    for (const shardline::v1::WorkerStatus& w : workers->workers()) {
+      std::string text;
+      (void)google::protobuf::util::MessageToJsonString(w, &text);
+      if (shown[w.worker_id()] != text) {
+        shown[w.worker_id()] = text;
+        *changed.add_workers() = w;
+      }
+    }
+    for (const shardline::v1::WorkerStatus& w : changed.workers()) {
+      if (json) std::printf("%s\n", shown[w.worker_id()].c_str());
+    }
+    if (!json && (first || changed.workers_size() > 0)) {
+      std::string table = WorkersTable(changed);
+      // After the first table, the rows without the header (as kubectl -w).
+      if (!first) table = table.substr(table.find('\n') + 1);
+      std::printf("%s", table.c_str());
+    }
+    first = false;
+    std::fflush(stdout);
+    absl::SleepFor(std::min(absl::Milliseconds(500), until - absl::Now()));
+  }
+  return kOk;
+}
+
 int Run(const std::vector<std::string>& args) {
   if (args.empty()) return Usage("no command");
   const std::string format = absl::GetFlag(FLAGS_o);
   AdminClient admin(absl::GetFlag(FLAGS_coordinator));
   const std::string& command = args[0];
-  if (command != "export" && format != "table" && format != "json") return Usage("-o must be table or json");
+  if (command != "export" && command != "trace" && format != "table" && format != "json") {
+    return Usage("-o must be table or json");
+  }
   if (command == "get" && args.size() == 2 && args[1] == "workers") {
+    if (absl::GetFlag(FLAGS_w) || absl::GetFlag(FLAGS_watch)) return WatchWorkers(admin);
     return Print(admin.ListWorkers(), &WorkersTable);
   }
   if (command == "get" && args.size() == 2 && args[1] == "jobs") return Print(admin.ListJobs(), &JobsTable);
@@ -120,6 +173,31 @@ int Run(const std::vector<std::string>& args) {
     if (!bytes.ok()) return Fail(bytes.status());
     if (absl::Status s = common::WriteFileAtomically(format, *bytes); !s.ok()) return Fail(s);
     std::printf("wrote %zu bytes to %s\n", bytes->size(), format.c_str());
+    return kOk;
+  }
+  if (command == "trace" && args.size() == 2) {
+    if (format == "table" || format == "json") return Usage("trace needs -o FILE");
+    int64_t first = 0, last = 0;
+    const std::string steps = absl::GetFlag(FLAGS_steps);
+    const size_t colon = steps.find(':');
+    if (!steps.empty() && (colon == std::string::npos ||
+                           (colon > 0 && !absl::SimpleAtoi(steps.substr(0, colon), &first)) ||
+                           (colon + 1 < steps.size() && !absl::SimpleAtoi(steps.substr(colon + 1), &last)) ||
+                           first < 0 || last < 0 || (last > 0 && first > last))) {
+      return Usage("--steps must be A:B, A:, :B or empty (steps from 1)");
+    }
+    absl::StatusOr<shardline::v1::GetTraceResponse> trace = admin.Trace(args[1], first, last);
+    if (!trace.ok()) return Fail(trace.status());
+    size_t steps_written = 0;
+    for (const auto& p : trace->positions()) steps_written += static_cast<size_t>(p.steps_size());
+    if (steps_written == 0) return Fail(absl::NotFoundError(absl::StrCat("no traced steps of ", args[1], " there")));
+    if (absl::Status s = common::WriteFileAtomically(format, ChromeTraceJson(*trace)); !s.ok()) return Fail(s);
+    std::printf("wrote %d positions' steps to %s (open it in ui.perfetto.dev or chrome://tracing)\n",
+                trace->positions_size(), format.c_str());
+    return kOk;
+  }
+  if (command == "completion" && args.size() == 2 && args[1] == "bash") {
+    std::printf("%s", BashCompletion(common::FlagNames()).c_str());
     return kOk;
   }
   if (command == "health" && args.size() <= 3) {

@@ -166,6 +166,15 @@ absl::StatusOr<CommandLine> ParseFlags(int argc, char** argv, const EnvLookup& e
   return result;
 }
 
+std::vector<std::string> FlagNames() {
+  std::vector<std::string> names;
+  for (const auto& [name, flag] : absl::GetAllFlags()) {
+    if (IsOurs(*flag)) names.emplace_back(name);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
 std::string FlagsHelp(absl::string_view usage) {
   std::vector<const absl::CommandLineFlag*> flags;
   for (const auto& [name, flag] : absl::GetAllFlags()) {

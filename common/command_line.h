@@ -44,6 +44,9 @@ absl::StatusOr<CommandLine> ParseFlags(int argc, char** argv, const EnvLookup& e
 // them.
 std::string FlagsHelp(absl::string_view usage);
 
+// The names of the program's flags (not Abseil's own), sorted.
+std::vector<std::string> FlagNames();
+
 }  // namespace shardline::common
 
 #endif  // SHARDLINE_COMMON_COMMAND_LINE_H_

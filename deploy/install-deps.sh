@@ -9,24 +9,28 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libgoogle-glog-dev libgflags-dev libgtest-dev libgmock-dev
   libgoogle-perftools-dev libopenblas-dev libsqlite3-dev libsystemd-dev libmicrohttpd-dev
-  # For tests only: the Prometheus server and promtool (tests start their own).
-  prometheus
+  # For tests only: the Prometheus server and promtool, a Docker engine with
+  # Compose and debootstrap for the Compose cluster (tests start their own).
+  prometheus docker.io docker-compose debootstrap
 )
 
 # Python tools for tests and benchmarks only (the product never runs Python):
 # a virtual environment with the `safetensors` package, to check our files,
-# and gRPC's reference clients, to check our daemons' health and reflection.
+# gRPC's reference clients, to check our daemons' health and reflection, and
+# kubernetes-validate, to check the Kubernetes manifests offline.
 pytools=${SHARDLINE_PYTOOLS:-/opt/shardline/pytools}
 install_pytools() {
-  if "$pytools/bin/python" -c 'import safetensors, numpy, grpc_health, grpc_reflection' 2>/dev/null; then
+  if "$pytools/bin/python" -c 'import safetensors, numpy, grpc_health, grpc_reflection, kubernetes_validate' \
+      2>/dev/null; then
     return 0
   fi
-  echo "install-deps: creating $pytools (safetensors, numpy, grpcio-health-checking, grpcio-reflection)"
+  echo "install-deps: creating $pytools (safetensors, numpy, grpcio-health-checking, grpcio-reflection," \
+    "kubernetes-validate)"
   python3 -m venv "$pytools" 2>/dev/null || {
     $sudo apt-get install -y -qq --no-install-recommends python3-venv && python3 -m venv "$pytools"
   }
   "$pytools/bin/python" -m pip install -q --disable-pip-version-check safetensors numpy \
-    grpcio-health-checking grpcio-reflection
+    grpcio-health-checking grpcio-reflection kubernetes-validate
 }
 
 sudo=""

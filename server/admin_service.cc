@@ -63,6 +63,17 @@ grpc::ServerUnaryReactor* AdminService::GetJob(grpc::CallbackServerContext* cont
   return Reply(context, jobs_.Get(request->job_id()), response);
 }
 
+grpc::ServerUnaryReactor* AdminService::GetTrace(grpc::CallbackServerContext* context,
+                                                 const shardline::v1::GetTraceRequest* request,
+                                                 shardline::v1::GetTraceResponse* response) {
+  if (request->first_step() < 0 || request->last_step() < 0 ||
+      (request->last_step() > 0 && request->first_step() > request->last_step())) {
+    return Done(context, absl::InvalidArgumentError(absl::StrCat("steps ", request->first_step(), ":",
+                                                                 request->last_step(), " are not a range")));
+  }
+  return Reply(context, jobs_.Trace(request->job_id(), request->first_step(), request->last_step()), response);
+}
+
 grpc::ServerUnaryReactor* AdminService::ListJobs(grpc::CallbackServerContext* context,
                                                  const shardline::v1::ListJobsRequest* request,
                                                  shardline::v1::ListJobsResponse* response) {

@@ -42,6 +42,9 @@ class AdminService final : public shardline::v1::Admin::CallbackService {
                                     shardline::v1::PlanResponse* response) override;
   grpc::ServerWriteReactor<shardline::v1::ExportChunk>* ExportWeights(
       grpc::CallbackServerContext* context, const shardline::v1::GetJobRequest* request) override;
+  grpc::ServerUnaryReactor* GetTrace(grpc::CallbackServerContext* context,
+                                     const shardline::v1::GetTraceRequest* request,
+                                     shardline::v1::GetTraceResponse* response) override;
 
  private:
   JobManager& jobs_;

@@ -65,6 +65,13 @@ void JobManager::Save(const RunningJob& job) {
   }
 }
 
+absl::StatusOr<shardline::v1::GetTraceResponse> JobManager::Trace(const std::string& job_id, int64_t first,
+                                                                    int64_t last) {
+  absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(RunningJob * job, Find(job_id));
+  return job->trace().Get(job_id, first, last);
+}
+
 absl::StatusOr<shardline::v1::JobStatus> JobManager::Get(const std::string& job_id) {
   absl::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(RunningJob * job, Find(job_id));

@@ -63,6 +63,9 @@ class JobManager {
   absl::StatusOr<shardline::v1::JobStatus> Get(const std::string& job_id);
   absl::StatusOr<shardline::v1::JobSpec> Spec(const std::string& job_id);
   std::vector<shardline::v1::JobStatus> List();
+  // What the job's positions did in their recent steps in [first, last]
+  // (0: no bound); NOT_FOUND for no such job.
+  absl::StatusOr<shardline::v1::GetTraceResponse> Trace(const std::string& job_id, int64_t first, int64_t last);
   // FAILED_PRECONDITION for a job that has already ended.
   absl::StatusOr<shardline::v1::JobStatus> Cancel(const std::string& job_id);
   // The plan the spec would get on the idle workers now.

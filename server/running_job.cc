@@ -128,6 +128,11 @@ std::string RunningJob::PositionName(int position) const {
 absl::Status RunningJob::AddReport(int position, const shardline::v1::ReportStepRequest& report) {
   const int64_t step = report.step();
   if (step <= status_.step()) return absl::OkStatus();  // a retried report
+  if (!reports_[position].count(step)) {
+    const Position at = PositionAt(position);
+    trace_.Add(at.stage, at.replica, at.tensor_rank, status_.stages(position).worker(), status_.plan_epoch(), step,
+               report.trace());
+  }
   reports_[position][step] = report;
   for (const auto& reports : reports_) {
     if (!reports.count(step)) return absl::OkStatus();

@@ -22,6 +22,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "server/grid_placement.h"
+#include "server/job_trace.h"
 #include "server/stream_mailbox.h"
 #include "shardline/v1/admin.pb.h"
 #include "shardline/v1/coordinator.pb.h"
@@ -107,6 +108,8 @@ class RunningJob {
   absl::Status AddReport(int position, const shardline::v1::ReportStepRequest& report);
   // The weights of `step` are committed.
   void Commit(int64_t step);
+  // What the positions did in their recent steps (AddReport keeps it).
+  const JobTrace& trace() const { return trace_; }
   // Every step run and the last one's weights committed.
   bool finished() const;
 
@@ -140,6 +143,7 @@ class RunningJob {
   std::vector<std::map<int64_t, shardline::v1::ReportStepRequest>> reports_;
   std::vector<std::shared_ptr<StreamMailbox<shardline::v1::JobStatus>>> watchers_;
   std::deque<shardline::v1::JobStatus> recent_steps_;  // as each of the last steps ended
+  JobTrace trace_;
   std::string pending_failure_;
   absl::Time failure_deadline_;
   int link_retries_ = 0;            // in a row, since the committed step below

@@ -167,6 +167,7 @@ absl::Status RunStageJob(const shardline::v1::Assignment& a, const std::string& 
     r.set_received_bytes(static_cast<int64_t>(result->received_bytes));
     r.set_minor_faults(result->minor_faults);
     r.set_link_peak_bytes(static_cast<int64_t>(result->link_peak_bytes));
+    for (shardline::v1::TraceEvent& event : result->trace) *r.add_trace() = std::move(event);
     if (replicas != nullptr) r.set_collective_bytes(static_cast<int64_t>(replicas->BytesReceived() - collective_before));
     if (step == a.first_step()) r.set_resumed_from(resumed_from);
     if ((every > 0 && step % every == 0) || step == total) {

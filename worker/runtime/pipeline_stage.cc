@@ -148,7 +148,7 @@ absl::Status PipelineStage::Forward(int64_t step, int k, const std::vector<data:
     received.targets = b.targets;
     received.loss_scale = loss_scale;
   } else {
-    Doing(step, absl::StrCat("waits for ACTIVATION of micro-batch ", k, " from stage ", options_.stage - 1));
+    Doing(step, "receive", k, absl::StrCat("waits for ACTIVATION of micro-batch ", k, " from stage ", options_.stage - 1));
     ASSIGN_OR_RETURN(received, Expect(link_.ReceiveFromPrevious(), Kind::kActivation, step, k));
     in.batch = received.batch;
     in.t = received.t;
@@ -162,7 +162,7 @@ absl::Status PipelineStage::Forward(int64_t step, int k, const std::vector<data:
   if (!runtime_.is_last()) {
     output = link_.OutgoingBuffer(Kind::kActivation, static_cast<size_t>(runtime_.OutputElements(in.batch * in.t)));
   }
-  Doing(step, absl::StrCat("forward of micro-batch ", k));
+  Doing(step, "forward", k, absl::StrCat("forward of micro-batch ", k));
   RETURN_IF_ERROR(StartPass());
   ASSIGN_OR_RETURN(ShardRuntime::EdgeTransfers edge, runtime_.ForwardAsync(k, in, output.span()));
   RETURN_IF_ERROR(EndPass());
@@ -181,14 +181,14 @@ absl::Status PipelineStage::Forward(int64_t step, int k, const std::vector<data:
   out.targets = std::move(received.targets);  // not read by the device: only the last stage's are
   out.loss_scale = received.loss_scale;
   KeepUntilRead(std::move(edge.inputs_read), std::move(received));
-  Doing(step, absl::StrCat("sends ACTIVATION of micro-batch ", k, " to stage ", options_.stage + 1));
+  Doing(step, "send", k, absl::StrCat("sends ACTIVATION of micro-batch ", k, " to stage ", options_.stage + 1));
   return sender_.Send(StageSender::Direction::kNext, std::move(out), std::move(edge.output_written));
 }
 
 absl::Status PipelineStage::Backward(int64_t step, int k, bool last, StageStepResult& result) {
   transport::StageMessage gradient;
   if (!runtime_.is_last()) {
-    Doing(step, absl::StrCat("waits for GRADIENT of micro-batch ", k, " from stage ", options_.stage + 1));
+    Doing(step, "receive", k, absl::StrCat("waits for GRADIENT of micro-batch ", k, " from stage ", options_.stage + 1));
     ASSIGN_OR_RETURN(gradient, Expect(link_.ReceiveFromNext(), Kind::kGradient, step, k));
   }
   transport::HostBuffer grad_input;  // written by the backward pass, sent as it is
@@ -196,7 +196,7 @@ absl::Status PipelineStage::Backward(int64_t step, int k, bool last, StageStepRe
     ASSIGN_OR_RETURN(int64_t tokens, runtime_.SlotTokens(k));
     grad_input = link_.OutgoingBuffer(Kind::kGradient, static_cast<size_t>(runtime_.InputElements(tokens)));
   }
-  Doing(step, absl::StrCat("backward of micro-batch ", k));
+  Doing(step, "backward", k, absl::StrCat("backward of micro-batch ", k));
   RETURN_IF_ERROR(StartPass());
   ShardRuntime::GradientsFinal gradients_final;
   if (last && buckets_ != nullptr) {
@@ -213,7 +213,7 @@ absl::Status PipelineStage::Backward(int64_t step, int k, bool last, StageStepRe
   out.micro_batch = k;
   out.values = std::move(grad_input);
   out.dtype = options_.wire;
-  Doing(step, absl::StrCat("sends GRADIENT of micro-batch ", k, " to stage ", options_.stage - 1));
+  Doing(step, "send", k, absl::StrCat("sends GRADIENT of micro-batch ", k, " to stage ", options_.stage - 1));
   return sender_.Send(StageSender::Direction::kPrevious, std::move(out),
                       std::move(edge.output_written));
 }
@@ -231,7 +231,7 @@ absl::StatusOr<double> PipelineStage::ReduceGradNorm(int64_t step) {
   // cut. The total comes back p−1 → 0.
   double partial = 0.0;
   if (!runtime_.is_first()) {
-    Doing(step, absl::StrCat("waits for the gradient norm's partial sum from stage ", options_.stage - 1));
+    Doing(step, "norm", -1, absl::StrCat("waits for the gradient norm's partial sum from stage ", options_.stage - 1));
     ASSIGN_OR_RETURN(transport::StageMessage in, Expect(link_.ReceiveFromPrevious(), Kind::kNormPartial, step, 0));
     partial = in.norm;
   }
@@ -243,7 +243,7 @@ absl::StatusOr<double> PipelineStage::ReduceGradNorm(int64_t step) {
     out.step = step;
     out.norm = partial;
     RETURN_IF_ERROR(sender_.Send(StageSender::Direction::kNext, std::move(out)));
-    Doing(step, absl::StrCat("waits for the gradient norm's total from stage ", options_.stage + 1));
+    Doing(step, "norm", -1, absl::StrCat("waits for the gradient norm's total from stage ", options_.stage + 1));
     ASSIGN_OR_RETURN(transport::StageMessage back, Expect(link_.ReceiveFromNext(), Kind::kNormTotal, step, 0));
     total = back.norm;
   }
@@ -298,6 +298,7 @@ absl::StatusOr<StageStepResult> PipelineStage::RunStepImpl(int64_t step) {
   const auto start = Clock::now();
   const uint64_t received_before = link_.BytesReceived();
   const int64_t faults_before = MinorFaults();
+  (void)trace_.Take();  // what a failed step left
   StageStepResult result;
   result.step = step;
   std::vector<data::Batch> batches;
@@ -350,7 +351,7 @@ absl::StatusOr<StageStepResult> PipelineStage::RunStepImpl(int64_t step) {
   }
   result.peak_slots = runtime_.peak_slots_held();
   if (buckets_ != nullptr) {
-    Doing(step, "waits for the gradient sums of its data-parallel replicas");
+    Doing(step, "reduce", -1, "waits for the gradient sums of its data-parallel replicas");
     RETURN_IF_ERROR(buckets_->Finish());
     result.reduce_seconds = buckets_->reduce_seconds();
     result.reduce_exposed_seconds = buckets_->exposed_seconds();
@@ -360,24 +361,25 @@ absl::StatusOr<StageStepResult> PipelineStage::RunStepImpl(int64_t step) {
   const nn::OptimizerConfig& optimizer = runtime_.optimizer_config();
   result.lr = nn::LearningRate(optimizer, step);
   const double clip = nn::ClipFactor(optimizer, result.grad_norm);
-  Doing(step, "optimizer step");
+  Doing(step, "optimizer", -1, "optimizer step");
   if (sharded()) {
     RETURN_IF_ERROR(runtime_.ApplyOptimizer(step, clip, buckets_->owned()));
     std::vector<DeviceSpan<float>> values;
     for (nn::Parameter* p : runtime_.parameters()) values.push_back(p->v());
-    Doing(step, "gathers the new weights from its data-parallel replicas");
+    Doing(step, "gather", -1, "gathers the new weights from its data-parallel replicas");
     RETURN_IF_ERROR(buckets_->GatherParameters(values));
   } else {
     RETURN_IF_ERROR(runtime_.ApplyOptimizer(step, clip));
   }
   stepped_ = true;
   result.optimizer_state_bytes = runtime_.optimizer_state_bytes();
-  Doing(step, "waits for its last sends to go out");
+  Doing(step, "flush", -1, "waits for its last sends to go out");
   RETURN_IF_ERROR(sender_.Flush());
   result.step_seconds = Since(start);
   result.received_bytes = link_.BytesReceived() - received_before;
   result.minor_faults = MinorFaults() - faults_before;
   result.link_peak_bytes = link_.PeakHeldBytes();
+  result.trace = trace_.Take();
   return result;
 }
 

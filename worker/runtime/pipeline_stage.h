@@ -31,6 +31,7 @@
 #include "worker/runtime/shard_runtime.h"
 #include "worker/runtime/stage_activity.h"
 #include "worker/runtime/stage_sender.h"
+#include "worker/runtime/step_trace.h"
 #include "worker/transport/stage_link.h"
 
 namespace shardline::worker::runtime {
@@ -88,6 +89,8 @@ struct StageStepResult {
   // The optimizer state this replica holds after the step (bytes; with
   // shard_optimizer, its share).
   size_t optimizer_state_bytes = 0;
+  // What the stage's thread did, span by span (StepTrace).
+  std::vector<shardline::v1::TraceEvent> trace;
 };
 
 // The most bytes one stage-link tensor of `spec`'s jobs holds (a
@@ -152,8 +155,11 @@ class PipelineStage {
   // terms added (a replicated parameter's on rank 0 only), one per rank.
   absl::StatusOr<std::vector<double>> TensorGroupNormTerms(const std::vector<double>& own);
   bool sharded() const { return buckets_ != nullptr && buckets_->sharded(); }
-  // Tells options_.activity (if any) what the stage does now.
-  void Doing(int64_t step, std::string what) {
+  // From now on the stage does `what` (for the hang explainer, in
+  // options_.activity if any), a span `name` of `micro_batch` (-1: of the
+  // whole step) in the step's trace.
+  void Doing(int64_t step, absl::string_view name, int micro_batch, std::string what) {
+    trace_.Mark(name, micro_batch);
     if (options_.activity != nullptr) options_.activity->Set(step, std::move(what));
   }
   // A received message whose tensor the device is still reading.
@@ -188,6 +194,7 @@ class PipelineStage {
   collective::Collective* const tensor_group_;   // null unsplit
   const std::vector<PipelineAction> schedule_;
   StageSender sender_;
+  StepTrace trace_;  // this step's spans
   std::unique_ptr<GradientBuckets> buckets_;  // with replicas
   bool stepped_ = false;                      // the optimizer has run at least once
   std::deque<Upload> uploads_;
