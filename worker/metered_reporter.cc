@@ -1,6 +1,8 @@
 #include "worker/metered_reporter.h"
 
 #include <algorithm>
+#include <map>
+#include <string>
 
 namespace shardline::worker {
 namespace {
@@ -15,6 +17,7 @@ const std::vector<double>& StepBuckets() {
 
 MeteredReporter::MeteredReporter(StageReporter& inner, common::MetricsRegistry& m)
     : ForwardingReporter(inner),
+      metrics_(m),
       steps_(m.GetCounter("shardline_worker_steps_total", "training steps this worker's stages ran")),
       failed_steps_(m.GetCounter("shardline_worker_failed_steps_total", "steps this worker's stages failed")),
       step_seconds_(m.GetHistogram("shardline_worker_step_seconds", "wall time of a step on this worker's stage",
@@ -51,6 +54,23 @@ absl::StatusOr<bool> MeteredReporter::ReportStep(const shardline::v1::ReportStep
     collective_bytes_.Add(static_cast<double>(r.collective_bytes()));
     link_peak_bytes_.Set(static_cast<double>(r.link_peak_bytes()));
     checkpoint_seconds_.Add(r.checkpoint_seconds() + r.checkpoint_wait_seconds());
+    // Where the step's time went, from its trace: waits on neighbours
+    // (receive), on collectives (norm, reduce, gather), the passes...
+    std::map<std::string, int64_t> micros;
+    for (const shardline::v1::TraceEvent& span : r.trace()) micros[span.name()] += span.duration_us();
+    for (const auto& [phase, us] : micros) {
+      auto it = phase_seconds_.find(phase);
+      if (it == phase_seconds_.end()) {
+        it = phase_seconds_
+                 .emplace(phase, &metrics_.GetCounter("shardline_worker_phase_seconds_total",
+                                                      "time this worker's stages spent in each phase of their "
+                                                      "steps (the trace's spans: forward, backward, receive, "
+                                                      "send, norm, reduce, optimizer, gather, flush)",
+                                                      {{"phase", phase}}))
+                 .first;
+      }
+      it->second->Add(static_cast<double>(us) / 1e6);
+    }
   }
   return inner().ReportStep(r);
 }

@@ -1,12 +1,14 @@
 // MeteredReporter passes a stage's reports on to the reporter it wraps and
 // counts them into the worker's Prometheus metrics on the way: steps, step
 // time, compute (busy) time and the busy and bubble fractions of the last
-// step, stage-link and collective bytes received, link memory held,
-// checkpoint time and uploads. Names are listed in docs/operations.md
-// ("Metrics"). Thread-safe as the registry is; one stage calls it.
+// step, the time of each phase of its steps (from the step's trace: waits
+// on neighbours and on collectives among them), stage-link and collective
+// bytes received, link memory held, checkpoint time and uploads. Names are
+// listed in docs/operations.md ("Metrics"). One stage calls it at a time.
 #ifndef SHARDLINE_WORKER_METERED_REPORTER_H_
 #define SHARDLINE_WORKER_METERED_REPORTER_H_
 
+#include <map>
 #include <string>
 
 #include "common/metrics_registry.h"
@@ -22,6 +24,8 @@ class MeteredReporter final : public ForwardingReporter {
   absl::Status ReportShard(const ShardSnapshot& shard, const std::atomic<bool>& cancelled) override;
 
  private:
+  common::MetricsRegistry& metrics_;
+  std::map<std::string, common::Counter*> phase_seconds_;  // by phase, as met
   common::Counter& steps_;
   common::Counter& failed_steps_;
   common::Histogram& step_seconds_;

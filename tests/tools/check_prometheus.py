@@ -194,6 +194,12 @@ def run(bin_dir, source_dir, workdir, daemons, promtool, prometheus):
         assert sample(w, "shardline_worker_step_seconds_count") == STEPS, w
         assert sample(w, "shardline_worker_busy_seconds_total") > 0, w
         link_bytes += sample(w, "shardline_worker_link_received_bytes_total")
+        # The phases of its steps (from their traces) add up to at most the steps' time.
+        phases = {p: sample(w, "shardline_worker_phase_seconds_total", {"phase": p})
+                  for p in ("forward", "backward", "receive", "send", "norm", "optimizer", "flush")}
+        assert all(v is not None and v > 0 for v in phases.values()), phases
+        step_total = sample(w, "shardline_worker_step_seconds_sum")
+        assert sum(v for v in phases.values() if v) <= step_total * 1.01 + 0.01, (phases, step_total)
     # Activations one way, gradients the other: every step moves bytes.
     assert link_bytes > 0
     uploads = sum(sample(scrapes[n], "shardline_worker_checkpoint_uploads_total") for n in ("w0", "w1"))

@@ -375,11 +375,11 @@ absl::StatusOr<StageStepResult> PipelineStage::RunStepImpl(int64_t step) {
   result.optimizer_state_bytes = runtime_.optimizer_state_bytes();
   Doing(step, "flush", -1, "waits for its last sends to go out");
   RETURN_IF_ERROR(sender_.Flush());
+  result.trace = trace_.Take();  // its spans end before the step's time does
   result.step_seconds = Since(start);
   result.received_bytes = link_.BytesReceived() - received_before;
   result.minor_faults = MinorFaults() - faults_before;
   result.link_peak_bytes = link_.PeakHeldBytes();
-  result.trace = trace_.Take();
   return result;
 }
 
