@@ -9,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 
 namespace shardline::common {
@@ -16,6 +17,8 @@ namespace {
 
 // Flag files nest at most this deep (a file naming itself is an error).
 constexpr int kMaxFlagFileDepth = 4;
+// And hold at most this much (a flag file is a few lines, not /dev/zero).
+constexpr size_t kMaxFlagFileBytes = size_t{1} << 20;
 
 // Abseil registers flags of its own (--flagfile, --fromenv, --undefok...);
 // ours are the rest.
@@ -111,7 +114,7 @@ class Parser {
   static absl::Status Set(absl::CommandLineFlag& flag, const std::string& text, const std::string& what) {
     std::string error;
     if (!flag.ParseFrom(text, &error)) {
-      return absl::InvalidArgumentError(absl::StrCat(what, ": bad value \"", Quote(text), "\" (", error, ")"));
+      return absl::InvalidArgumentError(absl::StrCat(what, ": bad value \"", Quote(text), "\" (", Quote(error), ")"));
     }
     return absl::OkStatus();
   }
@@ -130,11 +133,18 @@ class Parser {
       return absl::InvalidArgumentError(absl::StrCat("--flagfile ", Quote(path), ": nested more than ",
                                                      kMaxFlagFileDepth, " deep"));
     }
-    std::ifstream in(path);
+    std::ifstream in(path, std::ios::binary);
     if (!in) return absl::InvalidArgumentError(absl::StrCat("--flagfile ", Quote(path), ": cannot read it"));
+    // Read no more than the limit and a byte (/dev/zero ends here too).
+    std::string text(kMaxFlagFileBytes + 1, '\0');
+    in.read(text.data(), static_cast<std::streamsize>(text.size()));
+    text.resize(static_cast<size_t>(in.gcount()));
+    if (text.size() > kMaxFlagFileBytes) {
+      return absl::InvalidArgumentError(absl::StrCat("--flagfile ", Quote(path), ": larger than ",
+                                                     kMaxFlagFileBytes, " bytes"));
+    }
     std::vector<std::string> lines;
-    std::string line;
-    while (std::getline(in, line)) {
+    for (absl::string_view line : absl::StrSplit(text, '\n')) {
       absl::string_view flag = absl::StripAsciiWhitespace(line);
       if (!flag.empty() && flag[0] != '#') lines.emplace_back(flag);
     }

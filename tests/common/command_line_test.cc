@@ -116,6 +116,7 @@ TEST_F(CommandLineTest, FlagFilesHoldOneFlagALineAndTheCommandLineAfterThemWins)
       {FlagFile("positional.flags", "stray\n"), "\"stray\" is not a flag"},
       {FlagFile("self.flags", "--flagfile=" + ::testing::TempDir() + "/self.flags\n"), "nested more than"},
       {::testing::TempDir() + "/missing.flags", "cannot read it"},
+      {FlagFile("huge.flags", std::string(2 << 20, '#')), "larger than 1048576 bytes"},
   };
   for (const auto& [path, message] : bad) {
     auto parsed = Parse({"--flagfile=" + path});
