@@ -117,5 +117,7 @@ int main(int argc, char** argv) {
   LOG(INFO) << "shutting down";
   (*worker)->Stop();
   waiter.join();
+  // No scrape after this: they read the worker's link, and it goes first.
+  metrics_server->reset();
   return 0;
 }

@@ -109,6 +109,7 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const WorkerOp
       ->GetGauge("shardline_worker_info", "this worker: its name and backend in labels; the value is 1",
                 {{"name", options.name}, {"device", w->backend_->name()}})
       .Set(1);
+  w->metrics_->AddRefresh([self = w.get()] { self->RefreshStagingMetrics(); });
   w->metrics_->GetGauge("shardline_worker_gemm_flops", "the f32 GEMM rate it reported to the planner").Set(flops);
   w->metrics_->GetGauge("shardline_worker_memory_bytes", "the memory it reported to the planner")
       .Set(static_cast<double>(memory));
@@ -139,6 +140,23 @@ void WorkerServer::PublishHealth() {
   health->SetServingStatus(serving);  // the server as a whole ("")
   health->SetServingStatus(transport::StageLinkService::kServiceName, serving);
   health->SetServingStatus(shardline::v1::WorkerState::service_full_name(), serving);
+}
+
+void WorkerServer::RefreshStagingMetrics() {
+  transport::GrpcStageLink::StagingUse use;
+  {
+    absl::MutexLock lock(&mu_);
+    if (link_ != nullptr) use = link_->Staging();
+  }
+  metrics_->GetGauge("shardline_worker_staging_slots", "the running stage's link staging slots, by state",
+                     {{"state", "in_use"}})
+      .Set(use.in_use);
+  metrics_->GetGauge("shardline_worker_staging_slots", "the running stage's link staging slots, by state",
+                     {{"state", "free"}})
+      .Set(use.slots - use.in_use);
+  metrics_->GetGauge("shardline_worker_staging_bytes",
+                     "host memory of the running stage's link staging slots (page-locked on CUDA)")
+      .Set(static_cast<double>(use.bytes));
 }
 
 void WorkerServer::Stop() {

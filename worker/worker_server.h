@@ -53,7 +53,8 @@ struct WorkerOptions {
   // differ by noise (two workers starting at once on one host).
   double gemm_flops = 0;
   // Where its Prometheus metrics go (worker_main serves them at /metrics);
-  // null: a registry of its own. Must outlive the worker.
+  // null: a registry of its own. Must outlive the worker, and be scraped
+  // no more once the worker is gone (a refresh reads its link).
   common::MetricsRegistry* metrics = nullptr;
   // Test hook: reports reordered and duplicated on the way (ScrambledReporter).
   bool scramble_reports = false;
@@ -94,6 +95,8 @@ class WorkerServer {
   // Says SERVING on the health service (every service) while the worker is
   // registered, not drained and not stopping; NOT_SERVING otherwise.
   void PublishHealth();
+  // Sets the staging-pool gauges from the running job's link (a scrape).
+  void RefreshStagingMetrics() ABSL_LOCKS_EXCLUDED(mu_);
 
   const WorkerOptions options_;
   std::unique_ptr<common::MetricsRegistry> own_metrics_;  // when options_ names none

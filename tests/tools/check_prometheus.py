@@ -22,7 +22,7 @@ import time
 import urllib.parse
 import urllib.request
 
-STEPS = 12
+STEPS = 40
 
 
 class Daemons:
@@ -163,6 +163,13 @@ def run(bin_dir, source_dir, workdir, daemons, promtool, prometheus):
                                capture_output=True, timeout=60, text=True)
     assert submitted.returncode == 0, submitted.stderr
     job = json.loads(submitted.stdout)["job_id"]
+    # While it runs, a worker's links hold staging slots.
+    staged = 0
+    deadline = time.time() + 60
+    while staged == 0 and time.time() < deadline:
+        staged = sample(scrape(metrics_ports["w0"]), "shardline_worker_staging_bytes") or 0
+        time.sleep(0.02)
+    assert staged > 0, "no staging memory seen while the job ran"
     watched = subprocess.run([ctl, "--coordinator=" + address, "watch", job], capture_output=True, timeout=300,
                              text=True)
     assert watched.returncode == 0, (watched.stdout, watched.stderr)
@@ -190,6 +197,9 @@ def run(bin_dir, source_dir, workdir, daemons, promtool, prometheus):
         assert sample(w, "shardline_build_info", {"daemon": "worker"}) == 1, w
         assert sample(w, "shardline_worker_info", {"name": name}) == 1, w
         assert sample(w, "shardline_worker_serving") == 1, w
+        # No job runs now: no staging slots held.
+        assert sample(w, "shardline_worker_staging_slots", {"state": "in_use"}) == 0, w
+        assert sample(w, "shardline_worker_staging_bytes") == 0, w
         assert sample(w, "shardline_worker_steps_total") == STEPS, w
         assert sample(w, "shardline_worker_step_seconds_count") == STEPS, w
         assert sample(w, "shardline_worker_busy_seconds_total") > 0, w

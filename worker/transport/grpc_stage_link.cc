@@ -155,6 +155,18 @@ int GrpcStageLink::PeakStagingSlots() {
   return peak;
 }
 
+GrpcStageLink::StagingUse GrpcStageLink::Staging() {
+  StagingUse use;
+  for (const auto* pool : {&send_next_, &send_previous_, &receive_next_, &receive_previous_}) {
+    if (*pool == nullptr) continue;
+    use.slots += (*pool)->slots();
+    use.in_use += (*pool)->slots() - (*pool)->free_slots();
+    use.bytes += static_cast<size_t>((*pool)->slots()) * (*pool)->slot_bytes();
+    use.pinned = use.pinned || (*pool)->pinned();
+  }
+  return use;
+}
+
 void GrpcStageLink::Close(const std::string& reason) {
   if (downstream_ != nullptr) downstream_->Close(reason);
   if (upstream_stream_ != nullptr) upstream_stream_->Close(reason);

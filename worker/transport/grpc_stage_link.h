@@ -70,6 +70,14 @@ class GrpcStageLink final : public StageLink {
   HostBuffer OutgoingBuffer(StageMessage::Kind kind, size_t elements) override;
   // The most slots each staging pool had in use at once, summed over the pools.
   int PeakStagingSlots();
+  // The staging pools now, summed: slots, those handed out, their bytes.
+  struct StagingUse {
+    int slots = 0;
+    int in_use = 0;
+    size_t bytes = 0;
+    bool pinned = false;  // page-locked (CUDA)
+  };
+  StagingUse Staging();
   // Fails every wait, now and later, with UNAVAILABLE `reason` (cancellation).
   void Close(const std::string& reason) override;
 
