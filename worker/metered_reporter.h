@@ -34,6 +34,7 @@ class MeteredReporter final : public ForwardingReporter {
   common::Gauge& bubble_ratio_;
   common::Counter& link_bytes_;
   common::Counter& collective_bytes_;
+  common::Counter& tensor_collective_bytes_;
   common::Gauge& link_peak_bytes_;
   common::Counter& checkpoint_seconds_;
   common::Counter& uploads_;

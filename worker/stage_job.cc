@@ -149,6 +149,7 @@ absl::Status RunStageJob(const shardline::v1::Assignment& a, const std::string& 
       return absl::IsCancelled(s) ? s : fail(step, s);  // CANCELLED: the coordinator stopped the job
     }
     const uint64_t collective_before = replicas != nullptr ? replicas->BytesReceived() : 0;
+    const uint64_t tensor_before = tensor_group != nullptr ? tensor_group->BytesReceived() : 0;
     absl::StatusOr<runtime::StageStepResult> result = stage->RunStep(step);
     if (!result.ok()) return fail(step, result.status());
     if (step == a.first_step()) {
@@ -169,6 +170,9 @@ absl::Status RunStageJob(const shardline::v1::Assignment& a, const std::string& 
     r.set_link_peak_bytes(static_cast<int64_t>(result->link_peak_bytes));
     for (shardline::v1::TraceEvent& event : result->trace) *r.add_trace() = std::move(event);
     if (replicas != nullptr) r.set_collective_bytes(static_cast<int64_t>(replicas->BytesReceived() - collective_before));
+    if (tensor_group != nullptr) {
+      r.set_tensor_collective_bytes(static_cast<int64_t>(tensor_group->BytesReceived() - tensor_before));
+    }
     if (step == a.first_step()) r.set_resumed_from(resumed_from);
     if ((every > 0 && step % every == 0) || step == total) {
       // A checkpoint: the snapshot now, its digest (every replica) and

@@ -118,6 +118,31 @@ def query(port, expr):
     return body["data"]["result"]
 
 
+def check_tensor_parallel_bytes(ctl, address, spec, path, metrics_ports):
+    """A one-stage job split over the two workers (t = 2): each counts the
+    bytes its tensor group's collectives brought it; the pipeline job before
+    brought none."""
+    before = {n: sample(scrape(metrics_ports[n]), "shardline_worker_tensor_collective_received_bytes_total")
+              for n in ("w0", "w1")}
+    assert before == {"w0": 0, "w1": 0}, before
+    spec = dict(spec, name="tensor")
+    spec["train"] = dict(spec["train"], steps=4)
+    spec["parallel"] = dict(spec["parallel"], pipeline_stages=1, tensor_parallel=2)
+    spec["checkpoint"] = {"every_steps": 4}
+    with open(path("tensor.json"), "w") as f:
+        json.dump(spec, f)
+    r = subprocess.run([ctl, "--coordinator=" + address, "-o", "json", "submit", path("tensor.json")],
+                       capture_output=True, timeout=60, text=True)
+    assert r.returncode == 0, r.stderr
+    job = json.loads(r.stdout)["job_id"]
+    r = subprocess.run([ctl, "--coordinator=" + address, "watch", job], capture_output=True, timeout=300, text=True)
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    after = {n: sample(scrape(metrics_ports[n]), "shardline_worker_tensor_collective_received_bytes_total")
+             for n in ("w0", "w1")}
+    assert all(v > 0 for v in after.values()), after
+    print("tensor-parallel job %s: collective bytes %s" % (job, after))
+
+
 def main():
     if len(sys.argv) != 4:
         raise SystemExit(__doc__)
@@ -246,6 +271,7 @@ def run(bin_dir, source_dir, workdir, daemons, promtool, prometheus):
             assert float(tokens_seen[0]["value"][1]) == tokens, tokens_seen
             print("prometheus on port %d: up == 1 for %s; shardline_job_tokens_total %s"
                   % (port, sorted(up), tokens_seen[0]["value"][1]))
+            check_tensor_parallel_bytes(ctl, address, spec, path, metrics_ports)
             return
         time.sleep(0.5)
     raise SystemExit("prometheus did not see every target up with tokens: up=%s" % up)
