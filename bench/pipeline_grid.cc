@@ -59,7 +59,7 @@ PipelineGrid::PipelineGrid(const shardline::v1::JobSpec& spec, const std::vector
           for (int j = 0; j < t_; ++j) peers.push_back(At(s, r, j).address);
           at.tensor = group_options(at, absl::StrCat("tensor-", s, ".replica-", r), k, std::move(peers),
                                     worker::runtime::LargestLinkTensorBytes(spec));
-          at.timed_tensor = std::make_unique<TimedCollective>(*at.tensor);
+          at.timed_tensor = std::make_unique<worker::collective::TimedCollective>(*at.tensor);
           tp = {k, t_, at.timed_tensor.get(), common::VocabParallel(spec)};
         }
         auto runtime = worker::runtime::ShardRuntime::Create(*at.backend, config, cuts[s], cuts[s + 1],

@@ -16,7 +16,7 @@
 
 #include "shardline/v1/job.pb.h"
 #include "worker/backend/backend.h"
-#include "bench/timed_collective.h"
+#include "worker/collective/timed_collective.h"
 #include "worker/collective/grpc_collective.h"
 #include "worker/data/data_source.h"
 #include "worker/runtime/pipeline_stage.h"
@@ -56,7 +56,7 @@ class PipelineGrid {
     std::unique_ptr<worker::transport::GrpcStageLink> link;
     std::unique_ptr<worker::collective::GrpcCollective> replicas;
     std::unique_ptr<worker::collective::GrpcCollective> tensor;
-    std::unique_ptr<TimedCollective> timed_tensor;  // what the layers call
+    std::unique_ptr<worker::collective::TimedCollective> timed_tensor;  // what the layers call
     std::unique_ptr<worker::runtime::PipelineStage> stage;
   };
   Position& At(int s, int r, int k) { return positions_[static_cast<size_t>((r * p_ + s) * t_ + k)]; }

@@ -34,6 +34,9 @@ MeteredReporter::MeteredReporter(StageReporter& inner, common::MetricsRegistry& 
                                      "data-parallel gradient bytes this worker received in all-reduces")),
       tensor_collective_bytes_(m.GetCounter("shardline_worker_tensor_collective_received_bytes_total",
                                             "tensor-parallel bytes this worker received in its group's collectives")),
+      tensor_collective_seconds_(m.GetCounter("shardline_worker_tensor_collective_seconds_total",
+                                              "time this worker spent in its tensor group's collectives (inside "
+                                              "the forward and backward phases)")),
       link_peak_bytes_(m.GetGauge("shardline_worker_link_peak_bytes",
                                   "most tensor bytes the running stage's links held at once")),
       checkpoint_seconds_(m.GetCounter("shardline_worker_checkpoint_seconds_total",
@@ -55,6 +58,7 @@ absl::StatusOr<bool> MeteredReporter::ReportStep(const shardline::v1::ReportStep
     link_bytes_.Add(static_cast<double>(r.received_bytes()));
     collective_bytes_.Add(static_cast<double>(r.collective_bytes()));
     tensor_collective_bytes_.Add(static_cast<double>(r.tensor_collective_bytes()));
+    tensor_collective_seconds_.Add(r.tensor_collective_seconds());
     link_peak_bytes_.Set(static_cast<double>(r.link_peak_bytes()));
     checkpoint_seconds_.Add(r.checkpoint_seconds() + r.checkpoint_wait_seconds());
     // Where the step's time went, from its trace: waits on neighbours

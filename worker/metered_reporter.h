@@ -35,6 +35,7 @@ class MeteredReporter final : public ForwardingReporter {
   common::Counter& link_bytes_;
   common::Counter& collective_bytes_;
   common::Counter& tensor_collective_bytes_;
+  common::Counter& tensor_collective_seconds_;
   common::Gauge& link_peak_bytes_;
   common::Counter& checkpoint_seconds_;
   common::Counter& uploads_;

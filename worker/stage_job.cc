@@ -1,6 +1,7 @@
 #include "worker/stage_job.h"
 
 #include <algorithm>
+#include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -9,6 +10,7 @@
 #include "common/safetensors.h"
 #include "common/status_macros.h"
 #include "worker/background_reporter.h"
+#include "worker/collective/timed_collective.h"
 #include "worker/data/data_source.h"
 #include "worker/runtime/pipeline_stage.h"
 #include "worker/runtime/shard_runtime.h"
@@ -68,6 +70,13 @@ absl::Status RunStageJob(const shardline::v1::Assignment& a, const std::string& 
   auto doing = [activity](int64_t step, std::string what) {
     if (activity != nullptr) activity->Set(step, std::move(what));
   };
+  // The tensor group's collectives sit inside the passes: timed apart for
+  // the step reports (and so the worker's metrics).
+  std::unique_ptr<collective::TimedCollective> timed_tensor;
+  if (tensor_group != nullptr) {
+    timed_tensor = std::make_unique<collective::TimedCollective>(*tensor_group);
+    tensor_group = timed_tensor.get();
+  }
   shardline::v1::JobSpec spec = a.spec();
   absl::Status status = common::ValidateJobSpec(spec);
   std::unique_ptr<data::DataSource> data;
@@ -150,6 +159,7 @@ absl::Status RunStageJob(const shardline::v1::Assignment& a, const std::string& 
     }
     const uint64_t collective_before = replicas != nullptr ? replicas->BytesReceived() : 0;
     const uint64_t tensor_before = tensor_group != nullptr ? tensor_group->BytesReceived() : 0;
+    const double tensor_seconds_before = timed_tensor != nullptr ? timed_tensor->seconds() : 0.0;
     absl::StatusOr<runtime::StageStepResult> result = stage->RunStep(step);
     if (!result.ok()) return fail(step, result.status());
     if (step == a.first_step()) {
@@ -172,6 +182,7 @@ absl::Status RunStageJob(const shardline::v1::Assignment& a, const std::string& 
     if (replicas != nullptr) r.set_collective_bytes(static_cast<int64_t>(replicas->BytesReceived() - collective_before));
     if (tensor_group != nullptr) {
       r.set_tensor_collective_bytes(static_cast<int64_t>(tensor_group->BytesReceived() - tensor_before));
+      r.set_tensor_collective_seconds(timed_tensor->seconds() - tensor_seconds_before);
     }
     if (step == a.first_step()) r.set_resumed_from(resumed_from);
     if ((every > 0 && step % every == 0) || step == total) {

@@ -140,7 +140,10 @@ def check_tensor_parallel_bytes(ctl, address, spec, path, metrics_ports):
     after = {n: sample(scrape(metrics_ports[n]), "shardline_worker_tensor_collective_received_bytes_total")
              for n in ("w0", "w1")}
     assert all(v > 0 for v in after.values()), after
-    print("tensor-parallel job %s: collective bytes %s" % (job, after))
+    seconds = {n: sample(scrape(metrics_ports[n]), "shardline_worker_tensor_collective_seconds_total")
+               for n in ("w0", "w1")}
+    assert all(v > 0 for v in seconds.values()), seconds
+    print("tensor-parallel job %s: collective bytes %s, seconds %s" % (job, after, seconds))
 
 
 def main():

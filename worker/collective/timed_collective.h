@@ -1,33 +1,34 @@
 // TimedCollective wraps a rank's Collective and adds up the wall time its
 // calls take (the tensor-parallel all-reduces sit on a step's critical
-// path: their time is exposed). For bench_pipeline. Not thread-safe, as a
-// rank's Collective (one thread calls it).
-#ifndef SHARDLINE_BENCH_TIMED_COLLECTIVE_H_
-#define SHARDLINE_BENCH_TIMED_COLLECTIVE_H_
+// path: their time is exposed). For the worker's metrics and
+// bench_pipeline. Not thread-safe, as a rank's Collective (one thread calls
+// it).
+#ifndef SHARDLINE_WORKER_COLLECTIVE_TIMED_COLLECTIVE_H_
+#define SHARDLINE_WORKER_COLLECTIVE_TIMED_COLLECTIVE_H_
 
 #include <chrono>
 #include <string>
 
 #include "worker/collective/collective.h"
 
-namespace shardline::bench {
+namespace shardline::worker::collective {
 
-class TimedCollective final : public worker::collective::Collective {
+class TimedCollective final : public Collective {
  public:
-  explicit TimedCollective(worker::collective::Collective& inner) : inner_(inner) {}
+  explicit TimedCollective(Collective& inner) : inner_(inner) {}
 
   int rank() const override { return inner_.rank(); }
   int size() const override { return inner_.size(); }
-  absl::Status AllReduceSum(worker::DeviceSpan<float> data) override {
+  absl::Status AllReduceSum(DeviceSpan<float> data) override {
     return Time([&] { return inner_.AllReduceSum(data); });
   }
-  absl::Status ReduceScatterSum(worker::DeviceSpan<float> data) override {
+  absl::Status ReduceScatterSum(DeviceSpan<float> data) override {
     return Time([&] { return inner_.ReduceScatterSum(data); });
   }
-  absl::Status AllGather(worker::DeviceSpan<float> data) override {
+  absl::Status AllGather(DeviceSpan<float> data) override {
     return Time([&] { return inner_.AllGather(data); });
   }
-  absl::Status Broadcast(worker::DeviceSpan<float> data, int root) override {
+  absl::Status Broadcast(DeviceSpan<float> data, int root) override {
     return Time([&] { return inner_.Broadcast(data, root); });
   }
   absl::Status AllReduceSumHost(absl::Span<float> data) override {
@@ -53,10 +54,10 @@ class TimedCollective final : public worker::collective::Collective {
     return status;
   }
 
-  worker::collective::Collective& inner_;
+  Collective& inner_;
   double seconds_ = 0;
 };
 
-}  // namespace shardline::bench
+}  // namespace shardline::worker::collective
 
-#endif  // SHARDLINE_BENCH_TIMED_COLLECTIVE_H_
+#endif  // SHARDLINE_WORKER_COLLECTIVE_TIMED_COLLECTIVE_H_
