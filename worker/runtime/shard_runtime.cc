@@ -63,44 +63,6 @@ ShardRuntime::~ShardRuntime() {
 int64_t ShardRuntime::input_width() const { return layers_.front()->input_width(); }
 int64_t ShardRuntime::output_width() const { return layers_.back()->output_width(); }
 
-absl::Status ShardRuntime::SplitEdges(bool previous, bool next) {
-  if ((previous || next) && !tp_.split()) {
-    return absl::FailedPreconditionError("only a tensor-parallel stage's edges carry parts of tensors");
-  }
-  if ((previous && is_first()) || (next && is_last())) {
-    return absl::InvalidArgumentError("a split edge needs a neighbouring stage on that side");
-  }
-  split_previous_ = previous;
-  split_next_ = next;
-  return absl::OkStatus();
-}
-
-collective::Chunk ShardRuntime::EdgePart(int64_t n) const {
-  return collective::ChunkOf(static_cast<size_t>(n), tp_.size, tp_.rank);
-}
-
-int64_t ShardRuntime::InputElements(int64_t rows) const {
-  const int64_t n = rows * input_width();
-  return split_previous_ ? static_cast<int64_t>(EdgePart(n).size()) : n;
-}
-
-int64_t ShardRuntime::OutputElements(int64_t rows) const {
-  const int64_t n = rows * output_width();
-  return split_next_ ? static_cast<int64_t>(EdgePart(n).size()) : n;
-}
-
-absl::StatusOr<HostTransfer> ShardRuntime::UploadEdgeParts(absl::Span<const float> host, DeviceSpan<float> dst,
-                                                           DeviceBuffer& narrow, bool wait,
-                                                           const HostTransfer& after, bool split) {
-  if (!split) return UploadEdge(host, dst, narrow, wait, after);
-  const collective::Chunk part = EdgePart(static_cast<int64_t>(dst.size()));
-  ASSIGN_OR_RETURN(HostTransfer transfer, UploadEdge(host, dst.subspan(part.begin, part.size()), narrow, wait, after));
-  // Every rank's part, in place (the gather waits for the upload: the
-  // device's queue runs it first).
-  RETURN_IF_ERROR(tp_.group->AllGather(dst));
-  return transfer;
-}
-
 std::vector<nn::Parameter*> ShardRuntime::parameters() {
   std::vector<nn::Parameter*> out;
   for (auto& layer : layers_) {
