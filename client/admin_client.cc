@@ -7,16 +7,19 @@ namespace shardline::client {
 
 using common::FromGrpcStatus;
 
-AdminClient::AdminClient(const std::string& address, absl::Duration deadline) : deadline_(deadline) {
+AdminClient::AdminClient(const std::string& address, absl::Duration deadline,
+                         std::shared_ptr<grpc::ChannelCredentials> credentials, std::string bearer_token)
+    : deadline_(deadline), bearer_token_(std::move(bearer_token)) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(64 << 20);
-  stub_ = shardline::v1::Admin::NewStub(
-      grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
+  stub_ = shardline::v1::Admin::NewStub(grpc::CreateCustomChannel(
+      address, credentials != nullptr ? credentials : grpc::InsecureChannelCredentials(), args));
 }
 
 std::unique_ptr<grpc::ClientContext> AdminClient::Context() const {
   auto context = std::make_unique<grpc::ClientContext>();
   context->set_deadline(absl::ToChronoTime(absl::Now() + deadline_));
+  if (!bearer_token_.empty()) context->AddMetadata("authorization", "Bearer " + bearer_token_);
   return context;
 }
 
@@ -99,6 +102,7 @@ absl::StatusOr<shardline::v1::JobStatus> AdminClient::Watch(
   shardline::v1::GetJobRequest request;
   request.set_job_id(job_id);
   grpc::ClientContext context;  // no deadline: a job may run for days
+  if (!bearer_token_.empty()) context.AddMetadata("authorization", "Bearer " + bearer_token_);
   auto reader = stub_->WatchJob(&context, request);
   shardline::v1::JobStatus status, last;
   bool any = false;
@@ -118,6 +122,7 @@ absl::StatusOr<std::string> AdminClient::Export(const std::string& job_id) {
   request.set_job_id(job_id);
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + deadline_ * 30));
+  if (!bearer_token_.empty()) context.AddMetadata("authorization", "Bearer " + bearer_token_);
   auto reader = stub_->ExportWeights(&context, request);
   shardline::v1::ExportChunk chunk;
   std::string bytes;

@@ -19,7 +19,11 @@ namespace shardline::client {
 
 class AdminClient {
  public:
-  AdminClient(const std::string& address, absl::Duration deadline = absl::Seconds(10));
+  // `credentials` protect the channel (null: plaintext); `bearer_token`,
+  // when set, goes with every call (metadata "authorization: Bearer …").
+  explicit AdminClient(const std::string& address, absl::Duration deadline = absl::Seconds(10),
+                       std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr,
+                       std::string bearer_token = "");
 
   absl::StatusOr<shardline::v1::JobStatus> Submit(const shardline::v1::JobSpec& spec);
   absl::StatusOr<shardline::v1::JobStatus> Get(const std::string& job_id);
@@ -40,6 +44,7 @@ class AdminClient {
  private:
   std::unique_ptr<grpc::ClientContext> Context() const;
   const absl::Duration deadline_;
+  const std::string bearer_token_;  // never logged
   std::unique_ptr<shardline::v1::Admin::Stub> stub_;
 };
 

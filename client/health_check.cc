@@ -8,8 +8,10 @@
 namespace shardline::client {
 
 absl::StatusOr<ServingStatus> CheckHealth(const std::string& address, const std::string& service,
-                                          absl::Duration deadline) {
-  auto stub = grpc::health::v1::Health::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+                                          absl::Duration deadline,
+                                          std::shared_ptr<grpc::ChannelCredentials> credentials) {
+  auto stub = grpc::health::v1::Health::NewStub(
+      grpc::CreateChannel(address, credentials != nullptr ? credentials : grpc::InsecureChannelCredentials()));
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + deadline));
   grpc::health::v1::HealthCheckRequest request;

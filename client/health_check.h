@@ -3,6 +3,9 @@
 #ifndef SHARDLINE_CLIENT_HEALTH_CHECK_H_
 #define SHARDLINE_CLIENT_HEALTH_CHECK_H_
 
+#include <grpcpp/security/credentials.h>
+
+#include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -17,7 +20,8 @@ using ServingStatus = grpc::health::v1::HealthCheckResponse::ServingStatus;
 // `address`; NOT_FOUND for a service the daemon does not know, UNAVAILABLE
 // or DEADLINE_EXCEEDED when it cannot be reached within `deadline`.
 absl::StatusOr<ServingStatus> CheckHealth(const std::string& address, const std::string& service,
-                                          absl::Duration deadline = absl::Seconds(5));
+                                          absl::Duration deadline = absl::Seconds(5),
+                                          std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr);
 
 }  // namespace shardline::client
 

@@ -20,6 +20,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "client/admin_client.h"
 #include "client/bash_completion.h"
@@ -30,9 +31,12 @@
 #include "common/file_util.h"
 #include "common/init.h"
 #include "common/job_spec.h"
+#include "common/transport_security.h"
 #include "google/protobuf/util/json_util.h"
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:7400", "the coordinator's address");
+ABSL_FLAG(std::string, token_file, "",
+          "a file holding the bearer token for the coordinator's Admin service (its --admin_tokens names it)");
 ABSL_FLAG(std::string, o, "table", "output format: table or json (export, trace: the output file)");
 ABSL_FLAG(bool, w, false, "get workers: keep watching, printing each worker whose row changes (as kubectl get -w)");
 ABSL_FLAG(bool, watch, false, "the same as -w");
@@ -143,7 +147,15 @@ int WatchWorkers(AdminClient& admin) {
 int Run(const std::vector<std::string>& args) {
   if (args.empty()) return Usage("no command");
   const std::string format = absl::GetFlag(FLAGS_o);
-  AdminClient admin(absl::GetFlag(FLAGS_coordinator));
+  absl::StatusOr<std::shared_ptr<common::TransportSecurity>> security = common::TransportSecurity::FromFlags();
+  if (!security.ok()) return Usage(std::string(security.status().message()));
+  std::string token;
+  if (!absl::GetFlag(FLAGS_token_file).empty()) {
+    absl::StatusOr<std::string> read = common::ReadFileBounded(absl::GetFlag(FLAGS_token_file), 4096);
+    if (!read.ok()) return Usage(absl::StrCat("--token_file: ", read.status().message()));
+    token = std::string(absl::StripAsciiWhitespace(*read));
+  }
+  AdminClient admin(absl::GetFlag(FLAGS_coordinator), absl::Seconds(10), (*security)->ChannelCredentials(), token);
   const std::string& command = args[0];
   if (command != "export" && command != "trace" && format != "table" && format != "json") {
     return Usage("-o must be table or json");
@@ -204,7 +216,8 @@ int Run(const std::vector<std::string>& args) {
     // Any daemon's health service (default: the coordinator's), for
     // container health checks and scripts: exit 0 only when SERVING.
     const std::string address = args.size() >= 2 ? args[1] : absl::GetFlag(FLAGS_coordinator);
-    absl::StatusOr<ServingStatus> status = CheckHealth(address, args.size() == 3 ? args[2] : "");
+    absl::StatusOr<ServingStatus> status =
+        CheckHealth(address, args.size() == 3 ? args[2] : "", absl::Seconds(5), (*security)->ChannelCredentials());
     if (!status.ok()) return Fail(status.status());
     const std::string name = grpc::health::v1::HealthCheckResponse::ServingStatus_Name(*status);
     std::printf(format == "json" ? "{\"status\": \"%s\"}\n" : "%s\n", name.c_str());

@@ -57,4 +57,17 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
   return content.str();
 }
 
+absl::StatusOr<std::string> ReadFileBounded(const std::string& path, size_t max_bytes) {
+  std::ifstream file(path, std::ios::binary);
+  if (!file) return absl::NotFoundError(absl::StrCat("cannot open ", path));
+  std::string content(max_bytes + 1, '\0');
+  file.read(content.data(), static_cast<std::streamsize>(content.size()));
+  if (file.bad()) return absl::DataLossError(absl::StrCat("cannot read ", path));
+  content.resize(static_cast<size_t>(file.gcount()));
+  if (content.size() > max_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(path, " is larger than ", max_bytes, " bytes"));
+  }
+  return content;
+}
+
 }  // namespace shardline::common

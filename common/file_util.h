@@ -14,6 +14,9 @@ namespace shardline::common {
 absl::Status WriteFileAtomically(const std::string& path, absl::string_view contents);
 // The whole file. NOT_FOUND when it cannot be opened.
 absl::StatusOr<std::string> ReadFile(const std::string& path);
+// At most `max_bytes` of it: INVALID_ARGUMENT when it holds more (read no
+// further than one byte past the bound, so /dev/zero ends too).
+absl::StatusOr<std::string> ReadFileBounded(const std::string& path, size_t max_bytes);
 
 }  // namespace shardline::common
 

@@ -1,9 +1,9 @@
 #include "common/job_spec.h"
 
-#include <fstream>
-#include <sstream>
-
 #include "absl/strings/str_cat.h"
+#include "common/checked_int.h"
+#include "common/file_util.h"
+#include "common/input_limits.h"
 #include "common/status_macros.h"
 #include "google/protobuf/util/json_util.h"
 
@@ -28,7 +28,7 @@ absl::Status CheckRange(absl::string_view field, T value, T lo, T hi) {
 }
 
 absl::Status ValidateModel(const shardline::v1::ModelSpec& m) {
-  if (m.kind() != "gpt") return FieldError("model.kind", absl::StrCat("is '", m.kind(), "', must be 'gpt'"));
+  if (m.kind() != "gpt") return FieldError("model.kind", absl::StrCat("is ", Quote(m.kind()), ", must be 'gpt'"));
   RETURN_IF_ERROR(CheckRange("model.vocab_size", m.vocab_size(), 2, 1 << 20));
   RETURN_IF_ERROR(CheckRange("model.context", m.context(), 2, 1 << 16));
   RETURN_IF_ERROR(CheckRange("model.d_model", m.d_model(), 1, 1 << 16));
@@ -49,10 +49,12 @@ absl::Status ValidateData(shardline::v1::DataSpec& d) {
     RETURN_IF_ERROR(CheckRange("data.holdout_fraction", d.holdout_fraction(), 0.0, 0.5));
   } else if (d.kind() == "text_bytes") {
     if (d.path().empty()) return FieldError("data.path", "is required for data.kind 'text_bytes'");
+    RETURN_IF_ERROR(CheckLength("job spec: data.path", d.path(), kMaxPathBytes));
+    if (d.path().find('\0') != std::string::npos) return FieldError("data.path", "holds a NUL byte");
     if (!d.has_val_fraction()) d.set_val_fraction(0.1);
     RETURN_IF_ERROR(CheckRange("data.val_fraction", d.val_fraction(), 0.01, 0.5));
   } else {
-    return FieldError("data.kind", absl::StrCat("is '", d.kind(), "', must be 'addition' or 'text_bytes'"));
+    return FieldError("data.kind", absl::StrCat("is ", Quote(d.kind()), ", must be 'addition' or 'text_bytes'"));
   }
   return absl::OkStatus();
 }
@@ -60,7 +62,7 @@ absl::Status ValidateData(shardline::v1::DataSpec& d) {
 absl::Status ValidateOptimizer(shardline::v1::OptimizerSpec& o, int steps) {
   const bool adamw = o.kind() == "adamw";
   if (!adamw && o.kind() != "sgd") {
-    return FieldError("train.optimizer.kind", absl::StrCat("is '", o.kind(), "', must be 'adamw' or 'sgd'"));
+    return FieldError("train.optimizer.kind", absl::StrCat("is ", Quote(o.kind()), ", must be 'adamw' or 'sgd'"));
   }
   RETURN_IF_ERROR(CheckRange("train.optimizer.lr", o.lr(), 1e-9, 10.0));
   RETURN_IF_ERROR(CheckRange("train.optimizer.warmup_steps", o.warmup_steps(), 0, steps));
@@ -125,7 +127,7 @@ absl::Status ValidateParallel(shardline::v1::ParallelSpec& p, const shardline::v
                                    " blocks, head)"));
   }
   if (p.schedule() != "gpipe" && p.schedule() != "1f1b") {
-    return FieldError("parallel.schedule", absl::StrCat("is '", p.schedule(), "', must be 'gpipe' or '1f1b'"));
+    return FieldError("parallel.schedule", absl::StrCat("is ", Quote(p.schedule()), ", must be 'gpipe' or '1f1b'"));
   }
   RETURN_IF_ERROR(CheckRange("parallel.data_parallel", p.data_parallel(), 1, 1024));
   RETURN_IF_ERROR(CheckRange("parallel.tensor_parallel", p.tensor_parallel(), 1, 1024));
@@ -143,10 +145,34 @@ absl::Status ValidateParallel(shardline::v1::ParallelSpec& p, const shardline::v
   if (p.stage_link_layout() != "auto" && p.stage_link_layout() != "same_rank" &&
       p.stage_link_layout() != "scatter_gather") {
     return FieldError("parallel.stage_link_layout",
-                      absl::StrCat("is '", p.stage_link_layout(), "', must be 'auto', 'same_rank' or 'scatter_gather'"));
+                      absl::StrCat("is ", Quote(p.stage_link_layout()), ", must be 'auto', 'same_rank' or 'scatter_gather'"));
   }
   if (p.wire_dtype() != "f32" && p.wire_dtype() != "bf16" && p.wire_dtype() != "f16") {
-    return FieldError("parallel.wire_dtype", absl::StrCat("is '", p.wire_dtype(), "', must be 'f32', 'bf16' or 'f16'"));
+    return FieldError("parallel.wire_dtype", absl::StrCat("is ", Quote(p.wire_dtype()), ", must be 'f32', 'bf16' or 'f16'"));
+  }
+  return absl::OkStatus();
+}
+
+// What one micro-batch moves and the model holds, in checked int64: a spec
+// whose tensors a stage link cannot carry is refused here, before any
+// worker sizes a buffer by it.
+absl::Status ValidateSizes(const JobSpec& spec) {
+  const auto& m = spec.model();
+  const int64_t pipelines_micro_batches = int64_t{spec.parallel().data_parallel()} * spec.train().micro_batches();
+  const CheckedInt64 sequences = spec.train().global_batch() / pipelines_micro_batches;
+  const CheckedInt64 tokens = sequences * m.context();
+  if (tokens.value() > kMaxMicroBatchTokens) {
+    return FieldError("train.global_batch",
+                      absl::StrCat("/ (data_parallel × micro_batches) × model.context is ", tokens.value(),
+                                   " tokens per micro-batch, at most ", kMaxMicroBatchTokens,
+                                   ": use more micro_batches"));
+  }
+  const CheckedInt64 activation = tokens * m.d_model();
+  if (activation.value() > kMaxTensorElements) {
+    return FieldError("train.micro_batches",
+                      absl::StrCat("makes a micro-batch's activations ", tokens.value(), " tokens × d_model ",
+                                   m.d_model(), " = ", activation.value(), " values, more than the ",
+                                   kMaxTensorElements, " a stage link carries: use more micro_batches"));
   }
   return absl::OkStatus();
 }
@@ -164,6 +190,10 @@ bool VocabParallel(const JobSpec& spec) {
 
 absl::Status ValidateJobSpec(JobSpec& spec) {
   if (spec.name().empty()) spec.set_name("job");
+  RETURN_IF_ERROR(CheckLength("job spec: name", spec.name(), kMaxNameBytes));
+  for (char c : spec.name()) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) return FieldError("name", "holds a control character");
+  }
   if (!spec.has_model()) return FieldError("model", "is required");
   if (!spec.has_data()) return FieldError("data", "is required");
   if (!spec.has_train()) return FieldError("train", "is required");
@@ -182,29 +212,34 @@ absl::Status ValidateJobSpec(JobSpec& spec) {
                                    spec.train().global_batch(), "): every replica runs micro_batches ",
                                    "micro-batches of global_batch / (data_parallel × micro_batches) sequences"));
   }
+  RETURN_IF_ERROR(ValidateSizes(spec));
   if (!spec.checkpoint().has_every_steps()) spec.mutable_checkpoint()->set_every_steps(0);
   RETURN_IF_ERROR(CheckRange("checkpoint.every_steps", spec.checkpoint().every_steps(), 0, 1 << 30));
   return absl::OkStatus();
 }
 
 absl::StatusOr<JobSpec> ParseJobSpec(absl::string_view json) {
+  if (json.size() > kMaxJobSpecBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("job spec: ", json.size(), " bytes, at most ", kMaxJobSpecBytes));
+  }
   JobSpec spec;
   google::protobuf::util::JsonParseOptions options;
   options.ignore_unknown_fields = false;
   const auto status = google::protobuf::util::JsonStringToMessage(std::string(json), &spec, options);
   if (!status.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("job spec: ", status.message().as_string()));
+    // protobuf's message may quote the input (an unknown field's name): a prefix.
+    const absl::string_view message(status.message().data(), status.message().size());
+    return absl::InvalidArgumentError(
+        absl::StrCat("job spec: ", message.substr(0, 256), message.size() > 256 ? "…" : ""));
   }
   RETURN_IF_ERROR(ValidateJobSpec(spec));
   return spec;
 }
 
 absl::StatusOr<JobSpec> LoadJobSpec(const std::string& path) {
-  std::ifstream file(path);
-  if (!file) return absl::NotFoundError(absl::StrCat("cannot open job spec ", path));
-  std::ostringstream text;
-  text << file.rdbuf();
-  absl::StatusOr<JobSpec> spec = ParseJobSpec(text.str());
+  absl::StatusOr<std::string> text = ReadFileBounded(path, kMaxJobSpecBytes);
+  if (!text.ok()) return absl::Status(text.status().code(), absl::StrCat("job spec: ", text.status().message()));
+  absl::StatusOr<JobSpec> spec = ParseJobSpec(*text);
   if (!spec.ok()) {
     return absl::Status(spec.status().code(), absl::StrCat(path, ": ", spec.status().message()));
   }

@@ -28,8 +28,9 @@
 
 namespace shardline::common {
 
-// Header bytes a frame may carry (targets of a large micro-batch included).
-inline constexpr size_t kMaxFrameHeaderBytes = size_t{64} << 20;
+// Header bytes a frame may carry: the targets of the largest micro-batch
+// (kMaxMicroBatchTokens varints of at most 5 bytes) and the fixed fields.
+inline constexpr size_t kMaxFrameHeaderBytes = size_t{21} << 20;
 
 // `header` must not have a payload. `payload` (`bytes` long) stays owned by
 // `owner`, which is released once the frame has been written or dropped.

@@ -1,11 +1,13 @@
 #include "server/admin_service.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/grpc_metadata.h"
 #include "common/grpc_status.h"
 #include "common/job_spec.h"
 #include "common/safetensors.h"
 #include "common/grpc_chunk_writer.h"
 #include "server/grpc_mailbox_writer.h"
+#include "server/request_validation.h"
 
 namespace shardline::server {
 namespace {
@@ -13,8 +15,10 @@ namespace {
 using common::ToGrpcStatus;
 using shardline::v1::JobStatus;
 
-// A watcher this far behind loses the oldest statuses it has not been sent.
+// A watcher this far behind loses the oldest statuses it has not been sent,
+// by count or by bytes: a reader that stops reading holds at most this much.
 constexpr size_t kMaxQueuedStatuses = 1024;
+constexpr size_t kMaxQueuedStatusBytes = 4 << 20;
 
 grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* context, const absl::Status& status) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
@@ -51,21 +55,33 @@ shardline::v1::WorkerStatus ToWorkerStatus(const WorkerRecord& w) {
 
 }  // namespace
 
+absl::Status AdminService::Authorize(const grpc::CallbackServerContext* context, AdminRole role) {
+  if (tokens_ == nullptr) return absl::OkStatus();
+  const std::string header = common::MetadataValue(*context, "authorization");
+  absl::StatusOr<std::string> holder = tokens_->Check(header, role);
+  return holder.status();
+}
+
 grpc::ServerUnaryReactor* AdminService::SubmitJob(grpc::CallbackServerContext* context,
                                                   const shardline::v1::SubmitJobRequest* request,
                                                   JobStatus* response) {
+  if (absl::Status s = Authorize(context, AdminRole::kAdmin); !s.ok()) return Done(context, s);
   return Reply(context, jobs_.Submit(request->spec()), response);
 }
 
 grpc::ServerUnaryReactor* AdminService::GetJob(grpc::CallbackServerContext* context,
                                                const shardline::v1::GetJobRequest* request,
                                                JobStatus* response) {
+  if (absl::Status s = Authorize(context, AdminRole::kViewer); !s.ok()) return Done(context, s);
+  if (absl::Status s = ValidateRequest(*request); !s.ok()) return Done(context, s);
   return Reply(context, jobs_.Get(request->job_id()), response);
 }
 
 grpc::ServerUnaryReactor* AdminService::GetTrace(grpc::CallbackServerContext* context,
                                                  const shardline::v1::GetTraceRequest* request,
                                                  shardline::v1::GetTraceResponse* response) {
+  if (absl::Status s = Authorize(context, AdminRole::kViewer); !s.ok()) return Done(context, s);
+  if (absl::Status s = ValidateRequest(*request); !s.ok()) return Done(context, s);
   if (request->first_step() < 0 || request->last_step() < 0 ||
       (request->last_step() > 0 && request->first_step() > request->last_step())) {
     return Done(context, absl::InvalidArgumentError(absl::StrCat("steps ", request->first_step(), ":",
@@ -77,13 +93,16 @@ grpc::ServerUnaryReactor* AdminService::GetTrace(grpc::CallbackServerContext* co
 grpc::ServerUnaryReactor* AdminService::ListJobs(grpc::CallbackServerContext* context,
                                                  const shardline::v1::ListJobsRequest* request,
                                                  shardline::v1::ListJobsResponse* response) {
+  if (absl::Status s = Authorize(context, AdminRole::kViewer); !s.ok()) return Done(context, s);
   for (JobStatus& job : jobs_.List()) *response->add_jobs() = std::move(job);
   return Done(context, absl::OkStatus());
 }
 
 grpc::ServerWriteReactor<JobStatus>* AdminService::WatchJob(grpc::CallbackServerContext* context,
                                                             const shardline::v1::GetJobRequest* request) {
-  auto mailbox = std::make_shared<StreamMailbox<JobStatus>>(kMaxQueuedStatuses);
+  if (absl::Status s = Authorize(context, AdminRole::kViewer); !s.ok()) return new RejectedWriter<JobStatus>(ToGrpcStatus(s));
+  if (absl::Status s = ValidateRequest(*request); !s.ok()) return new RejectedWriter<JobStatus>(ToGrpcStatus(s));
+  auto mailbox = std::make_shared<StreamMailbox<JobStatus>>(kMaxQueuedStatuses, kMaxQueuedStatusBytes);
   if (absl::Status s = jobs_.Watch(request->job_id(), mailbox); !s.ok()) {
     return new RejectedWriter<JobStatus>(ToGrpcStatus(s));
   }
@@ -93,12 +112,15 @@ grpc::ServerWriteReactor<JobStatus>* AdminService::WatchJob(grpc::CallbackServer
 grpc::ServerUnaryReactor* AdminService::CancelJob(grpc::CallbackServerContext* context,
                                                   const shardline::v1::GetJobRequest* request,
                                                   JobStatus* response) {
+  if (absl::Status s = Authorize(context, AdminRole::kAdmin); !s.ok()) return Done(context, s);
+  if (absl::Status s = ValidateRequest(*request); !s.ok()) return Done(context, s);
   return Reply(context, jobs_.Cancel(request->job_id()), response);
 }
 
 grpc::ServerUnaryReactor* AdminService::ListWorkers(grpc::CallbackServerContext* context,
                                                     const shardline::v1::ListWorkersRequest* request,
                                                     shardline::v1::ListWorkersResponse* response) {
+  if (absl::Status s = Authorize(context, AdminRole::kViewer); !s.ok()) return Done(context, s);
   for (const WorkerRecord& w : registry_.List()) *response->add_workers() = ToWorkerStatus(w);
   return Done(context, absl::OkStatus());
 }
@@ -106,6 +128,8 @@ grpc::ServerUnaryReactor* AdminService::ListWorkers(grpc::CallbackServerContext*
 grpc::ServerUnaryReactor* AdminService::DrainWorker(grpc::CallbackServerContext* context,
                                                     const shardline::v1::DrainWorkerRequest* request,
                                                     shardline::v1::WorkerStatus* response) {
+  if (absl::Status s = Authorize(context, AdminRole::kAdmin); !s.ok()) return Done(context, s);
+  if (absl::Status s = ValidateRequest(*request); !s.ok()) return Done(context, s);
   absl::StatusOr<WorkerRecord> w = jobs_.Drain(request->worker(), request->undo());
   if (w.ok()) *response = ToWorkerStatus(*w);
   return Done(context, w.status());
@@ -114,11 +138,14 @@ grpc::ServerUnaryReactor* AdminService::DrainWorker(grpc::CallbackServerContext*
 grpc::ServerUnaryReactor* AdminService::PlanJob(grpc::CallbackServerContext* context,
                                                 const shardline::v1::SubmitJobRequest* request,
                                                 shardline::v1::PlanResponse* response) {
+  if (absl::Status s = Authorize(context, AdminRole::kViewer); !s.ok()) return Done(context, s);
   return Reply(context, jobs_.Plan(request->spec()), response);
 }
 
 grpc::ServerWriteReactor<shardline::v1::ExportChunk>* AdminService::ExportWeights(
     grpc::CallbackServerContext* context, const shardline::v1::GetJobRequest* request) {
+  if (absl::Status s = Authorize(context, AdminRole::kAdmin); !s.ok()) return new RejectedWriter<shardline::v1::ExportChunk>(ToGrpcStatus(s));
+  if (absl::Status s = ValidateRequest(*request); !s.ok()) return new RejectedWriter<shardline::v1::ExportChunk>(ToGrpcStatus(s));
   absl::StatusOr<shardline::v1::JobSpec> spec = jobs_.Spec(request->job_id());
   absl::StatusOr<common::SafetensorsContents> contents =
       spec.ok() ? weights_.ExportWeights(request->job_id(),

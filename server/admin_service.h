@@ -1,10 +1,14 @@
 // AdminService is the gRPC face of the coordinator for operators and tools
 // (shardctl, shardline-local): jobs, workers, plans, weight export. It
 // translates between RPCs and the JobManager / WorkerRegistry / WeightStore.
-// Thread-safe.
+// With AdminTokens every call needs a bearer token of the role it asks for
+// (admin: SubmitJob, CancelJob, DrainWorker, ExportWeights; viewer: the
+// rest); without, the service is open (a coordinator on loopback, or one
+// run with --insecure). Thread-safe.
 #ifndef SHARDLINE_SERVER_ADMIN_SERVICE_H_
 #define SHARDLINE_SERVER_ADMIN_SERVICE_H_
 
+#include "server/admin_tokens.h"
 #include "server/job_manager.h"
 #include "server/weight_store.h"
 #include "server/worker_registry.h"
@@ -14,8 +18,9 @@ namespace shardline::server {
 
 class AdminService final : public shardline::v1::Admin::CallbackService {
  public:
-  AdminService(JobManager& jobs, WorkerRegistry& registry, WeightStore& weights)
-      : jobs_(jobs), registry_(registry), weights_(weights) {}
+  // `tokens` (may be null: no token needed) outlives the service.
+  AdminService(JobManager& jobs, WorkerRegistry& registry, WeightStore& weights, AdminTokens* tokens = nullptr)
+      : jobs_(jobs), registry_(registry), weights_(weights), tokens_(tokens) {}
 
   grpc::ServerUnaryReactor* SubmitJob(grpc::CallbackServerContext* context,
                                       const shardline::v1::SubmitJobRequest* request,
@@ -50,6 +55,9 @@ class AdminService final : public shardline::v1::Admin::CallbackService {
   JobManager& jobs_;
   WorkerRegistry& registry_;
   WeightStore& weights_;
+  AdminTokens* const tokens_;
+  // The call's bearer token grants `role` (always, without tokens_).
+  absl::Status Authorize(const grpc::CallbackServerContext* context, AdminRole role);
 };
 
 }  // namespace shardline::server

@@ -20,6 +20,7 @@
 #include "common/init.h"
 #include "common/metrics_http_server.h"
 #include "common/service_notifier.h"
+#include "common/transport_security.h"
 #include "glog/logging.h"
 #include "server/admin_service.h"
 #include "server/coordinator_metrics.h"
@@ -29,6 +30,9 @@
 #include "server/weight_store.h"
 #include "server/worker_registry.h"
 
+ABSL_FLAG(std::string, admin_tokens, "",
+          "file of bearer tokens for the Admin service, one `ROLE NAME TOKEN` a line (ROLE: admin or viewer); "
+          "re-read when it changes. Required to listen beyond loopback, unless --insecure");
 ABSL_FLAG(std::string, listen, "127.0.0.1:7400", "address to serve on (port 0: any free port)");
 ABSL_FLAG(std::string, state_dir, "", "directory for the coordinator's state: jobs, ids and committed weights (required)");
 ABSL_FLAG(int64_t, lease_ms, 3000, "a worker silent for this long is lost");
@@ -52,6 +56,33 @@ int Run() {
     std::fprintf(stderr, "Error: --lease_ms must be at least 100\n");
     return 3;
   }
+  absl::StatusOr<std::shared_ptr<shardline::common::TransportSecurity>> security =
+      shardline::common::TransportSecurity::FromFlags();
+  if (security.ok()) {
+    if (absl::Status s = (*security)->CheckListenAddress(absl::GetFlag(FLAGS_listen)); !s.ok()) security = s;
+  }
+  if (!security.ok()) {
+    std::fprintf(stderr, "Error: %s\n", std::string(security.status().message()).c_str());
+    return 3;
+  }
+  LOG(INFO) << "channels: " << (*security)->Describe();
+  std::unique_ptr<AdminTokens> tokens;
+  if (!absl::GetFlag(FLAGS_admin_tokens).empty()) {
+    absl::StatusOr<std::unique_ptr<AdminTokens>> loaded = AdminTokens::Load(absl::GetFlag(FLAGS_admin_tokens));
+    if (!loaded.ok()) {
+      std::fprintf(stderr, "Error: %s\n", std::string(loaded.status().message()).c_str());
+      return 3;
+    }
+    tokens = *std::move(loaded);
+  } else if (!(*security)->insecure() &&
+             !shardline::common::TransportSecurity::IsLoopback(absl::GetFlag(FLAGS_listen))) {
+    std::fprintf(stderr,
+                 "Error: refusing to serve the Admin service beyond loopback without --admin_tokens "
+                 "(or --insecure for a network you trust)\n");
+    return 3;
+  }
+  LOG(INFO) << "admin service: "
+            << (tokens != nullptr ? "bearer tokens of " + absl::GetFlag(FLAGS_admin_tokens) : "open (no --admin_tokens)");
   const std::string state_dir = absl::GetFlag(FLAGS_state_dir);
   auto weights = WeightStore::Open(state_dir);
   if (!weights.ok()) {
@@ -76,7 +107,7 @@ int Run() {
     std::fprintf(stderr, "Error: %s\n", std::string(s.message()).c_str());
     return 3;
   }
-  AdminService admin(jobs, registry, **weights);
+  AdminService admin(jobs, registry, **weights, tokens.get());
   shardline::common::MetricsRegistry metrics_registry;
   CoordinatorMetrics metrics(metrics_registry, registry, jobs);
   auto metrics_server = shardline::common::MetricsHttpServer::StartIfAsked(
@@ -93,7 +124,7 @@ int Run() {
   builder.AddChannelArgument("grpc.so_reuseport", 0);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   builder.SetMaxReceiveMessageSize(64 << 20);
-  builder.AddListeningPort(absl::GetFlag(FLAGS_listen), grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(absl::GetFlag(FLAGS_listen), (*security)->ServerCredentials(), &port);
   builder.RegisterService(&coordinator);
   builder.RegisterService(&admin);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();

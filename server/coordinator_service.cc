@@ -5,15 +5,24 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/grpc_chunk_writer.h"
+#include "common/grpc_metadata.h"
 #include "common/grpc_status.h"
+#include "common/input_limits.h"
 #include "common/safetensors.h"
 #include "glog/logging.h"
 #include "server/grpc_mailbox_writer.h"
+#include "server/request_validation.h"
 
 namespace shardline::server {
 namespace {
 
 using common::ToGrpcStatus;
+
+// The call names `worker_id`: it must carry that registration's secret.
+absl::Status CheckWorker(const grpc::CallbackServerContext* context, WorkerRegistry& registry,
+                         const std::string& worker_id) {
+  return registry.Authenticate(worker_id, common::MetadataValue(*context, common::kWorkerSecretKey));
+}
 
 grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* context, const absl::Status& status) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
@@ -27,7 +36,9 @@ grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* context, const absl:
 // of gRPC's callback threads.
 class ShardReader final : public grpc::ServerReadReactor<shardline::v1::ShardChunk> {
  public:
-  ShardReader(JobManager& jobs, shardline::v1::ReportShardResponse* response) : jobs_(jobs), response_(response) {
+  ShardReader(JobManager& jobs, WorkerRegistry& registry, std::string secret,
+              shardline::v1::ReportShardResponse* response)
+      : jobs_(jobs), registry_(registry), secret_(std::move(secret)), response_(response) {
     StartRead(&chunk_);
   }
 
@@ -35,11 +46,11 @@ class ShardReader final : public grpc::ServerReadReactor<shardline::v1::ShardChu
     if (!ok) return Complete();
     if (writer_ == nullptr) {
       const shardline::v1::ShardHeader& h = chunk_.header();
-      if (!chunk_.has_header() || h.total_bytes() < 0 || h.total_bytes() > CoordinatorService::kMaxShardBytes ||
-          h.offset() < 0 || h.offset() > h.total_bytes()) {
-        return Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                                   "the first shard chunk needs a header with a sane total_bytes and offset"));
+      if (!chunk_.has_header()) {
+        return Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "the first shard chunk needs a header"));
       }
+      if (absl::Status s = ValidateRequest(h); !s.ok()) return Finish(ToGrpcStatus(s));
+      if (absl::Status s = registry_.Authenticate(h.worker_id(), secret_); !s.ok()) return Finish(ToGrpcStatus(s));
       header_ = h;
       absl::StatusOr<std::unique_ptr<ShardUploads::Writer>> writer = jobs_.BeginShard(header_);
       if (!writer.ok()) return Finish(ToGrpcStatus(writer.status()));
@@ -91,6 +102,8 @@ class ShardReader final : public grpc::ServerReadReactor<shardline::v1::ShardChu
   }
 
   JobManager& jobs_;
+  WorkerRegistry& registry_;
+  const std::string secret_;  // the call's worker secret
   shardline::v1::ReportShardResponse* const response_;
   shardline::v1::ShardChunk chunk_;
   shardline::v1::ShardHeader header_;
@@ -121,6 +134,7 @@ void CoordinatorService::Deliver(const std::string& worker_id, shardline::v1::As
 grpc::ServerUnaryReactor* CoordinatorService::Register(grpc::CallbackServerContext* context,
                                                        const shardline::v1::RegisterRequest* request,
                                                        shardline::v1::RegisterResponse* response) {
+  if (absl::Status s = ValidateRequest(*request); !s.ok()) return Done(context, s);
   absl::StatusOr<std::string> id = registry_.Register(request->name(), request->capabilities());
   if (!id.ok()) return Done(context, id.status());
   {
@@ -128,6 +142,7 @@ grpc::ServerUnaryReactor* CoordinatorService::Register(grpc::CallbackServerConte
     mailboxes_[*id] = std::make_shared<AssignmentMailbox>(AssignmentMailbox::kUnlimited);
   }
   response->set_worker_id(*id);
+  response->set_worker_secret(registry_.Get(*id)->secret);
   response->set_lease_ms(absl::ToInt64Milliseconds(registry_.lease()));
   jobs_->Schedule();  // a pending job may have been waiting for this worker
   return Done(context, absl::OkStatus());
@@ -136,6 +151,8 @@ grpc::ServerUnaryReactor* CoordinatorService::Register(grpc::CallbackServerConte
 grpc::ServerUnaryReactor* CoordinatorService::Heartbeat(grpc::CallbackServerContext* context,
                                                         const shardline::v1::HeartbeatRequest* request,
                                                         shardline::v1::HeartbeatResponse* response) {
+  if (absl::Status s = ValidateRequest(*request); !s.ok()) return Done(context, s);
+  if (absl::Status s = CheckWorker(context, registry_, request->worker_id()); !s.ok()) return Done(context, s);
   response->set_lease_ms(absl::ToInt64Milliseconds(registry_.lease()));
   absl::Status status = registry_.Heartbeat(request->worker_id(), request->activity());
   if (status.ok()) {
@@ -148,7 +165,8 @@ grpc::ServerUnaryReactor* CoordinatorService::Heartbeat(grpc::CallbackServerCont
 grpc::ServerUnaryReactor* CoordinatorService::Leave(grpc::CallbackServerContext* context,
                                                     const shardline::v1::LeaveRequest* request,
                                                     shardline::v1::LeaveResponse* response) {
-  if (request->reason().size() > 256) return Done(context, absl::InvalidArgumentError("reason longer than 256 bytes"));
+  if (absl::Status s = ValidateRequest(*request); !s.ok()) return Done(context, s);
+  if (absl::Status s = CheckWorker(context, registry_, request->worker_id()); !s.ok()) return Done(context, s);
   absl::StatusOr<WorkerRecord> left = registry_.Leave(request->worker_id());
   if (!left.ok()) return Done(context, left.status());
   LOG(INFO) << "worker " << left->name << " left: " << request->reason();
@@ -162,6 +180,10 @@ grpc::ServerUnaryReactor* CoordinatorService::Leave(grpc::CallbackServerContext*
 
 grpc::ServerWriteReactor<shardline::v1::Assignment>* CoordinatorService::WatchAssignments(
     grpc::CallbackServerContext* context, const shardline::v1::WatchAssignmentsRequest* request) {
+  if (absl::Status s = ValidateRequest(*request); !s.ok()) return new RejectedWriter<shardline::v1::Assignment>(ToGrpcStatus(s));
+  if (absl::Status s = CheckWorker(context, registry_, request->worker_id()); !s.ok()) {
+    return new RejectedWriter<shardline::v1::Assignment>(ToGrpcStatus(s));
+  }
   absl::StatusOr<WorkerRecord> worker = registry_.Get(request->worker_id());
   if (!worker.ok() || worker->lost) {
     return new RejectedWriter<shardline::v1::Assignment>(grpc::Status(
@@ -180,6 +202,8 @@ grpc::ServerWriteReactor<shardline::v1::Assignment>* CoordinatorService::WatchAs
 grpc::ServerUnaryReactor* CoordinatorService::ReportStep(grpc::CallbackServerContext* context,
                                                          const shardline::v1::ReportStepRequest* request,
                                                          shardline::v1::ReportStepResponse* response) {
+  if (absl::Status s = ValidateRequest(*request); !s.ok()) return Done(context, s);
+  if (absl::Status s = CheckWorker(context, registry_, request->worker_id()); !s.ok()) return Done(context, s);
   absl::StatusOr<bool> stop = jobs_->ReportStep(*request);
   if (stop.ok()) response->set_stop(*stop);
   return Done(context, stop.status());
@@ -187,11 +211,15 @@ grpc::ServerUnaryReactor* CoordinatorService::ReportStep(grpc::CallbackServerCon
 
 grpc::ServerReadReactor<shardline::v1::ShardChunk>* CoordinatorService::ReportShard(
     grpc::CallbackServerContext* context, shardline::v1::ReportShardResponse* response) {
-  return new ShardReader(*jobs_, response);
+  return new ShardReader(*jobs_, registry_, common::MetadataValue(*context, common::kWorkerSecretKey), response);
 }
 
 grpc::ServerWriteReactor<shardline::v1::ShardChunk>* CoordinatorService::FetchState(
     grpc::CallbackServerContext* context, const shardline::v1::FetchStateRequest* request) {
+  if (absl::Status s = ValidateRequest(*request); !s.ok()) return new RejectedWriter<shardline::v1::ShardChunk>(ToGrpcStatus(s));
+  if (absl::Status s = CheckWorker(context, registry_, request->worker_id()); !s.ok()) {
+    return new RejectedWriter<shardline::v1::ShardChunk>(ToGrpcStatus(s));
+  }
   absl::StatusOr<common::SafetensorsContents> contents = jobs_->FetchState(*request);
   absl::StatusOr<std::string> bytes = contents.ok() ? common::SerializeSafetensors(*contents) : contents.status();
   if (!bytes.ok()) return new RejectedWriter<shardline::v1::ShardChunk>(common::ToGrpcStatus(bytes.status()));

@@ -20,9 +20,6 @@ namespace shardline::server {
 
 class CoordinatorService final : public shardline::v1::Coordinator::CallbackService {
  public:
-  // Shards declaring more bytes than this are refused (INVALID_ARGUMENT).
-  static constexpr int64_t kMaxShardBytes = int64_t{16} << 30;
-
   explicit CoordinatorService(WorkerRegistry& registry) : registry_(registry) {}
   // Set once, before the server starts.
   void set_jobs(JobManager* jobs) { jobs_ = jobs; }

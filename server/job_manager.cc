@@ -3,8 +3,11 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/checked_int.h"
+#include "common/cost_model.h"
 #include "common/heartbeat.h"
 #include "common/job_spec.h"
+#include "common/random_token.h"
 #include "common/safetensors.h"
 #include "common/shard_digest.h"
 #include "common/status_macros.h"
@@ -186,10 +189,13 @@ void JobManager::ScheduleLocked() {
     std::vector<shardline::v1::Assignment> assignments = std::move(placement->assignments);
     job.Start(*epoch, *std::move(placement));
     Save(job);
+    // The plan's workers alone know it: their link hellos and twins' fetches carry it.
+    const std::string link_token = common::RandomToken();
     for (size_t position = 0; position < assignments.size(); ++position) {
       const std::string& worker = job.workers()[position];
       registry_.SetJob(worker, id);
       assignments[position].set_plan_epoch(*epoch);
+      assignments[position].set_link_token(link_token);
       deliver_(worker, std::move(assignments[position]));
     }
   }
@@ -235,7 +241,7 @@ absl::Status JobManager::CheckShard(const shardline::v1::ShardHeader& h) {
   ASSIGN_OR_RETURN(RunningJob * job, Find(h.job_id()));
   if (!job->running()) return absl::FailedPreconditionError(absl::StrCat("job ", h.job_id(), " is not running"));
   // Replica 0's tensor rank 0 sends the shards (the others' agree: their digests).
-  RETURN_IF_ERROR(job->CheckSender(h.plan_epoch(), h.stage(), 0, 0, "").status());
+  RETURN_IF_ERROR(job->CheckSender(h.plan_epoch(), h.stage(), 0, 0, h.worker_id()).status());
   if (h.stages() != job->stages()) {
     return absl::InvalidArgumentError(absl::StrCat("shard says ", h.stages(), " stages; the plan has ",
                                                    job->stages()));
@@ -256,6 +262,29 @@ ShardKey KeyOf(const shardline::v1::ShardHeader& h) {
 
 absl::StatusOr<std::unique_ptr<ShardUploads::Writer>> JobManager::BeginShard(const shardline::v1::ShardHeader& h) {
   RETURN_IF_ERROR(CheckShard(h));
+  // The declared size against what the stage holds, before a byte is stored.
+  int64_t most = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    ASSIGN_OR_RETURN(RunningJob * job, Find(h.job_id()));
+    const int position = job->PositionOf(h.stage(), 0, 0);
+    if (position >= job->status().stages_size()) return absl::InternalError("the job has no such position");
+    const shardline::v1::StageStatus& stage = job->status().stages(position);
+    const std::vector<common::UnitCost> units = common::ModelUnitCosts(job->spec().model(), job->spec().model().context());
+    common::CheckedInt64 parameters = 0;
+    for (int u = stage.unit_begin(); u < stage.unit_end() && u < static_cast<int>(units.size()); ++u) {
+      parameters += units[u].parameters;
+    }
+    const int64_t optimizer_copies = job->spec().train().optimizer().kind() == "adamw" ? 2 : 1;
+    // The safetensors header: a few hundred bytes per tensor, a few tensors per unit.
+    most = (parameters * 4 * (1 + optimizer_copies) + int64_t{64 << 10} * (stage.unit_end() - stage.unit_begin() + 1))
+               .value();
+  }
+  if (h.total_bytes() > most) {
+    return absl::InvalidArgumentError(absl::StrCat("shard of stage ", h.stage(), " declares ", h.total_bytes(),
+                                                   " bytes; its units' weights and optimizer state are at most ",
+                                                   most));
+  }
   return weights_.BeginUpload(KeyOf(h), h.total_bytes(), h.digest());
 }
 
@@ -398,7 +427,7 @@ absl::Status JobManager::Watch(const std::string& job_id,
                                std::shared_ptr<StreamMailbox<shardline::v1::JobStatus>> mailbox) {
   absl::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(RunningJob * job, Find(job_id));
-  job->Watch(std::move(mailbox));
+  RETURN_IF_ERROR(job->Watch(std::move(mailbox)));
   return absl::OkStatus();
 }
 

@@ -5,7 +5,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/checked_int.h"
 #include "common/cost_model.h"
+#include "common/input_limits.h"
 #include "common/job_spec.h"
 
 namespace shardline::server {
@@ -16,10 +18,17 @@ constexpr double kInfinity = std::numeric_limits<double>::infinity();
 // Everything a range of units costs on one stage.
 struct RangeCost {
   double flops_per_micro_batch = 0;
-  int64_t memory_bytes = 0;
+  int64_t memory_bytes = 0;  // int64's largest when the spec's numbers overflow it
+  int64_t shard_bytes = 0;   // of its checkpoint: weights and optimizer state
 };
 
 double GiB(int64_t bytes) { return static_cast<double>(bytes) / (1 << 30); }
+
+// "12.50 GiB", or what an overflowed size is.
+std::string Bytes(int64_t bytes) {
+  if (bytes == std::numeric_limits<int64_t>::max()) return "more bytes than 64-bit arithmetic holds";
+  return absl::StrFormat("%.2f GiB", GiB(bytes));
+}
 
 }  // namespace
 
@@ -44,35 +53,51 @@ absl::StatusOr<PipelinePlan> PlanPipeline(const shardline::v1::JobSpec& spec,
   const int m = spec.train().micro_batches();
   const int d = std::max(1, spec.parallel().data_parallel());
   const int64_t t = spec.model().context();
-  const double tokens = static_cast<double>(spec.train().global_batch() / (int64_t{m} * d)) * t;
+  const int64_t sequences = spec.train().global_batch() / (int64_t{m} * d);
+  const double tokens = static_cast<double>(sequences) * t;
   const std::vector<common::UnitCost> units = common::ModelUnitCosts(spec.model(), t);
   // Floats per parameter: weight and gradient, and the optimizer's m (and
   // v), of which a ZeRO-1 replica keeps 1/d.
-  const double optimizer_copies = spec.train().optimizer().kind() == "adamw" ? 2.0 : 1.0;
-  const double state_copies = 2.0 + optimizer_copies / (spec.parallel().shard_optimizer() ? d : 1);
+  const int64_t optimizer_copies = spec.train().optimizer().kind() == "adamw" ? 2 : 1;
+  const int64_t optimizer_shards = spec.parallel().shard_optimizer() ? d : 1;
   const bool one_f_one_b = spec.parallel().schedule() == "1f1b";
 
   // Prefix sums, so that a range's cost is O(1) in the O(p·n²) search.
-  std::vector<double> flops(n + 1, 0.0), saved_bytes(n + 1, 0.0), parameters(n + 1, 0.0);
+  // Bytes in checked int64 (the spec's numbers are bounded one by one, not
+  // their products): a range whose memory overflows does not fit anywhere.
+  std::vector<double> flops(n + 1, 0.0);
+  std::vector<common::CheckedInt64> saved_per_token(n + 1), parameters(n + 1);
   for (int u = 0; u < n; ++u) {
     flops[u + 1] = flops[u] + units[u].flops_per_token * tokens;
-    saved_bytes[u + 1] = saved_bytes[u] + units[u].saved_bytes_per_token * tokens;
-    parameters[u + 1] = parameters[u] + static_cast<double>(units[u].parameters);
+    saved_per_token[u + 1] = saved_per_token[u] + static_cast<int64_t>(units[u].saved_bytes_per_token);
+    parameters[u + 1] = parameters[u] + units[u].parameters;
   }
+  const common::CheckedInt64 token_count = common::CheckedInt64(sequences) * t;
   // Cost of units [a, b) as stage s.
   auto range = [&](int s, int a, int b) {
     RangeCost cost;
     cost.flops_per_micro_batch = flops[b] - flops[a];
-    const double saved = saved_bytes[b] - saved_bytes[a];
-    const double params = parameters[b] - parameters[a];
+    const common::CheckedInt64 params = parameters[b] - parameters[a];
+    const common::CheckedInt64 state = params * 4 * 2 + (params * 4 * optimizer_copies).DividedBy(optimizer_shards);
     const int in_flight = one_f_one_b ? std::min(p - s, m) : m;
     // Plus, for each micro-batch in flight, the stage's input, its output
     // and the gradient of its output (ShardRuntime keeps all three per slot).
-    const double edges =
-        (units[a].output_bytes_per_token + 2 * units[b - 1].output_bytes_per_token) * tokens;
-    cost.memory_bytes = static_cast<int64_t>(params * 4.0 * state_copies + in_flight * (saved + edges));
+    const common::CheckedInt64 edges =
+        static_cast<int64_t>(units[a].output_bytes_per_token + 2 * units[b - 1].output_bytes_per_token);
+    const common::CheckedInt64 memory = state + (saved_per_token[b] - saved_per_token[a] + edges) * token_count * in_flight;
+    cost.memory_bytes = memory.value();  // int64's largest when it overflowed: fits nowhere
+    cost.shard_bytes = (params * 4 * (1 + optimizer_copies)).value();
     return cost;
   };
+  // A stage's checkpoint must fit in one shard.
+  for (int u = 0; u < n; ++u) {
+    const int64_t shard = range(0, u, u + 1).shard_bytes;
+    if (shard > common::kMaxShardBytes) {
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "unit %d of the model alone makes a checkpoint shard of %s, more than the %.0f GiB a shard may be",
+          u, Bytes(shard), GiB(common::kMaxShardBytes)));
+    }
+  }
 
   // best[s][j]: the smallest possible slowest-stage time when stages 0..s
   // hold units [0, j); cut[s][j] the first unit of stage s in that plan.
@@ -84,7 +109,7 @@ absl::StatusOr<PipelinePlan> PlanPipeline(const shardline::v1::JobSpec& spec,
         const double before = s == 0 ? (a == 0 ? 0.0 : kInfinity) : best[s - 1][a];
         if (before == kInfinity) continue;
         const RangeCost cost = range(s, a, j);
-        if (cost.memory_bytes > workers[s].memory_bytes) continue;
+        if (cost.memory_bytes > workers[s].memory_bytes || cost.shard_bytes > common::kMaxShardBytes) continue;
         const double time = std::max(before, cost.flops_per_micro_batch / workers[s].flops_per_second);
         if (time < best[s][j]) {
           best[s][j] = time;
@@ -100,17 +125,20 @@ absl::StatusOr<PipelinePlan> PlanPipeline(const shardline::v1::JobSpec& spec,
       const int a = s * n / p, b = (s + 1) * n / p;
       const RangeCost cost = range(s, a, b);
       if (cost.memory_bytes > workers[s].memory_bytes) {
-        detail = absl::StrFormat("; e.g. units [%d, %d) on worker %s need %.2f GiB, it has %.2f GiB",
-                                 a, b, workers[s].name, GiB(cost.memory_bytes),
+        detail = absl::StrFormat("; e.g. stage %d (units [%d, %d)) on worker %s needs %s, it has %.2f GiB",
+                                 s, a, b, workers[s].name, Bytes(cost.memory_bytes),
                                  GiB(workers[s].memory_bytes));
+      } else if (cost.shard_bytes > common::kMaxShardBytes) {
+        detail = absl::StrFormat("; e.g. stage %d (units [%d, %d)) makes a checkpoint shard of %s, at most %.0f GiB",
+                                 s, a, b, Bytes(cost.shard_bytes), GiB(common::kMaxShardBytes));
       }
     }
-    int64_t total = 0;
+    common::CheckedInt64 total = 0;
     for (int u = 0; u < n; ++u) total += range(0, u, u + 1).memory_bytes;
     return absl::ResourceExhaustedError(absl::StrFormat(
         "no cut of the %d units into %d stages fits the workers' memory (the model needs about "
-        "%.2f GiB in all)%s",
-        n, p, GiB(total), detail));
+        "%s in all)%s",
+        n, p, Bytes(total.value()), detail));
   }
   std::vector<int> starts(p);
   for (int s = p - 1, j = n; s >= 0; --s) j = starts[s] = cut[s][j];
@@ -123,7 +151,7 @@ absl::StatusOr<PipelinePlan> PlanPipeline(const shardline::v1::JobSpec& spec,
     keep = a < b && b <= n;
     if (!keep) break;
     const RangeCost cost = range(s, a, b);
-    keep = cost.memory_bytes <= workers[s].memory_bytes;
+    keep = cost.memory_bytes <= workers[s].memory_bytes && cost.shard_bytes <= common::kMaxShardBytes;
     kept_slowest = std::max(kept_slowest, cost.flops_per_micro_batch / workers[s].flops_per_second);
   }
   if (keep && kept_slowest <= kKeepCutSlack * slowest) {
@@ -137,7 +165,7 @@ absl::StatusOr<PipelinePlan> PlanPipeline(const shardline::v1::JobSpec& spec,
     const RangeCost cost = range(s, a, j);
     plan.stages[s] = StagePlan{a, j, workers[s].name,
                                cost.flops_per_micro_batch / workers[s].flops_per_second,
-                               cost.memory_bytes, static_cast<int64_t>(parameters[j] - parameters[a])};
+                               cost.memory_bytes, (parameters[j] - parameters[a]).value()};
   }
   plan.predicted_step_seconds = (m + p - 1) * slowest;
   plan.bubble_fraction = static_cast<double>(p - 1) / (m + p - 1);

@@ -216,12 +216,19 @@ bool RunningJob::TakeLinkRetry() {
   return link_retries_++ < kLinkRetries;
 }
 
-void RunningJob::Watch(std::shared_ptr<StreamMailbox<shardline::v1::JobStatus>> mailbox) {
+absl::Status RunningJob::Watch(std::shared_ptr<StreamMailbox<shardline::v1::JobStatus>> mailbox) {
+  watchers_.erase(std::remove_if(watchers_.begin(), watchers_.end(), [](const auto& w) { return w->closed(); }),
+                  watchers_.end());
+  if (watchers_.size() >= kMaxWatchers) {
+    return absl::ResourceExhaustedError(absl::StrCat("job ", status_.job_id(), " already has ", watchers_.size(),
+                                                     " watchers, the most it takes"));
+  }
   for (const shardline::v1::JobStatus& past : recent_steps_) {
     if (past.step() < status_.step()) mailbox->Push(past);  // the current step comes with the status now
   }
   mailbox->Push(status_);
   if (!ended()) watchers_.push_back(std::move(mailbox));
+  return absl::OkStatus();
 }
 
 void RunningJob::Publish() {

@@ -127,7 +127,9 @@ class RunningJob {
 
   // Streams to `mailbox` the recent steps' statuses, the status now and,
   // unless the job has ended, every later one.
-  void Watch(std::shared_ptr<StreamMailbox<shardline::v1::JobStatus>> mailbox);
+  // RESOURCE_EXHAUSTED while kMaxWatchers streams watch the job.
+  absl::Status Watch(std::shared_ptr<StreamMailbox<shardline::v1::JobStatus>> mailbox);
+  static constexpr size_t kMaxWatchers = 64;
 
  private:
   void CompleteStep(int64_t step);

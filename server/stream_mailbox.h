@@ -24,7 +24,8 @@ template <typename T>
 class StreamMailbox {
  public:
   static constexpr size_t kUnlimited = 0;
-  explicit StreamMailbox(size_t max_queued) : max_queued_(max_queued) {}
+  explicit StreamMailbox(size_t max_queued, size_t max_bytes = kUnlimited)
+      : max_queued_(max_queued), max_bytes_(max_bytes) {}
 
   using StartWrite = std::function<void(const T*)>;
 
@@ -50,10 +51,18 @@ class StreamMailbox {
     {
       absl::MutexLock lock(&mu_);
       if (closed_) return false;
+      queued_bytes_ += Bytes(message);
       queue_.push_back(std::move(message));
-      // The front may be in flight; drop the oldest message behind it.
-      if (max_queued_ != kUnlimited && queue_.size() > std::max<size_t>(max_queued_, 2)) {
-        queue_.erase(queue_.begin() + (writing_ ? 1 : 0));
+      // The front may be in flight; drop the oldest messages behind it (the
+      // newest always stays).
+      auto over = [this] {
+        return (max_queued_ != kUnlimited && queue_.size() > std::max<size_t>(max_queued_, 2)) ||
+               (max_bytes_ != kUnlimited && queued_bytes_ > max_bytes_);
+      };
+      const size_t first = writing_ ? 1 : 0;
+      while (over() && queue_.size() > first + 1) {
+        queued_bytes_ -= std::min(queued_bytes_, Bytes(queue_[first]));
+        queue_.erase(queue_.begin() + first);
       }
       next = NextLocked();
       start = start_write_;
@@ -69,12 +78,20 @@ class StreamMailbox {
     {
       absl::MutexLock lock(&mu_);
       writing_ = false;
-      if (ok && !queue_.empty()) queue_.pop_front();
+      if (ok && !queue_.empty()) {
+        queued_bytes_ -= std::min(queued_bytes_, Bytes(queue_.front()));
+        queue_.pop_front();
+      }
       if (!ok) closed_ = true;
       next = NextLocked();
       start = start_write_;
     }
     if (next != nullptr) start(next);
+  }
+  // True once the stream is gone (or the mailbox handed on).
+  bool closed() {
+    absl::MutexLock lock(&mu_);
+    return closed_;
   }
   bool writing() {
     absl::MutexLock lock(&mu_);
@@ -88,6 +105,7 @@ class StreamMailbox {
     std::deque<T> out;
     const size_t first = writing_ ? 1 : 0;
     while (queue_.size() > first) {
+      queued_bytes_ -= std::min(queued_bytes_, Bytes(queue_.back()));
       out.push_front(std::move(queue_.back()));
       queue_.pop_back();
     }
@@ -101,6 +119,17 @@ class StreamMailbox {
   }
 
  private:
+  // A protobuf message's serialized size; sizeof for anything else.
+  template <typename U>
+  static auto BytesOf(const U& m, int) -> decltype(static_cast<size_t>(m.ByteSizeLong())) {
+    return m.ByteSizeLong();
+  }
+  template <typename U>
+  static size_t BytesOf(const U&, long) {
+    return sizeof(U);
+  }
+  static size_t Bytes(const T& m) { return BytesOf(m, 0); }
+
   const T* NextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (writing_ || closed_ || !start_write_ || queue_.empty()) return nullptr;
     writing_ = true;
@@ -108,8 +137,10 @@ class StreamMailbox {
   }
 
   const size_t max_queued_;
+  const size_t max_bytes_;
   absl::Mutex mu_;
   std::deque<T> queue_ ABSL_GUARDED_BY(mu_);
+  size_t queued_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   StartWrite start_write_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;

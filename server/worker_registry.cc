@@ -3,6 +3,8 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/input_limits.h"
+#include "common/random_token.h"
 
 namespace shardline::server {
 
@@ -16,7 +18,7 @@ absl::StatusOr<std::string> WorkerRegistry::Register(
       name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") !=
           std::string::npos) {
     return absl::InvalidArgumentError(
-        absl::StrCat("worker name '", name, "' must be 1-128 characters of [A-Za-z0-9._-]"));
+        absl::StrCat("worker name ", common::Quote(name), " must be 1-128 characters of [A-Za-z0-9._-]"));
   }
   if (caps.listen_address().empty()) {
     return absl::InvalidArgumentError("a worker must say where its StageLink service listens");
@@ -33,15 +35,41 @@ absl::StatusOr<std::string> WorkerRegistry::Register(
     workers_.erase(it);
     break;
   }
+  if (workers_.size() >= kMaxWorkers) {
+    // Room for one more: the longest-lost record goes, if there is one.
+    auto oldest = workers_.end();
+    for (auto it = workers_.begin(); it != workers_.end(); ++it) {
+      if (it->second.lost && (oldest == workers_.end() || it->second.lost_at < oldest->second.lost_at)) oldest = it;
+    }
+    if (oldest == workers_.end()) {
+      return absl::ResourceExhaustedError(absl::StrCat("the coordinator already has ", workers_.size(),
+                                                       " live workers, the most it takes"));
+    }
+    workers_.erase(oldest);
+  }
   WorkerRecord record;
   record.order = next_id_;
   record.id = absl::StrCat("worker-", next_id_++, tag_.empty() ? "" : ".", tag_);
   record.name = name;
+  record.secret = common::RandomToken();
   record.capabilities = caps;
   record.lease_expiry = clock_() + lease_;
   record.last_heartbeat = clock_();
   workers_[record.id] = record;
   return record.id;
+}
+
+absl::Status WorkerRegistry::Authenticate(const std::string& worker_id, absl::string_view secret) {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(worker_id);
+  if (it == workers_.end()) {
+    return absl::NotFoundError(absl::StrCat("worker ", common::Quote(worker_id), " is not registered; register again"));
+  }
+  if (!common::TokensEqual(it->second.secret, secret)) {
+    return absl::UnauthenticatedError(
+        absl::StrCat("the call names worker ", common::Quote(worker_id), " without its registration's secret"));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status WorkerRegistry::Heartbeat(const std::string& worker_id, const shardline::v1::StageActivity& activity) {
@@ -64,6 +92,7 @@ absl::StatusOr<WorkerRecord> WorkerRegistry::Leave(const std::string& worker_id)
   auto it = workers_.find(worker_id);
   if (it == workers_.end() || it->second.lost) return absl::NotFoundError(absl::StrCat("no live worker ", worker_id));
   it->second.lost = true;
+  it->second.lost_at = clock_();
   return it->second;
 }
 
@@ -71,9 +100,14 @@ std::vector<WorkerRecord> WorkerRegistry::ExpireLeases() {
   std::vector<WorkerRecord> lost;
   absl::MutexLock lock(&mu_);
   const absl::Time now = clock_();
+  // Lost workers are kept a while for people to see (ListWorkers), then go.
+  for (auto it = workers_.begin(); it != workers_.end();) {
+    it = it->second.lost && now - it->second.lost_at > kLostRetention ? workers_.erase(it) : std::next(it);
+  }
   for (auto& [id, w] : workers_) {
     if (!w.lost && w.lease_expiry < now) {
       w.lost = true;
+      w.lost_at = now;
       lost.push_back(w);
     }
   }
@@ -88,6 +122,7 @@ std::vector<WorkerRecord> WorkerRegistry::ExpireSilent(const std::vector<std::st
     auto it = workers_.find(id);
     if (it == workers_.end() || it->second.lost || now - it->second.last_heartbeat <= silence) continue;
     it->second.lost = true;
+    it->second.lost_at = now;
     lost.push_back(it->second);
   }
   return lost;

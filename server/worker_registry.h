@@ -12,6 +12,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "shardline/v1/coordinator.pb.h"
@@ -21,9 +22,11 @@ namespace shardline::server {
 struct WorkerRecord {
   std::string id;
   std::string name;
+  std::string secret;  // RegisterResponse.worker_secret: never logged or shown
   shardline::v1::WorkerCapabilities capabilities;
   absl::Time lease_expiry;
   bool lost = false;
+  absl::Time lost_at;  // when it was taken for lost
   std::string job_id;  // empty when idle
   int64_t order = 0;   // registration order
   bool drained = false;  // out of service: never given a job
@@ -37,6 +40,12 @@ std::string StateOf(const WorkerRecord& worker);
 
 class WorkerRegistry {
  public:
+  // A lost worker's record stays this long (ListWorkers shows it), and the
+  // registry holds at most kMaxWorkers records: past that the longest-lost
+  // one goes, and with none lost Register says RESOURCE_EXHAUSTED.
+  static constexpr absl::Duration kLostRetention = absl::Minutes(10);
+  static constexpr size_t kMaxWorkers = 4096;
+
   using Clock = std::function<absl::Time()>;
   // Worker ids are "worker-<n>.<incarnation_tag>" ("worker-<n>" without a
   // tag): the coordinator passes a tag unique to its incarnation, so an id
@@ -55,6 +64,10 @@ class WorkerRegistry {
   // ALREADY_EXISTS while a live worker has the name (a lost one is replaced).
   absl::StatusOr<std::string> Register(const std::string& name,
                                        const shardline::v1::WorkerCapabilities& capabilities);
+  // Whether `secret` is the registration's (WorkerRecord::secret), in
+  // constant time: NOT_FOUND for an unknown worker (it must register
+  // again), UNAUTHENTICATED for another secret.
+  absl::Status Authenticate(const std::string& worker_id, absl::string_view secret);
   // NOT_FOUND for an unknown or lost worker (it must register again).
   // `activity` is kept for the hang explainer (an absurd one is dropped).
   absl::Status Heartbeat(const std::string& worker_id,
@@ -62,7 +75,8 @@ class WorkerRegistry {
   // A worker leaving (shutting down): lost now, not a lease later. Its
   // record as it was; NOT_FOUND for an unknown or already lost worker.
   absl::StatusOr<WorkerRecord> Leave(const std::string& worker_id);
-  // Marks workers whose lease has lapsed as lost; returns them.
+  // Marks workers whose lease has lapsed as lost; returns them. Forgets
+  // those lost longer than kLostRetention.
   std::vector<WorkerRecord> ExpireLeases();
   // Marks those of `ids` silent for longer than `silence` (no heartbeat)
   // as lost before their lease lapses; returns them. For workers already

@@ -4,6 +4,7 @@
 
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
+#include "common/grpc_metadata.h"
 #include "common/grpc_status.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
@@ -14,17 +15,29 @@ namespace shardline::worker {
 
 using common::FromGrpcStatus;
 
-GrpcCoordinatorClient::GrpcCoordinatorClient(const std::string& address, absl::Duration deadline)
-    : deadline_(deadline) {
+GrpcCoordinatorClient::GrpcCoordinatorClient(const std::string& address, absl::Duration deadline,
+                                             std::shared_ptr<grpc::ChannelCredentials> credentials)
+    : deadline_(deadline),
+      credentials_(credentials != nullptr ? std::move(credentials) : grpc::InsecureChannelCredentials()) {
   grpc::ChannelArguments args;
   args.SetMaxSendMessageSize(64 << 20);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 30000);
   stub_ = shardline::v1::Coordinator::NewStub(
-      grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
+      grpc::CreateCustomChannel(address, credentials_, args));
 }
 
 void GrpcCoordinatorClient::SetDeadline(grpc::ClientContext& context) const {
   context.set_deadline(absl::ToChronoTime(absl::Now() + deadline_));
+}
+
+void GrpcCoordinatorClient::Authorize(grpc::ClientContext& context) {
+  std::lock_guard<std::mutex> lock(registration_mu_);
+  if (!worker_secret_.empty()) context.AddMetadata(common::kWorkerSecretKey, worker_secret_);
+}
+
+std::string GrpcCoordinatorClient::worker_id() {
+  std::lock_guard<std::mutex> lock(registration_mu_);
+  return worker_id_;
 }
 
 absl::StatusOr<shardline::v1::RegisterResponse> GrpcCoordinatorClient::Register(
@@ -35,6 +48,9 @@ absl::StatusOr<shardline::v1::RegisterResponse> GrpcCoordinatorClient::Register(
   shardline::v1::RegisterResponse response;
   const grpc::Status status = stub_->Register(&context, request, &response);
   if (!status.ok()) return FromGrpcStatus(status);
+  std::lock_guard<std::mutex> lock(registration_mu_);
+  worker_id_ = response.worker_id();
+  worker_secret_ = response.worker_secret();
   return response;
 }
 
@@ -42,6 +58,7 @@ absl::StatusOr<shardline::v1::HeartbeatResponse> GrpcCoordinatorClient::Heartbea
     const std::string& worker_id, const std::optional<shardline::v1::StageActivity>& activity) {
   grpc::ClientContext context;
   SetDeadline(context);
+  Authorize(context);
   shardline::v1::HeartbeatRequest request;
   request.set_worker_id(worker_id);
   if (activity.has_value()) *request.mutable_activity() = *activity;
@@ -53,6 +70,7 @@ absl::StatusOr<shardline::v1::HeartbeatResponse> GrpcCoordinatorClient::Heartbea
 absl::Status GrpcCoordinatorClient::Leave(const std::string& worker_id, const std::string& reason) {
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + std::min(deadline_, absl::Seconds(2))));
+  Authorize(context);
   shardline::v1::LeaveRequest request;
   request.set_worker_id(worker_id);
   request.set_reason(reason);
@@ -64,6 +82,7 @@ absl::Status GrpcCoordinatorClient::WatchAssignments(
     const std::string& worker_id,
     const std::function<void(const shardline::v1::Assignment&)>& on_assignment) {
   grpc::ClientContext context;  // no deadline: the stream lives as long as the worker
+  Authorize(context);
   {
     std::lock_guard<std::mutex> lock(watch_mu_);
     watch_context_ = &context;
@@ -95,6 +114,7 @@ absl::StatusOr<bool> GrpcCoordinatorClient::ReportStep(const shardline::v1::Repo
   for (int attempt = 1;; ++attempt) {
     grpc::ClientContext context;
     SetDeadline(context);
+    Authorize(context);
     shardline::v1::ReportStepResponse response;
     const grpc::Status status = stub_->ReportStep(&context, report, &response);
     if (status.ok()) return response.stop();
@@ -128,6 +148,7 @@ absl::Status GrpcCoordinatorClient::ReportShard(const ShardSnapshot& shard, cons
   for (int attempt = 1;; ++attempt) {
     if (cancelled) return absl::CancelledError("the shard upload was abandoned");
     grpc::ClientContext context;
+    Authorize(context);
     shardline::v1::ReportShardResponse response;
     int64_t sent = offset;
     grpc::Status status;
@@ -139,6 +160,7 @@ absl::Status GrpcCoordinatorClient::ReportShard(const ShardSnapshot& shard, cons
       shardline::v1::ShardChunk chunk;
       *chunk.mutable_header() = shard.header();
       chunk.mutable_header()->set_offset(offset);
+      chunk.mutable_header()->set_worker_id(worker_id());
       bool ok = true;
       do {
         shard.Read(sent, kChunk, chunk.mutable_data());
@@ -224,6 +246,7 @@ absl::StatusOr<common::SafetensorsContents> GrpcCoordinatorClient::FetchState(
   grpc::ClientContext context;
   // A whole stage's state: more time than one small call.
   context.set_deadline(absl::ToChronoTime(absl::Now() + 6 * deadline_));
+  Authorize(context);
   auto reader = stub_->FetchState(&context, request);
   return ReadStateStream(context, *reader, "the coordinator");
 }
@@ -233,7 +256,7 @@ absl::StatusOr<common::SafetensorsContents> GrpcCoordinatorClient::FetchStateFro
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(64 << 20);
   auto stub = shardline::v1::WorkerState::NewStub(
-      grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
+      grpc::CreateCustomChannel(address, credentials_, args));
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + 6 * deadline_));
   auto reader = stub->FetchState(&context, request);

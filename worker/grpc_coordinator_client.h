@@ -21,8 +21,12 @@ namespace shardline::worker {
 
 class GrpcCoordinatorClient final : public StageReporter {
  public:
-  GrpcCoordinatorClient(const std::string& address, absl::Duration deadline);
+  // `credentials` protect the channel to the coordinator and those to twins.
+  GrpcCoordinatorClient(const std::string& address, absl::Duration deadline,
+                        std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr);
 
+  // Keeps the registration's id and secret: every later call carries the
+  // secret (metadata common::kWorkerSecretKey), a shard header the id.
   absl::StatusOr<shardline::v1::RegisterResponse> Register(const shardline::v1::RegisterRequest& r);
   // With what the worker's stage does now, if it runs one (the hang
   // explainer); the answer says whether the worker is drained.
@@ -50,11 +54,18 @@ class GrpcCoordinatorClient final : public StageReporter {
 
  private:
   void SetDeadline(grpc::ClientContext& context) const;
+  // Adds the registration's secret to the call.
+  void Authorize(grpc::ClientContext& context);
+  std::string worker_id();
 
   const absl::Duration deadline_;
+  const std::shared_ptr<grpc::ChannelCredentials> credentials_;
   std::unique_ptr<shardline::v1::Coordinator::Stub> stub_;
   std::mutex watch_mu_;
   grpc::ClientContext* watch_context_ = nullptr;  // guarded by watch_mu_
+  std::mutex registration_mu_;
+  std::string worker_id_;      // guarded by registration_mu_
+  std::string worker_secret_;  // guarded by registration_mu_; never logged
 };
 
 }  // namespace shardline::worker

@@ -12,9 +12,44 @@
 
 namespace shardline::worker {
 
+namespace {
+
+int64_t MicroBatchTokens(const shardline::v1::JobSpec& spec) {
+  const int64_t pipelines = std::max<int64_t>(1, int64_t{spec.train().micro_batches()} *
+                                                     std::max(1, spec.parallel().data_parallel()));
+  return (spec.train().global_batch() + pipelines - 1) / pipelines * spec.model().context();
+}
+
+}  // namespace
+
+transport::FrameLimits StageLinkFrameLimits(const shardline::v1::Assignment& a) {
+  transport::FrameLimits limits;
+  limits.max_elements = static_cast<int64_t>(runtime::LargestLinkTensorBytes(a.spec()) / sizeof(float));
+  limits.max_targets = MicroBatchTokens(a.spec());
+  return limits;
+}
+
+transport::FrameLimits CollectiveFrameLimits(const shardline::v1::Assignment& a) {
+  int64_t parameters = 0;
+  const std::vector<common::UnitCost> units = common::ModelUnitCosts(a.spec().model(), a.spec().model().context());
+  for (int u = a.unit_begin(); u < a.unit_end() && u < static_cast<int>(units.size()); ++u) {
+    parameters += units[u].parameters;
+  }
+  const int64_t tokens = MicroBatchTokens(a.spec());
+  transport::FrameLimits limits;
+  limits.max_elements = std::min(transport::kMaxFrameElements,
+                                 std::max({parameters, StageLinkFrameLimits(a).max_elements,
+                                           3 * tokens * std::max(1, a.tensor_size()), int64_t{1} << 16}));
+  limits.max_targets = 0;
+  return limits;
+}
+
 absl::StatusOr<JobGroups> CreateJobGroups(const shardline::v1::Assignment& a, Backend& backend,
                                           transport::StageLinkService& service,
-                                          const transport::ExchangeOptions& exchange) {
+                                          const transport::ExchangeOptions& link_exchange) {
+  transport::ExchangeOptions exchange = link_exchange;
+  exchange.limits = CollectiveFrameLimits(a);
+  exchange.link_token = a.link_token();
   auto group = [&](std::string name, int rank, const auto& addresses, size_t slot_bytes) {
     collective::GrpcCollectiveOptions o;
     o.job_id = a.job_id();

@@ -28,6 +28,13 @@ struct JobGroups {
   }
 };
 
+// What a neighbouring stage may send on a stage link of the assignment's
+// job: a micro-batch's activations or gradients and its targets.
+transport::FrameLimits StageLinkFrameLimits(const shardline::v1::Assignment& a);
+// What a rank of its groups may send: a bucket of the stage's gradients (at
+// most all its parameters), a micro-batch's activations, or the loss parts.
+transport::FrameLimits CollectiveFrameLimits(const shardline::v1::Assignment& a);
+
 absl::StatusOr<JobGroups> CreateJobGroups(const shardline::v1::Assignment& a, Backend& backend,
                                           transport::StageLinkService& service,
                                           const transport::ExchangeOptions& exchange);

@@ -66,7 +66,7 @@ absl::Status RunStageJob(const shardline::v1::Assignment& a, const std::string& 
                          Backend& backend, transport::StageLink& link, collective::Collective* replicas,
                          collective::Collective* tensor_group,
                          StageReporter& reporter, StateCache& cache, const std::atomic<bool>& cancelled,
-                         runtime::StageActivity* activity) {
+                         const data::DataAccess& data_access, runtime::StageActivity* activity) {
   auto doing = [activity](int64_t step, std::string what) {
     if (activity != nullptr) activity->Set(step, std::move(what));
   };
@@ -83,7 +83,7 @@ absl::Status RunStageJob(const shardline::v1::Assignment& a, const std::string& 
   std::unique_ptr<runtime::ShardRuntime> runtime;
   std::unique_ptr<runtime::PipelineStage> stage;
   if (status.ok() && a.stage() == 0) {
-    absl::StatusOr<std::unique_ptr<data::DataSource>> source = data::CreateDataSource(spec);
+    absl::StatusOr<std::unique_ptr<data::DataSource>> source = data::CreateDataSource(spec, data_access);
     status = source.status();
     if (source.ok()) data = std::move(*source);
   }

@@ -23,6 +23,7 @@
 #include "shardline/v1/coordinator.pb.h"
 #include "worker/backend/backend.h"
 #include "worker/collective/collective.h"
+#include "worker/data/data_file.h"
 #include "worker/runtime/stage_activity.h"
 #include "worker/stage_reporter.h"
 #include "worker/state_cache.h"
@@ -34,7 +35,7 @@ absl::Status RunStageJob(const shardline::v1::Assignment& assignment, const std:
                          Backend& backend, transport::StageLink& link, collective::Collective* replicas,
                          collective::Collective* tensor_group,
                          StageReporter& reporter, StateCache& cache, const std::atomic<bool>& cancelled,
-                         runtime::StageActivity* activity = nullptr);
+                         const data::DataAccess& data_access, runtime::StageActivity* activity = nullptr);
 
 }  // namespace shardline::worker
 

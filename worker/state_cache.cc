@@ -1,5 +1,7 @@
 #include "worker/state_cache.h"
 
+#include "common/random_token.h"
+
 namespace shardline::worker {
 
 void StateCache::Put(std::shared_ptr<ShardSnapshot> snapshot) {
@@ -19,6 +21,20 @@ std::map<std::string, common::Tensor> StateCache::TakeMemory() {
   if (held_ == nullptr || held_.use_count() != 1) return {};
   std::shared_ptr<ShardSnapshot> held = std::move(held_);
   return std::move(*held).TakeTensors();
+}
+
+void StateCache::AdmitToken(const std::string& job_id, const std::string& token) {
+  constexpr size_t kRemembered = 16;
+  absl::MutexLock lock(&mu_);
+  tokens_.emplace_back(job_id, token);
+  while (tokens_.size() > kRemembered) tokens_.pop_front();
+}
+
+bool StateCache::Admits(const std::string& job_id, const std::string& token) {
+  absl::MutexLock lock(&mu_);
+  bool admitted = false;
+  for (const auto& [job, known] : tokens_) admitted |= job == job_id && common::TokensEqual(known, token);
+  return admitted && !token.empty();
 }
 
 }  // namespace shardline::worker

@@ -10,6 +10,8 @@
 #define SHARDLINE_WORKER_STATE_CACHE_H_
 
 #include <cstdint>
+#include <deque>
+#include <utility>
 #include <map>
 #include <memory>
 #include <string>
@@ -32,9 +34,16 @@ class StateCache {
   // held afterwards. Else none, and it stays.
   std::map<std::string, common::Tensor> TakeMemory();
 
+  // Twins prove they belong to a job with its plan's link token: the token
+  // of an assignment this worker received for `job_id` (the last few
+  // plans of the last few jobs are remembered).
+  void AdmitToken(const std::string& job_id, const std::string& token);
+  bool Admits(const std::string& job_id, const std::string& token);
+
  private:
   absl::Mutex mu_;
   std::shared_ptr<ShardSnapshot> held_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::pair<std::string, std::string>> tokens_ ABSL_GUARDED_BY(mu_);  // (job, token), newest last
 };
 
 }  // namespace shardline::worker

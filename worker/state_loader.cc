@@ -27,6 +27,7 @@ absl::StatusOr<std::string> LoadState(const shardline::v1::Assignment& a, const 
   request.set_replica(a.replica());
   request.set_tensor_rank(a.tensor_rank());
   request.set_worker_id(worker_id);
+  request.set_link_token(a.link_token());
   request.set_step(step);
   for (const nn::Parameter* p : runtime.parameters()) request.add_names(p->name);
   const std::string position = absl::StrCat("job ", a.job_id(), " stage ", a.stage(), " replica ", a.replica());

@@ -5,6 +5,8 @@
 // systemd (Type=notify) it says READY=1 once registered, WATCHDOG=1 while its
 // main loop turns and STOPPING=1 on SIGTERM or SIGINT, then leaves the
 // coordinator (its job fails over at once), stops its stage and exits 0.
+#include <sys/stat.h>
+
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 
 #include <csignal>
@@ -17,6 +19,7 @@
 #include "common/init.h"
 #include "common/metrics_http_server.h"
 #include "common/service_notifier.h"
+#include "common/transport_security.h"
 #include "glog/logging.h"
 #include "worker/backend/backend_factory.h"
 #include "worker/worker_server.h"
@@ -27,6 +30,9 @@ ABSL_FLAG(std::string, advertise_host, "", "host neighbours should dial (default
 ABSL_FLAG(std::string, device, "auto", "auto (cuda:0 when present, else cpu), cpu or cuda:N");
 ABSL_FLAG(std::string, name, "", "unique worker name (required)");
 ABSL_FLAG(int, threads, 0, "CPU compute threads (0 = all cores)");
+ABSL_FLAG(std::string, data_root, ".",
+          "jobs' data files (data.path) must lie under this directory; a relative data.path is taken from "
+          "here (default: the directory the worker starts in)");
 ABSL_FLAG(int64_t, link_timeout_ms, 60000, "a neighbour silent this long fails the step");
 ABSL_FLAG(int64_t, link_chunk_kib, 1024, "payload KiB per stage-link frame (4 to 16384)");
 ABSL_FLAG(int32_t, link_window_frames, 16, "frames a neighbour may send ahead of this stage (1 to 4096)");
@@ -62,6 +68,11 @@ int main(int argc, char** argv) {
   }
   options.name = absl::GetFlag(FLAGS_name);
   options.threads = absl::GetFlag(FLAGS_threads);
+  options.data_root = absl::GetFlag(FLAGS_data_root);
+  if (struct stat st; options.data_root.empty() || ::stat(options.data_root.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    std::fprintf(stderr, "Error: --data_root '%s' is not a directory\n", options.data_root.c_str());
+    return 3;
+  }
   options.link.timeout = absl::Milliseconds(absl::GetFlag(FLAGS_link_timeout_ms));
   const int64_t chunk_kib = absl::GetFlag(FLAGS_link_chunk_kib);
   const int32_t window = absl::GetFlag(FLAGS_link_window_frames);
@@ -83,6 +94,16 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "Error: --gemm_flops must be 0 (measure) or positive\n");
     return 3;
   }
+  absl::StatusOr<std::shared_ptr<shardline::common::TransportSecurity>> security =
+      shardline::common::TransportSecurity::FromFlags();
+  if (security.ok()) {
+    if (absl::Status s = (*security)->CheckListenAddress(options.listen); !s.ok()) security = s;
+  }
+  if (!security.ok()) {
+    std::fprintf(stderr, "Error: %s\n", std::string(security.status().message()).c_str());
+    return 3;
+  }
+  options.security = *security;
   // The metrics endpoint first: a bad --metrics_listen fails before the
   // worker registers.
   shardline::common::MetricsRegistry metrics;
@@ -99,6 +120,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "Error: %s\n", std::string(worker.status().message()).c_str());
     return absl::IsInvalidArgument(worker.status()) ? 3 : 2;
   }
+  LOG(INFO) << "channels: " << (*security)->Describe();
   if (!absl::GetFlag(FLAGS_port_file).empty()) {
     (void)shardline::common::WriteFileAtomically(absl::GetFlag(FLAGS_port_file),
                                                  absl::StrCat((*worker)->port(), "\n"));

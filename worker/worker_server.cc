@@ -63,7 +63,13 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const WorkerOp
         "to be told which one to dial: set --advertise_host to this machine's name or address as the "
         "other workers reach it (in Docker Compose: the service's name)"));
   }
-  std::unique_ptr<WorkerServer> w(new WorkerServer(options));
+  const std::shared_ptr<common::TransportSecurity> security =
+      options.security != nullptr ? options.security : common::TransportSecurity::Plaintext();
+  RETURN_IF_ERROR(security->CheckListenAddress(options.listen));
+  WorkerOptions secured = options;
+  secured.security = security;
+  secured.link.channel_credentials = security->ChannelCredentials();
+  std::unique_ptr<WorkerServer> w(new WorkerServer(secured));
   ASSIGN_OR_RETURN(w->backend_, CreateBackend(options.device, {options.threads}));
   double flops = options.gemm_flops;
   if (!(flops > 0)) {
@@ -74,7 +80,7 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const WorkerOp
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   builder.AddChannelArgument("grpc.so_reuseport", 0);
-  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &w->port_);
+  builder.AddListeningPort(options.listen, security->ServerCredentials(), &w->port_);
   w->link_service_.RegisterWith(builder);
   builder.RegisterService(&w->state_service_);
   w->server_ = builder.BuildAndStart();
@@ -84,7 +90,8 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const WorkerOp
   w->PublishHealth();  // NOT_SERVING until registered
   const std::string host = options.advertise_host.empty() ? HostOf(options.listen) : options.advertise_host;
 
-  w->coordinator_ = std::make_unique<GrpcCoordinatorClient>(options.coordinator, options.rpc_deadline);
+  w->coordinator_ =
+      std::make_unique<GrpcCoordinatorClient>(options.coordinator, options.rpc_deadline, security->ChannelCredentials());
   shardline::v1::RegisterRequest& request = w->registration_;
   request.set_name(options.name);
   auto* caps = request.mutable_capabilities();
@@ -279,6 +286,9 @@ void WorkerServer::OnAssignment(const shardline::v1::Assignment& a) {
     }
     return;
   }
+  // At once, before the old job stops: a twin of the new plan may ask for
+  // this worker's snapshot soon.
+  state_cache_.AdmitToken(a.job_id(), a.link_token());
   {
     absl::MutexLock lock(&mu_);
     // The coordinator resends what a broken stream may not have delivered.
@@ -323,6 +333,8 @@ void WorkerServer::RunJob(shardline::v1::Assignment a) {
   // Enough waiting room that no two neighbours can both wait on a full
   // buffer under either schedule (1F1B needs about half the stage count).
   options.exchange.max_waiting = std::max<size_t>(8, static_cast<size_t>(a.stages()));
+  options.exchange.limits = StageLinkFrameLimits(a);
+  options.exchange.link_token = a.link_token();
   options.staging_slot_bytes = runtime::LargestLinkTensorBytes(a.spec());
   options.staging_memory = transport::HostStagingMemory(*backend_);
   // Where device copies finish later (CUDA), a stage's sender holds a few
@@ -352,8 +364,11 @@ void WorkerServer::RunJob(shardline::v1::Assignment a) {
     MeteredReporter reporter(options_.scramble_reports ? static_cast<StageReporter&>(scrambled) : *coordinator_,
                              *metrics_);
     activity_.Begin(a.job_id(), a.plan_epoch(), a.stage(), a.replica());
+    data::DataAccess data_access;
+    data_access.root = options_.data_root;
+    data_access.cancelled = &job_cancelled_;
     status = RunStageJob(a, worker_id(), *backend_, **link, groups.replicas.get(), groups.tensor.get(), reporter,
-                         state_cache_, job_cancelled_, &activity_);
+                         state_cache_, job_cancelled_, data_access, &activity_);
     activity_.End();
     absl::MutexLock lock(&mu_);
     link_ = nullptr;

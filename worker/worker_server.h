@@ -11,27 +11,47 @@
 #ifndef SHARDLINE_WORKER_WORKER_SERVER_H_
 #define SHARDLINE_WORKER_WORKER_SERVER_H_
 
+#include "common/transport_security.h"
 #include <grpcpp/grpcpp.h>
 
+#include "common/transport_security.h"
 #include <atomic>
+#include "common/transport_security.h"
 #include <memory>
+#include "common/transport_security.h"
 #include <string>
+#include "common/transport_security.h"
 #include <thread>
 
+#include "common/transport_security.h"
 #include "absl/base/thread_annotations.h"
+#include "common/transport_security.h"
 #include "absl/status/statusor.h"
+#include "common/transport_security.h"
 #include "absl/synchronization/mutex.h"
+#include "common/transport_security.h"
 #include "absl/synchronization/notification.h"
+#include "common/transport_security.h"
 #include "absl/time/time.h"
+#include "common/transport_security.h"
 #include "common/metrics_registry.h"
+#include "common/transport_security.h"
 #include "worker/backend/backend.h"
+#include "common/transport_security.h"
 #include "worker/collective/collective.h"
+#include "common/transport_security.h"
 #include "worker/grpc_coordinator_client.h"
+#include "common/transport_security.h"
 #include "worker/grpc_job_groups.h"
+#include "common/transport_security.h"
 #include "worker/runtime/stage_activity.h"
+#include "common/transport_security.h"
 #include "worker/state_cache.h"
+#include "common/transport_security.h"
 #include "worker/worker_state_service.h"
+#include "common/transport_security.h"
 #include "worker/transport/grpc_stage_link.h"
+#include "common/transport_security.h"
 #include "worker/transport/stage_link_service.h"
 
 namespace shardline::worker {
@@ -43,6 +63,12 @@ struct WorkerOptions {
   std::string device = "cpu";
   std::string name;
   int threads = 0;
+  // The directory under which jobs' data files (data.path) must lie; a
+  // relative data.path is taken from here. Must not be empty.
+  std::string data_root = ".";
+  // Its channels' protection (mutual TLS or plaintext), for the StageLink
+  // server and every channel it dials. Null: plaintext, loopback only.
+  std::shared_ptr<common::TransportSecurity> security;
   absl::Duration rpc_deadline = absl::Seconds(10);
   // Stage links: timeout, chunk size and flow-control window (the wire
   // precision and the waiting bound come from each job).

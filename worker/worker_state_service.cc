@@ -46,6 +46,10 @@ class Refused final : public grpc::ServerWriteReactor<shardline::v1::ShardChunk>
 
 grpc::ServerWriteReactor<shardline::v1::ShardChunk>* WorkerStateService::FetchState(
     grpc::CallbackServerContext* context, const shardline::v1::FetchStateRequest* request) {
+  if (!cache_.Admits(request->job_id(), request->link_token())) {
+    return new Refused(grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                                    "the request does not carry a link token of a plan of its job on this worker"));
+  }
   std::shared_ptr<const ShardSnapshot> snapshot = cache_.Get(request->job_id(), request->step());
   if (snapshot == nullptr) {
     return new Refused(grpc::Status(grpc::StatusCode::NOT_FOUND,

@@ -118,7 +118,8 @@ TEST(FlagsTest, FlagFilesAndTheEnvironmentSetFlags) {
 
 TEST(FlagsTest, AWorkerOnAWildcardAddressMustBeToldWhatToAdvertise) {
   for (const std::string listen : {"0.0.0.0:0", "[::]:0"}) {
-    const Output o = RunProgram({kBin + "/shardline-worker", "--name=w", "--listen=" + listen, "--coordinator=127.0.0.1:1"});
+    const Output o = RunProgram(
+        {kBin + "/shardline-worker", "--name=w", "--listen=" + listen, "--coordinator=127.0.0.1:1", "--insecure"});
     EXPECT_EQ(o.ended, kInvalid) << listen << ": " << o.err;
     EXPECT_TRUE(absl::StartsWith(o.err, "Error: --listen=" + listen)) << o.err;
     EXPECT_TRUE(absl::StrContains(o.err, "set --advertise_host")) << o.err;

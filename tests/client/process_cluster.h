@@ -38,7 +38,8 @@ class ProcessCluster {
     int workers = 2;
     std::string advertise_host;  // empty: the listen host (127.0.0.1)
     int64_t link_timeout_ms = 3000;
-    std::vector<std::string> worker_flags;  // more flags for every worker
+    std::vector<std::string> worker_flags;  // more flags for every worker (w<i>: %W is replaced by i)
+    std::vector<std::string> coordinator_flags;  // more flags for the coordinator
     int64_t lease_ms = 1000;
   };
 
@@ -46,6 +47,7 @@ class ProcessCluster {
   // returns. Null (with a test failure) if a daemon did not come up.
   static std::unique_ptr<ProcessCluster> Start(const std::string& name, const Options& options) {
     auto c = std::unique_ptr<ProcessCluster>(new ProcessCluster(TempDir(name), options.lease_ms));
+    c->coordinator_flags_ = options.coordinator_flags;
     if (!c->StartCoordinator("0")) return nullptr;
     for (int i = 0; i < options.workers; ++i) {
       const std::string port_file = absl::StrCat(c->dir_, "/w", i, ".port");
@@ -54,7 +56,10 @@ class ProcessCluster {
                                        absl::StrCat("--link_timeout_ms=", options.link_timeout_ms),
                                        "--port_file=" + port_file};
       if (!options.advertise_host.empty()) argv.push_back("--advertise_host=" + options.advertise_host);
-      argv.insert(argv.end(), options.worker_flags.begin(), options.worker_flags.end());
+      for (std::string flag : options.worker_flags) {
+        if (const size_t at = flag.find("%W"); at != std::string::npos) flag.replace(at, 2, std::to_string(i));
+        argv.push_back(std::move(flag));
+      }
       auto worker = ChildProcess::Start(argv, absl::StrCat(c->dir_, "/w", i, ".log"));
       EXPECT_TRUE(worker.ok()) << worker.status();
       if (!worker.ok()) return nullptr;
@@ -91,17 +96,19 @@ class ProcessCluster {
   const std::string& dir() const { return dir_; }
   const std::string& address() const { return address_; }
   const std::vector<std::string>& worker_ports() const { return worker_ports_; }
-  // The process of worker `w<i>`.
+  // The process of worker `w<i>`, and the coordinator's.
   pid_t worker_pid(int i) const { return workers_[i]->pid(); }
+  pid_t coordinator_pid() const { return coordinator_->pid(); }
 
  private:
   ProcessCluster(std::string dir, int64_t lease_ms) : dir_(std::move(dir)), lease_ms_(lease_ms) {}
   bool StartCoordinator(const std::string& port) {
     const std::string port_file = absl::StrCat(dir_, "/port", starts_);
-    auto coordinator = ChildProcess::Start({kBin + "/shardline-coordinator", "--listen=127.0.0.1:" + port,
-                                            "--state_dir=" + dir_ + "/state", "--port_file=" + port_file,
-                                            absl::StrCat("--lease_ms=", lease_ms_)},
-                                           absl::StrCat(dir_, "/coordinator", starts_, ".log"));
+    std::vector<std::string> argv = {kBin + "/shardline-coordinator", "--listen=127.0.0.1:" + port,
+                                     "--state_dir=" + dir_ + "/state", "--port_file=" + port_file,
+                                     absl::StrCat("--lease_ms=", lease_ms_)};
+    argv.insert(argv.end(), coordinator_flags_.begin(), coordinator_flags_.end());
+    auto coordinator = ChildProcess::Start(argv, absl::StrCat(dir_, "/coordinator", starts_, ".log"));
     EXPECT_TRUE(coordinator.ok()) << coordinator.status();
     if (!coordinator.ok()) return false;
     coordinator_ = std::move(*coordinator);
@@ -114,6 +121,7 @@ class ProcessCluster {
   }
   const std::string dir_;
   const int64_t lease_ms_;
+  std::vector<std::string> coordinator_flags_;
   std::string address_;
   std::vector<std::string> worker_ports_;
   // Stopped (SIGTERM, then SIGKILL) when the cluster goes: workers first.

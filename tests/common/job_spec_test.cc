@@ -152,5 +152,49 @@ TEST(JobSpecTest, ShippedExamplesAreValid) {
   EXPECT_EQ(LoadJobSpec("/nonexistent/spec.json").status().code(), absl::StatusCode::kNotFound);
 }
 
+// The hostile-client probe: this spec passed validation, and the planner's
+// memory estimate overflowed int64 into a plan that "fit".
+TEST(JobSpecTest, AMicroBatchTooLargeForAStageLinkIsRefused) {
+  ExpectInvalid(R"({"name": "huge",
+    "model": {"kind": "gpt", "vocab_size": 1048576, "context": 65536, "d_model": 65536, "n_heads": 1024,
+              "n_layers": 1024},
+    "data": {"kind": "addition", "digits": 2},
+    "train": {"steps": 10, "global_batch": 1048576, "micro_batches": 1, "seed": 3,
+              "optimizer": {"kind": "adamw", "lr": 0.001}}})",
+                "tokens per micro-batch");
+  // 2 × 16384 tokens are few enough, but at d_model 65536 their activations
+  // are 2^31 values: more than a stage link carries.
+  ExpectInvalid(Edit(R"("context": 16, "d_model": 32)", R"("context": 16384, "d_model": 65536)"),
+                "a stage link carries");
+}
+
+TEST(JobSpecTest, NamesAreShortAndPrintable) {
+  ExpectInvalid(Edit(R"("name": "t")", R"("name": ")" + std::string(129, 'n') + R"(")"), "at most 128");
+  ExpectInvalid(Edit(R"("name": "t")", R"("name": "a\u0007b")"), "control character");
+  EXPECT_TRUE(ParseJobSpec(Edit(R"("name": "t")", R"("name": ")" + std::string(128, 'n') + R"(")")).ok());
+}
+
+TEST(JobSpecTest, ErrorsQuoteOnlyAPrefixOfBadInput) {
+  auto spec = ParseJobSpec(Edit(R"("kind": "gpt")", R"("kind": ")" + std::string(100000, 'x') + R"(")"));
+  ASSERT_FALSE(spec.ok());
+  EXPECT_LT(spec.status().message().size(), 300u) << spec.status().message().substr(0, 300);
+  EXPECT_NE(spec.status().message().find("(100000 bytes)"), std::string::npos) << spec.status().message();
+  auto field = ParseJobSpec(Edit(R"("name": "t")", R"(")" + std::string(100000, 'f') + R"(": 1, "name": "t")"));
+  ASSERT_FALSE(field.ok());
+  EXPECT_LT(field.status().message().size(), 300u) << "an unknown field's name is quoted in part";
+}
+
+TEST(JobSpecTest, ASpecIsAtMostOneMiB) {
+  ExpectInvalid(Edit(R"("name": "t")", R"("name": "t", "description": ")" + std::string(1 << 20, 'd') + R"(")"),
+                "at most 1048576");
+}
+
+TEST(JobSpecTest, ASpecFileIsReadWithABound) {
+  auto spec = LoadJobSpec("/dev/zero");
+  ASSERT_FALSE(spec.ok());
+  EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(spec.status().message().find("larger than"), std::string::npos) << spec.status();
+}
+
 }  // namespace
 }  // namespace shardline::common

@@ -24,7 +24,7 @@ skip() {
   exit 77
 }
 [[ $(id -u) -eq 0 ]] || skip "starting dockerd needs root"
-for tool in dockerd docker docker-compose debootstrap iptables-save iptables-restore python3; do
+for tool in dockerd docker docker-compose debootstrap iptables-save iptables-restore python3 openssl; do
   command -v "$tool" >/dev/null || skip "$tool is not installed (deploy/install-deps.sh installs docker.io, docker-compose, debootstrap)"
 done
 
@@ -36,7 +36,16 @@ export DOCKER_HOST=unix://$exec_root/docker.sock
 export SHARDLINE_IMAGE=shardline-test:$$ BASE_IMAGE=shardline-base-test:$$ SHARDLINE_PORT=
 project=shardlinetest$$
 compose=(docker-compose -p "$project" -f "$source_dir/deploy/docker/docker-compose.yml" --profile cpu)
-ctl() { timeout 60 "$bin_dir/shardctl" --coordinator="$coordinator" "$@"; }
+# TLS as the compose file asks for it: development certificates and a token.
+tls=$work/tls
+for name in coordinator worker shardctl; do bash "$source_dir/deploy/certs.sh" "$tls" "$name" >/dev/null; done
+token=$(openssl rand -hex 32)
+echo "admin ops $token" >"$tls/admin-tokens"
+echo "$token" >"$work/token"
+chmod a+rx "$tls" && chmod a+r "$tls"/*  # the containers' user reads them (development certificates)
+export SHARDLINE_TLS_DIR=$tls
+secure=(--tls_cert="$tls/shardctl.pem" --tls_key="$tls/shardctl.key" --tls_ca="$tls/ca.pem" --token_file="$work/token")
+ctl() { timeout 60 "$bin_dir/shardctl" --coordinator="$coordinator" "${secure[@]}" "$@"; }
 
 ip_forward=$(sysctl -n net.ipv4.ip_forward)
 iptables-save >"$work/iptables.before"
@@ -148,7 +157,7 @@ busy = [w["name"] for w in json.load(sys.stdin)["workers"] if w.get("state") == 
 print(sorted(busy)[-1])')
 echo "committed step $step; killing worker container $victim"
 docker kill "$victim" >/dev/null
-timeout 600 "$bin_dir/shardctl" --coordinator="$coordinator" watch "$job" >"$work/watch.log" 2>&1 \
+timeout 600 "$bin_dir/shardctl" --coordinator="$coordinator" "${secure[@]}" watch "$job" >"$work/watch.log" 2>&1 \
   || { echo "FAIL: the job did not succeed"; tail -n 5 "$work/watch.log"; ctl describe job "$job"; exit 1; }
 ctl -o json describe job "$job" >"$work/job.json"
 ctl -o json get workers >"$work/workers.json"

@@ -4,11 +4,14 @@
 
 #include <chrono>
 #include <filesystem>
+#include <map>
 
 #include "common/job_spec.h"
 #include "common/safetensors.h"
 #include "common/shard_digest.h"
+#include "common/grpc_metadata.h"
 #include "gtest/gtest.h"
+#include "server/running_job.h"
 #include "server/admin_service.h"
 #include "server/coordinator_service.h"
 #include "server/job_manager.h"
@@ -47,13 +50,15 @@ class CoordinatorServiceTest : public ::testing::Test {
   }
   void TearDown() override { server_->Shutdown(); }
 
-  shardline::v1::JobSpec Spec(int stages = 1) {
+  // d_model 1024: a model whose shard may be the 128 MiB the upload tests send.
+  shardline::v1::JobSpec Spec(int stages = 1, int d_model = 16) {
     auto spec = common::ParseJobSpec(R"({"name": "t",
       "model": {"kind": "gpt", "vocab_size": 16, "context": 12, "d_model": 16, "n_heads": 2, "n_layers": 1},
       "data": {"kind": "addition", "digits": 2},
       "train": {"steps": 5, "global_batch": 2, "micro_batches": 1, "seed": 1,
                 "optimizer": {"kind": "adamw", "lr": 0.01}}})");
     spec->mutable_parallel()->set_pipeline_stages(stages);
+    spec->mutable_model()->set_d_model(d_model);
     return *spec;
   }
   grpc::Status Register(const std::string& name, std::string* id = nullptr, double flops = 1e9) {
@@ -66,7 +71,14 @@ class CoordinatorServiceTest : public ::testing::Test {
     shardline::v1::RegisterResponse response;
     grpc::Status status = worker_stub_->Register(&context, request, &response);
     if (id != nullptr) *id = response.worker_id();
+    if (status.ok()) secrets_[response.worker_id()] = response.worker_secret();
+    if (status.ok()) last_worker_ = response.worker_id();
     return status;
+  }
+  // The call carries `worker_id`'s registration secret (the last one
+  // registered's when empty), as a worker's calls do.
+  void Sign(grpc::ClientContext& context, const std::string& worker_id = "") {
+    context.AddMetadata(common::kWorkerSecretKey, secrets_[worker_id.empty() ? last_worker_ : worker_id]);
   }
   shardline::v1::JobStatus Submit(const shardline::v1::JobSpec& spec, grpc::Status* status) {
     grpc::ClientContext context;
@@ -78,12 +90,14 @@ class CoordinatorServiceTest : public ::testing::Test {
   }
   grpc::Status ReportStep(const shardline::v1::ReportStepRequest& r) {
     grpc::ClientContext context;
+    Sign(context, r.worker_id());
     shardline::v1::ReportStepResponse response;
     return worker_stub_->ReportStep(&context, r, &response);
   }
   grpc::Status ReportShard(const std::vector<shardline::v1::ShardChunk>& chunks,
                            shardline::v1::ReportShardResponse* response = nullptr) {
     grpc::ClientContext context;
+    Sign(context, chunks.empty() ? "" : chunks[0].header().worker_id());
     shardline::v1::ReportShardResponse ignored;
     auto writer = worker_stub_->ReportShard(&context, response != nullptr ? response : &ignored);
     for (const auto& c : chunks) {
@@ -101,11 +115,12 @@ class CoordinatorServiceTest : public ::testing::Test {
     c.tensors.at("blocks.0.mlp.fc.weight").values<float>()[7] = 0.5f;
     return *common::SerializeSafetensors(c);
   }
-  static std::vector<shardline::v1::ShardChunk> Chunks(const shardline::v1::JobStatus& job, const std::string& file,
+  std::vector<shardline::v1::ShardChunk> Chunks(const shardline::v1::JobStatus& job, const std::string& file,
                                                        int64_t offset, int64_t end) {
     std::vector<shardline::v1::ShardChunk> chunks(1);
     auto* h = chunks[0].mutable_header();
     h->set_job_id(job.job_id());
+    h->set_worker_id(last_worker_);
     h->set_plan_epoch(job.plan_epoch());
     h->set_stages(1);
     h->set_step(5);
@@ -133,6 +148,8 @@ class CoordinatorServiceTest : public ::testing::Test {
   std::unique_ptr<AdminService> admin_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<shardline::v1::Coordinator::Stub> worker_stub_;
+  std::map<std::string, std::string> secrets_;  // by worker id
+  std::string last_worker_;
   std::unique_ptr<shardline::v1::Admin::Stub> admin_stub_;
 };
 
@@ -168,6 +185,8 @@ TEST_F(CoordinatorServiceTest, UnknownJobsAreNotFound) {
   EXPECT_EQ(watch->Finish().error_code(), StatusCode::NOT_FOUND);
   shardline::v1::ReportStepRequest report;
   report.set_job_id("job-404");
+  report.set_worker_id("worker-1");
+  report.set_step(1);
   EXPECT_EQ(ReportStep(report).error_code(), StatusCode::NOT_FOUND);
   EXPECT_TRUE(StillServing());
 }
@@ -209,7 +228,7 @@ TEST_F(CoordinatorServiceTest, StaleOrForeignReportsAreRefused) {
   EXPECT_EQ(ReportStep(report).error_code(), StatusCode::FAILED_PRECONDITION) << "stale epoch";
   report.set_plan_epoch(job.plan_epoch());
   report.set_worker_id("worker-77");
-  EXPECT_EQ(ReportStep(report).error_code(), StatusCode::FAILED_PRECONDITION) << "not its stage";
+  EXPECT_EQ(ReportStep(report).error_code(), StatusCode::NOT_FOUND) << "no such worker";
   report.set_worker_id(worker);
   report.set_stage(3);
   EXPECT_EQ(ReportStep(report).error_code(), StatusCode::INVALID_ARGUMENT);
@@ -223,6 +242,7 @@ TEST_F(CoordinatorServiceTest, StaleOrForeignReportsAreRefused) {
   shardline::v1::ShardChunk chunk;
   auto* header = chunk.mutable_header();
   header->set_job_id(job.job_id());
+  header->set_worker_id(worker);
   header->set_plan_epoch(job.plan_epoch());
   header->set_stages(1);
   header->set_step(1);
@@ -238,6 +258,13 @@ TEST_F(CoordinatorServiceTest, StaleOrForeignReportsAreRefused) {
   EXPECT_EQ(ReportShard({headless}).error_code(), StatusCode::INVALID_ARGUMENT) << "no header";
   header->set_total_bytes(int64_t{1} << 40);
   EXPECT_EQ(ReportShard({chunk}).error_code(), StatusCode::INVALID_ARGUMENT) << "absurd size";
+  // Under the 16 GiB a shard may be, but more than this stage's weights and
+  // optimizer state: refused before a byte is stored.
+  header->set_total_bytes(int64_t{1} << 30);
+  chunk.clear_data();
+  grpc::Status big = ReportShard({chunk});
+  EXPECT_EQ(big.error_code(), StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(big.error_message().find("optimizer state are at most"), std::string::npos) << big.error_message();
 
   // A stage error fails the job with the stage and worker named.
   report.set_step(2);
@@ -260,7 +287,7 @@ TEST_F(CoordinatorServiceTest, ABrokenShardUploadResumesWhereTheCoordinatorsCopy
   std::string worker;
   ASSERT_TRUE(Register("w0", &worker).ok());
   grpc::Status status;
-  const shardline::v1::JobStatus job = Submit(Spec(), &status);
+  const shardline::v1::JobStatus job = Submit(Spec(1, 1024), &status);
   ASSERT_TRUE(status.ok()) << status.error_message();
   const std::string file = ShardFile();
   const int64_t half = static_cast<int64_t>(file.size()) / 2 + 3;
@@ -298,12 +325,13 @@ TEST_F(CoordinatorServiceTest, AShardStreamEndsAtItsNextChunkOnceItsEpochIsStale
   std::string worker;
   ASSERT_TRUE(Register("w0", &worker).ok());
   grpc::Status status;
-  const shardline::v1::JobStatus job = Submit(Spec(), &status);
+  const shardline::v1::JobStatus job = Submit(Spec(1, 1024), &status);
   ASSERT_TRUE(status.ok()) << status.error_message();
   const std::string file = ShardFile(16 << 10);
   std::vector<shardline::v1::ShardChunk> chunks = Chunks(job, file, 0, static_cast<int64_t>(file.size()));
   ASSERT_GT(chunks.size(), 2u);
   grpc::ClientContext context;
+  Sign(context);
   shardline::v1::ReportShardResponse response;
   auto writer = worker_stub_->ReportShard(&context, &response);
   ASSERT_TRUE(writer->Write(chunks[0]));
@@ -336,6 +364,7 @@ TEST_F(CoordinatorServiceTest, AWorkerWatchingAgainAfterItsStreamBrokeGetsItsAss
     shardline::v1::WatchAssignmentsRequest request;
     request.set_worker_id(worker);
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+    Sign(context);
     return worker_stub_->WatchAssignments(&context, request);
   };
   {
@@ -372,6 +401,147 @@ TEST_F(CoordinatorServiceTest, AWorkerWatchingAgainAfterItsStreamBrokeGetsItsAss
   while (reader->Read(&assignment)) {
   }
   (void)reader->Finish();
+}
+
+// The hostile-client probes: a 1 MB job name, 1 MB ids (their errors echoed
+// the whole input and came back RESOURCE_EXHAUSTED), a huge worker
+// description, a report with no worker id and absurd numbers. Each gets a
+// short INVALID_ARGUMENT, and the coordinator serves on.
+TEST_F(CoordinatorServiceTest, OversizedAndForgedRequestsGetShortClearErrors) {
+  const std::string mb(1 << 20, 'j');
+  grpc::ClientContext c1;
+  shardline::v1::GetJobRequest get;
+  get.set_job_id(mb);
+  shardline::v1::JobStatus status;
+  grpc::Status got = admin_stub_->GetJob(&c1, get, &status);
+  EXPECT_EQ(got.error_code(), StatusCode::INVALID_ARGUMENT);
+  EXPECT_LT(got.error_message().size(), 100u) << got.error_message().substr(0, 200);
+
+  auto spec = Spec();
+  spec.set_name(mb);
+  grpc::Status submitted;
+  Submit(spec, &submitted);
+  EXPECT_EQ(submitted.error_code(), StatusCode::INVALID_ARGUMENT);
+  EXPECT_LT(submitted.error_message().size(), 100u);
+
+  grpc::ClientContext c2;
+  shardline::v1::RegisterRequest request;
+  request.set_name("w9");
+  request.mutable_capabilities()->set_listen_address("127.0.0.1:1");
+  request.mutable_capabilities()->set_gemm_flops(1e9);
+  request.mutable_capabilities()->set_memory_bytes(int64_t{1} << 30);
+  request.mutable_capabilities()->set_description(std::string(2 << 20, 'd'));
+  shardline::v1::RegisterResponse registered;
+  got = worker_stub_->Register(&c2, request, &registered);
+  EXPECT_EQ(got.error_code(), StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(got.error_message().find("capabilities.description"), std::string::npos) << got.error_message();
+
+  std::string worker;
+  ASSERT_TRUE(Register("w0", &worker).ok());
+  const shardline::v1::JobStatus job = Submit(Spec(), &submitted);
+  ASSERT_TRUE(submitted.ok());
+  shardline::v1::ReportStepRequest report;
+  report.set_job_id(job.job_id());
+  report.set_plan_epoch(job.plan_epoch());
+  report.set_step(1);
+  EXPECT_EQ(ReportStep(report).error_code(), StatusCode::INVALID_ARGUMENT) << "no worker id";
+  report.set_worker_id(worker);
+  report.set_step_seconds(-5e300);
+  EXPECT_EQ(ReportStep(report).error_code(), StatusCode::INVALID_ARGUMENT) << "negative seconds";
+  report.set_step_seconds(0.1);
+  report.set_tokens(-1);
+  EXPECT_EQ(ReportStep(report).error_code(), StatusCode::INVALID_ARGUMENT) << "negative tokens";
+  report.set_tokens(24);
+  EXPECT_TRUE(ReportStep(report).ok());
+  EXPECT_TRUE(StillServing());
+}
+
+// Watchers of one job are bounded; a stream that went away frees its place.
+TEST_F(CoordinatorServiceTest, AJobTakesABoundedNumberOfWatchers) {
+  ASSERT_TRUE(Register("w0").ok());
+  grpc::Status submitted;
+  const shardline::v1::JobStatus job = Submit(Spec(), &submitted);
+  ASSERT_TRUE(submitted.ok());
+  shardline::v1::GetJobRequest request;
+  request.set_job_id(job.job_id());
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  std::vector<std::unique_ptr<grpc::ClientReader<shardline::v1::JobStatus>>> watches;
+  shardline::v1::JobStatus status;
+  for (size_t i = 0; i < RunningJob::kMaxWatchers; ++i) {
+    contexts.push_back(std::make_unique<grpc::ClientContext>());
+    watches.push_back(admin_stub_->WatchJob(contexts.back().get(), request));
+    ASSERT_TRUE(watches.back()->Read(&status)) << "watcher " << i;
+  }
+  grpc::ClientContext extra;
+  auto refused = admin_stub_->WatchJob(&extra, request);
+  while (refused->Read(&status)) {
+  }
+  EXPECT_EQ(refused->Finish().error_code(), StatusCode::RESOURCE_EXHAUSTED);
+  contexts[0]->TryCancel();
+  (void)watches[0]->Finish();
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  bool admitted = false;
+  while (!admitted && absl::Now() < give_up) {
+    grpc::ClientContext again;
+    auto watch = admin_stub_->WatchJob(&again, request);
+    admitted = watch->Read(&status);
+    again.TryCancel();
+    (void)watch->Finish();
+    if (!admitted) absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_TRUE(admitted) << "a cancelled watcher's place is free again";
+  for (auto& c : contexts) c->TryCancel();
+  for (size_t i = 1; i < watches.size(); ++i) (void)watches[i]->Finish();
+}
+
+// The hostile-client probe: ReportStep with an empty worker_id was accepted
+// for every stage, and forged shards committed. A worker's calls must carry
+// its registration's secret, and only a position's own worker may report it.
+TEST_F(CoordinatorServiceTest, ReportsAndShardsComeOnlyFromThePositionsWorkerWithItsSecret) {
+  std::string holder, other;
+  ASSERT_TRUE(Register("w0", &holder).ok());
+  grpc::Status submitted;
+  const shardline::v1::JobStatus job = Submit(Spec(), &submitted);
+  ASSERT_TRUE(submitted.ok());
+  ASSERT_TRUE(Register("w1", &other).ok());  // idle: holds no position
+  shardline::v1::ReportStepRequest report;
+  report.set_job_id(job.job_id());
+  report.set_plan_epoch(job.plan_epoch());
+  report.set_worker_id(holder);
+  report.set_step(1);
+  report.set_tokens(24);
+
+  grpc::ClientContext unsigned_call;
+  shardline::v1::ReportStepResponse response;
+  EXPECT_EQ(worker_stub_->ReportStep(&unsigned_call, report, &response).error_code(), StatusCode::UNAUTHENTICATED)
+      << "no secret";
+  grpc::ClientContext signed_by_other;
+  Sign(signed_by_other, other);
+  EXPECT_EQ(worker_stub_->ReportStep(&signed_by_other, report, &response).error_code(), StatusCode::UNAUTHENTICATED)
+      << "another worker's secret";
+  report.set_worker_id(other);
+  EXPECT_EQ(ReportStep(report).error_code(), StatusCode::FAILED_PRECONDITION) << "its own secret, not its position";
+
+  const std::string file = ShardFile(4);
+  std::vector<shardline::v1::ShardChunk> chunks = Chunks(job, file, 0, static_cast<int64_t>(file.size()));
+  chunks[0].mutable_header()->set_worker_id(other);
+  EXPECT_EQ(ReportShard(chunks).error_code(), StatusCode::FAILED_PRECONDITION) << "a shard of a position it lacks";
+  chunks[0].mutable_header()->set_worker_id(holder);
+  grpc::ClientContext forged;
+  Sign(forged, other);
+  shardline::v1::ReportShardResponse stored;
+  auto writer = worker_stub_->ReportShard(&forged, &stored);
+  for (const auto& c : chunks) writer->Write(c);
+  writer->WritesDone();
+  EXPECT_EQ(writer->Finish().error_code(), StatusCode::UNAUTHENTICATED) << "the holder's id, another's secret";
+  EXPECT_FALSE(stored.stored());
+
+  grpc::ClientContext heartbeat;
+  shardline::v1::HeartbeatRequest beat;
+  beat.set_worker_id(holder);
+  shardline::v1::HeartbeatResponse beat_response;
+  EXPECT_EQ(worker_stub_->Heartbeat(&heartbeat, beat, &beat_response).error_code(), StatusCode::UNAUTHENTICATED);
+  EXPECT_TRUE(StillServing());
 }
 
 }  // namespace

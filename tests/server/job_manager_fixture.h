@@ -17,6 +17,7 @@
 #include "common/safetensors.h"
 #include "gtest/gtest.h"
 #include "server/job_manager.h"
+#include "server/stream_mailbox.h"
 
 namespace shardline::server::testing {
 
@@ -112,6 +113,20 @@ class JobManagerTest : public ::testing::Test {
   std::vector<std::pair<std::string, Assignment>> delivered_;
   std::map<int, std::string> stage_workers_;
 };
+
+// Drains a mailbox the way a reactor would, one write at a time.
+template <typename T>
+std::vector<T> Drain(StreamMailbox<T>& mailbox) {
+  std::vector<T> got;
+  const T* pending = nullptr;
+  mailbox.Attach([&pending](const T* message) { pending = message; });
+  while (pending != nullptr) {
+    got.push_back(*pending);
+    pending = nullptr;
+    mailbox.Written(true);
+  }
+  return got;
+}
 
 }  // namespace shardline::server::testing
 

@@ -1,6 +1,7 @@
 #include "server/planner.h"
 
 #include <chrono>
+#include <limits>
 
 #include "common/cost_model.h"
 #include "common/job_spec.h"
@@ -143,6 +144,41 @@ TEST(PlannerTest, LargeModelsPlanQuickly) {
   // Not a timing assertion on the machine's speed: a generous bound that only
   // an accidentally cubic search would break.
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 20.0);
+}
+
+// The hostile-client probe: a spec whose memory overflows int64 (here 1024
+// blocks of d_model 8192 with 1024 heads over 65536 tokens, every one of
+// 2^20 GPipe micro-batches in flight: about 2^74 bytes) was planned as if it fit.
+TEST(PlannerTest, AMemoryEstimateThatOverflowsInt64FitsNowhere) {
+  auto spec = common::ParseJobSpec(R"({"name": "huge",
+    "model": {"kind": "gpt", "vocab_size": 256, "context": 65536, "d_model": 8192, "n_heads": 1024,
+              "n_layers": 1024},
+    "data": {"kind": "addition", "digits": 2},
+    "train": {"steps": 10, "global_batch": 1048576, "micro_batches": 1048576, "seed": 1,
+              "optimizer": {"kind": "adamw", "lr": 0.001}},
+    "parallel": {"pipeline_stages": 2, "schedule": "gpipe"}})");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  const int64_t huge = std::numeric_limits<int64_t>::max() / 2;
+  auto plan = PlanPipeline(*spec, {{"a", 1e12, huge}, {"b", 1e12, huge}});
+  ASSERT_FALSE(plan.ok());
+  EXPECT_EQ(plan.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(plan.status().message().find("stage 0"), std::string::npos) << plan.status();
+  EXPECT_NE(plan.status().message().find("more bytes than 64-bit arithmetic holds"), std::string::npos)
+      << plan.status();
+}
+
+TEST(PlannerTest, AStageWhoseCheckpointExceedsAShardIsRefused) {
+  // One block of d_model 16384: 12 · 2^28 parameters, 3 copies of 4 bytes: 36 GiB.
+  auto spec = common::ParseJobSpec(R"({"name": "wide",
+    "model": {"kind": "gpt", "vocab_size": 256, "context": 16, "d_model": 16384, "n_heads": 16, "n_layers": 1},
+    "data": {"kind": "addition", "digits": 2},
+    "train": {"steps": 10, "global_batch": 8, "micro_batches": 8, "seed": 1,
+              "optimizer": {"kind": "adamw", "lr": 0.001}}})");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  auto plan = PlanPipeline(*spec, {{"a", 1e12, int64_t{1} << 40}});
+  ASSERT_FALSE(plan.ok());
+  EXPECT_EQ(plan.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(plan.status().message().find("checkpoint shard"), std::string::npos) << plan.status();
 }
 
 }  // namespace

@@ -62,8 +62,10 @@ absl::StatusOr<std::unique_ptr<GrpcCollective>> GrpcCollective::Create(Backend& 
     hello.set_group(o.group);
     hello.set_rank(o.rank);
     hello.set_to_rank(q);
+    hello.set_link_token(exchange.link_token);
     c->connectors_[q] =
-        std::make_unique<transport::UpstreamConnector>(o.peer_addresses[q], hello, c->streams_[q], exchange.timeout);
+        std::make_unique<transport::UpstreamConnector>(o.peer_addresses[q], hello, c->streams_[q], exchange.timeout,
+                                                       exchange.channel_credentials);
   }
   return c;
 }

@@ -1,22 +1,24 @@
 #include "worker/data/data_source.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/input_limits.h"
 #include "common/status_macros.h"
 #include "worker/data/addition_data.h"
 #include "worker/data/text_bytes_data.h"
 
 namespace shardline::worker::data {
 
-absl::StatusOr<std::unique_ptr<DataSource>> CreateDataSource(const shardline::v1::JobSpec& spec) {
+absl::StatusOr<std::unique_ptr<DataSource>> CreateDataSource(const shardline::v1::JobSpec& spec,
+                                                             const DataAccess& access) {
   const auto& d = spec.data();
   std::unique_ptr<DataSource> source;
   if (d.kind() == "addition") {
     source = std::make_unique<AdditionData>(d.digits(), d.holdout_fraction(), spec.train().seed());
   } else if (d.kind() == "text_bytes") {
     ASSIGN_OR_RETURN(source, TextBytesData::Load(d.path(), d.val_fraction(), spec.model().context(),
-                                                 spec.train().seed()));
+                                                 spec.train().seed(), access));
   } else {
-    return absl::InvalidArgumentError(absl::StrCat("data.kind: unknown '", d.kind(), "'"));
+    return absl::InvalidArgumentError(absl::StrCat("data.kind: unknown ", common::Quote(d.kind())));
   }
   if (spec.model().vocab_size() < source->vocab_needed()) {
     return absl::InvalidArgumentError(

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "worker/data/data_file.h"
 #include "shardline/v1/job.pb.h"
 
 namespace shardline::worker::data {
@@ -57,7 +58,9 @@ class DataSource {
 
 // Builds the source the spec names and checks it against the model
 // (vocabulary, context). Errors name the spec field.
-absl::StatusOr<std::unique_ptr<DataSource>> CreateDataSource(const shardline::v1::JobSpec& spec);
+// A file it reads (data.path) is read under `access` (data_file.h).
+absl::StatusOr<std::unique_ptr<DataSource>> CreateDataSource(const shardline::v1::JobSpec& spec,
+                                                             const DataAccess& access = {});
 
 }  // namespace shardline::worker::data
 

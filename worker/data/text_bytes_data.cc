@@ -1,28 +1,23 @@
 #include "worker/data/text_bytes_data.h"
 
-#include <fstream>
-#include <sstream>
-
 #include "absl/strings/str_cat.h"
+#include "common/input_limits.h"
 #include "common/rng.h"
+#include "common/status_macros.h"
 
 namespace shardline::worker::data {
 
 absl::StatusOr<std::unique_ptr<TextBytesData>> TextBytesData::Load(const std::string& path,
                                                                    double val_fraction,
-                                                                   int64_t context, uint64_t seed) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file) return absl::NotFoundError(absl::StrCat("data.path: cannot open '", path, "'"));
-  std::ostringstream content;
-  content << file.rdbuf();
-  if (file.bad()) return absl::NotFoundError(absl::StrCat("data.path: cannot read '", path, "'"));
-  std::string text = content.str();
-  if (text.empty()) return absl::InvalidArgumentError(absl::StrCat("data.path: '", path, "' is empty"));
+                                                                   int64_t context, uint64_t seed,
+                                                                   const DataAccess& access) {
+  ASSIGN_OR_RETURN(std::string text, ReadDataFile(path, access));
+  if (text.empty()) return absl::InvalidArgumentError(absl::StrCat("data.path ", common::Quote(path), " is empty"));
   const size_t split = static_cast<size_t>(static_cast<double>(text.size()) * (1.0 - val_fraction));
   const size_t window = static_cast<size_t>(context) + 1;
   if (split < window || text.size() - split < window) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "data.path: '", path, "' has ", text.size(), " bytes; with data.val_fraction ",
+        "data.path ", common::Quote(path), " has ", text.size(), " bytes; with data.val_fraction ",
         val_fraction, " each part needs at least model.context + 1 = ", window));
   }
   return std::unique_ptr<TextBytesData>(new TextBytesData(std::move(text), split, context, seed));

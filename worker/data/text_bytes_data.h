@@ -10,17 +10,19 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "worker/data/data_file.h"
 #include "worker/data/data_source.h"
 
 namespace shardline::worker::data {
 
 class TextBytesData final : public DataSource {
  public:
-  // NOT_FOUND for a missing or unreadable file, INVALID_ARGUMENT for an empty
-  // one or one too short for a sequence in each part.
+  // The file read by ReadDataFile under `access` (its errors), then
+  // INVALID_ARGUMENT for an empty one or one too short for a sequence in
+  // each part.
   static absl::StatusOr<std::unique_ptr<TextBytesData>> Load(const std::string& path,
                                                              double val_fraction, int64_t context,
-                                                             uint64_t seed);
+                                                             uint64_t seed, const DataAccess& access = {});
 
   int64_t sequence_length() const override { return context_; }
   int64_t vocab_needed() const override { return 256; }

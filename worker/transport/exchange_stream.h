@@ -17,6 +17,7 @@
 #ifndef SHARDLINE_WORKER_TRANSPORT_EXCHANGE_STREAM_H_
 #define SHARDLINE_WORKER_TRANSPORT_EXCHANGE_STREAM_H_
 
+#include <grpcpp/security/credentials.h>
 #include <grpcpp/support/byte_buffer.h>
 
 #include <atomic>
@@ -40,6 +41,10 @@ struct ExchangeOptions {
   uint32_t window_frames = 16;                 // data frames the peer may send ahead of us
   size_t max_waiting = 8;                      // messages queued to send, or received and not taken
   std::shared_ptr<StagingPool> receive_pool;   // where received tensors go when it has room
+  FrameLimits limits;                          // the largest tensor (and targets) the peer may send
+  std::string link_token;                      // the plan's secret: hellos carry it (Assignment.link_token)
+  // The side that dials protects its channel with these (null: plaintext).
+  std::shared_ptr<grpc::ChannelCredentials> channel_credentials;
 };
 
 // Implemented by the reactor that owns the wire. StartFrameWrite is called
@@ -58,7 +63,7 @@ class FrameWriter {
 class ExchangeStream {
  public:
   explicit ExchangeStream(const ExchangeOptions& options)
-      : options_(options), assembler_(options.receive_pool), peer_credit_(options.window_frames) {}
+      : options_(options), assembler_(options.receive_pool, options.limits), peer_credit_(options.window_frames) {}
 
   // Stage side.
   absl::Status Send(std::shared_ptr<const StageMessage> message);

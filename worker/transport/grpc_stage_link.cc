@@ -78,8 +78,10 @@ absl::StatusOr<std::unique_ptr<GrpcStageLink>> GrpcStageLink::Create(
     hello.set_job_id(options.job_id);
     hello.set_plan_epoch(options.plan_epoch);
     hello.set_stage(options.stage);
+    hello.set_link_token(options.exchange.link_token);
     link->upstream_ = std::make_unique<UpstreamConnector>(options.upstream_address, hello, link->upstream_stream_,
-                                                          options.exchange.timeout);
+                                                          options.exchange.timeout,
+                                                          options.exchange.channel_credentials);
   }
   return link;
 }

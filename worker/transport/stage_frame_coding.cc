@@ -91,8 +91,13 @@ absl::Status FrameAssembler::Check(const common::DecodedFrame& frame) {
     return Bad(absl::StrCat("dtype ", f.dtype(), " is not f32, bf16 or f16"));
   }
   const size_t element = f.dtype() == shardline::v1::DTYPE_F32 ? 4 : 2;
-  if (f.elements() < 0 || f.elements() > kMaxFrameElements) {
-    return Bad(absl::StrCat(f.elements(), " elements"));
+  if (f.elements() < 0 || f.elements() > limits_.max_elements) {
+    return Bad(absl::StrCat(f.elements(), " elements, where this link carries at most ", limits_.max_elements));
+  }
+  if (f.targets_size() > limits_.max_targets ||
+      (f.targets_size() > 0 && f.kind() != StageFrame::ACTIVATION)) {
+    return Bad(absl::StrCat(f.targets_size(), " targets on a frame of kind ", f.kind(),
+                            " (activations carry at most ", limits_.max_targets, ")"));
   }
   if (f.chunk_count() < 1 || f.chunk_index() >= f.chunk_count()) {
     return Bad(absl::StrCat("chunk ", f.chunk_index(), " of ", f.chunk_count()));
@@ -113,6 +118,16 @@ absl::Status FrameAssembler::Check(const common::DecodedFrame& frame) {
   if (f.chunk_index() > 0 && f.targets_size() > 0) return Bad("targets outside chunk 0");
   const size_t total = static_cast<size_t>(f.elements()) * element;
   if (filled_bytes_ + frame.payload_bytes() > total) return Bad("payload larger than the tensor");
+  // Chunks before the last are all full and of one size, so the first one
+  // says how many there must be: a header announcing a large tensor comes
+  // with its share of the bytes, or nothing is allocated for it.
+  if (f.chunk_index() == 0 && f.chunk_count() > 1) {
+    const uint64_t chunk = frame.payload_bytes();
+    if (chunk == 0 || (f.chunk_count() - 1) * chunk >= total || f.chunk_count() * chunk < total) {
+      return Bad(absl::StrCat("chunk 0 of ", f.chunk_count(), " carries ", chunk, " bytes of a ", total,
+                              "-byte tensor"));
+    }
+  }
   return absl::OkStatus();
 }
 

@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/dtype.h"
+#include "common/input_limits.h"
 #include "common/tensor_coding.h"
 #include "shardline/v1/stage_link.pb.h"
 #include "worker/transport/stage_link.h"
@@ -24,7 +25,14 @@ inline constexpr size_t kDefaultChunkBytes = 1 << 20;
 inline constexpr size_t kMinChunkBytes = 256;
 inline constexpr size_t kMaxChunkBytes = 16 << 20;
 // No tensor on a stage link may exceed this (4 GiB of f32).
-inline constexpr int64_t kMaxFrameElements = int64_t{1} << 30;
+inline constexpr int64_t kMaxFrameElements = common::kMaxTensorElements;
+
+// What a stream may carry, from the job: a frame announcing a larger tensor
+// or more targets is refused before anything is allocated for it.
+struct FrameLimits {
+  int64_t max_elements = kMaxFrameElements;        // of one tensor
+  int64_t max_targets = common::kMaxMicroBatchTokens;  // of one activation
+};
 
 // The payload is message->values as they are, message->dtype (f32, or the
 // 16-bit values of a bf16 / f16 wire): the frames alias them, so the message
@@ -38,7 +46,8 @@ std::vector<grpc::ByteBuffer> EncodeStageMessage(std::shared_ptr<const StageMess
 // free and large enough, the heap otherwise. Not thread-safe.
 class FrameAssembler {
  public:
-  explicit FrameAssembler(std::shared_ptr<StagingPool> pool = nullptr) : pool_(std::move(pool)) {}
+  explicit FrameAssembler(std::shared_ptr<StagingPool> pool = nullptr, FrameLimits limits = {})
+      : pool_(std::move(pool)), limits_(limits) {}
 
   // The complete message once its last chunk arrives, nullopt before that.
   // INVALID_ARGUMENT for a malformed frame; the assembler is then reset.
@@ -49,6 +58,7 @@ class FrameAssembler {
   HostBuffer Destination(size_t elements);
   void Reset();
   const std::shared_ptr<StagingPool> pool_;
+  const FrameLimits limits_;
   bool active_ = false;
   shardline::v1::StageFrame first_;  // header of the message being assembled
   uint32_t next_chunk_ = 0;

@@ -2,6 +2,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
+#include "common/input_limits.h"
+#include "common/random_token.h"
 #include "common/tensor_coding.h"
 
 namespace shardline::worker::transport {
@@ -140,7 +142,7 @@ std::shared_ptr<ExchangeStream> StageLinkService::ExpectEndpoint(Endpoint endpoi
                                                                  const ExchangeOptions& options) {
   auto stream = std::make_shared<ExchangeStream>(options);
   absl::MutexLock lock(&mu_);
-  expected_[std::move(endpoint)] = Expectation{epoch, stream, false};
+  expected_[std::move(endpoint)] = Expectation{epoch, options.link_token, stream, false};
   return stream;
 }
 
@@ -186,10 +188,10 @@ absl::StatusOr<std::shared_ptr<ExchangeStream>> StageLinkService::BindLocked(
   auto it = expected_.find(endpoint);
   if (it == expected_.end()) {
     return absl::NotFoundError(
-        collective ? absl::StrCat("no rank ", hello.to_rank(), " of group '", hello.group(), "' of job '",
-                                  hello.job_id(), "' waits for rank ", hello.rank(), " here")
-                   : absl::StrCat("no stage ", hello.stage() - 1, " of job '", hello.job_id(),
-                                  "' waits for a neighbour here"));
+        collective ? absl::StrCat("no rank ", hello.to_rank(), " of group ", common::Quote(hello.group()), " of job ",
+                                  common::Quote(hello.job_id()), " waits for rank ", hello.rank(), " here")
+                   : absl::StrCat("no stage ", hello.stage() - 1, " of job ", common::Quote(hello.job_id()),
+                                  " waits for a neighbour here"));
   }
   Expectation& e = it->second;
   if (hello.plan_epoch() < e.epoch) {
@@ -202,6 +204,10 @@ absl::StatusOr<std::shared_ptr<ExchangeStream>> StageLinkService::BindLocked(
     // yet expected.
     return absl::NotFoundError(absl::StrCat("plan epoch ", hello.plan_epoch(), " has not started here yet (epoch ",
                                             e.epoch, " is ending)"));
+  }
+  // Job ids and epochs can be guessed; the plan's link token cannot.
+  if (!common::TokensEqual(hello.link_token(), e.link_token)) {
+    return absl::UnauthenticatedError("the hello does not carry this plan's link token");
   }
   std::shared_ptr<ExchangeStream> stream = e.stream.lock();
   if (stream == nullptr) return absl::NotFoundError("the stage no longer waits for this link");

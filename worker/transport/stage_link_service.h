@@ -7,7 +7,8 @@
 // status that says why (unknown job, stage, group or rank, or a newer
 // epoch than the one here: NOT_FOUND, and the peer retries; an older epoch:
 // FAILED_PRECONDITION; a second stream for the same endpoint:
-// ALREADY_EXISTS). Malformed frames end their stream with
+// ALREADY_EXISTS; a hello of the right epoch without the plan's link token
+// (ExchangeOptions::link_token): UNAUTHENTICATED). Malformed frames end their stream with
 // INVALID_ARGUMENT; the service keeps serving. It is gRPC's generic service
 // (frames are ByteBuffers, see common/tensor_coding.h), so a server can have
 // only this one; other methods are answered UNIMPLEMENTED. Thread-safe.
@@ -72,6 +73,7 @@ class StageLinkService final : public grpc::CallbackGenericService {
 
   struct Expectation {
     uint64_t epoch = 0;
+    std::string link_token;  // a hello must carry it
     std::weak_ptr<ExchangeStream> stream;
     bool bound = false;
   };

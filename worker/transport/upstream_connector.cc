@@ -11,11 +11,14 @@
 namespace shardline::worker::transport {
 
 UpstreamConnector::UpstreamConnector(const std::string& address, const shardline::v1::StageHello& hello,
-                                     std::shared_ptr<ExchangeStream> stream, absl::Duration timeout)
+                                     std::shared_ptr<ExchangeStream> stream, absl::Duration timeout,
+                                     std::shared_ptr<grpc::ChannelCredentials> credentials)
     : hello_(hello),
       stream_(std::move(stream)),
       timeout_(timeout),
-      stub_(grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), StageLinkChannelArguments())),
+      stub_(grpc::CreateCustomChannel(address,
+                                      credentials != nullptr ? credentials : grpc::InsecureChannelCredentials(),
+                                      StageLinkChannelArguments())),
       thread_([this] { Connect(); }) {}
 
 void UpstreamConnector::Connect() {

@@ -27,9 +27,11 @@ namespace shardline::worker::transport {
 
 class UpstreamConnector {
  public:
-  // Starts connecting to `address` (a StageLink server) at once.
+  // Starts connecting to `address` (a StageLink server) at once, over a
+  // channel protected by `credentials` (null: plaintext).
   UpstreamConnector(const std::string& address, const shardline::v1::StageHello& hello,
-                    std::shared_ptr<ExchangeStream> stream, absl::Duration timeout);
+                    std::shared_ptr<ExchangeStream> stream, absl::Duration timeout,
+                    std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr);
   ~UpstreamConnector();
   UpstreamConnector(const UpstreamConnector&) = delete;
   UpstreamConnector& operator=(const UpstreamConnector&) = delete;

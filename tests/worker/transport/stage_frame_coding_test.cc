@@ -138,5 +138,46 @@ TEST(StageFrameCodingTest, InconsistentChunksAreRejectedAndTheAssemblerStartsOve
   EXPECT_FALSE(Add(assembler, Frame(late_targets, 8)).ok()) << "targets outside chunk 0";
 }
 
+// The hostile-client probe: a 20-byte frame announcing 2^30 values in two
+// chunks and carrying none made the receiver allocate 4 GiB.
+TEST(StageFrameCodingTest, AHeaderAnnouncingMoreThanTheLinkCarriesIsRefusedBeforeAllocating) {
+  FrameLimits limits;
+  limits.max_elements = 1 << 12;  // the job's largest micro-batch tensor
+  FrameAssembler assembler(nullptr, limits);
+  const grpc::ByteBuffer probe = Frame(Header(0, 2, int64_t{1} << 30), 0);
+  EXPECT_LE(probe.Length(), 32u);
+  auto refused = Add(assembler, probe);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("at most 4096"), std::string::npos) << refused.status();
+  EXPECT_EQ(Add(assembler, Frame(Header(0, 1, (1 << 12) + 1), 4 * ((1 << 12) + 1))).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  auto fits = Add(assembler, Frame(Header(0, 1, 1 << 12), 4 << 12));
+  ASSERT_TRUE(fits.ok()) << fits.status();
+  EXPECT_TRUE(fits->has_value());
+}
+
+TEST(StageFrameCodingTest, TheFirstChunkMustCarryItsShareOfTheTensor) {
+  FrameAssembler assembler;
+  EXPECT_FALSE(Add(assembler, Frame(Header(0, 2, 1 << 20), 0)).ok()) << "no payload";
+  EXPECT_FALSE(Add(assembler, Frame(Header(0, 4, 1 << 20), 4096)).ok()) << "4 chunks of 4 KiB are not 4 MiB";
+  EXPECT_FALSE(Add(assembler, Frame(Header(0, 2, 16), 64)).ok()) << "one full chunk would need no second";
+  EXPECT_TRUE(Add(assembler, Frame(Header(0, 2, 16), 40)).ok()) << "40 + 24 bytes";
+}
+
+TEST(StageFrameCodingTest, TargetsComeOnlyOnActivationsAndNoMoreThanAMicroBatchHolds) {
+  FrameLimits limits;
+  limits.max_targets = 4;
+  FrameAssembler assembler(nullptr, limits);
+  StageFrame gradient = Header(0, 1, 2);
+  gradient.add_targets(1);
+  EXPECT_EQ(Add(assembler, Frame(gradient, 8)).status().code(), absl::StatusCode::kInvalidArgument);
+  StageFrame activation = Header(0, 1, 2);
+  activation.set_kind(StageFrame::ACTIVATION);
+  for (int i = 0; i < 5; ++i) activation.add_targets(i);
+  EXPECT_EQ(Add(assembler, Frame(activation, 8)).status().code(), absl::StatusCode::kInvalidArgument);
+  activation.mutable_targets()->RemoveLast();
+  EXPECT_TRUE(Add(assembler, Frame(activation, 8)).ok());
+}
+
 }  // namespace
 }  // namespace shardline::worker::transport

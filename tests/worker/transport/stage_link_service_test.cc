@@ -175,5 +175,42 @@ TEST(StageLinkServiceTest, MalformedFramesEndTheStreamWithInvalidArgument) {
   server->server->Shutdown();
 }
 
+// The hostile-client probe: job ids and epochs are sequential, so a stranger
+// guessed the next job and bound a worker's downstream stage link (294
+// tries, 1.9 s) and received its activations. A hello must carry the plan's
+// link token, which only the plan's workers are told.
+TEST(StageLinkServiceTest, AHelloWithoutThePlansLinkTokenIsRefused) {
+  auto server = StartServer();
+  ExchangeOptions options = Exchange(absl::Seconds(5));
+  options.link_token = "0123456789abcdef0123456789abcdef";
+  auto stream = server->service->Expect("job-1", 7, 0, options);
+
+  RawPeer stranger(server->address);
+  stranger.Write(Hello("job-1", 7, 1));
+  grpc::Status refused = stranger.Finish();
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::UNAUTHENTICATED) << refused.error_message();
+  RawPeer guesser(server->address);
+  StageFrame guess = Hello("job-1", 7, 1);
+  guess.mutable_hello()->set_link_token("0123456789abcdef0123456789abcdee");
+  guesser.Write(guess);
+  EXPECT_EQ(guesser.Finish().error_code(), grpc::StatusCode::UNAUTHENTICATED);
+
+  // The plan's own neighbour, told the token, still connects.
+  GrpcStageLinkOptions neighbour = Options(1, 2, server.get(), server.get());
+  neighbour.exchange.link_token = options.link_token;
+  auto link = GrpcStageLink::Create(neighbour);
+  ASSERT_TRUE(link.ok()) << link.status();
+  StageMessage gradient;
+  gradient.kind = StageMessage::Kind::kGradient;
+  gradient.step = 1;
+  gradient.values = {1.0f, 2.0f};
+  ASSERT_TRUE((*link)->SendToPrevious(gradient).ok());
+  auto received = stream->Receive();
+  ASSERT_TRUE(received.ok()) << received.status();
+  EXPECT_EQ(received->values, gradient.values);
+  link->reset();
+  server->server->Shutdown();
+}
+
 }  // namespace
 }  // namespace shardline::worker::transport

@@ -1,0 +1,116 @@
+#include "common/transport_security.h"
+
+#include <grpcpp/security/tls_certificate_verifier.h>
+#include <grpcpp/security/tls_credentials_options.h>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/file_util.h"
+#include "common/input_limits.h"
+
+ABSL_FLAG(std::string, tls_cert, "", "PEM certificate chain of this process (mutual TLS; with --tls_key, --tls_ca)");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
+ABSL_FLAG(std::string, tls_ca, "", "PEM CA bundle that signs every Shardline certificate (peers are verified against it)");
+ABSL_FLAG(int64_t, tls_refresh_s, 60, "seconds between re-reads of the TLS files (rotation without a restart)");
+ABSL_FLAG(bool, tls_verify_hostname, true,
+          "check that a server's certificate names the host dialled (false: the CA's signature alone, for hosts "
+          "named at start, such as Compose replicas; then use a CA of this cluster's own)");
+ABSL_FLAG(bool, insecure, false,
+          "plaintext, without TLS: required to listen beyond loopback without --tls_*; for trusted networks only");
+
+namespace shardline::common {
+namespace {
+
+absl::Status CheckPem(absl::string_view flag, const std::string& path) {
+  absl::StatusOr<std::string> pem = ReadFileBounded(path, 1 << 20);
+  if (!pem.ok()) return absl::NotFoundError(absl::StrCat("--", flag, ": ", pem.status().message()));
+  if (!absl::StrContains(*pem, "-----BEGIN ")) {
+    return absl::NotFoundError(absl::StrCat("--", flag, ": ", Quote(path), " holds no PEM block"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+bool TransportSecurity::IsLoopback(const std::string& address) {
+  std::string host = address.substr(0, address.rfind(':'));
+  if (absl::StartsWith(host, "[") && absl::EndsWith(host, "]")) host = host.substr(1, host.size() - 2);
+  return host == "localhost" || host == "::1" || absl::StartsWith(host, "127.");
+}
+
+absl::StatusOr<std::shared_ptr<TransportSecurity>> TransportSecurity::Create(const TlsFiles& files) {
+  const int given = int{!files.cert.empty()} + int{!files.key.empty()} + int{!files.ca.empty()};
+  if (given != 0 && given != 3) {
+    return absl::InvalidArgumentError("TLS needs all of --tls_cert, --tls_key and --tls_ca");
+  }
+  if (given == 3 && files.insecure) {
+    return absl::InvalidArgumentError("--insecure contradicts --tls_cert, --tls_key and --tls_ca");
+  }
+  if (given == 3 && (files.refresh < absl::Seconds(1) || files.refresh > absl::Hours(24))) {
+    return absl::InvalidArgumentError("--tls_refresh_s must be within [1, 86400]");
+  }
+  std::shared_ptr<TransportSecurity> security(new TransportSecurity(files));
+  if (given == 0) return security;
+  if (absl::Status s = CheckPem("tls_cert", files.cert); !s.ok()) return s;
+  if (absl::Status s = CheckPem("tls_key", files.key); !s.ok()) return s;
+  if (absl::Status s = CheckPem("tls_ca", files.ca); !s.ok()) return s;
+  security->provider_ = std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
+      files.key, files.cert, files.ca, static_cast<unsigned int>(absl::ToInt64Seconds(files.refresh)));
+  return security;
+}
+
+absl::StatusOr<std::shared_ptr<TransportSecurity>> TransportSecurity::FromFlags() {
+  TlsFiles files;
+  files.cert = absl::GetFlag(FLAGS_tls_cert);
+  files.key = absl::GetFlag(FLAGS_tls_key);
+  files.ca = absl::GetFlag(FLAGS_tls_ca);
+  files.refresh = absl::Seconds(absl::GetFlag(FLAGS_tls_refresh_s));
+  files.verify_hostname = absl::GetFlag(FLAGS_tls_verify_hostname);
+  files.insecure = absl::GetFlag(FLAGS_insecure);
+  return Create(files);
+}
+
+std::shared_ptr<TransportSecurity> TransportSecurity::Plaintext() {
+  return std::shared_ptr<TransportSecurity>(new TransportSecurity(TlsFiles{}));
+}
+
+absl::Status TransportSecurity::CheckListenAddress(const std::string& address) const {
+  if (tls() || files_.insecure || IsLoopback(address)) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "refusing to listen on ", Quote(address), " in plaintext: give --tls_cert, --tls_key and --tls_ca "
+      "(deploy/certs.sh makes them), or --insecure for a network you trust"));
+}
+
+std::string TransportSecurity::Describe() const {
+  if (tls()) {
+    return absl::StrCat("mutual TLS (CA ", files_.ca, ", certificate ", files_.cert,
+                        files_.verify_hostname ? ")" : ", server names not checked)");
+  }
+  return files_.insecure ? "plaintext (--insecure)" : "plaintext (loopback only)";
+}
+
+std::shared_ptr<grpc::ServerCredentials> TransportSecurity::ServerCredentials() const {
+  if (!tls()) return grpc::InsecureServerCredentials();
+  grpc::experimental::TlsServerCredentialsOptions options(provider_);
+  options.watch_root_certs();
+  options.watch_identity_key_cert_pairs();
+  options.set_cert_request_type(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  return grpc::experimental::TlsServerCredentials(options);
+}
+
+std::shared_ptr<grpc::ChannelCredentials> TransportSecurity::ChannelCredentials() const {
+  if (!tls()) return grpc::InsecureChannelCredentials();
+  grpc::experimental::TlsChannelCredentialsOptions options;
+  options.set_certificate_provider(provider_);
+  options.watch_root_certs();
+  options.watch_identity_key_cert_pairs();
+  options.set_verify_server_certs(true);  // the chain, against the CA
+  if (!files_.verify_hostname) {
+    options.set_certificate_verifier(std::make_shared<grpc::experimental::NoOpCertificateVerifier>());
+    options.set_check_call_host(false);
+  }
+  return grpc::experimental::TlsCredentials(options);
+}
+
+}  // namespace shardline::common

@@ -1,0 +1,75 @@
+#include "server/worker_registry.h"
+
+#include <string>
+
+#include "gtest/gtest.h"
+
+namespace shardline::server {
+namespace {
+
+shardline::v1::WorkerCapabilities Caps() {
+  shardline::v1::WorkerCapabilities caps;
+  caps.set_listen_address("x:1");
+  caps.set_gemm_flops(1);
+  caps.set_memory_bytes(1);
+  return caps;
+}
+
+TEST(WorkerRegistryTest, LeasesLapseWithoutHeartbeats) {
+  absl::Time now = absl::FromUnixSeconds(0);
+  WorkerRegistry registry(absl::Seconds(3), [&] { return now; });
+  const shardline::v1::WorkerCapabilities caps = Caps();
+  const std::string a = *registry.Register("a", caps), b = *registry.Register("b", caps);
+  now += absl::Seconds(2);
+  ASSERT_TRUE(registry.Heartbeat(a).ok());
+  now += absl::Seconds(2);
+  const auto lost = registry.ExpireLeases();
+  ASSERT_EQ(lost.size(), 1u);
+  EXPECT_EQ(lost[0].id, b);
+  EXPECT_EQ(registry.Heartbeat(b).code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(registry.ExpireLeases().empty()) << "reported once";
+  EXPECT_TRUE(registry.Register("b", caps).ok()) << "a lost worker's name can be used again";
+  EXPECT_EQ(registry.Register("a", caps).status().code(), absl::StatusCode::kAlreadyExists);
+}
+
+// The hostile-client probe: lost workers were never removed.
+TEST(WorkerRegistryTest, LostWorkersAreForgottenAfterTheRetention) {
+  absl::Time now = absl::FromUnixSeconds(0);
+  WorkerRegistry registry(absl::Seconds(3), [&] { return now; });
+  const std::string a = *registry.Register("a", Caps());
+  ASSERT_TRUE(registry.Leave(a).ok());
+  now += WorkerRegistry::kLostRetention - absl::Seconds(1);
+  registry.ExpireLeases();
+  ASSERT_EQ(registry.List().size(), 1u) << "still shown a while";
+  EXPECT_TRUE(registry.List()[0].lost);
+  now += absl::Seconds(2);
+  registry.ExpireLeases();
+  EXPECT_TRUE(registry.List().empty());
+  EXPECT_EQ(registry.Get(a).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST(WorkerRegistryTest, AFullRegistryMakesRoomFromTheLostOnly) {
+  absl::Time now = absl::FromUnixSeconds(0);
+  WorkerRegistry registry(absl::Hours(1), [&] { return now; });
+  std::string first;
+  for (size_t i = 0; i < WorkerRegistry::kMaxWorkers; ++i) {
+    auto id = registry.Register("w" + std::to_string(i), Caps());
+    ASSERT_TRUE(id.ok()) << id.status();
+    if (i == 0) first = *id;
+  }
+  auto refused = registry.Register("one-too-many", Caps());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
+  ASSERT_TRUE(registry.Leave(first).ok());
+  EXPECT_TRUE(registry.Register("one-too-many", Caps()).ok()) << "the lost record made room";
+  EXPECT_EQ(registry.List().size(), WorkerRegistry::kMaxWorkers);
+}
+
+TEST(WorkerRegistryTest, ABadNameIsQuotedInPart) {
+  WorkerRegistry registry(absl::Seconds(3));
+  auto refused = registry.Register(std::string(1 << 20, '!'), Caps());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_LT(refused.status().message().size(), 200u);
+}
+
+}  // namespace
+}  // namespace shardline::server

@@ -1,0 +1,93 @@
+#include "worker/data/data_file.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+#include "gtest/gtest.h"
+
+namespace shardline::worker::data {
+namespace {
+
+// A fresh directory with a data root inside it and a file beside the root.
+class DataFileTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char pattern[] = "/tmp/shardline_data_file_XXXXXX";
+    ASSERT_NE(::mkdtemp(pattern), nullptr);
+    dir_ = pattern;
+    root_ = dir_ + "/root";
+    ASSERT_EQ(::mkdir(root_.c_str(), 0755), 0);
+    Write(root_ + "/text.txt", "hello, world");
+    Write(dir_ + "/secret.txt", "not for jobs");
+  }
+  void TearDown() override { std::system(("rm -rf " + dir_).c_str()); }
+  static void Write(const std::string& path, const std::string& bytes) { std::ofstream(path) << bytes; }
+  DataAccess Access() const {
+    DataAccess access;
+    access.root = root_;
+    return access;
+  }
+  std::string dir_, root_;
+};
+
+TEST_F(DataFileTest, RelativePathsAreTakenFromTheRootAndAbsoluteOnesMustLieUnderIt) {
+  auto relative = ReadDataFile("text.txt", Access());
+  ASSERT_TRUE(relative.ok()) << relative.status();
+  EXPECT_EQ(*relative, "hello, world");
+  auto absolute = ReadDataFile(root_ + "/text.txt", Access());
+  ASSERT_TRUE(absolute.ok()) << absolute.status();
+  EXPECT_EQ(*absolute, "hello, world");
+}
+
+// The hostile-client probe: /etc/shadow was trained on and its weights exported.
+TEST_F(DataFileTest, PathsOutsideTheRootAreRefusedHoweverSpelt) {
+  for (const std::string& path : {std::string("/etc/shadow"), std::string("/etc/passwd"), dir_ + "/secret.txt",
+                                   std::string("../secret.txt"), root_ + "/../secret.txt"}) {
+    auto read = ReadDataFile(path, Access());
+    EXPECT_FALSE(read.ok()) << path;
+    if (read.status().code() != absl::StatusCode::kNotFound) {
+      EXPECT_EQ(read.status().code(), absl::StatusCode::kPermissionDenied) << path << ": " << read.status();
+    }
+  }
+  ASSERT_EQ(::symlink((dir_ + "/secret.txt").c_str(), (root_ + "/link.txt").c_str()), 0);
+  EXPECT_EQ(ReadDataFile("link.txt", Access()).status().code(), absl::StatusCode::kPermissionDenied)
+      << "a symlink out of the root";
+}
+
+// The probes: /dev/zero was read until 2.3 GB and silently truncated; a FIFO
+// blocked the worker forever.
+TEST_F(DataFileTest, OnlyRegularFilesAreReadAndAFifoDoesNotBlock) {
+  DataAccess anywhere;
+  EXPECT_EQ(ReadDataFile("/dev/zero", anywhere).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ReadDataFile(root_, anywhere).status().code(), absl::StatusCode::kInvalidArgument) << "a directory";
+  const std::string fifo = root_ + "/fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const auto start = std::chrono::steady_clock::now();
+  auto read = ReadDataFile("fifo", Access());
+  EXPECT_EQ(read.status().code(), absl::StatusCode::kInvalidArgument) << read.status();
+  EXPECT_NE(read.status().message().find("not a regular file"), std::string::npos) << read.status();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5)) << "it returned: it did not block";
+}
+
+TEST_F(DataFileTest, AFileLargerThanTheBoundIsRefusedUnread) {
+  DataAccess access = Access();
+  access.max_bytes = 5;
+  auto read = ReadDataFile("text.txt", access);
+  EXPECT_EQ(read.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(read.status().message().find("more than the 5"), std::string::npos) << read.status();
+}
+
+TEST_F(DataFileTest, ACancelledReadStops) {
+  std::atomic<bool> cancelled{true};
+  DataAccess access = Access();
+  access.cancelled = &cancelled;
+  EXPECT_EQ(ReadDataFile("text.txt", access).status().code(), absl::StatusCode::kCancelled);
+}
+
+}  // namespace
+}  // namespace shardline::worker::data

@@ -1,0 +1,102 @@
+#include "worker/data/data_file.h"
+
+#include <fcntl.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/input_limits.h"
+
+namespace shardline::worker::data {
+namespace {
+
+constexpr size_t kPieceBytes = size_t{1} << 20;
+
+// The canonical path (symlinks and .. resolved); NOT_FOUND when it does not exist.
+absl::StatusOr<std::string> Canonical(const std::string& path) {
+  char resolved[PATH_MAX];
+  if (::realpath(path.c_str(), resolved) == nullptr) {
+    return absl::NotFoundError(absl::StrCat("data.path: cannot open ", common::Quote(path), ": ", std::strerror(errno)));
+  }
+  return std::string(resolved);
+}
+
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+
+ private:
+  const int fd_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::string> ReadDataFile(const std::string& path, const DataAccess& access) {
+  if (path.empty() || path.size() > common::kMaxPathBytes || path.find('\0') != std::string::npos) {
+    return absl::InvalidArgumentError("data.path: empty, too long, or holds a NUL byte");
+  }
+  std::string candidate = path;
+  if (!access.root.empty()) {
+    absl::StatusOr<std::string> root = Canonical(access.root);
+    if (!root.ok()) return absl::FailedPreconditionError(absl::StrCat("the worker's --data_root ", root.status().message()));
+    if (path[0] != '/') candidate = absl::StrCat(*root, "/", path);
+    absl::StatusOr<std::string> resolved = Canonical(candidate);
+    if (!resolved.ok()) return resolved.status();
+    if (*resolved != *root && !absl::StartsWith(*resolved, *root == "/" ? *root : absl::StrCat(*root, "/"))) {
+      return absl::PermissionDeniedError(absl::StrCat("data.path ", common::Quote(path),
+                                                      " is outside this worker's --data_root ", common::Quote(*root)));
+    }
+    candidate = *resolved;
+  }
+  // Non-blocking, so that opening a FIFO nobody writes returns at once.
+  const Fd fd(::open(candidate.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY));
+  if (fd.get() < 0) {
+    return absl::NotFoundError(absl::StrCat("data.path: cannot open ", common::Quote(path), ": ", std::strerror(errno)));
+  }
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0) {
+    return absl::NotFoundError(absl::StrCat("data.path: cannot stat ", common::Quote(path), ": ", std::strerror(errno)));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat("data.path ", common::Quote(path), " is not a regular file"));
+  }
+  if (st.st_size > access.max_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("data.path ", common::Quote(path), " holds ", st.st_size,
+                                                   " bytes, more than the ", access.max_bytes, " a worker reads"));
+  }
+  const absl::Time deadline = absl::Now() + access.deadline;
+  std::string bytes(static_cast<size_t>(st.st_size), '\0');
+  size_t done = 0;
+  while (done < bytes.size()) {
+    if (access.cancelled != nullptr && access.cancelled->load()) {
+      return absl::CancelledError("reading data.path was cancelled");
+    }
+    if (absl::Now() > deadline) {
+      return absl::DeadlineExceededError(absl::StrCat("reading data.path took longer than ",
+                                                      absl::FormatDuration(access.deadline)));
+    }
+    const ssize_t n = ::read(fd.get(), bytes.data() + done, std::min(kPieceBytes, bytes.size() - done));
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    if (n < 0) {
+      return absl::NotFoundError(absl::StrCat("data.path: cannot read ", common::Quote(path), ": ", std::strerror(errno)));
+    }
+    if (n == 0) break;  // it shrank meanwhile
+    done += static_cast<size_t>(n);
+  }
+  bytes.resize(done);
+  return bytes;
+}
+
+}  // namespace shardline::worker::data
