@@ -1,5 +1,6 @@
 #include "common/half.h"
 
+#include <cpuid.h>
 #include <immintrin.h>
 
 #include <cstring>
@@ -115,8 +116,16 @@ __attribute__((target("avx2,f16c"))) size_t F16ToF32Hardware(const uint16_t* src
   return i;
 }
 
+// From CPUID (clang's __builtin_cpu_supports knows no "f16c"): F16C is leaf
+// 1 ECX bit 29, AVX2 leaf 7 EBX bit 5, and the OS must save the AVX state.
 bool HasF16c() {
-  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  static const bool has = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return false;
+    const bool f16c = (c >> 29) & 1, osxsave = (c >> 27) & 1;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+    return f16c && osxsave && ((b >> 5) & 1) && __builtin_cpu_supports("avx2");
+  }();
   return has;
 }
 

@@ -12,8 +12,9 @@ packages=(
   # For tests only: the Prometheus server and promtool, a Docker engine with
   # Compose and debootstrap for the Compose cluster (tests start their own).
   prometheus docker.io docker-compose debootstrap
-  # deploy/certs.sh (development certificates) and the TLS tests.
-  openssl
+  # deploy/certs.sh (development certificates) and the TLS tests; clang and
+  # libFuzzer for the fuzz targets (tests/fuzz/run_fuzzers.sh).
+  openssl clang libclang-rt-dev
 )
 
 # Python tools for tests and benchmarks only (the product never runs Python):
