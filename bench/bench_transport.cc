@@ -21,7 +21,10 @@
 //
 //   bench_transport [--sizes=65536,...] [--reps=N] [--trials=N] [--json=FILE]
 //                   [--chunk_kib=N] [--window_frames=N] [--wire=f32|bf16|f16]
-//                   [--receiver_netns=NAME --receiver_ip=A --sender_ip=B]
+//                   [--receiver_netns=NAME --receiver_ip=A --sender_ip=B] [--tls_dir=DIR]
+//
+// With --tls_dir (deploy/certs.sh DIR bench) a fourth path, stagelink_tls:
+// the same StageLink pair under mutual TLS, and its ratio to plaintext.
 #include <dirent.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -65,6 +68,9 @@ ABSL_FLAG(std::string, receiver_netns, "",
           "run the receiver in this network namespace (/var/run/netns/NAME; empty: this one)");
 ABSL_FLAG(std::string, receiver_ip, "127.0.0.1", "the receiver's IPv4 address, in its namespace");
 ABSL_FLAG(std::string, sender_ip, "127.0.0.1", "this process's IPv4 address, as the receiver reaches it");
+ABSL_FLAG(std::string, tls_dir, "",
+          "DIR with ca.pem, bench.pem, bench.key (deploy/certs.sh DIR bench): also time the StageLink path under "
+          "mutual TLS (stagelink_tls)");
 ABSL_FLAG(std::string, wire, "f32",
           "StageLink wire precision: f32, bf16 or f16 (the tensor is narrowed once, as a stage's "
           "device does; GB/s count its f32 bytes)");
@@ -180,6 +186,7 @@ int Main() {
     config.sender_ip = sender_ip;
     config.exchange = LinkOptions();
     config.largest_bytes = *std::max_element(sizes.begin(), sizes.end());
+    config.tls_dir = absl::GetFlag(FLAGS_tls_dir);
     ::_exit(RunTransportReceiver(config, to_parent[1], to_child[0]));
   }
   // Only the child writes there: if it dies, our read sees the end.
@@ -195,8 +202,27 @@ int Main() {
   auto link_server = builder.BuildAndStart();
   if (link_server == nullptr) return 2;
   auto downstream = link_service.Expect("bench", 1, 0, LinkOptions());
+  SenderPorts sender_ports;
+  sender_ports.link = link_port;
+  // The same pair under mutual TLS, on a server of its own.
+  const bool tls = !absl::GetFlag(FLAGS_tls_dir).empty();
+  worker::transport::StageLinkService tls_link_service;
+  std::unique_ptr<grpc::Server> tls_link_server;
+  std::shared_ptr<worker::transport::ExchangeStream> tls_downstream;
+  if (tls) {
+    absl::StatusOr<std::shared_ptr<common::TransportSecurity>> security = BenchTls(absl::GetFlag(FLAGS_tls_dir));
+    BENCH_CHECK_OK(security.status());
+    grpc::ServerBuilder tls_builder;
+    tls_builder.AddChannelArgument("grpc.so_reuseport", 0);
+    tls_builder.AddListeningPort(absl::StrCat(sender_ip, ":0"), (*security)->ServerCredentials(),
+                                 &sender_ports.tls_link);
+    tls_link_service.RegisterWith(tls_builder);
+    tls_link_server = tls_builder.BuildAndStart();
+    if (tls_link_server == nullptr) return 2;
+    tls_downstream = tls_link_service.Expect("bench-tls", 1, 0, LinkOptions());
+  }
   ReceiverPorts ports;
-  if (::write(to_child[1], &link_port, sizeof(link_port)) != sizeof(link_port) ||
+  if (::write(to_child[1], &sender_ports, sizeof(sender_ports)) != sizeof(sender_ports) ||
       ::read(to_parent[0], &ports, sizeof(ports)) != sizeof(ports)) {
     std::fprintf(stderr, "Error: the receiver did not start (see above)\n");
     return 2;
@@ -245,15 +271,17 @@ int Main() {
       }
       std::memcpy(message->values.data(), halves.data(), halves.size() * sizeof(uint16_t));
     }
-    auto stagelink_reps = [&] {
+    auto link_reps = [&](worker::transport::ExchangeStream& stream) {
       // Acks are taken as they come (a stage that stopped receiving would,
       // by design, stop being sent to).
       std::thread acks([&] {
-        for (int r = 0; r < reps; ++r) BENCH_CHECK_OK(downstream->Receive().status());
+        for (int r = 0; r < reps; ++r) BENCH_CHECK_OK(stream.Receive().status());
       });
-      for (int r = 0; r < reps; ++r) BENCH_CHECK_OK(downstream->Send(message));
+      for (int r = 0; r < reps; ++r) BENCH_CHECK_OK(stream.Send(message));
       acks.join();
     };
+    auto stagelink_reps = [&] { link_reps(*downstream); };
+    auto stagelink_tls_reps = [&] { link_reps(*tls_downstream); };
     std::vector<char> data(bytes, 'x');
     // Every path sends all `reps` tensors back to back and then waits for
     // the receiver's per-tensor acks, so each measures streaming, not latency.
@@ -288,6 +316,7 @@ int Main() {
     stagelink_reps();  // warm every path first
     tcp_reps();
     protobuf_reps();
+    if (tls) stagelink_tls_reps();
     const PathFigures stagelink = Measure(bytes, reps, child, stagelink_reps);
     const PathFigures raw = Measure(bytes, reps, child, tcp_reps);
     const PathFigures plain = Measure(bytes, reps, child, protobuf_reps);
@@ -308,6 +337,15 @@ int Main() {
       row.emplace_back(absl::StrCat(path, "_total_s"), f.total_s);
       row.emplace_back(absl::StrCat(path, "_cpu_s"), f.cpu_s);
     }
+    if (tls) {
+      const PathFigures secured = Measure(bytes, reps, child, stagelink_tls_reps);
+      row.emplace_back("stagelink_tls_gbps", secured.gbps);
+      row.emplace_back("stagelink_tls_vs_stagelink", secured.gbps / stagelink.gbps);
+      row.emplace_back("stagelink_tls_cpu_s_per_gb", secured.cpu_s_per_gb);
+      row.emplace_back("stagelink_tls_median_s", secured.median_s);
+      row.emplace_back("stagelink_tls_total_s", secured.total_s);
+      row.emplace_back("stagelink_tls_cpu_s", secured.cpu_s);
+    }
     report.Add(std::move(row));
   }
   sink->WritesDone();
@@ -316,6 +354,12 @@ int Main() {
   downstream->Close("done");
   link_service.Forget("bench", 0);
   downstream.reset();
+  if (tls) {
+    tls_downstream->Close("done");
+    tls_link_service.Forget("bench-tls", 0);
+    tls_downstream.reset();
+    tls_link_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  }
   link_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   // The receiver ends when its link closes; make sure it does.
   ReapChild(child);

@@ -81,30 +81,52 @@ int RunTransportReceiver(const TransportReceiverConfig& config, int ports_pipe, 
   if (::write(ports_pipe, &ports, sizeof(ports)) != sizeof(ports)) return 1;
   std::thread tcp([tcp_listener] { TcpSink(tcp_listener); });
   tcp.detach();
-  int link_port = 0;
-  if (::read(link_port_pipe, &link_port, sizeof(link_port)) != sizeof(link_port)) return 1;
-  const std::string stagelink_upstream = absl::StrCat(config.sender_ip, ":", link_port);
-  worker::transport::GrpcStageLinkOptions options;
-  options.job_id = "bench";
-  options.plan_epoch = 1;
-  options.stage = 1;
-  options.stages = 2;
-  options.upstream_address = stagelink_upstream;
-  options.exchange = config.exchange;
-  options.staging_slot_bytes = config.largest_bytes;  // as a worker sizes them for its job
-  auto link = worker::transport::GrpcStageLink::Create(options);
-  if (!link.ok()) return 1;
-  while (true) {
-    absl::StatusOr<StageMessage> m = (*link)->ReceiveFromPrevious();
-    if (!m.ok()) break;  // the sender is done
-    StageMessage ack;
-    ack.kind = StageMessage::Kind::kGradient;
-    ack.step = m->step;
-    ack.micro_batch = m->micro_batch;
-    if (!(*link)->SendToPrevious(ack).ok()) break;
+  SenderPorts sender;
+  if (::read(link_port_pipe, &sender, sizeof(sender)) != sizeof(sender)) return 1;
+  // The downstream stage of a pair: acks every message with an empty gradient.
+  auto serve = [&](const std::string& job, int port, std::shared_ptr<grpc::ChannelCredentials> credentials) {
+    worker::transport::GrpcStageLinkOptions options;
+    options.job_id = job;
+    options.plan_epoch = 1;
+    options.stage = 1;
+    options.stages = 2;
+    options.upstream_address = absl::StrCat(config.sender_ip, ":", port);
+    options.exchange = config.exchange;
+    options.exchange.channel_credentials = std::move(credentials);
+    options.staging_slot_bytes = config.largest_bytes;  // as a worker sizes them for its job
+    auto link = worker::transport::GrpcStageLink::Create(options);
+    if (!link.ok()) return false;
+    while (true) {
+      absl::StatusOr<StageMessage> m = (*link)->ReceiveFromPrevious();
+      if (!m.ok()) break;  // the sender is done
+      StageMessage ack;
+      ack.kind = StageMessage::Kind::kGradient;
+      ack.step = m->step;
+      ack.micro_batch = m->micro_batch;
+      if (!(*link)->SendToPrevious(ack).ok()) break;
+    }
+    return true;
+  };
+  std::thread tls_link;
+  if (sender.tls_link != 0) {
+    absl::StatusOr<std::shared_ptr<common::TransportSecurity>> tls = BenchTls(config.tls_dir);
+    if (!tls.ok()) return 1;
+    tls_link = std::thread([&, credentials = (*tls)->ChannelCredentials()] {
+      serve("bench-tls", sender.tls_link, credentials);
+    });
   }
+  const bool served = serve("bench", sender.link, nullptr);
+  if (tls_link.joinable()) tls_link.join();
   server->Shutdown();
-  return 0;
+  return served ? 0 : 1;
+}
+
+absl::StatusOr<std::shared_ptr<common::TransportSecurity>> BenchTls(const std::string& dir) {
+  common::TlsFiles files;
+  files.cert = dir + "/bench.pem";
+  files.key = dir + "/bench.key";
+  files.ca = dir + "/ca.pem";
+  return common::TransportSecurity::Create(files);
 }
 
 
