@@ -189,13 +189,11 @@ void JobManager::ScheduleLocked() {
     std::vector<shardline::v1::Assignment> assignments = std::move(placement->assignments);
     job.Start(*epoch, *std::move(placement));
     Save(job);
-    // The plan's workers alone know it: their link hellos and twins' fetches carry it.
-    const std::string link_token = common::RandomToken();
     for (size_t position = 0; position < assignments.size(); ++position) {
       const std::string& worker = job.workers()[position];
       registry_.SetJob(worker, id);
       assignments[position].set_plan_epoch(*epoch);
-      assignments[position].set_link_token(link_token);
+      assignments[position].set_link_token(job.link_token());  // the job's workers alone know it
       deliver_(worker, std::move(assignments[position]));
     }
   }

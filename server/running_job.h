@@ -21,6 +21,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/random_token.h"
 #include "server/grid_placement.h"
 #include "server/job_trace.h"
 #include "server/stream_mailbox.h"
@@ -78,6 +79,12 @@ class RunningJob {
   void Requeue(const std::string& why, absl::Time shrink_after);
   // Why a RECOVERING job restarts.
   const std::string& resume_reason() const { return resume_reason_; }
+  // The job's link token (128 random bits, made with the record: a
+  // coordinator restart makes a new one), in every assignment of every
+  // plan: workers' hellos and twins' fetches carry it. Per job, not per
+  // plan, so that a survivor knows it before its new assignment arrives
+  // (a twin may ask it for its snapshot first). Never persisted or shown.
+  const std::string& link_token() const { return link_token_; }
   // The names of the workers that held each position before it stopped
   // (none for a fresh job): a restart keeps them there where it can.
   const std::vector<std::string>& previous_workers() const { return previous_workers_; }
@@ -151,6 +158,7 @@ class RunningJob {
   int link_retries_ = 0;            // in a row, since the committed step below
   int64_t link_retries_since_ = -1;
   std::string resume_reason_;
+  const std::string link_token_ = common::RandomToken();
   std::vector<std::string> previous_workers_;
   std::vector<int> previous_cut_;
   void RememberPlacement();  // previous_workers_ and previous_cut_ from the stages now

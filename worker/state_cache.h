@@ -34,7 +34,7 @@ class StateCache {
   // held afterwards. Else none, and it stays.
   std::map<std::string, common::Tensor> TakeMemory();
 
-  // Twins prove they belong to a job with its plan's link token: the token
+  // Twins prove they belong to a job with its link token: the token
   // of an assignment this worker received for `job_id` (the last few
   // plans of the last few jobs are remembered).
   void AdmitToken(const std::string& job_id, const std::string& token);

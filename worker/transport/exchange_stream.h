@@ -42,7 +42,7 @@ struct ExchangeOptions {
   size_t max_waiting = 8;                      // messages queued to send, or received and not taken
   std::shared_ptr<StagingPool> receive_pool;   // where received tensors go when it has room
   FrameLimits limits;                          // the largest tensor (and targets) the peer may send
-  std::string link_token;                      // the plan's secret: hellos carry it (Assignment.link_token)
+  std::string link_token;                      // the job's secret: hellos carry it (Assignment.link_token)
   // The side that dials protects its channel with these (null: plaintext).
   std::shared_ptr<grpc::ChannelCredentials> channel_credentials;
 };

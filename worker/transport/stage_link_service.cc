@@ -205,9 +205,9 @@ absl::StatusOr<std::shared_ptr<ExchangeStream>> StageLinkService::BindLocked(
     return absl::NotFoundError(absl::StrCat("plan epoch ", hello.plan_epoch(), " has not started here yet (epoch ",
                                             e.epoch, " is ending)"));
   }
-  // Job ids and epochs can be guessed; the plan's link token cannot.
+  // Job ids and epochs can be guessed; the job's link token cannot.
   if (!common::TokensEqual(hello.link_token(), e.link_token)) {
-    return absl::UnauthenticatedError("the hello does not carry this plan's link token");
+    return absl::UnauthenticatedError("the hello does not carry this job's link token");
   }
   std::shared_ptr<ExchangeStream> stream = e.stream.lock();
   if (stream == nullptr) return absl::NotFoundError("the stage no longer waits for this link");

@@ -7,7 +7,7 @@
 // status that says why (unknown job, stage, group or rank, or a newer
 // epoch than the one here: NOT_FOUND, and the peer retries; an older epoch:
 // FAILED_PRECONDITION; a second stream for the same endpoint:
-// ALREADY_EXISTS; a hello of the right epoch without the plan's link token
+// ALREADY_EXISTS; a hello of the right epoch without the job's link token
 // (ExchangeOptions::link_token): UNAUTHENTICATED). Malformed frames end their stream with
 // INVALID_ARGUMENT; the service keeps serving. It is gRPC's generic service
 // (frames are ByteBuffers, see common/tensor_coding.h), so a server can have

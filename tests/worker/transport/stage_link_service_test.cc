@@ -177,9 +177,9 @@ TEST(StageLinkServiceTest, MalformedFramesEndTheStreamWithInvalidArgument) {
 
 // The hostile-client probe: job ids and epochs are sequential, so a stranger
 // guessed the next job and bound a worker's downstream stage link (294
-// tries, 1.9 s) and received its activations. A hello must carry the plan's
-// link token, which only the plan's workers are told.
-TEST(StageLinkServiceTest, AHelloWithoutThePlansLinkTokenIsRefused) {
+// tries, 1.9 s) and received its activations. A hello must carry the job's
+// link token, which only the job's workers are told.
+TEST(StageLinkServiceTest, AHelloWithoutTheJobsLinkTokenIsRefused) {
   auto server = StartServer();
   ExchangeOptions options = Exchange(absl::Seconds(5));
   options.link_token = "0123456789abcdef0123456789abcdef";
@@ -195,7 +195,7 @@ TEST(StageLinkServiceTest, AHelloWithoutThePlansLinkTokenIsRefused) {
   guesser.Write(guess);
   EXPECT_EQ(guesser.Finish().error_code(), grpc::StatusCode::UNAUTHENTICATED);
 
-  // The plan's own neighbour, told the token, still connects.
+  // The job's own neighbour, told the token, still connects.
   GrpcStageLinkOptions neighbour = Options(1, 2, server.get(), server.get());
   neighbour.exchange.link_token = options.link_token;
   auto link = GrpcStageLink::Create(neighbour);
