@@ -1,0 +1,154 @@
+// The coordinator against a hostile client (issue 16): oversized input gets
+// short INVALID_ARGUMENTs, watchers are bounded, and only a position's
+// worker, with its registration secret, may report it.
+#include "tests/server/coordinator_service_fixture.h"
+
+namespace shardline::server {
+namespace {
+
+using grpc::StatusCode;
+using testing::CoordinatorServiceTest;
+
+// The hostile-client probes: a 1 MB job name, 1 MB ids (their errors echoed
+// the whole input and came back RESOURCE_EXHAUSTED), a huge worker
+// description, a report with no worker id and absurd numbers. Each gets a
+// short INVALID_ARGUMENT, and the coordinator serves on.
+TEST_F(CoordinatorServiceTest, OversizedAndForgedRequestsGetShortClearErrors) {
+  const std::string mb(1 << 20, 'j');
+  grpc::ClientContext c1;
+  shardline::v1::GetJobRequest get;
+  get.set_job_id(mb);
+  shardline::v1::JobStatus status;
+  grpc::Status got = admin_stub_->GetJob(&c1, get, &status);
+  EXPECT_EQ(got.error_code(), StatusCode::INVALID_ARGUMENT);
+  EXPECT_LT(got.error_message().size(), 100u) << got.error_message().substr(0, 200);
+
+  auto spec = Spec();
+  spec.set_name(mb);
+  grpc::Status submitted;
+  Submit(spec, &submitted);
+  EXPECT_EQ(submitted.error_code(), StatusCode::INVALID_ARGUMENT);
+  EXPECT_LT(submitted.error_message().size(), 100u);
+
+  grpc::ClientContext c2;
+  shardline::v1::RegisterRequest request;
+  request.set_name("w9");
+  request.mutable_capabilities()->set_listen_address("127.0.0.1:1");
+  request.mutable_capabilities()->set_gemm_flops(1e9);
+  request.mutable_capabilities()->set_memory_bytes(int64_t{1} << 30);
+  request.mutable_capabilities()->set_description(std::string(2 << 20, 'd'));
+  shardline::v1::RegisterResponse registered;
+  got = worker_stub_->Register(&c2, request, &registered);
+  EXPECT_EQ(got.error_code(), StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(got.error_message().find("capabilities.description"), std::string::npos) << got.error_message();
+
+  std::string worker;
+  ASSERT_TRUE(Register("w0", &worker).ok());
+  const shardline::v1::JobStatus job = Submit(Spec(), &submitted);
+  ASSERT_TRUE(submitted.ok());
+  shardline::v1::ReportStepRequest report;
+  report.set_job_id(job.job_id());
+  report.set_plan_epoch(job.plan_epoch());
+  report.set_step(1);
+  EXPECT_EQ(ReportStep(report).error_code(), StatusCode::INVALID_ARGUMENT) << "no worker id";
+  report.set_worker_id(worker);
+  report.set_step_seconds(-5e300);
+  EXPECT_EQ(ReportStep(report).error_code(), StatusCode::INVALID_ARGUMENT) << "negative seconds";
+  report.set_step_seconds(0.1);
+  report.set_tokens(-1);
+  EXPECT_EQ(ReportStep(report).error_code(), StatusCode::INVALID_ARGUMENT) << "negative tokens";
+  report.set_tokens(24);
+  EXPECT_TRUE(ReportStep(report).ok());
+  EXPECT_TRUE(StillServing());
+}
+
+// Watchers of one job are bounded; a stream that went away frees its place.
+TEST_F(CoordinatorServiceTest, AJobTakesABoundedNumberOfWatchers) {
+  ASSERT_TRUE(Register("w0").ok());
+  grpc::Status submitted;
+  const shardline::v1::JobStatus job = Submit(Spec(), &submitted);
+  ASSERT_TRUE(submitted.ok());
+  shardline::v1::GetJobRequest request;
+  request.set_job_id(job.job_id());
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  std::vector<std::unique_ptr<grpc::ClientReader<shardline::v1::JobStatus>>> watches;
+  shardline::v1::JobStatus status;
+  for (size_t i = 0; i < RunningJob::kMaxWatchers; ++i) {
+    contexts.push_back(std::make_unique<grpc::ClientContext>());
+    watches.push_back(admin_stub_->WatchJob(contexts.back().get(), request));
+    ASSERT_TRUE(watches.back()->Read(&status)) << "watcher " << i;
+  }
+  grpc::ClientContext extra;
+  auto refused = admin_stub_->WatchJob(&extra, request);
+  while (refused->Read(&status)) {
+  }
+  EXPECT_EQ(refused->Finish().error_code(), StatusCode::RESOURCE_EXHAUSTED);
+  contexts[0]->TryCancel();
+  (void)watches[0]->Finish();
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  bool admitted = false;
+  while (!admitted && absl::Now() < give_up) {
+    grpc::ClientContext again;
+    auto watch = admin_stub_->WatchJob(&again, request);
+    admitted = watch->Read(&status);
+    again.TryCancel();
+    (void)watch->Finish();
+    if (!admitted) absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_TRUE(admitted) << "a cancelled watcher's place is free again";
+  for (auto& c : contexts) c->TryCancel();
+  for (size_t i = 1; i < watches.size(); ++i) (void)watches[i]->Finish();
+}
+
+// The hostile-client probe: ReportStep with an empty worker_id was accepted
+// for every stage, and forged shards committed. A worker's calls must carry
+// its registration's secret, and only a position's own worker may report it.
+TEST_F(CoordinatorServiceTest, ReportsAndShardsComeOnlyFromThePositionsWorkerWithItsSecret) {
+  std::string holder, other;
+  ASSERT_TRUE(Register("w0", &holder).ok());
+  grpc::Status submitted;
+  const shardline::v1::JobStatus job = Submit(Spec(), &submitted);
+  ASSERT_TRUE(submitted.ok());
+  ASSERT_TRUE(Register("w1", &other).ok());  // idle: holds no position
+  shardline::v1::ReportStepRequest report;
+  report.set_job_id(job.job_id());
+  report.set_plan_epoch(job.plan_epoch());
+  report.set_worker_id(holder);
+  report.set_step(1);
+  report.set_tokens(24);
+
+  grpc::ClientContext unsigned_call;
+  shardline::v1::ReportStepResponse response;
+  EXPECT_EQ(worker_stub_->ReportStep(&unsigned_call, report, &response).error_code(), StatusCode::UNAUTHENTICATED)
+      << "no secret";
+  grpc::ClientContext signed_by_other;
+  Sign(signed_by_other, other);
+  EXPECT_EQ(worker_stub_->ReportStep(&signed_by_other, report, &response).error_code(), StatusCode::UNAUTHENTICATED)
+      << "another worker's secret";
+  report.set_worker_id(other);
+  EXPECT_EQ(ReportStep(report).error_code(), StatusCode::FAILED_PRECONDITION) << "its own secret, not its position";
+
+  const std::string file = ShardFile(4);
+  std::vector<shardline::v1::ShardChunk> chunks = Chunks(job, file, 0, static_cast<int64_t>(file.size()));
+  chunks[0].mutable_header()->set_worker_id(other);
+  EXPECT_EQ(ReportShard(chunks).error_code(), StatusCode::FAILED_PRECONDITION) << "a shard of a position it lacks";
+  chunks[0].mutable_header()->set_worker_id(holder);
+  grpc::ClientContext forged;
+  Sign(forged, other);
+  shardline::v1::ReportShardResponse stored;
+  auto writer = worker_stub_->ReportShard(&forged, &stored);
+  for (const auto& c : chunks) writer->Write(c);
+  writer->WritesDone();
+  EXPECT_EQ(writer->Finish().error_code(), StatusCode::UNAUTHENTICATED) << "the holder's id, another's secret";
+  EXPECT_FALSE(stored.stored());
+
+  grpc::ClientContext heartbeat;
+  shardline::v1::HeartbeatRequest beat;
+  beat.set_worker_id(holder);
+  shardline::v1::HeartbeatResponse beat_response;
+  EXPECT_EQ(worker_stub_->Heartbeat(&heartbeat, beat, &beat_response).error_code(), StatusCode::UNAUTHENTICATED);
+  EXPECT_TRUE(StillServing());
+}
+
+}  // namespace
+}  // namespace shardline::server
