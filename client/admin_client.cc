@@ -19,8 +19,12 @@ AdminClient::AdminClient(const std::string& address, absl::Duration deadline,
 std::unique_ptr<grpc::ClientContext> AdminClient::Context() const {
   auto context = std::make_unique<grpc::ClientContext>();
   context->set_deadline(absl::ToChronoTime(absl::Now() + deadline_));
-  if (!bearer_token_.empty()) context->AddMetadata("authorization", "Bearer " + bearer_token_);
+  Authorize(*context);
   return context;
+}
+
+void AdminClient::Authorize(grpc::ClientContext& context) const {
+  if (!bearer_token_.empty()) context.AddMetadata("authorization", "Bearer " + bearer_token_);
 }
 
 template <typename Response, typename Call>
@@ -102,7 +106,7 @@ absl::StatusOr<shardline::v1::JobStatus> AdminClient::Watch(
   shardline::v1::GetJobRequest request;
   request.set_job_id(job_id);
   grpc::ClientContext context;  // no deadline: a job may run for days
-  if (!bearer_token_.empty()) context.AddMetadata("authorization", "Bearer " + bearer_token_);
+  Authorize(context);
   auto reader = stub_->WatchJob(&context, request);
   shardline::v1::JobStatus status, last;
   bool any = false;
@@ -122,7 +126,7 @@ absl::StatusOr<std::string> AdminClient::Export(const std::string& job_id) {
   request.set_job_id(job_id);
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + deadline_ * 30));
-  if (!bearer_token_.empty()) context.AddMetadata("authorization", "Bearer " + bearer_token_);
+  Authorize(context);
   auto reader = stub_->ExportWeights(&context, request);
   shardline::v1::ExportChunk chunk;
   std::string bytes;

@@ -42,7 +42,8 @@ class AdminClient {
   absl::StatusOr<std::string> Export(const std::string& job_id);
 
  private:
-  std::unique_ptr<grpc::ClientContext> Context() const;
+  std::unique_ptr<grpc::ClientContext> Context() const;  // with the deadline, authorized
+  void Authorize(grpc::ClientContext& context) const;     // adds the bearer token, if any
   const absl::Duration deadline_;
   const std::string bearer_token_;  // never logged
   std::unique_ptr<shardline::v1::Admin::Stub> stub_;

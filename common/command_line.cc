@@ -1,7 +1,6 @@
 #include "common/command_line.h"
 
 #include <algorithm>
-#include <fstream>
 
 #include "absl/flags/commandlineflag.h"
 #include "absl/flags/reflection.h"
@@ -11,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/file_util.h"
 
 namespace shardline::common {
 namespace {
@@ -133,18 +133,15 @@ class Parser {
       return absl::InvalidArgumentError(absl::StrCat("--flagfile ", Quote(path), ": nested more than ",
                                                      kMaxFlagFileDepth, " deep"));
     }
-    std::ifstream in(path, std::ios::binary);
-    if (!in) return absl::InvalidArgumentError(absl::StrCat("--flagfile ", Quote(path), ": cannot read it"));
     // Read no more than the limit and a byte (/dev/zero ends here too).
-    std::string text(kMaxFlagFileBytes + 1, '\0');
-    in.read(text.data(), static_cast<std::streamsize>(text.size()));
-    text.resize(static_cast<size_t>(in.gcount()));
-    if (text.size() > kMaxFlagFileBytes) {
+    absl::StatusOr<std::string> text = ReadFileBounded(path, kMaxFlagFileBytes);
+    if (absl::IsInvalidArgument(text.status())) {
       return absl::InvalidArgumentError(absl::StrCat("--flagfile ", Quote(path), ": larger than ",
                                                      kMaxFlagFileBytes, " bytes"));
     }
+    if (!text.ok()) return absl::InvalidArgumentError(absl::StrCat("--flagfile ", Quote(path), ": cannot read it"));
     std::vector<std::string> lines;
-    for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    for (absl::string_view line : absl::StrSplit(*text, '\n')) {
       absl::string_view flag = absl::StripAsciiWhitespace(line);
       if (!flag.empty() && flag[0] != '#') lines.emplace_back(flag);
     }

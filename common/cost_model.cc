@@ -28,6 +28,15 @@ double TensorGroupBytesPerRank(const shardline::v1::JobSpec& spec, int begin, in
   return (m * per_micro_batch + (t - 1) * 2) * sizeof(float);  // + the norm's doubles
 }
 
+int64_t UnitRangeParameters(const shardline::v1::ModelSpec& model, int begin, int end) {
+  const std::vector<UnitCost> units = ModelUnitCosts(model, model.context());
+  int64_t parameters = 0;
+  for (int u = std::max(begin, 0); u < end && u < static_cast<int>(units.size()); ++u) {
+    parameters += units[u].parameters;
+  }
+  return parameters;
+}
+
 std::vector<UnitCost> ModelUnitCosts(const shardline::v1::ModelSpec& model, int64_t t) {
   const double c = model.d_model(), v = model.vocab_size(), h = model.n_heads();
   const double tt = static_cast<double>(t);

@@ -22,6 +22,10 @@ struct UnitCost {
 // One entry per unit, in order; `t` is the sequence length.
 std::vector<UnitCost> ModelUnitCosts(const shardline::v1::ModelSpec& model, int64_t t);
 
+// The f32 parameters of units [begin, end) (a stage's, in the global
+// layout), clamped to the model's units.
+int64_t UnitRangeParameters(const shardline::v1::ModelSpec& model, int begin, int end);
+
 // The bytes one rank of a stage holding units [begin, end) receives per
 // training step in its tensor group's collectives (t =
 // parallel.tensor_parallel ranks; 0 for t = 1), sequences at full context

@@ -268,11 +268,8 @@ absl::StatusOr<std::unique_ptr<ShardUploads::Writer>> JobManager::BeginShard(con
     const int position = job->PositionOf(h.stage(), 0, 0);
     if (position >= job->status().stages_size()) return absl::InternalError("the job has no such position");
     const shardline::v1::StageStatus& stage = job->status().stages(position);
-    const std::vector<common::UnitCost> units = common::ModelUnitCosts(job->spec().model(), job->spec().model().context());
-    common::CheckedInt64 parameters = 0;
-    for (int u = stage.unit_begin(); u < stage.unit_end() && u < static_cast<int>(units.size()); ++u) {
-      parameters += units[u].parameters;
-    }
+    const common::CheckedInt64 parameters =
+        common::UnitRangeParameters(job->spec().model(), stage.unit_begin(), stage.unit_end());
     const int64_t optimizer_copies = job->spec().train().optimizer().kind() == "adamw" ? 2 : 1;
     // The safetensors header: a few hundred bytes per tensor, a few tensors per unit.
     most = (parameters * 4 * (1 + optimizer_copies) + int64_t{64 << 10} * (stage.unit_end() - stage.unit_begin() + 1))

@@ -12,30 +12,16 @@
 
 namespace shardline::worker {
 
-namespace {
-
-int64_t MicroBatchTokens(const shardline::v1::JobSpec& spec) {
-  const int64_t pipelines = std::max<int64_t>(1, int64_t{spec.train().micro_batches()} *
-                                                     std::max(1, spec.parallel().data_parallel()));
-  return (spec.train().global_batch() + pipelines - 1) / pipelines * spec.model().context();
-}
-
-}  // namespace
-
 transport::FrameLimits StageLinkFrameLimits(const shardline::v1::Assignment& a) {
   transport::FrameLimits limits;
   limits.max_elements = static_cast<int64_t>(runtime::LargestLinkTensorBytes(a.spec()) / sizeof(float));
-  limits.max_targets = MicroBatchTokens(a.spec());
+  limits.max_targets = runtime::MicroBatchTokens(a.spec());
   return limits;
 }
 
 transport::FrameLimits CollectiveFrameLimits(const shardline::v1::Assignment& a) {
-  int64_t parameters = 0;
-  const std::vector<common::UnitCost> units = common::ModelUnitCosts(a.spec().model(), a.spec().model().context());
-  for (int u = a.unit_begin(); u < a.unit_end() && u < static_cast<int>(units.size()); ++u) {
-    parameters += units[u].parameters;
-  }
-  const int64_t tokens = MicroBatchTokens(a.spec());
+  const int64_t parameters = common::UnitRangeParameters(a.spec().model(), a.unit_begin(), a.unit_end());
+  const int64_t tokens = runtime::MicroBatchTokens(a.spec());
   transport::FrameLimits limits;
   limits.max_elements = std::min(transport::kMaxFrameElements,
                                  std::max({parameters, StageLinkFrameLimits(a).max_elements,
@@ -68,11 +54,7 @@ absl::StatusOr<JobGroups> CreateJobGroups(const shardline::v1::Assignment& a, Ba
   if (a.replicas() > 1) {
     // Slots for the largest chunk of a bucket, or of all the stage's
     // gradients when they fill less than one.
-    int64_t parameters = 0;
-    const std::vector<common::UnitCost> units = common::ModelUnitCosts(a.spec().model(), a.spec().model().context());
-    for (int u = a.unit_begin(); u < a.unit_end() && u < static_cast<int>(units.size()); ++u) {
-      parameters += units[u].parameters;
-    }
+    const int64_t parameters = common::UnitRangeParameters(a.spec().model(), a.unit_begin(), a.unit_end());
     const size_t bucket = std::min(static_cast<size_t>(a.spec().parallel().bucket_mib() * (1 << 20)),
                                    static_cast<size_t>(std::max<int64_t>(1, parameters)) * sizeof(float));
     ASSIGN_OR_RETURN(groups.replicas,

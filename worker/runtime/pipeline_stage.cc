@@ -31,12 +31,15 @@ double Since(Clock::time_point start) {
 
 }  // namespace
 
-size_t LargestLinkTensorBytes(const shardline::v1::JobSpec& spec) {
+int64_t MicroBatchTokens(const shardline::v1::JobSpec& spec) {
   const int64_t micro_batches = std::max<int64_t>(1, spec.train().micro_batches()) *
                                 std::max<int64_t>(1, spec.parallel().data_parallel());
   const int64_t sequences = (spec.train().global_batch() + micro_batches - 1) / micro_batches;
-  return static_cast<size_t>(std::max<int64_t>(1, sequences * spec.model().context() * spec.model().d_model())) *
-         sizeof(float);
+  return sequences * spec.model().context();
+}
+
+size_t LargestLinkTensorBytes(const shardline::v1::JobSpec& spec) {
+  return static_cast<size_t>(std::max<int64_t>(1, MicroBatchTokens(spec) * spec.model().d_model())) * sizeof(float);
 }
 
 absl::StatusOr<std::unique_ptr<PipelineStage>> PipelineStage::Create(

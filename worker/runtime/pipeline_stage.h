@@ -97,6 +97,9 @@ struct StageStepResult {
 // micro-batch's activations or gradients, f32 in host memory): the size of
 // the links' staging slots.
 size_t LargestLinkTensorBytes(const shardline::v1::JobSpec& spec);
+// The tokens of one micro-batch of `spec` (its sequences × the context):
+// the most targets an activation carries.
+int64_t MicroBatchTokens(const shardline::v1::JobSpec& spec);
 
 class PipelineStage {
  public:
