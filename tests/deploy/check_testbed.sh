@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# The testbed (deploy/testbed/testbed.sh) as a user runs it: a topology
+# with a bad line is refused before anything is made; two racks joined by a
+# capped uplink come up, a three-stage job runs across the namespaces (a
+# stage link crosses the uplink: its token bucket counts the bytes) and
+# succeeds; a failing command's status comes back; and each time nothing is
+# left: no namespace, veth, bridge or qdisc of ours.
+#
+#   check_testbed.sh SOURCE_DIR BIN_DIR WORKDIR
+# Exit 77 (skipped, with the reason) without root or network namespaces.
+set -euo pipefail
+source_dir=$1
+bin_dir=$2
+work=$3
+testbed=$source_dir/deploy/testbed/testbed.sh
+
+[[ $(id -u) -eq 0 ]] || { echo "skipped: network namespaces need root"; exit 77; }
+if ! ip netns add sltbprobe$$ 2>/dev/null; then echo "skipped: ip netns add fails here"; exit 77; fi
+ip netns del sltbprobe$$
+rm -rf "$work"
+mkdir -p "$work"
+
+ours() { ip netns list | grep -c '^sltb' || true; }
+links_before=$(ip -o link show | wc -l)
+left_nothing() {
+  [[ $(ours) -eq 0 ]] || { echo "FAIL ($1): namespaces left: $(ip netns list | grep '^sltb')"; exit 1; }
+  [[ $(ip -o link show | wc -l) -eq $links_before ]] || { echo "FAIL ($1): links left in the host namespace"; ip -o link show; exit 1; }
+}
+
+# --- A bad topology: refused with the line, nothing made.
+printf 'rack a 1gbit\nrack b 1gbit\nrack c 1gbit\nuplink a b 1gbit\nuplink b c 1gbit\nuplink c a 1gbit\ncoordinator a\nworker w a\n' >"$work/cycle.topology"
+status=0
+bash "$testbed" --bin "$bin_dir" --work "$work/bad" "$work/cycle.topology" -- true 2>"$work/bad.err" || status=$?
+[[ $status -eq 2 ]] && grep -q "cycle.topology:6: uplink c-a closes a cycle" "$work/bad.err" \
+  || { echo "FAIL: a cycle of racks gave status $status: $(cat "$work/bad.err")"; exit 1; }
+left_nothing "bad topology"
+echo "ok: a cycle of racks is refused, naming the line"
+
+# --- A job across two racks.
+cat >"$work/racks.topology" <<'TOPO'
+rack a 10gbit
+rack b 10gbit
+uplink a b 200mbit
+coordinator a
+worker a1 a threads=1
+worker a2 a threads=1
+worker b1 b threads=1
+TOPO
+python3 - "$source_dir/examples/addition.json" "$work/spec.json" <<'PY'
+import json, sys
+spec = json.load(open(sys.argv[1]))
+spec["train"]["steps"] = 40
+spec["checkpoint"]["every_steps"] = 20
+spec["train"]["optimizer"]["warmup_steps"] = 10
+json.dump(spec, open(sys.argv[2], "w"))
+PY
+cat >"$work/job.sh" <<'JOB'
+set -euo pipefail
+ctl() { timeout 60 $TESTBED_SHARDCTL "$@"; }
+job=$(ctl -o json submit "$1" | python3 -c 'import json,sys; print(json.load(sys.stdin)["job_id"])')
+timeout 300 $TESTBED_SHARDCTL watch "$job" >"$TESTBED_WORK/watch.log" 2>&1 \
+  || { echo "FAIL: the job did not succeed"; tail -n 5 "$TESTBED_WORK/watch.log"; ctl describe job "$job"; exit 1; }
+ctl -o json describe job "$job" >"$TESTBED_WORK/job.json"
+ctl -o json get workers >"$TESTBED_WORK/workers.json"
+# Bytes the uplink's token buckets passed (both directions).
+ip netns exec "${TESTBED_NETNS_PREFIX}sw" tc -s qdisc show | awk '/^qdisc tbf/ {dev=$5} /Sent/ && dev ~ /^up/ {s += $2} END {print s + 0}' \
+  >"$TESTBED_WORK/uplink.bytes"
+JOB
+bash "$testbed" --bin "$bin_dir" --work "$work/bed" --deadline 600 "$work/racks.topology" -- bash "$work/job.sh" "$work/spec.json"
+left_nothing "job"
+python3 - "$work/bed/job.json" "$work/bed/workers.json" "$work/bed/uplink.bytes" <<'PY'
+import json, sys
+job = json.load(open(sys.argv[1]))
+workers = {w["name"]: w for w in json.load(open(sys.argv[2]))["workers"]}
+uplink = int(open(sys.argv[3]).read())
+assert job["state"] == "SUCCEEDED" and int(job["step"]) == 40, job
+assert sorted(s["worker"] for s in job["stages"]) == ["a1", "a2", "b1"], job["stages"]
+for name, w in workers.items():
+    assert (w.get("listen_address") or w.get("listenAddress", "")).startswith("10.216.0."), w
+# 40 steps of 8 micro-batches, 64×16 activations of 128 floats each way on
+# each crossing link: megabytes, not the kilobytes of heartbeats alone.
+assert uplink > 4 << 20, ("the uplink passed only %d bytes" % uplink)
+print("ok: 3 stages on a1, a2, b1 trained 40 steps; the 200 Mbit/s uplink passed %.1f MB" % (uplink / 1e6))
+PY
+
+# --- A failing command: its status, and the teardown.
+status=0
+bash "$testbed" --bin "$bin_dir" --work "$work/fail" "$work/racks.topology" -- bash -c 'exit 7' 2>/dev/null || status=$?
+[[ $status -eq 7 ]] || { echo "FAIL: a command's exit 7 came back as $status"; exit 1; }
+left_nothing "failing command"
+echo "ok: a failing command's status comes back and the testbed is gone"
+
+# --- Stopped from outside (SIGTERM to the script) while its command runs.
+bash "$testbed" --bin "$bin_dir" --work "$work/stopped" "$work/racks.topology" -- sleep 300 2>"$work/stopped.err" &
+bed=$!
+for _ in $(seq 300); do grep -q "workers .* idle" "$work/stopped.err" 2>/dev/null && break; sleep 0.2; done
+grep -q "workers .* idle" "$work/stopped.err" || { echo "FAIL: the testbed did not come up"; cat "$work/stopped.err"; kill $bed; exit 1; }
+start=$(date +%s)
+kill -TERM $bed
+status=0
+wait $bed || status=$?
+[[ $status -eq 143 ]] || { echo "FAIL: a stopped testbed exited $status"; exit 1; }
+left_nothing "stopped"
+echo "ok: SIGTERM tears the testbed down in $(($(date +%s) - start)) s"
