@@ -144,6 +144,8 @@ absl::StatusOr<SafetensorsIndex> ParseSafetensorsIndex(absl::string_view head, u
       }
       continue;
     }
+    // SerializeSafetensors refuses it too: what is read can be written again.
+    if (name.empty()) return Invalid("a tensor has an empty name");
     if (value.kind_case() != google::protobuf::Value::kStructValue) {
       return Invalid(absl::StrCat("entry '", name, "' is not an object"));
     }

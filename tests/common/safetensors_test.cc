@@ -75,6 +75,13 @@ TEST(SafetensorsTest, CorruptFilesAreRejected) {
   std::string bad_json = good;
   bad_json[8] = '[';
   EXPECT_FALSE(ParseSafetensors(bad_json).ok());
+  // Found by fuzz_safetensors: a tensor named "" was read, and could not be
+  // written again (a name must be a name).
+  std::string empty_name = good;
+  empty_name.replace(empty_name.find("\"a.ids\""), 7, "\"\"     ");
+  auto refused = ParseSafetensors(empty_name);
+  EXPECT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("empty name"), std::string::npos) << refused.status();
 }
 
 TEST(SafetensorsTest, WritesAtomicallyAndReadsBack) {
