@@ -77,7 +77,7 @@ std::string WorkersTable(const shardline::v1::ListWorkersResponse& workers) {
       {"NAME", "ID", "STATE", "JOB", "DEVICE", "GFLOP/S", "MEMORY", "ADDRESS"}};
   for (const auto& w : workers.workers()) {
     rows.push_back({w.name(), w.worker_id(), w.state(), w.job_id().empty() ? "-" : w.job_id(), w.device(),
-                    absl::StrFormat("%.1f", w.gemm_flops() / 1e9),
+                    absl::StrFormat("%.1f ±%.0f%%", w.gemm_flops() / 1e9, 50 * w.gemm_flops_spread()),
                     absl::StrFormat("%.1f GiB", static_cast<double>(w.memory_bytes()) / (1 << 30)),
                     w.listen_address()});
   }

@@ -46,6 +46,7 @@ shardline::v1::WorkerStatus ToWorkerStatus(const WorkerRecord& w) {
   out.set_device(w.capabilities.device());
   out.set_description(w.capabilities.description());
   out.set_gemm_flops(w.capabilities.gemm_flops());
+  out.set_gemm_flops_spread(w.capabilities.gemm_flops_spread());
   out.set_memory_bytes(w.capabilities.memory_bytes());
   out.set_listen_address(w.capabilities.listen_address());
   out.set_state(StateOf(w));

@@ -18,12 +18,14 @@ std::vector<WorkerCapacity> GridCapacities(const std::vector<WorkerRecord>& work
   std::vector<WorkerCapacity> out;
   for (int s = 0; s < p; ++s) {
     const WorkerRecord& first = workers[static_cast<size_t>(s * t)];
-    WorkerCapacity c{first.name, first.capabilities.gemm_flops(), first.capabilities.memory_bytes()};
+    WorkerCapacity c{first.name, first.capabilities.gemm_flops(), first.capabilities.memory_bytes(),
+                     first.capabilities.gemm_flops_spread()};
     for (int r = 0; r < d; ++r) {
       for (int k = 0; k < t; ++k) {
         const auto& caps = workers[static_cast<size_t>((r * p + s) * t + k)].capabilities;
         c.flops_per_second = std::min(c.flops_per_second, caps.gemm_flops());
         c.memory_bytes = std::min(c.memory_bytes, caps.memory_bytes());
+        c.flops_spread = std::max(c.flops_spread, caps.gemm_flops_spread());
       }
     }
     c.flops_per_second *= t;

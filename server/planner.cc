@@ -32,24 +32,51 @@ std::string Bytes(int64_t bytes) {
 
 }  // namespace
 
+std::vector<WorkerCapacity> EqualizeRates(std::vector<WorkerCapacity> workers) {
+  std::vector<size_t> order(workers.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return workers[a].flops_per_second < workers[b].flops_per_second;
+  });
+  for (size_t begin = 0; begin < order.size();) {
+    const double slowest = workers[order[begin]].flops_per_second;
+    double tolerance = std::max(kRateNoiseFloor, workers[order[begin]].flops_spread);
+    size_t end = begin + 1;
+    while (end < order.size()) {
+      const WorkerCapacity& next = workers[order[end]];
+      const double widened = std::max(tolerance, next.flops_spread);
+      if (next.flops_per_second > slowest * (1 + widened)) break;
+      tolerance = widened;
+      ++end;
+    }
+    double sum = 0;
+    for (size_t i = begin; i < end; ++i) sum += workers[order[i]].flops_per_second;
+    for (size_t i = begin; i < end; ++i) workers[order[i]].flops_per_second = sum / static_cast<double>(end - begin);
+    begin = end;
+  }
+  return workers;
+}
+
 absl::StatusOr<PipelinePlan> PlanPipeline(const shardline::v1::JobSpec& spec,
-                                          const std::vector<WorkerCapacity>& workers,
+                                          const std::vector<WorkerCapacity>& measured,
                                           const std::vector<int>& prefer) {
   const int p = spec.parallel().pipeline_stages();
   const int n = common::PipelineUnits(spec.model());
   if (p < 1 || p > n) {
     return absl::InvalidArgumentError(absl::StrCat("cannot cut ", n, " units into ", p, " stages"));
   }
-  if (static_cast<int>(workers.size()) < p) {
-    return absl::InvalidArgumentError(absl::StrCat("the plan needs ", p, " workers, ", workers.size(),
+  if (static_cast<int>(measured.size()) < p) {
+    return absl::InvalidArgumentError(absl::StrCat("the plan needs ", p, " workers, ", measured.size(),
                                                    " are available"));
   }
   for (int s = 0; s < p; ++s) {
-    if (!(workers[s].flops_per_second > 0) || workers[s].memory_bytes <= 0) {
+    if (!(measured[s].flops_per_second > 0) || measured[s].memory_bytes <= 0) {
       return absl::InvalidArgumentError(
-          absl::StrCat("worker ", workers[s].name, " reported no GEMM rate or memory"));
+          absl::StrCat("worker ", measured[s].name, " reported no GEMM rate or memory"));
     }
   }
+  const std::vector<WorkerCapacity> workers =
+      EqualizeRates(std::vector<WorkerCapacity>(measured.begin(), measured.begin() + p));
   const int m = spec.train().micro_batches();
   const int d = std::max(1, spec.parallel().data_parallel());
   const int64_t t = spec.model().context();

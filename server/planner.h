@@ -19,7 +19,18 @@ struct WorkerCapacity {
   std::string name;
   double flops_per_second = 0;  // measured f32 GEMM rate
   int64_t memory_bytes = 0;     // usable by the stage (device memory on GPUs)
+  double flops_spread = 0;      // how much its rate's probes disagreed: (max − min) / median
 };
+
+// Rates closer than their probes' spread, and than this floor, are taken
+// for the same hardware: the planner plans them as one rate (their mean),
+// so two equal workers measured apart by noise get an equal cut.
+inline constexpr double kRateNoiseFloor = 0.10;
+// `workers` with each group of rates that are equal within the noise
+// (sorted, grouped from the slowest: a rate joins while it is within
+// max(kRateNoiseFloor, the group's spreads) of the group's slowest) set to
+// the group's mean. Exposed for tests and `plan --explain`.
+std::vector<WorkerCapacity> EqualizeRates(std::vector<WorkerCapacity> workers);
 
 struct StagePlan {
   int unit_begin = 0;

@@ -1,6 +1,7 @@
 #include "server/worker_registry.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "common/input_limits.h"
@@ -23,8 +24,11 @@ absl::StatusOr<std::string> WorkerRegistry::Register(
   if (caps.listen_address().empty()) {
     return absl::InvalidArgumentError("a worker must say where its StageLink service listens");
   }
-  if (!(caps.gemm_flops() > 0) || caps.memory_bytes() <= 0) {
+  if (!(caps.gemm_flops() > 0) || !std::isfinite(caps.gemm_flops()) || caps.memory_bytes() <= 0) {
     return absl::InvalidArgumentError("a worker must report a positive GEMM rate and memory");
+  }
+  if (!(caps.gemm_flops_spread() >= 0 && caps.gemm_flops_spread() <= 10)) {
+    return absl::InvalidArgumentError("a worker's GEMM rate spread must be 0 to 10 (a relative range)");
   }
   absl::MutexLock lock(&mu_);
   for (auto it = workers_.begin(); it != workers_.end(); ++it) {

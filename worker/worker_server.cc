@@ -35,24 +35,33 @@ bool IsWildcard(const std::string& host) {
 
 }  // namespace
 
-absl::StatusOr<double> MeasureGemmFlops(Backend& backend) {
+absl::StatusOr<GemmRate> MeasureGemmRate(Backend& backend) {
   constexpr int64_t n = 1024;
+  constexpr int kProbes = 7, kMinProbes = 3;
+  constexpr double kBudgetSeconds = 0.5;
   ASSIGN_OR_RETURN(DeviceBuffer a, backend.AllocateZeros(n * n));
   ASSIGN_OR_RETURN(DeviceBuffer b, backend.AllocateZeros(n * n));
   ASSIGN_OR_RETURN(DeviceBuffer c, backend.AllocateZeros(n * n));
   GemmShape g;
   g.m = g.n = g.k = n;
   std::vector<double> seconds;
-  for (int rep = 0; rep < 4; ++rep) {
+  double spent = 0;
+  for (int rep = 0; rep <= kProbes; ++rep) {
     const auto start = std::chrono::steady_clock::now();
     RETURN_IF_ERROR(backend.Gemm(g, a.span<float>(), b.span<float>(), c.span<float>()));
     RETURN_IF_ERROR(backend.Synchronize());
-    if (rep > 0) {
-      seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-    }
+    const double took = std::max(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 1e-9);
+    if (rep == 0) continue;  // the warm-up: caches, page faults, clocks
+    seconds.push_back(took);
+    spent += took;
+    if (static_cast<int>(seconds.size()) >= kMinProbes && spent > kBudgetSeconds) break;
   }
   std::sort(seconds.begin(), seconds.end());
-  return 2.0 * n * n * n / std::max(seconds[seconds.size() / 2], 1e-9);
+  const double flops = 2.0 * n * n * n;
+  GemmRate rate;
+  rate.flops = flops / seconds[seconds.size() / 2];
+  rate.spread = std::min(10.0, (flops / seconds.front() - flops / seconds.back()) / rate.flops);
+  return rate;
 }
 
 absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const WorkerOptions& options) {
@@ -71,10 +80,11 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const WorkerOp
   secured.link.channel_credentials = security->ChannelCredentials();
   std::unique_ptr<WorkerServer> w(new WorkerServer(secured));
   ASSIGN_OR_RETURN(w->backend_, CreateBackend(options.device, {options.threads}));
-  double flops = options.gemm_flops;
-  if (!(flops > 0)) {
-    ASSIGN_OR_RETURN(flops, MeasureGemmFlops(*w->backend_));
+  GemmRate rate{options.gemm_flops, 0};  // a rate given is taken as exact
+  if (!(rate.flops > 0)) {
+    ASSIGN_OR_RETURN(rate, MeasureGemmRate(*w->backend_));
   }
+  const double flops = rate.flops;
   ASSIGN_OR_RETURN(int64_t memory, w->backend_->MemoryAvailable());
 
   grpc::EnableDefaultHealthCheckService(true);
@@ -99,6 +109,7 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const WorkerOp
   caps->set_description(w->backend_->description());
   caps->set_memory_bytes(memory);
   caps->set_gemm_flops(flops);
+  caps->set_gemm_flops_spread(rate.spread);
   caps->set_listen_address(absl::StrCat(host, ":", w->port_));
   caps->set_build_version(absl::StrCat("shardline ", common::Version()));
   ASSIGN_OR_RETURN(shardline::v1::RegisterResponse registered, w->coordinator_->Register(request));
@@ -121,7 +132,8 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const WorkerOp
   w->metrics_->GetGauge("shardline_worker_memory_bytes", "the memory it reported to the planner")
       .Set(static_cast<double>(memory));
   LOG(INFO) << "worker " << options.name << " registered as " << registered.worker_id() << " ("
-            << w->backend_->description() << ", " << flops / 1e9 << " GFLOP/s, StageLink on port "
+            << w->backend_->description() << ", " << flops / 1e9 << " GFLOP/s ± "
+            << 50 * rate.spread << "%, StageLink on port "
             << w->port_ << ")";
   const absl::Duration every = common::HeartbeatInterval(absl::Milliseconds(registered.lease_ms()));
   WorkerServer* self = w.get();

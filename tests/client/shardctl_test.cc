@@ -62,6 +62,9 @@ TEST_F(ShardctlTest, GetWorkersShowsEveryWorkerAtItsAdvertisedAddress) {
     EXPECT_EQ(w.state(), "idle") << w.name();
     EXPECT_EQ(w.device(), "cpu") << w.name();
     EXPECT_GT(w.gemm_flops(), 0) << w.name();
+    // Measured by repeated probes: how much they disagreed, a relative range.
+    EXPECT_GE(w.gemm_flops_spread(), 0) << w.name();
+    EXPECT_LE(w.gemm_flops_spread(), 10) << w.name();
     EXPECT_TRUE(absl::StartsWith(w.worker_id(), "worker-")) << w.worker_id();
     // The table row of this worker.
     EXPECT_NE(table.out.find(w.worker_id()), std::string::npos) << table.out;

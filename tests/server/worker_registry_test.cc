@@ -1,5 +1,7 @@
 #include "server/worker_registry.h"
 
+#include <cmath>
+#include <limits>
 #include <string>
 
 #include "gtest/gtest.h"
@@ -69,6 +71,21 @@ TEST(WorkerRegistryTest, ABadNameIsQuotedInPart) {
   auto refused = registry.Register(std::string(1 << 20, '!'), Caps());
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_LT(refused.status().message().size(), 200u);
+}
+
+TEST(WorkerRegistryTest, AbsurdRatesAreRefused) {
+  WorkerRegistry registry(absl::Seconds(3));
+  for (double spread : {-0.1, 10.5, std::nan("")}) {
+    auto caps = Caps();
+    caps.set_gemm_flops_spread(spread);
+    EXPECT_EQ(registry.Register("w", caps).status().code(), absl::StatusCode::kInvalidArgument) << spread;
+  }
+  auto infinite = Caps();
+  infinite.set_gemm_flops(std::numeric_limits<double>::infinity());
+  EXPECT_EQ(registry.Register("w", infinite).status().code(), absl::StatusCode::kInvalidArgument);
+  auto fine = Caps();
+  fine.set_gemm_flops_spread(0.2);
+  EXPECT_TRUE(registry.Register("w", fine).ok());
 }
 
 }  // namespace
