@@ -93,6 +93,21 @@ absl::StatusOr<shardline::v1::ListWorkersResponse> AdminClient::ListWorkers() {
   });
 }
 
+absl::StatusOr<shardline::v1::ListLinksResponse> AdminClient::ListLinks() {
+  auto context = Context();
+  return Unary<shardline::v1::ListLinksResponse>([&](auto* response) {
+    return stub_->ListLinks(context.get(), shardline::v1::ListLinksRequest(), response);
+  });
+}
+
+absl::StatusOr<shardline::v1::ProbeLinksResponse> AdminClient::ProbeLinks(const std::vector<std::string>& workers) {
+  auto context = Context();
+  shardline::v1::ProbeLinksRequest request;
+  for (const std::string& w : workers) request.add_workers(w);
+  return Unary<shardline::v1::ProbeLinksResponse>(
+      [&](auto* response) { return stub_->ProbeLinks(context.get(), request, response); });
+}
+
 absl::StatusOr<shardline::v1::PlanResponse> AdminClient::Plan(const shardline::v1::JobSpec& spec) {
   shardline::v1::SubmitJobRequest request;
   *request.mutable_spec() = spec;

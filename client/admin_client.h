@@ -33,6 +33,9 @@ class AdminClient {
   // Takes a worker (name or id) out of service, or back (undo).
   absl::StatusOr<shardline::v1::WorkerStatus> Drain(const std::string& worker, bool undo);
   absl::StatusOr<shardline::v1::PlanResponse> Plan(const shardline::v1::JobSpec& spec);
+  absl::StatusOr<shardline::v1::ListLinksResponse> ListLinks();
+  // Queues probes between `workers` (names; empty: all live ones).
+  absl::StatusOr<shardline::v1::ProbeLinksResponse> ProbeLinks(const std::vector<std::string>& workers);
   // Calls `on_status` for every status until the job ends; returns the last.
   absl::StatusOr<shardline::v1::JobStatus> Watch(
       const std::string& job_id, const std::function<void(const shardline::v1::JobStatus&)>& on_status);

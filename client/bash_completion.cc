@@ -33,11 +33,12 @@ _shardctl() {
     return
   fi
   case $command in
-    "") words="get describe plan submit watch cancel drain undrain export health trace completion" ;;
-    get) [[ $arguments -eq 0 ]] && words="workers jobs" ;;
+    "") words="get describe plan submit watch cancel drain undrain probe export health trace completion" ;;
+    get) [[ $arguments -eq 0 ]] && words="workers jobs links" ;;
     describe) if [[ $arguments -eq 0 ]]; then words="job"; elif [[ $arguments -eq 1 ]]; then words=$(_shardctl_list jobs); fi ;;
     watch|cancel|export|trace) [[ $arguments -eq 0 ]] && words=$(_shardctl_list jobs) ;;
     drain|undrain) [[ $arguments -eq 0 ]] && words=$(_shardctl_list workers) ;;
+    probe) words=$(_shardctl_list workers) ;;
     completion) [[ $arguments -eq 0 ]] && words="bash" ;;
     plan|submit) [[ $arguments -eq 0 ]] && { COMPREPLY=($(compgen -f -- "$cur")); return; } ;;
   esac

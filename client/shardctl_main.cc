@@ -1,7 +1,8 @@
 // shardctl: the admin CLI.
 //
 //   shardctl [--coordinator=HOST:PORT] [-o table|json] COMMAND ...
-//     get workers | get jobs | describe job ID | plan SPEC | submit SPEC
+//     get workers | get jobs | get links | describe job ID | plan SPEC | submit SPEC
+//     probe [WORKER...]
 //     watch ID | cancel ID | drain WORKER | undrain WORKER | export ID -o FILE
 //     health [ADDRESS [SERVICE]] | trace ID [--steps=A:B] -o FILE | completion bash
 //     (get workers -w: watch)
@@ -41,6 +42,7 @@ ABSL_FLAG(std::string, o, "table", "output format: table or json (export, trace:
 ABSL_FLAG(bool, w, false, "get workers: keep watching, printing each worker whose row changes (as kubectl get -w)");
 ABSL_FLAG(bool, watch, false, "the same as -w");
 ABSL_FLAG(int64_t, watch_seconds, 0, "get workers -w: stop after this many seconds (0: until interrupted)");
+ABSL_FLAG(int64_t, probe_wait_s, 120, "probe: wait this long at most for the queued probes, then print the links");
 ABSL_FLAG(std::string, steps, "", "trace: the steps A:B (either end may be left out; default: all the coordinator keeps)");
 
 namespace shardline::client {
@@ -66,7 +68,8 @@ int Fail(const absl::Status& status) {
 int Usage(const std::string& problem) {
   std::fprintf(stderr,
                "Error: %s\nusage: shardctl [--coordinator=HOST:PORT] [-o table|json] "
-               "get workers|jobs | describe job ID | plan SPEC | submit SPEC | watch ID | cancel ID | "
+               "get workers|jobs|links | probe [WORKER...] | describe job ID | plan SPEC | submit SPEC | "
+               "watch ID | cancel ID | "
                "drain WORKER | undrain WORKER | export ID -o FILE | health [ADDRESS [SERVICE]] | "
                "trace ID [--steps=A:B] -o FILE | completion bash\n",
                problem.c_str());
@@ -87,6 +90,29 @@ int Print(const absl::StatusOr<Message>& result, std::string (*table)(const Mess
     std::printf("%s", table(*result).c_str());
   }
   return kOk;
+}
+
+// probe [WORKER...]: queue the probes, wait until none is left (or
+// --probe_wait_s), print the links.
+int Probe(AdminClient& admin, const std::vector<std::string>& workers) {
+  absl::StatusOr<shardline::v1::ProbeLinksResponse> queued = admin.ProbeLinks(workers);
+  if (!queued.ok()) return Fail(queued.status());
+  std::fprintf(stderr, "%d link directions queued; they are probed as their workers go idle\n", queued->queued());
+  const absl::Time give_up = absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_probe_wait_s));
+  for (;;) {
+    absl::StatusOr<shardline::v1::ListLinksResponse> links = admin.ListLinks();
+    if (!links.ok()) return Fail(links.status());
+    if (links->pending_probes() == 0 || absl::Now() > give_up) {
+      const int status = Print(links, &LinksTable);
+      if (links->pending_probes() > 0) {
+        std::fprintf(stderr, "Error: %d directions still queued after %ld s (busy workers probe once idle)\n",
+                     links->pending_probes(), static_cast<long>(absl::GetFlag(FLAGS_probe_wait_s)));
+        return kFailed;
+      }
+      return status;
+    }
+    absl::SleepFor(absl::Milliseconds(250));
+  }
 }
 
 std::string StatusLine(const shardline::v1::JobStatus& s) { return ProgressLine(s) + "\n"; }
@@ -165,6 +191,8 @@ int Run(const std::vector<std::string>& args) {
     return Print(admin.ListWorkers(), &WorkersTable);
   }
   if (command == "get" && args.size() == 2 && args[1] == "jobs") return Print(admin.ListJobs(), &JobsTable);
+  if (command == "get" && args.size() == 2 && args[1] == "links") return Print(admin.ListLinks(), &LinksTable);
+  if (command == "probe") return Probe(admin, {args.begin() + 1, args.end()});
   if (command == "describe" && args.size() == 3 && args[1] == "job") {
     return Print(admin.Get(args[2]), &DescribeJob);
   }

@@ -22,7 +22,7 @@ void Check(const uint8_t* data, size_t size) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
-  const uint8_t kind = data[0] % 10;
+  const uint8_t kind = data[0] % 12;
   ++data;
   --size;
   switch (kind) {
@@ -35,7 +35,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     case 6: Check<shardline::v1::FetchStateRequest>(data, size); break;
     case 7: Check<shardline::v1::GetJobRequest>(data, size); break;
     case 8: Check<shardline::v1::DrainWorkerRequest>(data, size); break;
-    default: Check<shardline::v1::GetTraceRequest>(data, size); break;
+    case 9: Check<shardline::v1::GetTraceRequest>(data, size); break;
+    case 10: Check<shardline::v1::ReportLinksRequest>(data, size); break;
+    default: Check<shardline::v1::ProbeLinksRequest>(data, size); break;
   }
   return 0;
 }

@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/grpc_metadata.h"
 #include "common/grpc_status.h"
+#include "common/input_limits.h"
 #include "common/job_spec.h"
 #include "common/safetensors.h"
 #include "common/grpc_chunk_writer.h"
@@ -123,6 +124,53 @@ grpc::ServerUnaryReactor* AdminService::ListWorkers(grpc::CallbackServerContext*
                                                     shardline::v1::ListWorkersResponse* response) {
   if (absl::Status s = Authorize(context, AdminRole::kViewer); !s.ok()) return Done(context, s);
   for (const WorkerRecord& w : registry_.List()) *response->add_workers() = ToWorkerStatus(w);
+  return Done(context, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* AdminService::ListLinks(grpc::CallbackServerContext* context,
+                                                  const shardline::v1::ListLinksRequest* request,
+                                                  shardline::v1::ListLinksResponse* response) {
+  if (absl::Status s = Authorize(context, AdminRole::kViewer); !s.ok()) return Done(context, s);
+  const LinkTable& links = jobs_.links();
+  for (const LinkRecord& l : links.Links()) {
+    shardline::v1::LinkStatus* out = response->add_links();
+    out->set_from_worker(l.from);
+    out->set_to_worker(l.to);
+    out->set_bytes_per_second(l.bytes_per_second);
+    out->set_bytes_per_second_spread(l.spread);
+    out->set_rtt_seconds(l.rtt_seconds);
+    out->set_age_seconds(absl::ToDoubleSeconds(links.Now() - l.measured_at));
+    out->set_stale(links.Stale(l));
+    out->set_error(l.error);
+  }
+  response->set_pending_probes(links.pending());
+  return Done(context, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* AdminService::ProbeLinks(grpc::CallbackServerContext* context,
+                                                   const shardline::v1::ProbeLinksRequest* request,
+                                                   shardline::v1::ProbeLinksResponse* response) {
+  if (absl::Status s = Authorize(context, AdminRole::kAdmin); !s.ok()) return Done(context, s);
+  if (absl::Status s = ValidateRequest(*request); !s.ok()) return Done(context, s);
+  std::vector<std::string> names;
+  if (request->workers().empty()) {
+    for (const WorkerRecord& w : registry_.List()) {
+      if (!w.lost) names.push_back(w.name);
+    }
+  } else {
+    for (const std::string& name : request->workers()) {
+      absl::StatusOr<WorkerRecord> w = registry_.GetByName(name);
+      if (!w.ok() || w->lost) {
+        return Done(context, absl::NotFoundError(absl::StrCat("no live worker named ", common::Quote(name))));
+      }
+      names.push_back(name);
+    }
+  }
+  if (names.size() < 2) {
+    return Done(context, absl::FailedPreconditionError(absl::StrCat(
+                             "a link needs two live workers; ", names.size(), " to probe between")));
+  }
+  response->set_queued(jobs_.links().Request(names));
   return Done(context, absl::OkStatus());
 }
 

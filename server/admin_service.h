@@ -2,8 +2,8 @@
 // (shardctl, shardline-local): jobs, workers, plans, weight export. It
 // translates between RPCs and the JobManager / WorkerRegistry / WeightStore.
 // With AdminTokens every call needs a bearer token of the role it asks for
-// (admin: SubmitJob, CancelJob, DrainWorker, ExportWeights; viewer: the
-// rest); without, the service is open (a coordinator on loopback, or one
+// (admin: SubmitJob, CancelJob, DrainWorker, ExportWeights, ProbeLinks;
+// viewer: the rest); without, the service is open (a coordinator on loopback, or one
 // run with --insecure). Thread-safe.
 #ifndef SHARDLINE_SERVER_ADMIN_SERVICE_H_
 #define SHARDLINE_SERVER_ADMIN_SERVICE_H_
@@ -47,6 +47,12 @@ class AdminService final : public shardline::v1::Admin::CallbackService {
                                     shardline::v1::PlanResponse* response) override;
   grpc::ServerWriteReactor<shardline::v1::ExportChunk>* ExportWeights(
       grpc::CallbackServerContext* context, const shardline::v1::GetJobRequest* request) override;
+  grpc::ServerUnaryReactor* ListLinks(grpc::CallbackServerContext* context,
+                                      const shardline::v1::ListLinksRequest* request,
+                                      shardline::v1::ListLinksResponse* response) override;
+  grpc::ServerUnaryReactor* ProbeLinks(grpc::CallbackServerContext* context,
+                                       const shardline::v1::ProbeLinksRequest* request,
+                                       shardline::v1::ProbeLinksResponse* response) override;
   grpc::ServerUnaryReactor* GetTrace(grpc::CallbackServerContext* context,
                                      const shardline::v1::GetTraceRequest* request,
                                      shardline::v1::GetTraceResponse* response) override;

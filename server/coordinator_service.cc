@@ -1,6 +1,8 @@
 #include "server/coordinator_service.h"
 
+#include <set>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -144,6 +146,16 @@ grpc::ServerUnaryReactor* CoordinatorService::Register(grpc::CallbackServerConte
   response->set_worker_id(*id);
   response->set_worker_secret(registry_.Get(*id)->secret);
   response->set_lease_ms(absl::ToInt64Milliseconds(registry_.lease()));
+  // Its links to every live worker are unknown (or were measured by a
+  // worker of the same name before): measure them as it goes idle.
+  std::set<std::string> known;
+  std::vector<std::string> live;
+  for (const WorkerRecord& w : registry_.List()) {
+    known.insert(w.name);
+    if (!w.lost) live.push_back(w.name);
+  }
+  jobs_->links().Retain(known);
+  jobs_->links().Joined(request->name(), live);
   jobs_->Schedule();  // a pending job may have been waiting for this worker
   return Done(context, absl::OkStatus());
 }
@@ -158,8 +170,44 @@ grpc::ServerUnaryReactor* CoordinatorService::Heartbeat(grpc::CallbackServerCont
   if (status.ok()) {
     absl::StatusOr<WorkerRecord> record = registry_.Get(request->worker_id());
     response->set_drained(record.ok() && record->drained);
+    // An idle worker measures its queued links (one worker at a time).
+    if (record.ok() && record->job_id.empty() && !record->drained) {
+      for (const std::string& peer : jobs_->links().Claim(record->name)) {
+        absl::StatusOr<WorkerRecord> target = registry_.GetByName(peer);
+        if (!target.ok() || target->lost) {
+          LinkRecord failed;
+          failed.to = peer;
+          failed.error = "the peer is lost";
+          jobs_->links().Record(record->name, {failed});
+          continue;
+        }
+        auto* t = response->add_probe_targets();
+        t->set_worker(peer);
+        t->set_address(target->capabilities.listen_address());
+      }
+    }
   }
   return Done(context, status);
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::ReportLinks(grpc::CallbackServerContext* context,
+                                                          const shardline::v1::ReportLinksRequest* request,
+                                                          shardline::v1::ReportLinksResponse* response) {
+  if (absl::Status s = ValidateRequest(*request); !s.ok()) return Done(context, s);
+  if (absl::Status s = CheckWorker(context, registry_, request->worker_id()); !s.ok()) return Done(context, s);
+  absl::StatusOr<WorkerRecord> record = registry_.Get(request->worker_id());
+  if (!record.ok()) return Done(context, record.status());
+  std::vector<LinkRecord> links;
+  for (const shardline::v1::LinkMeasurement& m : request->links()) {
+    LinkRecord& link = links.emplace_back();
+    link.to = m.to_worker();
+    link.bytes_per_second = m.bytes_per_second();
+    link.spread = m.bytes_per_second_spread();
+    link.rtt_seconds = m.rtt_seconds();
+    link.error = m.error();
+  }
+  jobs_->links().Record(record->name, std::move(links));
+  return Done(context, absl::OkStatus());
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::Leave(grpc::CallbackServerContext* context,

@@ -44,6 +44,9 @@ class CoordinatorService final : public shardline::v1::Coordinator::CallbackServ
       grpc::CallbackServerContext* context, shardline::v1::ReportShardResponse* response) override;
   grpc::ServerWriteReactor<shardline::v1::ShardChunk>* FetchState(
       grpc::CallbackServerContext* context, const shardline::v1::FetchStateRequest* request) override;
+  grpc::ServerUnaryReactor* ReportLinks(grpc::CallbackServerContext* context,
+                                        const shardline::v1::ReportLinksRequest* request,
+                                        shardline::v1::ReportLinksResponse* response) override;
 
   JobManager& jobs() { return *jobs_; }
 

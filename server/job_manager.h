@@ -28,6 +28,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "server/coordinator_store.h"
+#include "server/link_table.h"
 #include "server/planner.h"
 #include "server/running_job.h"
 #include "server/stream_mailbox.h"
@@ -44,7 +45,15 @@ class JobManager {
   using Deliver = std::function<void(const std::string& worker_id, shardline::v1::Assignment)>;
 
   JobManager(WorkerRegistry& registry, WeightStore& weights, CoordinatorStore& store, Deliver deliver)
-      : registry_(registry), weights_(weights), store_(store), deliver_(std::move(deliver)) {}
+      : registry_(registry),
+        weights_(weights),
+        store_(store),
+        deliver_(std::move(deliver)),
+        links_([&registry] { return registry.Now(); }) {}
+
+  // The links its workers measured, and the probes to run (on the
+  // registry's clock).
+  LinkTable& links() { return links_; }
 
   // Told of each step a job completes (every position reported it), with
   // the job's status after it; called under the manager's lock, so it must
@@ -144,6 +153,7 @@ class JobManager {
   WeightStore& weights_;
   CoordinatorStore& store_;
   const Deliver deliver_;
+  LinkTable links_;
   absl::Mutex mu_;
   std::map<std::string, RunningJob> jobs_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> order_ ABSL_GUARDED_BY(mu_);  // submission order

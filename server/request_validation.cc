@@ -21,6 +21,9 @@ using common::kMaxNameBytes;
 constexpr int kMaxIndex = 1 << 20;
 // A duration or count a worker reports: finite, not negative, below this.
 constexpr double kMaxReported = 1e15;
+// Links one report may carry, workers one probe request may name: the
+// registry's bound (WorkerRegistry::kMaxWorkers).
+constexpr int kMaxLinksPerReport = 4096;
 
 absl::Status Bad(absl::string_view field, absl::string_view problem) {
   return absl::InvalidArgumentError(absl::StrCat(field, " ", problem));
@@ -131,6 +134,29 @@ absl::Status ValidateRequest(const shardline::v1::DrainWorkerRequest& r) {
 
 absl::Status ValidateRequest(const shardline::v1::GetTraceRequest& r) {
   return CheckRequired("job_id", r.job_id(), kMaxIdBytes);
+}
+
+absl::Status ValidateRequest(const shardline::v1::ReportLinksRequest& r) {
+  RETURN_IF_ERROR(CheckRequired("worker_id", r.worker_id(), kMaxIdBytes));
+  if (r.links_size() > kMaxLinksPerReport) {
+    return Bad("links", absl::StrCat("has ", r.links_size(), " entries, at most ", kMaxLinksPerReport));
+  }
+  for (const shardline::v1::LinkMeasurement& link : r.links()) {
+    RETURN_IF_ERROR(CheckRequired("links.to_worker", link.to_worker(), kMaxNameBytes));
+    RETURN_IF_ERROR(CheckAmount("links.bytes_per_second", link.bytes_per_second()));
+    RETURN_IF_ERROR(CheckAmount("links.bytes_per_second_spread", link.bytes_per_second_spread()));
+    RETURN_IF_ERROR(CheckAmount("links.rtt_seconds", link.rtt_seconds()));
+    RETURN_IF_ERROR(CheckLength("links.error", link.error(), kMaxMessageBytes));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateRequest(const shardline::v1::ProbeLinksRequest& r) {
+  if (r.workers_size() > kMaxLinksPerReport) {
+    return Bad("workers", absl::StrCat("has ", r.workers_size(), " entries, at most ", kMaxLinksPerReport));
+  }
+  for (const std::string& name : r.workers()) RETURN_IF_ERROR(CheckRequired("workers", name, kMaxNameBytes));
+  return absl::OkStatus();
 }
 
 }  // namespace shardline::server

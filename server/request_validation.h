@@ -23,11 +23,14 @@ absl::Status ValidateRequest(const shardline::v1::WatchAssignmentsRequest& r);
 absl::Status ValidateRequest(const shardline::v1::ReportStepRequest& r);
 absl::Status ValidateRequest(const shardline::v1::ShardHeader& h);
 absl::Status ValidateRequest(const shardline::v1::FetchStateRequest& r);
+// At most kMaxWorkers links, each naming a peer, with finite figures.
+absl::Status ValidateRequest(const shardline::v1::ReportLinksRequest& r);
 
 // Admin (operators → coordinator). A job spec is ValidateJobSpec's.
 absl::Status ValidateRequest(const shardline::v1::GetJobRequest& r);
 absl::Status ValidateRequest(const shardline::v1::DrainWorkerRequest& r);
 absl::Status ValidateRequest(const shardline::v1::GetTraceRequest& r);
+absl::Status ValidateRequest(const shardline::v1::ProbeLinksRequest& r);
 
 }  // namespace shardline::server
 

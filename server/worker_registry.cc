@@ -139,6 +139,14 @@ absl::StatusOr<WorkerRecord> WorkerRegistry::Get(const std::string& worker_id) {
   return it->second;
 }
 
+absl::StatusOr<WorkerRecord> WorkerRegistry::GetByName(const std::string& name) {
+  absl::MutexLock lock(&mu_);
+  for (const auto& [id, w] : workers_) {
+    if (w.name == name) return w;
+  }
+  return absl::NotFoundError(absl::StrCat("no worker named ", common::Quote(name)));
+}
+
 std::vector<WorkerRecord> WorkerRegistry::List() {
   absl::MutexLock lock(&mu_);
   std::vector<WorkerRecord> out;

@@ -84,6 +84,8 @@ class WorkerRegistry {
   std::vector<WorkerRecord> ExpireSilent(const std::vector<std::string>& ids, absl::Duration silence);
 
   absl::StatusOr<WorkerRecord> Get(const std::string& worker_id);
+  // The record of the worker named `name` (live or lost); NOT_FOUND.
+  absl::StatusOr<WorkerRecord> GetByName(const std::string& name);
   std::vector<WorkerRecord> List();
   // Live workers without a job, not drained, in registration order.
   std::vector<WorkerRecord> Idle();

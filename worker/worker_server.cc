@@ -93,6 +93,7 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const WorkerOp
   builder.AddListeningPort(options.listen, security->ServerCredentials(), &w->port_);
   w->link_service_.RegisterWith(builder);
   builder.RegisterService(&w->state_service_);
+  builder.RegisterService(&w->probe_service_);
   w->server_ = builder.BuildAndStart();
   if (w->server_ == nullptr || w->port_ == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen));
@@ -102,6 +103,9 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const WorkerOp
 
   w->coordinator_ =
       std::make_unique<GrpcCoordinatorClient>(options.coordinator, options.rpc_deadline, security->ChannelCredentials());
+  w->probes_ = std::make_unique<GrpcLinkProbes>(
+      host, security->ChannelCredentials(),
+      [self = w.get()](const shardline::v1::ReportLinksRequest& r) { return self->coordinator_->ReportLinks(r); });
   shardline::v1::RegisterRequest& request = w->registration_;
   request.set_name(options.name);
   auto* caps = request.mutable_capabilities();
@@ -197,6 +201,7 @@ void WorkerServer::Stop() {
     if (groups_ != nullptr) groups_->Close("the worker is shutting down");
   }
   JoinJob();
+  if (probes_ != nullptr) probes_->Stop();
   if (coordinator_ != nullptr) coordinator_->CancelWatch();
   if (watch_.joinable()) watch_.join();
   if (heartbeat_.joinable()) heartbeat_.join();
@@ -220,6 +225,9 @@ void WorkerServer::HeartbeatLoop(absl::Duration every) {
       RegisterAgain();
       reachable = true;
       continue;
+    }
+    if (answer.ok() && answer->probe_targets_size() > 0) {
+      probes_->Start(worker_id(), {answer->probe_targets().begin(), answer->probe_targets().end()});
     }
     if (answer.ok() && answer->drained() != drained_) {
       drained_ = answer->drained();

@@ -11,47 +11,30 @@
 #ifndef SHARDLINE_WORKER_WORKER_SERVER_H_
 #define SHARDLINE_WORKER_WORKER_SERVER_H_
 
-#include "common/transport_security.h"
 #include <grpcpp/grpcpp.h>
 
-#include "common/transport_security.h"
 #include <atomic>
-#include "common/transport_security.h"
 #include <memory>
-#include "common/transport_security.h"
 #include <string>
-#include "common/transport_security.h"
 #include <thread>
 
-#include "common/transport_security.h"
 #include "absl/base/thread_annotations.h"
-#include "common/transport_security.h"
 #include "absl/status/statusor.h"
-#include "common/transport_security.h"
 #include "absl/synchronization/mutex.h"
-#include "common/transport_security.h"
 #include "absl/synchronization/notification.h"
-#include "common/transport_security.h"
 #include "absl/time/time.h"
-#include "common/transport_security.h"
 #include "common/metrics_registry.h"
 #include "common/transport_security.h"
 #include "worker/backend/backend.h"
-#include "common/transport_security.h"
 #include "worker/collective/collective.h"
-#include "common/transport_security.h"
 #include "worker/grpc_coordinator_client.h"
-#include "common/transport_security.h"
 #include "worker/grpc_job_groups.h"
-#include "common/transport_security.h"
+#include "worker/grpc_link_probes.h"
 #include "worker/runtime/stage_activity.h"
-#include "common/transport_security.h"
 #include "worker/state_cache.h"
-#include "common/transport_security.h"
 #include "worker/worker_state_service.h"
-#include "common/transport_security.h"
 #include "worker/transport/grpc_stage_link.h"
-#include "common/transport_security.h"
+#include "worker/transport/link_probe_service.h"
 #include "worker/transport/stage_link_service.h"
 
 namespace shardline::worker {
@@ -135,6 +118,8 @@ class WorkerServer {
   common::MetricsRegistry* metrics_;
   std::unique_ptr<Backend> backend_;
   transport::StageLinkService link_service_;
+  transport::LinkProbeService probe_service_;
+  std::unique_ptr<GrpcLinkProbes> probes_;  // the rounds the coordinator asks for
   // The last checkpoint snapshot, kept for a restart here or a twin's fetch.
   StateCache state_cache_;
   WorkerStateService state_service_{state_cache_};

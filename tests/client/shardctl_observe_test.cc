@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
 #include "common/file_util.h"
 #include "google/protobuf/struct.pb.h"
 #include "gtest/gtest.h"
@@ -136,9 +137,58 @@ TEST_F(ShardctlTest, GetWorkersWatchPrintsEachChangeAndCompletionCompletesNames)
     EXPECT_EQ(RunToEnd({"/bin/bash", "-c", script}, log, 60), kOk);
     return std::string(absl::StripTrailingAsciiWhitespace(common::ReadFile(log).value_or("")));
   };
-  EXPECT_EQ(complete("shardctl get ''", 2), "workers jobs");
+  EXPECT_EQ(complete("shardctl get ''", 2), "workers jobs links");
+  EXPECT_EQ(complete("shardctl --coordinator=" + cluster().address() + " probe w0 ''", 4), "w0 w1");
   EXPECT_EQ(complete("shardctl --coordinator=" + cluster().address() + " drain ''", 3), "w0 w1");
   EXPECT_EQ(complete("shardctl --wat", 1), "--watch --watch_seconds");
+}
+
+// The workers measured the links between them when they joined (the
+// coordinator queues both directions for each newcomer); probe measures
+// them again and prints them; bad names are refused.
+TEST_F(ShardctlTest, GetLinksShowsWhatTheWorkersMeasuredAndProbeMeasuresAgain) {
+  shardline::v1::ListLinksResponse links;
+  for (int i = 0; i < 200; ++i) {
+    const CtlRun json = cluster().Ctl({"-o", "json", "get", "links"});
+    ASSERT_EQ(json.ended, kOk) << json.err;
+    links = FromJson<shardline::v1::ListLinksResponse>(json.out);
+    if (links.links_size() == 2 && links.pending_probes() == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_EQ(links.links_size(), 2) << links.DebugString();
+  std::set<std::pair<std::string, std::string>> directions;
+  for (const auto& l : links.links()) {
+    directions.insert({l.from_worker(), l.to_worker()});
+    EXPECT_EQ(l.error(), "") << l.DebugString();
+    EXPECT_GT(l.bytes_per_second(), 1e6) << "loopback: " << l.DebugString();
+    EXPECT_GT(l.rtt_seconds(), 0) << l.DebugString();
+    EXPECT_FALSE(l.stale());
+  }
+  EXPECT_EQ(directions, (std::set<std::pair<std::string, std::string>>{{"w0", "w1"}, {"w1", "w0"}}));
+
+  // Probe again: each direction's measurement is newer than the one before.
+  const auto measured_at = [&](const shardline::v1::ListLinksResponse& l, int i) {
+    return absl::Now() - absl::Seconds(l.links(i).age_seconds());
+  };
+  std::vector<absl::Time> before = {measured_at(links, 0), measured_at(links, 1)};
+  const CtlRun probe = cluster().Ctl({"probe", "w0", "w1"});
+  ASSERT_EQ(probe.ended, kOk) << probe.err;
+  EXPECT_TRUE(absl::StrContains(probe.err, "2 link directions queued")) << probe.err;
+  const auto lines = probe.lines();
+  ASSERT_EQ(lines.size(), 3u) << probe.out;
+  EXPECT_TRUE(absl::StartsWith(lines[0], "FROM")) << lines[0];
+  EXPECT_TRUE(absl::StartsWith(lines[1], "w0 ") && absl::StrContains(lines[1], " w1 ")) << lines[1];
+  const CtlRun again = cluster().Ctl({"-o", "json", "get", "links"});
+  ASSERT_EQ(again.ended, kOk) << again.err;
+  const auto after = FromJson<shardline::v1::ListLinksResponse>(again.out);
+  ASSERT_EQ(after.links_size(), 2);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_GT(measured_at(after, i), before[static_cast<size_t>(i)] + absl::Milliseconds(50)) << after.DebugString();
+  }
+  const CtlRun unknown = cluster().Ctl({"probe", "w0", "nobody"});
+  EXPECT_EQ(unknown.ended, kInvalid) << unknown.err;
+  EXPECT_TRUE(absl::StrContains(unknown.err, "no live worker named 'nobody'")) << unknown.err;
+  EXPECT_EQ(cluster().Ctl({"probe", "w0"}).ended, kFailed) << "one worker makes no link";
 }
 
 TEST_F(ShardctlTest, EveryDaemonAnswersTheHealthService) {

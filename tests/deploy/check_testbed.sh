@@ -3,8 +3,10 @@
 # with a bad line is refused before anything is made; two racks joined by a
 # capped uplink come up, a three-stage job runs across the namespaces (a
 # stage link crosses the uplink: its token bucket counts the bytes) and
-# succeeds; a failing command's status comes back; and each time nothing is
-# left: no namespace, veth, bridge or qdisc of ours.
+# succeeds, and the links the workers measured on joining show the uplink's
+# rate across racks and a much higher one inside; a failing command's status
+# comes back; and each time nothing is left: no namespace, veth, bridge or
+# qdisc of ours.
 #
 #   check_testbed.sh SOURCE_DIR BIN_DIR WORKDIR
 # Exit 77 (skipped, with the reason) without root or network namespaces.
@@ -57,6 +59,14 @@ PY
 cat >"$work/job.sh" <<'JOB'
 set -euo pipefail
 ctl() { timeout 60 $TESTBED_SHARDCTL "$@"; }
+# The workers measured their links on joining: wait for all six directions.
+for _ in $(seq 300); do
+  ctl -o json get links >"$TESTBED_WORK/links.json"
+  python3 -c 'import json,sys; l=json.load(open(sys.argv[1])); sys.exit(0 if len(l.get("links",[]))==6 and not l.get("pendingProbes", l.get("pending_probes")) else 1)' \
+    "$TESTBED_WORK/links.json" && break
+  sleep 0.5
+done
+ctl get links
 job=$(ctl -o json submit "$1" | python3 -c 'import json,sys; print(json.load(sys.stdin)["job_id"])')
 timeout 300 $TESTBED_SHARDCTL watch "$job" >"$TESTBED_WORK/watch.log" 2>&1 \
   || { echo "FAIL: the job did not succeed"; tail -n 5 "$TESTBED_WORK/watch.log"; ctl describe job "$job"; exit 1; }
@@ -81,6 +91,26 @@ for name, w in workers.items():
 # each crossing link: megabytes, not the kilobytes of heartbeats alone.
 assert uplink > 4 << 20, ("the uplink passed only %d bytes" % uplink)
 print("ok: 3 stages on a1, a2, b1 trained 40 steps; the 200 Mbit/s uplink passed %.1f MB" % (uplink / 1e6))
+PY
+python3 - "$work/bed/links.json" <<'PY'
+import json, sys
+links = json.load(open(sys.argv[1])).get("links", [])
+def rate(a, b):
+    for l in links:
+        if (l.get("fromWorker", l.get("from_worker")), l.get("toWorker", l.get("to_worker"))) == (a, b):
+            assert not l.get("error"), l
+            return float(l.get("bytesPerSecond", l.get("bytes_per_second", 0)))
+    raise AssertionError("no link %s -> %s in %s" % (a, b, links))
+cross = [rate(a, b) for a, b in [("a1", "b1"), ("b1", "a1"), ("a2", "b1"), ("b1", "a2")]]
+inside = [rate("a1", "a2"), rate("a2", "a1")]
+uplink = 200e6 / 8
+for r in cross:
+    # tbf's 200 Mbit/s counts IP packets; gRPC's payload is most of them.
+    assert 0.5 * uplink < r < 1.25 * uplink, ("a link across the uplink measured %.0f Mbit/s" % (r * 8 / 1e6), cross)
+for r in inside:
+    assert r > 4 * max(cross), ("a link inside a rack measured %.0f Mbit/s" % (r * 8 / 1e6), inside, cross)
+print("ok: links measured: across the 200 Mbit/s uplink %s Mbit/s, inside rack a %s Mbit/s"
+      % ([round(r * 8 / 1e6) for r in cross], [round(r * 8 / 1e6) for r in inside]))
 PY
 
 # --- A failing command: its status, and the teardown.

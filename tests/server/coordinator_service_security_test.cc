@@ -150,5 +150,59 @@ TEST_F(CoordinatorServiceTest, ReportsAndShardsComeOnlyFromThePositionsWorkerWit
   EXPECT_TRUE(StillServing());
 }
 
+// Links: a worker is handed probe targets only while idle, one worker at a
+// time; a report of links needs its secret and sane figures, and names the
+// sender by its registration, not by anything in the request.
+TEST_F(CoordinatorServiceTest, LinkProbesGoToOneIdleWorkerAndReportsNeedItsSecret) {
+  std::string w0, w1;
+  ASSERT_TRUE(Register("w0", &w0).ok());
+  ASSERT_TRUE(Register("w1", &w1).ok());
+  auto beat = [&](const std::string& id) {
+    grpc::ClientContext context;
+    Sign(context, id);
+    shardline::v1::HeartbeatRequest request;
+    request.set_worker_id(id);
+    shardline::v1::HeartbeatResponse response;
+    EXPECT_TRUE(worker_stub_->Heartbeat(&context, request, &response).ok());
+    return response;
+  };
+  const shardline::v1::HeartbeatResponse first = beat(w0);
+  ASSERT_EQ(first.probe_targets_size(), 1);
+  EXPECT_EQ(first.probe_targets(0).worker(), "w1");
+  EXPECT_EQ(first.probe_targets(0).address(), "127.0.0.1:1") << "w1's StageLink address (the fixture's)";
+  EXPECT_EQ(beat(w1).probe_targets_size(), 0) << "w0 is probing";
+
+  shardline::v1::ReportLinksRequest report;
+  report.set_worker_id(w0);
+  shardline::v1::LinkMeasurement* m = report.add_links();
+  m->set_to_worker("w1");
+  m->set_bytes_per_second(1.25e9);
+  m->set_rtt_seconds(1e-4);
+  shardline::v1::ReportLinksResponse response;
+  grpc::ClientContext unsigned_call;
+  EXPECT_EQ(worker_stub_->ReportLinks(&unsigned_call, report, &response).error_code(), StatusCode::UNAUTHENTICATED);
+  grpc::ClientContext signed_by_other;
+  Sign(signed_by_other, w1);
+  EXPECT_EQ(worker_stub_->ReportLinks(&signed_by_other, report, &response).error_code(), StatusCode::UNAUTHENTICATED);
+  m->set_bytes_per_second(-1);
+  grpc::ClientContext absurd;
+  Sign(absurd, w0);
+  EXPECT_EQ(worker_stub_->ReportLinks(&absurd, report, &response).error_code(), StatusCode::INVALID_ARGUMENT);
+  m->set_bytes_per_second(1.25e9);
+  grpc::ClientContext good;
+  Sign(good, w0);
+  ASSERT_TRUE(worker_stub_->ReportLinks(&good, report, &response).ok());
+
+  EXPECT_EQ(beat(w1).probe_targets_size(), 1) << "w0 reported: now w1's turn";
+  grpc::ClientContext list_context;
+  shardline::v1::ListLinksResponse links;
+  ASSERT_TRUE(admin_stub_->ListLinks(&list_context, shardline::v1::ListLinksRequest(), &links).ok());
+  ASSERT_EQ(links.links_size(), 1);
+  EXPECT_EQ(links.links(0).from_worker(), "w0");
+  EXPECT_EQ(links.links(0).bytes_per_second(), 1.25e9);
+  EXPECT_EQ(links.pending_probes(), 1);
+  EXPECT_TRUE(StillServing());
+}
+
 }  // namespace
 }  // namespace shardline::server

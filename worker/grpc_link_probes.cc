@@ -1,0 +1,60 @@
+#include "worker/grpc_link_probes.h"
+
+#include <algorithm>
+
+#include "glog/logging.h"
+
+namespace shardline::worker {
+
+void GrpcLinkProbes::Start(const std::string& worker_id, const std::vector<shardline::v1::ProbeTarget>& targets) {
+  if (targets.empty()) return;
+  absl::MutexLock lock(&mu_);
+  if (cancelled_ || running_) return;
+  if (thread_.joinable()) thread_.join();  // the last round, finished
+  running_ = true;
+  thread_ = std::thread([this, worker_id, targets] { Run(worker_id, targets); });
+}
+
+void GrpcLinkProbes::Stop() {
+  std::thread finishing;
+  {
+    absl::MutexLock lock(&mu_);
+    cancelled_ = true;  // under the lock: no round starts after this
+    finishing = std::move(thread_);
+  }
+  if (finishing.joinable()) finishing.join();
+}
+
+void GrpcLinkProbes::Run(std::string worker_id, std::vector<shardline::v1::ProbeTarget> targets) {
+  shardline::v1::ReportLinksRequest request;
+  request.set_worker_id(worker_id);
+  for (const shardline::v1::ProbeTarget& target : targets) {
+    if (cancelled_) break;
+    shardline::v1::LinkMeasurement* m = request.add_links();
+    m->set_to_worker(target.worker());
+    transport::LinkProbeOptions options = options_;
+    const std::string& address = target.address();
+    if (address.substr(0, address.rfind(':')) == own_host_) {
+      options.max_transfer_bytes = std::min(options.max_transfer_bytes, kSameHostTransferBytes);
+    }
+    absl::StatusOr<transport::LinkProbeResult> result =
+        transport::ProbeLink(address, credentials_, options, cancelled_);
+    if (!result.ok()) {
+      m->set_error(std::string(result.status().ToString()).substr(0, 512));
+      LOG(WARNING) << "link to " << target.worker() << " (" << target.address() << "): " << result.status();
+      continue;
+    }
+    m->set_bytes_per_second(result->bytes_per_second);
+    m->set_bytes_per_second_spread(result->spread);
+    m->set_rtt_seconds(result->rtt_seconds);
+    LOG(INFO) << "link to " << target.worker() << ": " << result->bytes_per_second * 8 / 1e6 << " Mbit/s ± "
+              << 50 * result->spread << "%, round trip " << result->rtt_seconds * 1e3 << " ms ("
+              << result->transfer_bytes << "-byte transfers)";
+  }
+  if (!cancelled_) {
+    if (absl::Status s = report_(request); !s.ok()) LOG(WARNING) << "reporting the links failed: " << s;
+  }
+  running_ = false;
+}
+
+}  // namespace shardline::worker

@@ -1,0 +1,64 @@
+// Runs the link probes the coordinator hands an idle worker
+// (HeartbeatResponse.probe_targets) on a thread of its own, one peer after
+// another (transport::ProbeLink), and reports them all at once
+// (ReportLinks); a peer that cannot be measured is reported with the error.
+// One round at a time: targets that arrive while one runs are dropped (the
+// coordinator hands them out again once the round's report clears its
+// claim). A peer on this worker's own host (the same host in its address)
+// is memory, not a wire: its transfers stop at kSameHostTransferBytes,
+// which keeps a cluster of many workers on one machine from spending
+// seconds of CPU on probes. Stop() cancels between transfers and joins.
+// Thread-safe.
+#ifndef SHARDLINE_WORKER_GRPC_LINK_PROBES_H_
+#define SHARDLINE_WORKER_GRPC_LINK_PROBES_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "shardline/v1/coordinator.pb.h"
+#include "worker/transport/grpc_link_prober.h"
+
+namespace shardline::worker {
+
+class GrpcLinkProbes {
+ public:
+  static constexpr int64_t kSameHostTransferBytes = int64_t{4} << 20;
+
+  using Report = std::function<absl::Status(const shardline::v1::ReportLinksRequest&)>;
+  // `own_host`: the host part of this worker's advertised address.
+  GrpcLinkProbes(std::string own_host, std::shared_ptr<grpc::ChannelCredentials> credentials, Report report,
+                 transport::LinkProbeOptions options = {})
+      : own_host_(std::move(own_host)),
+        credentials_(std::move(credentials)),
+        report_(std::move(report)),
+        options_(options) {}
+  ~GrpcLinkProbes() { Stop(); }
+
+  // Probes `targets` for worker `worker_id` unless a round runs already.
+  void Start(const std::string& worker_id, const std::vector<shardline::v1::ProbeTarget>& targets);
+  void Stop();
+
+ private:
+  void Run(std::string worker_id, std::vector<shardline::v1::ProbeTarget> targets);
+
+  const std::string own_host_;
+  const std::shared_ptr<grpc::ChannelCredentials> credentials_;
+  const Report report_;
+  const transport::LinkProbeOptions options_;
+  std::atomic<bool> cancelled_{false};
+  std::atomic<bool> running_{false};
+  absl::Mutex mu_;
+  std::thread thread_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace shardline::worker
+
+#endif  // SHARDLINE_WORKER_GRPC_LINK_PROBES_H_
