@@ -137,6 +137,28 @@ std::string PlanTable(const shardline::v1::PlanResponse& plan) {
                                        plan.predicted_step_seconds(), 100 * plan.bubble_fraction());
 }
 
+std::string ExplainPlan(const shardline::v1::PlanResponse& plan) {
+  std::vector<std::vector<std::string>> rows = {{"STAGE", "REPLICA", "TENSOR", "WORKER", "UNITS", "COMPUTE MS",
+                                                 "TENSOR MS", "HOP MS", "ALL-REDUCE MS/STEP", "MEMORY"}};
+  auto ms = [](double seconds) { return seconds > 0 ? absl::StrFormat("%.3f", seconds * 1e3) : std::string("-"); };
+  for (const auto& s : plan.stages()) {
+    rows.push_back({absl::StrCat(s.stage()), absl::StrCat(s.replica()), absl::StrCat(s.tensor_rank()), s.worker(),
+                    absl::StrCat("[", s.unit_begin(), ", ", s.unit_end(), ")"), ms(s.compute_seconds()),
+                    ms(s.tensor_seconds()), ms(s.hop_seconds()), ms(s.reduce_seconds()),
+                    absl::StrFormat("%.1f MiB", static_cast<double>(s.memory_bytes()) / (1 << 20))});
+  }
+  return Table(rows) +
+         absl::StrFormat(
+             "COMPUTE and TENSOR (its tensor group's collectives) are per micro-batch, forward and backward; HOP is\n"
+             "a micro-batch's activation (or gradient) to the next stage over the measured link; ALL-REDUCE is the\n"
+             "data-parallel sum of the stage's gradients once a step.\n"
+             "slot: %.3f ms (the slowest stage or hop per micro-batch); pipeline bubble %.0f%%\n"
+             "predicted step: %.4f s = (micro-batches + stages - 1) x slot + the slowest all-reduce\n"
+             "critical path: %s\n",
+             plan.slot_seconds() * 1e3, 100 * plan.bubble_fraction(), plan.predicted_step_seconds(),
+             plan.critical_path().empty() ? "-" : plan.critical_path());
+}
+
 std::string DescribeJob(const shardline::v1::JobStatus& s) {
   std::string out = absl::StrFormat(
       "Job:        %s (%s)\nState:      %s\nStep:       %d/%d\nLoss:       %.6f\nLR:         %.3g\n"
@@ -144,6 +166,17 @@ std::string DescribeJob(const shardline::v1::JobStatus& s) {
       s.job_id(), s.name(), JobState_Name(s.state()), s.step(), s.total_steps(), s.loss(), s.lr(),
       s.grad_norm(), s.tokens_per_s(), s.plan_epoch(),
       s.committed_step() >= 0 ? absl::StrCat("step ", s.committed_step()) : "none");
+  if (s.predicted_step_seconds() > 0) {
+    // The plan's prediction against the last step as it went.
+    absl::StrAppendFormat(&out, "Step time:  %s, predicted %.3f s%s\n",
+                          s.step_seconds() > 0 ? absl::StrFormat("%.3f s", s.step_seconds()) : "not yet measured",
+                          s.predicted_step_seconds(),
+                          s.step_seconds() > 0
+                              ? absl::StrFormat(" (measured %+.0f%%)",
+                                                100 * (s.step_seconds() / s.predicted_step_seconds() - 1))
+                              : "");
+    if (!s.critical_path().empty()) absl::StrAppend(&out, "Paced by:   ", s.critical_path(), "\n");
+  }
   if (!s.message().empty()) absl::StrAppend(&out, "Message:    ", s.message(), "\n");
   if (s.stages_size() > 0) {
     bool replicas = false, tensor = false;

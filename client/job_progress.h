@@ -16,6 +16,9 @@ std::string WorkersTable(const shardline::v1::ListWorkersResponse& workers);
 // One worker as WorkersTable shows it (drain, undrain).
 std::string WorkerTable(const shardline::v1::WorkerStatus& worker);
 std::string PlanTable(const shardline::v1::PlanResponse& plan);
+// plan --explain: each position's predicted compute, tensor collectives,
+// hop and all-reduce, memory; the slot, the step and what sets the pace.
+std::string ExplainPlan(const shardline::v1::PlanResponse& plan);
 // FROM TO MBIT/S (± half the spread) RTT AGE, and the probes still queued.
 std::string LinksTable(const shardline::v1::ListLinksResponse& links);
 std::string DescribeJob(const shardline::v1::JobStatus& status);

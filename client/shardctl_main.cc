@@ -1,7 +1,7 @@
 // shardctl: the admin CLI.
 //
 //   shardctl [--coordinator=HOST:PORT] [-o table|json] COMMAND ...
-//     get workers | get jobs | get links | describe job ID | plan SPEC | submit SPEC
+//     get workers | get jobs | get links | describe job ID | plan SPEC [--explain] | submit SPEC
 //     probe [WORKER...]
 //     watch ID | cancel ID | drain WORKER | undrain WORKER | export ID -o FILE
 //     health [ADDRESS [SERVICE]] | trace ID [--steps=A:B] -o FILE | completion bash
@@ -42,6 +42,7 @@ ABSL_FLAG(std::string, o, "table", "output format: table or json (export, trace:
 ABSL_FLAG(bool, w, false, "get workers: keep watching, printing each worker whose row changes (as kubectl get -w)");
 ABSL_FLAG(bool, watch, false, "the same as -w");
 ABSL_FLAG(int64_t, watch_seconds, 0, "get workers -w: stop after this many seconds (0: until interrupted)");
+ABSL_FLAG(bool, explain, false, "plan: each position's predicted compute, communication and memory, and the critical path");
 ABSL_FLAG(int64_t, probe_wait_s, 120, "probe: wait this long at most for the queued probes, then print the links");
 ABSL_FLAG(std::string, steps, "", "trace: the steps A:B (either end may be left out; default: all the coordinator keeps)");
 
@@ -199,7 +200,7 @@ int Run(const std::vector<std::string>& args) {
   if ((command == "plan" || command == "submit") && args.size() == 2) {
     absl::StatusOr<shardline::v1::JobSpec> spec = common::LoadJobSpec(args[1]);
     if (!spec.ok()) return Fail(spec.status());
-    if (command == "plan") return Print(admin.Plan(*spec), &PlanTable);
+    if (command == "plan") return Print(admin.Plan(*spec), absl::GetFlag(FLAGS_explain) ? &ExplainPlan : &PlanTable);
     return Print(admin.Submit(*spec), &StatusLine);
   }
   if (command == "watch" && args.size() == 2) return Watch(admin, args[1]);

@@ -1,10 +1,11 @@
 // Placement of a job on a p × d × t grid of idle workers (positions
-// (r·p + s)·t + k: stage s of replica r, tensor rank k), beside the
-// planner: the d replicas share one pipeline cut, planned on the slowest
-// and smallest worker of each stage, a stage's t ranks counted as one
-// worker t times as fast and as large (the split blocks; the replicated
-// embeddings and the all-reduces are not counted). A tensor group's t
-// workers are taken from one host where one has that many idle.
+// (r·p + s)·t + k: stage s of replica r, tensor rank k): which workers
+// where (ChooseGrid, server/grid_search.h: the plain choice, then a local
+// search on the predicted step time with the measured links), and the cut
+// and prediction (EstimateGrid, server/grid_cost.h: the d replicas share
+// one pipeline cut, planned on the slowest and smallest worker of each
+// stage, a stage's t ranks counted as one worker t times as fast and as
+// large, plus its tensor collectives over its group's slowest link).
 // PreviewGrid answers `shardctl plan`; PlaceGrid builds what starting the
 // job needs: each position's worker, its StageStatus and its Assignment.
 #ifndef SHARDLINE_SERVER_GRID_PLACEMENT_H_
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "server/grid_cost.h"
 #include "server/worker_registry.h"
 #include "shardline/v1/admin.pb.h"
 #include "shardline/v1/coordinator.pb.h"
@@ -30,12 +32,15 @@ struct GridPlacement {
   std::vector<std::string> workers;  // worker ids
   std::vector<shardline::v1::StageStatus> stage_statuses;
   std::vector<shardline::v1::Assignment> assignments;
+  double predicted_step_seconds = 0;  // EstimateGrid's
+  std::string critical_path;
 };
 
 // The plan `spec` (validated) would get on `idle` now. INVALID_ARGUMENT
 // when fewer than p × d are idle; the planner's errors as they come.
 absl::StatusOr<shardline::v1::PlanResponse> PreviewGrid(const shardline::v1::JobSpec& spec,
-                                                        const std::vector<WorkerRecord>& idle);
+                                                        const std::vector<WorkerRecord>& idle,
+                                                        const LinkLookup& links = LinksFrom(nullptr));
 
 // Places job `job_id` (the assignments' plan epoch is the caller's) on the first `stages` × d of `idle`
 // (there must be that many; `stages` is the spec's p, or fewer for a job
@@ -52,7 +57,8 @@ absl::StatusOr<GridPlacement> PlaceGrid(const shardline::v1::JobSpec& spec, cons
                                         int64_t first_step, int stages,
                                         const std::vector<WorkerRecord>& idle,
                                         const std::vector<std::string>& previous = {},
-                                        const std::vector<int>& previous_cut = {});
+                                        const std::vector<int>& previous_cut = {},
+                                        const LinkLookup& links = LinksFrom(nullptr));
 
 }  // namespace shardline::server
 

@@ -132,7 +132,7 @@ absl::StatusOr<shardline::v1::JobStatus> JobManager::Cancel(const std::string& j
 
 absl::StatusOr<shardline::v1::PlanResponse> JobManager::Plan(shardline::v1::JobSpec spec) {
   RETURN_IF_ERROR(common::ValidateJobSpec(spec));
-  return PreviewGrid(spec, registry_.Idle());
+  return PreviewGrid(spec, registry_.Idle(), LinksFrom(&links_));
 }
 
 void JobManager::Schedule() {
@@ -171,7 +171,8 @@ void JobManager::ScheduleLocked() {
       }
     }
     absl::StatusOr<GridPlacement> placement =
-        PlaceGrid(job.spec(), id, job.first_step(), stages, idle, job.previous_workers(), job.previous_cut());
+        PlaceGrid(job.spec(), id, job.first_step(), stages, idle, job.previous_workers(), job.previous_cut(),
+                  LinksFrom(&links_));
     if (!placement.ok() && stages < p) {
       job.Wait(absl::StrCat(resume, "cannot re-plan onto ", stages * d * t, " workers (",
                             placement.status().message(), "); ", want));

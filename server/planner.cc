@@ -116,6 +116,19 @@ absl::StatusOr<PipelinePlan> PlanPipeline(const shardline::v1::JobSpec& spec,
     cost.shard_bytes = (params * 4 * (1 + optimizer_copies)).value();
     return cost;
   };
+  // Seconds per micro-batch of units [a, b) on stage s: compute, which the
+  // cut balances, and its tensor group's collectives (their bytes per step
+  // spread over m), reported beside it. Collectives grow with a stage's
+  // blocks as its compute does, so they would move a cut little; counted
+  // in the cut, link measurements of a tiny model's microseconds would
+  // move a restart's cut off the state its workers hold. Which workers
+  // form a group (on which links) is the placement search's business.
+  auto compute_seconds = [&](int s, const RangeCost& cost) { return cost.flops_per_micro_batch / workers[s].flops_per_second; };
+  auto tensor_seconds = [&](int s, int a, int b) {
+    return workers[s].tensor_seconds_per_byte > 0
+               ? common::TensorGroupBytesPerRank(spec, a, b) / m * workers[s].tensor_seconds_per_byte
+               : 0.0;
+  };
   // A stage's checkpoint must fit in one shard.
   for (int u = 0; u < n; ++u) {
     const int64_t shard = range(0, u, u + 1).shard_bytes;
@@ -137,7 +150,7 @@ absl::StatusOr<PipelinePlan> PlanPipeline(const shardline::v1::JobSpec& spec,
         if (before == kInfinity) continue;
         const RangeCost cost = range(s, a, j);
         if (cost.memory_bytes > workers[s].memory_bytes || cost.shard_bytes > common::kMaxShardBytes) continue;
-        const double time = std::max(before, cost.flops_per_micro_batch / workers[s].flops_per_second);
+        const double time = std::max(before, compute_seconds(s, cost));
         if (time < best[s][j]) {
           best[s][j] = time;
           cut[s][j] = a;
@@ -179,7 +192,7 @@ absl::StatusOr<PipelinePlan> PlanPipeline(const shardline::v1::JobSpec& spec,
     if (!keep) break;
     const RangeCost cost = range(s, a, b);
     keep = cost.memory_bytes <= workers[s].memory_bytes && cost.shard_bytes <= common::kMaxShardBytes;
-    kept_slowest = std::max(kept_slowest, cost.flops_per_micro_batch / workers[s].flops_per_second);
+    kept_slowest = std::max(kept_slowest, compute_seconds(s, cost));
   }
   if (keep && kept_slowest <= kKeepCutSlack * slowest) {
     starts = prefer;
@@ -190,10 +203,17 @@ absl::StatusOr<PipelinePlan> PlanPipeline(const shardline::v1::JobSpec& spec,
   for (int s = 0; s < p; ++s) {
     const int a = starts[s], j = s + 1 < p ? starts[s + 1] : n;
     const RangeCost cost = range(s, a, j);
-    plan.stages[s] = StagePlan{a, j, workers[s].name,
-                               cost.flops_per_micro_batch / workers[s].flops_per_second,
-                               cost.memory_bytes, (parameters[j] - parameters[a]).value()};
+    StagePlan& stage = plan.stages[s];
+    stage.unit_begin = a;
+    stage.unit_end = j;
+    stage.worker = workers[s].name;
+    stage.compute_seconds = compute_seconds(s, cost);
+    stage.tensor_seconds = tensor_seconds(s, a, j);
+    stage.seconds_per_micro_batch = stage.compute_seconds + stage.tensor_seconds;
+    stage.memory_bytes = cost.memory_bytes;
+    stage.parameters = (parameters[j] - parameters[a]).value();
   }
+  for (const StagePlan& stage : plan.stages) slowest = std::max(slowest, stage.seconds_per_micro_batch);
   plan.predicted_step_seconds = (m + p - 1) * slowest;
   plan.bubble_fraction = static_cast<double>(p - 1) / (m + p - 1);
   return plan;

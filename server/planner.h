@@ -20,6 +20,10 @@ struct WorkerCapacity {
   double flops_per_second = 0;  // measured f32 GEMM rate
   int64_t memory_bytes = 0;     // usable by the stage (device memory on GPUs)
   double flops_spread = 0;      // how much its rate's probes disagreed: (max − min) / median
+  // Its tensor group's collectives: seconds per byte a rank receives (the
+  // group's slowest link; 0 without tensor parallelism). Reported per
+  // stage (StagePlan::tensor_seconds); the cut balances compute alone.
+  double tensor_seconds_per_byte = 0;
 };
 
 // Rates closer than their probes' spread, and than this floor, are taken
@@ -36,7 +40,9 @@ struct StagePlan {
   int unit_begin = 0;
   int unit_end = 0;  // exclusive
   std::string worker;
-  double seconds_per_micro_batch = 0;  // predicted compute, forward + backward
+  double seconds_per_micro_batch = 0;  // predicted, forward + backward: compute + tensor collectives
+  double compute_seconds = 0;          // of which compute
+  double tensor_seconds = 0;           // of which its tensor group's collectives
   int64_t memory_bytes = 0;            // predicted peak: parameters, gradients, optimizer, activations
   int64_t parameters = 0;              // of the stage's units
 };

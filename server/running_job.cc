@@ -74,6 +74,8 @@ void RunningJob::Start(uint64_t epoch, GridPlacement placement) {
                           : "");
   status_.clear_stages();
   for (shardline::v1::StageStatus& stage : placement.stage_statuses) *status_.add_stages() = std::move(stage);
+  status_.set_predicted_step_seconds(placement.predicted_step_seconds);
+  status_.set_critical_path(placement.critical_path);
   stages_ = placement.stages;
   replicas_ = placement.replicas;
   tensor_ranks_ = placement.tensor_ranks;
@@ -185,6 +187,7 @@ void RunningJob::CompleteStep(int64_t step) {
   status_.set_lr(last.lr());
   status_.set_grad_norm(last.grad_norm());
   status_.set_tokens_per_s(slowest > 0 ? tokens / slowest : 0.0);
+  status_.set_step_seconds(slowest);
   for (auto& reports : reports_) reports.erase(reports.begin(), reports.upper_bound(step));
   recent_steps_.push_back(status_);
   if (recent_steps_.size() > kRecentSteps) recent_steps_.pop_front();

@@ -110,6 +110,26 @@ TEST_F(ShardctlTest, PlanShowsTheCutAndPredictedStepWithoutRunningIt) {
   EXPECT_DOUBLE_EQ(plan.bubble_fraction(), 1.0 / 5);  // (p − 1) / (m + p − 1), p = 2, m = 4
   EXPECT_GT(plan.predicted_step_seconds(), 0);
   EXPECT_NE(lines[3].find("pipeline bubble 20%"), std::string::npos) << lines[3];
+  // The prediction's parts: every position's compute (and, before the
+  // last stage, its hop), the slot and what sets the pace.
+  EXPECT_GT(plan.slot_seconds(), 0);
+  EXPECT_NEAR(plan.predicted_step_seconds(), 5 * plan.slot_seconds(), 1e-12) << "(m + p − 1) · slot, no all-reduce";
+  EXPECT_FALSE(plan.critical_path().empty());
+  for (const auto& s : plan.stages()) {
+    EXPECT_GT(s.compute_seconds(), 0) << s.stage();
+    EXPECT_EQ(s.hop_seconds() > 0, s.stage() == 0) << s.stage();
+    EXPECT_LE(s.compute_seconds(), plan.slot_seconds()) << s.stage();
+  }
+  const CtlRun explained = cluster().Ctl({"plan", "--explain", spec});
+  ASSERT_EQ(explained.ended, kOk) << explained.err;
+  const auto explain = explained.lines();
+  ASSERT_EQ(explain.size(), 9u) << explained.out;  // header, two positions, 3 of legend, slot, step, path
+  EXPECT_EQ(std::vector<std::string>(absl::StrSplit(explain[0], ' ', absl::SkipEmpty())),
+            (std::vector<std::string>{"STAGE", "REPLICA", "TENSOR", "WORKER", "UNITS", "COMPUTE", "MS", "TENSOR", "MS",
+                                      "HOP", "MS", "ALL-REDUCE", "MS/STEP", "MEMORY"}))
+      << explain[0];
+  EXPECT_TRUE(absl::StartsWith(explain[6], "slot: ")) << explain[6];
+  EXPECT_EQ(explain[8], "critical path: " + plan.critical_path());
   // Planning ran nothing.
   const CtlRun jobs_after = cluster().Ctl({"-o", "json", "get", "jobs"});
   EXPECT_EQ(FromJson<shardline::v1::ListJobsResponse>(jobs_after.out).jobs_size(),
@@ -161,6 +181,10 @@ TEST_F(ShardctlTest, ASubmittedJobIsWatchedDescribedListedAndExported) {
       << described.out;
   EXPECT_NE(described.out.find(absl::StrCat("Committed:  step ", kSteps, "\n")), std::string::npos) << described.out;
   EXPECT_NE(described.out.find("Stages:\nSTAGE"), std::string::npos) << described.out;
+  // The last step as measured beside the plan's prediction.
+  EXPECT_NE(described.out.find("Step time:  "), std::string::npos) << described.out;
+  EXPECT_NE(described.out.find("(measured "), std::string::npos) << described.out;
+  EXPECT_NE(described.out.find("Paced by:   "), std::string::npos) << described.out;
   const CtlRun described_json = cluster().Ctl({"-o", "json", "describe", "job", job.job_id()});
   ASSERT_EQ(described_json.ended, kOk) << described_json.err;
   const auto status = FromJson<shardline::v1::JobStatus>(described_json.out);
@@ -168,6 +192,8 @@ TEST_F(ShardctlTest, ASubmittedJobIsWatchedDescribedListedAndExported) {
   EXPECT_EQ(status.step(), kSteps);
   EXPECT_EQ(status.committed_step(), kSteps);
   ASSERT_EQ(status.stages_size(), 2);
+  EXPECT_GT(status.step_seconds(), 0);
+  EXPECT_GT(status.predicted_step_seconds(), 0);
   for (const auto& stage : status.stages()) {
     EXPECT_NE(described.out.find("\n" + absl::StrCat(stage.stage()) + "      " + stage.worker()), std::string::npos)
         << described.out;

@@ -8,8 +8,10 @@
 #
 #   run_fuzzers.sh SOURCE_DIR BUILD_DIR SECONDS [TARGET ...]
 #
-# CI runs a short round (tests/CMakeLists.txt); the documented longer run
-# is SECONDS=3600 per target (docs/operations.md, Security).
+# CI runs a short round (tests/CMakeLists.txt, in BUILD/fuzz-smoke); the
+# documented longer run is SECONDS=3600 per target (docs/operations.md,
+# Security) in another tree. A run empties BUILD_DIR/run-NAME, so one
+# BUILD_DIR serves one run at a time: a second is refused (a lock).
 set -euo pipefail
 source_dir=$1
 build_dir=$2
@@ -24,6 +26,10 @@ if ! echo 'extern "C" int LLVMFuzzerTestOneInput(const char*, unsigned long) { r
   echo "skipped: clang has no libFuzzer (libclang-rt-dev)"
   exit 77
 fi
+
+mkdir -p "$build_dir"
+exec 9>"$build_dir.lock"
+flock -n 9 || { echo "FAIL: another run_fuzzers.sh is using $build_dir (its lock: $build_dir.lock)"; exit 1; }
 
 cmake -S "$source_dir" -B "$build_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
   -DCMAKE_CXX_COMPILER=clang++ -DSHARDLINE_FUZZ=ON -DSHARDLINE_CUDA=OFF -DSHARDLINE_BUILD_TESTS=OFF \

@@ -1,0 +1,154 @@
+#include "server/grid_cost.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "absl/strings/str_format.h"
+#include "common/cost_model.h"
+#include "common/status_macros.h"
+
+namespace shardline::server {
+namespace {
+
+// Gradient bytes one worker of a stage sends per step in its group's
+// all-reduce (reduce-scatter and all-gather, (d − 1)/d each).
+double ReduceBytesPerStep(int64_t parameters, int d) {
+  return d > 1 ? 2.0 * (d - 1) * static_cast<double>(parameters) * sizeof(float) / d : 0;
+}
+
+double MBps(double bytes_per_second) { return bytes_per_second / 1e6; }
+
+}  // namespace
+
+std::string HostOf(const WorkerRecord& w) {
+  const std::string& a = w.capabilities.listen_address();
+  return a.substr(0, a.rfind(':'));
+}
+
+LinkLookup LinksFrom(const LinkTable* table) {
+  return [table](const WorkerRecord& from, const WorkerRecord& to) {
+    LinkEstimate e;
+    if (from.name == to.name) {
+      e.bytes_per_second = std::numeric_limits<double>::infinity();
+      e.measured = true;
+      return e;
+    }
+    if (table != nullptr) {
+      std::optional<LinkRecord> link = table->Get(from.name, to.name);
+      if (link.has_value() && link->bytes_per_second > 0) {
+        e.bytes_per_second = link->bytes_per_second;
+        e.rtt_seconds = link->rtt_seconds;
+        e.measured = true;
+        return e;
+      }
+    }
+    e.bytes_per_second = HostOf(from) == HostOf(to) ? kAssumedHostBytesPerSecond : kAssumedNetworkBytesPerSecond;
+    return e;
+  };
+}
+
+absl::StatusOr<GridCost> EstimateGrid(const shardline::v1::JobSpec& spec, const std::vector<WorkerRecord>& grid,
+                                      const LinkLookup& links, const std::vector<int>& prefer_cut) {
+  const int p = spec.parallel().pipeline_stages(), d = std::max(1, spec.parallel().data_parallel());
+  const int t = std::max(1, spec.parallel().tensor_parallel());
+  const int m = spec.train().micro_batches();
+  if (static_cast<int>(grid.size()) != p * d * t) {
+    return absl::InvalidArgumentError(absl::StrFormat("a grid of %d positions for %d × %d × %d", grid.size(), p, d, t));
+  }
+  auto at = [&](int s, int r, int k) -> const WorkerRecord& { return grid[static_cast<size_t>((r * p + s) * t + k)]; };
+  auto link = [&](const WorkerRecord& a, const WorkerRecord& b) { return links(a, b); };
+
+  // Each stage as the planner sees it: the slowest and smallest of its d·t
+  // workers, its t ranks as one worker t times as fast and large, its
+  // tensor collectives at its groups' slowest link.
+  std::vector<WorkerCapacity> capacities;
+  for (int s = 0; s < p; ++s) {
+    const WorkerRecord& first = at(s, 0, 0);
+    WorkerCapacity c{first.name, first.capabilities.gemm_flops(), first.capabilities.memory_bytes(),
+                     first.capabilities.gemm_flops_spread()};
+    double slowest_group_link = std::numeric_limits<double>::infinity();
+    for (int r = 0; r < d; ++r) {
+      for (int k = 0; k < t; ++k) {
+        const auto& caps = at(s, r, k).capabilities;
+        c.flops_per_second = std::min(c.flops_per_second, caps.gemm_flops());
+        c.memory_bytes = std::min(c.memory_bytes, caps.memory_bytes());
+        c.flops_spread = std::max(c.flops_spread, caps.gemm_flops_spread());
+        for (int j = 0; j < t; ++j) {
+          if (j != k) slowest_group_link = std::min(slowest_group_link, link(at(s, r, k), at(s, r, j)).bytes_per_second);
+        }
+      }
+    }
+    c.flops_per_second *= t;
+    c.memory_bytes *= t;
+    c.tensor_seconds_per_byte = t > 1 ? 1 / slowest_group_link : 0;
+    capacities.push_back(c);
+  }
+  GridCost cost;
+  ASSIGN_OR_RETURN(cost.plan, PlanPipeline(spec, capacities, prefer_cut));
+
+  const double sequences = static_cast<double>(spec.train().global_batch()) / (static_cast<double>(m) * d);
+  const double wire = spec.parallel().wire_dtype() == "f32" || spec.parallel().wire_dtype().empty() ? 4 : 2;
+  const double hop_bytes = sequences * spec.model().context() * spec.model().d_model() * wire;
+  cost.positions.resize(grid.size());
+  double slot = 0;
+  for (int s = 0; s < p; ++s) {
+    const StagePlan& sp = cost.plan.stages[s];
+    const double reduce_bytes = ReduceBytesPerStep(sp.parameters / t, d);
+    for (int r = 0; r < d; ++r) {
+      for (int k = 0; k < t; ++k) {
+        PositionCost& pc = cost.positions[static_cast<size_t>((r * p + s) * t + k)];
+        pc.compute_seconds = sp.compute_seconds;
+        pc.tensor_seconds = sp.tensor_seconds;
+        pc.memory_bytes = sp.memory_bytes / t;
+        if (sp.seconds_per_micro_batch > slot) {
+          slot = sp.seconds_per_micro_batch;
+          cost.critical_path = absl::StrFormat("compute of stage %d on %s (%.3f ms per micro-batch%s)", s,
+                                               at(s, r, k).name, 1e3 * slot,
+                                               sp.tensor_seconds > 0
+                                                   ? absl::StrFormat(", %.3f ms of it tensor collectives",
+                                                                     1e3 * sp.tensor_seconds)
+                                                   : "");
+        }
+        if (s + 1 < p) {
+          const LinkEstimate forward = link(at(s, r, k), at(s + 1, r, k));
+          const LinkEstimate backward = link(at(s + 1, r, k), at(s, r, k));
+          const double slower = std::min(forward.bytes_per_second, backward.bytes_per_second);
+          pc.hop_seconds = hop_bytes / slower + std::max(forward.rtt_seconds, backward.rtt_seconds);
+          if (pc.hop_seconds > slot) {
+            slot = pc.hop_seconds;
+            cost.critical_path = absl::StrFormat(
+                "hop from stage %d to %d of replica %d (%s ↔ %s, %.1f MB/s%s): %.3f ms per micro-batch", s, s + 1, r,
+                at(s, r, k).name, at(s + 1, r, k).name, MBps(slower),
+                forward.measured && backward.measured ? "" : ", not measured", 1e3 * slot);
+          }
+        }
+        if (d > 1) {
+          // The ring of this rank's replicas: its slowest link carries all.
+          double slowest = std::numeric_limits<double>::infinity(), rtt = 0;
+          for (int q = 0; q < d; ++q) {
+            const LinkEstimate e = link(at(s, q, k), at(s, (q + 1) % d, k));
+            slowest = std::min(slowest, e.bytes_per_second);
+            rtt = std::max(rtt, e.rtt_seconds);
+          }
+          pc.reduce_seconds = reduce_bytes / slowest + 2 * (d - 1) * rtt;
+        }
+      }
+    }
+  }
+  cost.slot_seconds = slot;
+  int reducing = -1;
+  for (size_t i = 0; i < cost.positions.size(); ++i) {
+    if (cost.positions[i].reduce_seconds > cost.reduce_seconds) {
+      cost.reduce_seconds = cost.positions[i].reduce_seconds;
+      reducing = static_cast<int>(i);
+    }
+  }
+  cost.step_seconds = (m + p - 1) * slot + cost.reduce_seconds;
+  if (reducing >= 0 && cost.reduce_seconds > (m + p - 1) * slot) {
+    cost.critical_path = absl::StrFormat("the data-parallel all-reduce of stage %d (%.3f ms a step, on %s's ring)",
+                                         (reducing / t) % p, 1e3 * cost.reduce_seconds, grid[reducing].name);
+  }
+  return cost;
+}
+
+}  // namespace shardline::server

@@ -1,0 +1,78 @@
+// The predicted step time of a job on a given p × d × t grid of workers
+// (positions (r·p + s)·t + k, as GridPlacement), from compute (each
+// worker's measured rate), memory, and the measured links between them:
+//
+//   slot  = the slowest of: each stage's compute and tensor collectives per
+//           micro-batch (the cut is PlanPipeline's, on those costs), and
+//           each pipeline hop's activation (forward) or gradient (backward)
+//           per micro-batch over its link, plus the link's round trip;
+//   step  = (m + p − 1) · slot  +  the slowest stage's data-parallel
+//           all-reduce (a ring over its replicas: 2 (d − 1)/d of its
+//           gradients over the ring's slowest link, 2 (d − 1) round trips).
+//
+// Transfers overlap compute (stage links and buckets run beside the
+// passes), so a hop or a stage, whichever is slower, sets the pace; the
+// all-reduce after the last backward is not overlapped. Links never
+// measured are taken at kAssumedHostBytesPerSecond within one host and
+// kAssumedNetworkBytesPerSecond across hosts: with no measurements the
+// prediction is today's compute-only one. Pure computation; thread-safe.
+#ifndef SHARDLINE_SERVER_GRID_COST_H_
+#define SHARDLINE_SERVER_GRID_COST_H_
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "server/link_table.h"
+#include "server/planner.h"
+#include "server/worker_registry.h"
+#include "shardline/v1/job.pb.h"
+
+namespace shardline::server {
+
+inline constexpr double kAssumedHostBytesPerSecond = 10e9;
+inline constexpr double kAssumedNetworkBytesPerSecond = 1.25e9;  // 10 Gbit/s
+
+struct LinkEstimate {
+  double bytes_per_second = 0;
+  double rtt_seconds = 0;
+  bool measured = false;
+};
+// The link from one worker to another (the same worker: free).
+using LinkLookup = std::function<LinkEstimate(const WorkerRecord& from, const WorkerRecord& to)>;
+// From `table`'s measurements (stale ones too: they are the best known),
+// else the assumptions above; null: assumptions only.
+LinkLookup LinksFrom(const LinkTable* table);
+
+// The host part of a worker's StageLink address.
+std::string HostOf(const WorkerRecord& w);
+
+struct PositionCost {
+  double compute_seconds = 0;  // per micro-batch, forward + backward
+  double tensor_seconds = 0;   // per micro-batch, its tensor group's collectives
+  double hop_seconds = 0;      // per micro-batch, to the next stage (activation or gradient, the slower)
+  double reduce_seconds = 0;   // per step, its data-parallel all-reduce
+  int64_t memory_bytes = 0;
+};
+
+struct GridCost {
+  PipelinePlan plan;                    // the cut
+  std::vector<PositionCost> positions;  // by position
+  double slot_seconds = 0;
+  double reduce_seconds = 0;  // the slowest stage's all-reduce
+  double step_seconds = 0;
+  // What sets the pace, for people: "compute of stage 2 on w3", "hop from
+  // stage 0 to 1 of replica 1 (w1 → w4, 24.0 MB/s)", …
+  std::string critical_path;
+};
+
+// `grid` holds p × d × t workers by position; `spec` is validated, its
+// pipeline_stages p. The planner's errors as they come (a cut that does
+// not fit names the stage and worker).
+absl::StatusOr<GridCost> EstimateGrid(const shardline::v1::JobSpec& spec, const std::vector<WorkerRecord>& grid,
+                                      const LinkLookup& links, const std::vector<int>& prefer_cut = {});
+
+}  // namespace shardline::server
+
+#endif  // SHARDLINE_SERVER_GRID_COST_H_

@@ -1,0 +1,139 @@
+// The placement search on synthetic clusters: workers with made-up rates,
+// memory and addresses, links from a lookup the test writes.
+#include "server/grid_search.h"
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/job_spec.h"
+#include "gtest/gtest.h"
+
+namespace shardline::server {
+namespace {
+
+constexpr int64_t kGiB = int64_t{1} << 30;
+
+shardline::v1::JobSpec Spec(int p, int d, int t, int layers = 8) {
+  auto spec = common::ParseJobSpec(absl::StrCat(R"({"name": "g",
+    "model": {"kind": "gpt", "vocab_size": 256, "context": 128, "d_model": 512, "n_heads": 8, "n_layers": )",
+                                                layers, R"(},
+    "data": {"kind": "text_bytes", "path": "/x"},
+    "train": {"steps": 10, "global_batch": 32, "micro_batches": 8, "seed": 1,
+              "optimizer": {"kind": "adamw", "lr": 0.001}},
+    "parallel": {"pipeline_stages": )",
+                                                p, R"(, "data_parallel": )", d, R"(, "tensor_parallel": )", t, "}}"));
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  return *spec;
+}
+
+WorkerRecord Worker(const std::string& name, double flops = 1e11, int64_t memory = 8 * kGiB) {
+  WorkerRecord w;
+  w.id = "id-" + name;
+  w.name = name;
+  w.capabilities.set_gemm_flops(flops);
+  w.capabilities.set_memory_bytes(memory);
+  w.capabilities.set_listen_address(name + ".example:7401");  // a host each
+  return w;
+}
+
+// Workers whose names start with the same letter share a fast switch;
+// between letters `across` bytes/s.
+LinkLookup Racks(double inside, double across) {
+  return [=](const WorkerRecord& a, const WorkerRecord& b) {
+    LinkEstimate e;
+    e.measured = true;
+    e.rtt_seconds = 1e-4;
+    e.bytes_per_second = a.name == b.name ? 1e30 : a.name[0] == b.name[0] ? inside : across;
+    return e;
+  };
+}
+
+std::vector<std::string> Names(const std::vector<WorkerRecord>& grid) {
+  std::vector<std::string> names;
+  for (const WorkerRecord& w : grid) names.push_back(w.name);
+  return names;
+}
+
+// Two replicas of a two-way tensor group on two racks, registered
+// interleaved: the plain choice puts each tensor group across the slow
+// link; the search puts each within a rack and the all-reduce across.
+TEST(GridSearchTest, TensorGroupsGoOnFastLinksAndTheSlowLinkBetweenReplicas) {
+  const auto spec = Spec(1, 2, 2);
+  const std::vector<WorkerRecord> idle = {Worker("a1"), Worker("b1"), Worker("a2"), Worker("b2")};
+  const LinkLookup links = Racks(10e9, 50e6);
+  auto grid = ChooseGrid(spec, idle, {}, links);
+  ASSERT_TRUE(grid.ok()) << grid.status();
+  const auto names = Names(*grid);
+  EXPECT_EQ(names[0][0], names[1][0]) << "replica 0's tensor group on one rack: " << names[0] << ", " << names[1];
+  EXPECT_EQ(names[2][0], names[3][0]) << "replica 1's tensor group on one rack: " << names[2] << ", " << names[3];
+  auto chosen = EstimateGrid(spec, *grid, links);
+  auto plain = EstimateGrid(spec, idle, links);
+  ASSERT_TRUE(chosen.ok() && plain.ok());
+  EXPECT_LT(chosen->step_seconds, 0.75 * plain->step_seconds) << plain->critical_path;
+  EXPECT_TRUE(absl::StrContains(plain->critical_path, "tensor collectives")) << plain->critical_path;
+}
+
+// A two-stage pipeline from three workers, one of them behind a slow link:
+// the spare takes its place.
+TEST(GridSearchTest, AWorkerBehindASlowLinkIsLeftOutWhenASpareCanTakeItsPlace) {
+  const auto spec = Spec(2, 1, 1);
+  const std::vector<WorkerRecord> idle = {Worker("a1"), Worker("b1"), Worker("a2")};
+  const LinkLookup links = Racks(10e9, 1e6);
+  auto grid = ChooseGrid(spec, idle, {}, links);
+  ASSERT_TRUE(grid.ok()) << grid.status();
+  EXPECT_EQ(std::set<std::string>({(*grid)[0].name, (*grid)[1].name}), (std::set<std::string>{"a1", "a2"}));
+  // Without a spare the hop is what sets the pace, and the plan says so.
+  auto forced = EstimateGrid(spec, {idle[0], idle[1]}, links);
+  ASSERT_TRUE(forced.ok()) << forced.status();
+  EXPECT_TRUE(absl::StartsWith(forced->critical_path, "hop from stage 0 to 1 of replica 0 (a1 ↔ b1, 1.0 MB/s"))
+      << forced->critical_path;
+  EXPECT_GT(forced->positions[0].hop_seconds, 0);
+  EXPECT_EQ(forced->positions[1].hop_seconds, 0) << "the last stage has no next";
+}
+
+// A slower worker gets fewer layers, wherever the search puts it; equal
+// workers with nothing measured keep the plain order (registration).
+TEST(GridSearchTest, ASlowerWorkerGetsFewerLayersAndEqualOnesKeepTheirOrder) {
+  const auto spec = Spec(2, 1, 1, 12);
+  auto grid = ChooseGrid(spec, {Worker("slow", 5e10), Worker("fast", 1e11)}, {}, LinksFrom(nullptr));
+  ASSERT_TRUE(grid.ok()) << grid.status();
+  auto cost = EstimateGrid(spec, *grid, LinksFrom(nullptr));
+  ASSERT_TRUE(cost.ok()) << cost.status();
+  for (const StagePlan& stage : cost->plan.stages) {
+    const int units = stage.unit_end - stage.unit_begin;
+    if (stage.worker == "slow") {
+      EXPECT_LT(units, 14 - units) << "the slow worker holds " << units << " of 14 units";
+    }
+  }
+  auto equal = ChooseGrid(Spec(2, 2, 1), {Worker("w0"), Worker("w1"), Worker("w2"), Worker("w3")}, {},
+                          LinksFrom(nullptr));
+  ASSERT_TRUE(equal.ok());
+  EXPECT_EQ(Names(*equal), (std::vector<std::string>{"w0", "w1", "w2", "w3"}));
+}
+
+// A restart keeps the workers that hold its state where they were.
+TEST(GridSearchTest, ARestartKeepsItsWorkersInPlace) {
+  const auto spec = Spec(1, 2, 2);
+  const std::vector<WorkerRecord> idle = {Worker("a1"), Worker("b1"), Worker("a2"), Worker("b2")};
+  auto grid = ChooseGrid(spec, idle, {"a1", "b1", "a2", "b2"}, Racks(10e9, 50e6));
+  ASSERT_TRUE(grid.ok());
+  EXPECT_EQ(Names(*grid), (std::vector<std::string>{"a1", "b1", "a2", "b2"}));
+}
+
+// No placement fits: the refusal names the stage and the worker.
+TEST(GridSearchTest, AGridThatCannotFitIsRefusedNamingThePosition) {
+  const auto spec = Spec(2, 1, 1);
+  const std::vector<WorkerRecord> idle = {Worker("big", 1e11, 8 * kGiB), Worker("tiny", 1e11, 1 << 20)};
+  auto grid = ChooseGrid(spec, idle, {}, LinksFrom(nullptr));
+  ASSERT_TRUE(grid.ok());
+  auto cost = EstimateGrid(spec, *grid, LinksFrom(nullptr));
+  ASSERT_FALSE(cost.ok());
+  EXPECT_EQ(cost.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(absl::StrContains(cost.status().message(), "on worker tiny")) << cost.status();
+}
+
+}  // namespace
+}  // namespace shardline::server
