@@ -15,6 +15,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -76,6 +77,13 @@ TEST_F(ShardctlTest, GetWorkersShowsEveryWorkerAtItsAdvertisedAddress) {
 
 TEST_F(ShardctlTest, PlanShowsTheCutAndPredictedStepWithoutRunningIt) {
   const std::string spec = Spec(kSteps);
+  // The workers measure their links once they join; plans made while they
+  // do may differ (the links' figures change), so plan after.
+  for (int i = 0; i < 200; ++i) {
+    const auto links = FromJson<shardline::v1::ListLinksResponse>(cluster().Ctl({"-o", "json", "get", "links"}).out);
+    if (links.links_size() == 2 && links.pending_probes() == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
   const CtlRun jobs_before = cluster().Ctl({"-o", "json", "get", "jobs"});
   ASSERT_EQ(jobs_before.ended, kOk) << jobs_before.err;
   const CtlRun table = cluster().Ctl({"plan", spec});
