@@ -10,15 +10,13 @@
 namespace shardline::server {
 namespace {
 
-// Gradient bytes one worker of a stage sends per step in its group's
-// all-reduce (reduce-scatter and all-gather, (d − 1)/d each).
-double ReduceBytesPerStep(int64_t parameters, int d) {
-  return d > 1 ? 2.0 * (d - 1) * static_cast<double>(parameters) * sizeof(float) / d : 0;
-}
-
 double MBps(double bytes_per_second) { return bytes_per_second / 1e6; }
 
 }  // namespace
+
+double ReduceBytesPerStep(int64_t parameters, int d) {
+  return d > 1 ? 2.0 * (d - 1) * static_cast<double>(parameters) * sizeof(float) / d : 0;
+}
 
 std::string HostOf(const WorkerRecord& w) {
   const std::string& a = w.capabilities.listen_address();

@@ -45,6 +45,11 @@ using LinkLookup = std::function<LinkEstimate(const WorkerRecord& from, const Wo
 // else the assumptions above; null: assumptions only.
 LinkLookup LinksFrom(const LinkTable* table);
 
+// Gradient bytes one worker of a stage holding `parameters` sends per step
+// in its d replicas' all-reduce (reduce-scatter and all-gather, (d − 1)/d
+// each).
+double ReduceBytesPerStep(int64_t parameters, int d);
+
 // The host part of a worker's StageLink address.
 std::string HostOf(const WorkerRecord& w);
 

@@ -39,8 +39,7 @@ absl::StatusOr<shardline::v1::PlanResponse> PreviewGrid(const shardline::v1::Job
         st->set_seconds_per_micro_batch(sp.seconds_per_micro_batch);
         st->set_memory_bytes(pc.memory_bytes);
         // A rank holds about 1/t of the stage's parameters (the blocks' split).
-        st->set_reduce_bytes_per_step(2 * (d - 1) * (sp.parameters / t) * static_cast<int64_t>(sizeof(float)) /
-                                      std::max(d, 1));
+        st->set_reduce_bytes_per_step(std::llround(ReduceBytesPerStep(sp.parameters / t, d)));
         st->set_tensor_bytes_per_step(
             std::llround(common::TensorGroupBytesPerRank(spec, sp.unit_begin, sp.unit_end)));
         st->set_compute_seconds(pc.compute_seconds);
