@@ -371,7 +371,11 @@ def check_stage_layout_across_capped_veth(bin_dir, workdir, source_dir):
 
 
 RECOVERY_LEASE_MS = 1000
-RECOVERY_EVERY = 10
+# The bench kills a worker once the job's status says KILL_AFTER steps
+# past a checkpoint; the workers run ahead of their reports, more so on a
+# loaded machine (CI saw a kill land after the next checkpoint at 10), so
+# the checkpoints leave a window of 15 steps for that lag.
+RECOVERY_EVERY = 20
 RECOVERY_KILL_AFTER = 5
 
 
