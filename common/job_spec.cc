@@ -118,6 +118,7 @@ absl::Status ValidateParallel(shardline::v1::ParallelSpec& p, const shardline::v
   if (!p.has_shard_optimizer()) p.set_shard_optimizer(false);
   if (!p.has_tensor_parallel()) p.set_tensor_parallel(1);
   if (!p.has_stage_link_layout()) p.set_stage_link_layout("auto");
+  if (!p.has_placement()) p.set_placement("planned");
   RETURN_IF_ERROR(CheckRange("parallel.bucket_mib", p.bucket_mib(), 1.0 / 256, 1024.0));
   const int units = PipelineUnits(model);
   if (p.pipeline_stages() < 1 || p.pipeline_stages() > units) {
@@ -146,6 +147,9 @@ absl::Status ValidateParallel(shardline::v1::ParallelSpec& p, const shardline::v
       p.stage_link_layout() != "scatter_gather") {
     return FieldError("parallel.stage_link_layout",
                       absl::StrCat("is ", Quote(p.stage_link_layout()), ", must be 'auto', 'same_rank' or 'scatter_gather'"));
+  }
+  if (p.placement() != "planned" && p.placement() != "in_order") {
+    return FieldError("parallel.placement", absl::StrCat("is ", Quote(p.placement()), ", must be 'planned' or 'in_order'"));
   }
   if (p.wire_dtype() != "f32" && p.wire_dtype() != "bf16" && p.wire_dtype() != "f16") {
     return FieldError("parallel.wire_dtype", absl::StrCat("is ", Quote(p.wire_dtype()), ", must be 'f32', 'bf16' or 'f16'"));

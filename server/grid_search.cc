@@ -39,7 +39,8 @@ absl::StatusOr<std::vector<WorkerRecord>> ChooseGrid(const shardline::v1::JobSpe
     return absl::FailedPreconditionError(absl::StrCat("placing ", n, " positions on ", idle_workers.size(), " workers"));
   }
   // The plain choice: previous holders in place, then the rest in order.
-  const std::vector<WorkerRecord> idle = ByHost(idle_workers, t);
+  const bool in_order = spec.parallel().placement() == "in_order";
+  const std::vector<WorkerRecord> idle = in_order ? idle_workers : ByHost(idle_workers, t);
   std::vector<WorkerRecord> grid(n);
   std::vector<bool> placed(n, false), used(idle.size(), false);
   bool pinned = false;
@@ -59,7 +60,7 @@ absl::StatusOr<std::vector<WorkerRecord>> ChooseGrid(const shardline::v1::JobSpe
     grid[i] = idle[next];
     used[next] = true;
   }
-  if (pinned) return grid;
+  if (pinned || in_order) return grid;
 
   // The local search.
   std::vector<WorkerRecord> spare;

@@ -9,7 +9,9 @@
 // by more than kSearchGain, so measured noise never reshuffles a grid.
 // With measured links this puts a tensor group's ranks on fast links and
 // the slow links where the fewest bytes cross; with faster and slower
-// workers it puts them where the cut can use them. Pure computation.
+// workers it puts them where the cut can use them. parallel.placement
+// "in_order": the idle workers in registration order, no search. Pure
+// computation.
 #ifndef SHARDLINE_SERVER_GRID_SEARCH_H_
 #define SHARDLINE_SERVER_GRID_SEARCH_H_
 

@@ -124,6 +124,15 @@ absl::StatusOr<PipelinePlan> PlanPipeline(const shardline::v1::JobSpec& spec,
   // move a restart's cut off the state its workers hold. Which workers
   // form a group (on which links) is the placement search's business.
   auto compute_seconds = [&](int s, const RangeCost& cost) { return cost.flops_per_micro_batch / workers[s].flops_per_second; };
+  // What the cut balances: each stage's compute on its own rate, or, placed
+  // "in_order", on one rate for all (the slowest's: the cut a planner that
+  // does not look at rates makes).
+  double common_rate = kInfinity;
+  for (const WorkerCapacity& w : workers) common_rate = std::min(common_rate, w.flops_per_second);
+  const bool even = spec.parallel().placement() == "in_order";
+  auto cut_seconds = [&](int s, const RangeCost& cost) {
+    return even ? cost.flops_per_micro_batch / common_rate : compute_seconds(s, cost);
+  };
   auto tensor_seconds = [&](int s, int a, int b) {
     return workers[s].tensor_seconds_per_byte > 0
                ? common::TensorGroupBytesPerRank(spec, a, b) / m * workers[s].tensor_seconds_per_byte
@@ -150,7 +159,7 @@ absl::StatusOr<PipelinePlan> PlanPipeline(const shardline::v1::JobSpec& spec,
         if (before == kInfinity) continue;
         const RangeCost cost = range(s, a, j);
         if (cost.memory_bytes > workers[s].memory_bytes || cost.shard_bytes > common::kMaxShardBytes) continue;
-        const double time = std::max(before, compute_seconds(s, cost));
+        const double time = std::max(before, cut_seconds(s, cost));
         if (time < best[s][j]) {
           best[s][j] = time;
           cut[s][j] = a;
@@ -182,7 +191,7 @@ absl::StatusOr<PipelinePlan> PlanPipeline(const shardline::v1::JobSpec& spec,
   }
   std::vector<int> starts(p);
   for (int s = p - 1, j = n; s >= 0; --s) j = starts[s] = cut[s][j];
-  double slowest = best[p - 1][n];
+  const double slowest = best[p - 1][n];
   // The preferred cut, if it is one, fits, and is nearly as fast.
   bool keep = static_cast<int>(prefer.size()) == p && prefer[0] == 0;
   double kept_slowest = 0;
@@ -192,12 +201,9 @@ absl::StatusOr<PipelinePlan> PlanPipeline(const shardline::v1::JobSpec& spec,
     if (!keep) break;
     const RangeCost cost = range(s, a, b);
     keep = cost.memory_bytes <= workers[s].memory_bytes && cost.shard_bytes <= common::kMaxShardBytes;
-    kept_slowest = std::max(kept_slowest, compute_seconds(s, cost));
+    kept_slowest = std::max(kept_slowest, cut_seconds(s, cost));
   }
-  if (keep && kept_slowest <= kKeepCutSlack * slowest) {
-    starts = prefer;
-    slowest = kept_slowest;
-  }
+  if (keep && kept_slowest <= kKeepCutSlack * slowest) starts = prefer;
   PipelinePlan plan;
   plan.stages.resize(p);
   for (int s = 0; s < p; ++s) {
@@ -213,8 +219,9 @@ absl::StatusOr<PipelinePlan> PlanPipeline(const shardline::v1::JobSpec& spec,
     stage.memory_bytes = cost.memory_bytes;
     stage.parameters = (parameters[j] - parameters[a]).value();
   }
-  for (const StagePlan& stage : plan.stages) slowest = std::max(slowest, stage.seconds_per_micro_batch);
-  plan.predicted_step_seconds = (m + p - 1) * slowest;
+  double slot = 0;  // on the stages' own rates, whatever the cut balanced
+  for (const StagePlan& stage : plan.stages) slot = std::max(slot, stage.seconds_per_micro_batch);
+  plan.predicted_step_seconds = (m + p - 1) * slot;
   plan.bubble_fraction = static_cast<double>(p - 1) / (m + p - 1);
   return plan;
 }

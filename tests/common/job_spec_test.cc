@@ -123,6 +123,16 @@ TEST(JobSpecTest, StageLinkLayoutIsAutoByDefaultAndOneOfThree) {
   ExpectInvalid(json, "parallel.stage_link_layout");
 }
 
+TEST(JobSpecTest, PlacementIsPlannedByDefaultOrInOrder) {
+  EXPECT_EQ(ParseJobSpec(kValid)->parallel().placement(), "planned");
+  std::string json = kValid;
+  json.insert(json.rfind('}'), R"(, "parallel": {"placement": "in_order"})");
+  EXPECT_EQ(ParseJobSpec(json)->parallel().placement(), "in_order");
+  json = kValid;
+  json.insert(json.rfind('}'), R"(, "parallel": {"placement": "random"})");
+  ExpectInvalid(json, "parallel.placement");
+}
+
 TEST(JobSpecTest, MoreStagesThanUnitsIsRefused) {
   std::string json = kValid;
   json.insert(json.rfind('}'), R"(, "parallel": {"pipeline_stages": 5})");

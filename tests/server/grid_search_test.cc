@@ -114,6 +114,32 @@ TEST(GridSearchTest, ASlowerWorkerGetsFewerLayersAndEqualOnesKeepTheirOrder) {
   EXPECT_EQ(Names(*equal), (std::vector<std::string>{"w0", "w1", "w2", "w3"}));
 }
 
+// parallel.placement "in_order", the baseline: the first idle workers in
+// registration order, the slow link and the slow worker where they fall,
+// the cut even; its prediction counts what that costs.
+TEST(GridSearchTest, InOrderPlacementTakesRegistrationOrderAndAnEvenCut) {
+  auto spec = Spec(2, 1, 1, 12);
+  const std::vector<WorkerRecord> idle = {Worker("a1", 5e10), Worker("b1"), Worker("a2")};
+  const LinkLookup links = Racks(10e9, 1e6);
+  auto planned = ChooseGrid(spec, idle, {}, links);
+  spec.mutable_parallel()->set_placement("in_order");
+  auto in_order = ChooseGrid(spec, idle, {}, links);
+  ASSERT_TRUE(planned.ok() && in_order.ok());
+  EXPECT_EQ(Names(*in_order), (std::vector<std::string>{"a1", "b1"}));
+  EXPECT_NE(Names(*planned), Names(*in_order));
+  auto naive = EstimateGrid(spec, *in_order, links);
+  ASSERT_TRUE(naive.ok()) << naive.status();
+  const StagePlan& slow = naive->plan.stages[0];
+  EXPECT_EQ(slow.worker, "a1");
+  // The even cut: a1 at half speed holds its share all the same, so its
+  // stage's compute is about twice the other's.
+  EXPECT_GT(slow.compute_seconds, 1.6 * naive->plan.stages[1].compute_seconds);
+  spec.mutable_parallel()->set_placement("planned");
+  auto best = EstimateGrid(spec, *planned, links);
+  ASSERT_TRUE(best.ok());
+  EXPECT_LT(best->step_seconds, 0.75 * naive->step_seconds) << naive->critical_path;
+}
+
 // A restart keeps the workers that hold its state where they were.
 TEST(GridSearchTest, ARestartKeepsItsWorkersInPlace) {
   const auto spec = Spec(1, 2, 2);

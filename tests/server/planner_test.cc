@@ -97,6 +97,24 @@ TEST(PlannerTest, RatesEqualWithinTheirSpreadGetAnEqualCut) {
   EXPECT_GT(Blocks(apart->stages[0]), Blocks(apart->stages[1]));
 }
 
+// Placed "in_order", the cut balances compute as if the rates were equal
+// (the same cut as for equal workers); the prediction is on the real rates.
+TEST(PlannerTest, InOrderPlacementCutsAsIfTheRatesWereEqual) {
+  auto spec = Spec(12, 2);
+  spec.mutable_parallel()->set_placement("in_order");
+  const std::vector<WorkerCapacity> uneven = {{"slow", 1e11, 8 * kGiB}, {"fast", 3e11, 8 * kGiB}};
+  auto even = PlanPipeline(spec, uneven);
+  auto equal = PlanPipeline(Spec(12, 2), {{"a", 1e11, 8 * kGiB}, {"b", 1e11, 8 * kGiB}});
+  ASSERT_TRUE(even.ok() && equal.ok()) << even.status();
+  EXPECT_EQ(even->stages[1].unit_begin, equal->stages[1].unit_begin);
+  EXPECT_NEAR(even->stages[0].compute_seconds, equal->stages[0].compute_seconds, 1e-12);
+  EXPECT_LT(even->stages[1].compute_seconds, 0.5 * equal->stages[1].compute_seconds);
+  EXPECT_NEAR(even->predicted_step_seconds, 9 * even->stages[0].seconds_per_micro_batch, 1e-12);
+  auto planned = PlanPipeline(Spec(12, 2), uneven);
+  ASSERT_TRUE(planned.ok());
+  EXPECT_LT(planned->predicted_step_seconds, even->predicted_step_seconds);
+}
+
 TEST(PlannerTest, EqualizeRatesGroupsFromTheSlowestWithoutChaining) {
   // 1.0, 1.08 and 1.16: the third is within 10% of the second but not of
   // the group's slowest, so it stays apart (no chain of small steps).
