@@ -60,14 +60,17 @@ absl::StatusOr<GridCost> EstimateGrid(const shardline::v1::JobSpec& spec, const 
   // workers, its t ranks as one worker t times as fast and large, its
   // tensor collectives at its groups' slowest link.
   std::vector<WorkerCapacity> capacities;
+  std::vector<std::string> pacer(p);  // each stage's slowest worker
   for (int s = 0; s < p; ++s) {
     const WorkerRecord& first = at(s, 0, 0);
+    pacer[s] = first.name;
     WorkerCapacity c{first.name, first.capabilities.gemm_flops(), first.capabilities.memory_bytes(),
                      first.capabilities.gemm_flops_spread()};
     double slowest_group_link = std::numeric_limits<double>::infinity();
     for (int r = 0; r < d; ++r) {
       for (int k = 0; k < t; ++k) {
         const auto& caps = at(s, r, k).capabilities;
+        if (caps.gemm_flops() < c.flops_per_second) pacer[s] = at(s, r, k).name;
         c.flops_per_second = std::min(c.flops_per_second, caps.gemm_flops());
         c.memory_bytes = std::min(c.memory_bytes, caps.memory_bytes());
         c.flops_spread = std::max(c.flops_spread, caps.gemm_flops_spread());
@@ -101,7 +104,7 @@ absl::StatusOr<GridCost> EstimateGrid(const shardline::v1::JobSpec& spec, const 
         if (sp.seconds_per_micro_batch > slot) {
           slot = sp.seconds_per_micro_batch;
           cost.critical_path = absl::StrFormat("compute of stage %d on %s (%.3f ms per micro-batch%s)", s,
-                                               at(s, r, k).name, 1e3 * slot,
+                                               pacer[s], 1e3 * slot,
                                                sp.tensor_seconds > 0
                                                    ? absl::StrFormat(", %.3f ms of it tensor collectives",
                                                                      1e3 * sp.tensor_seconds)

@@ -17,7 +17,9 @@
 #   TESTBED_WORKERS      the workers' names, space-separated
 #   TESTBED_NETNS_PREFIX the namespaces' common prefix (NAME = prefix + node)
 # Every daemon runs with mutual TLS (deploy/certs.sh) and an admin token, as
-# beyond loopback it must. Needs root, ip netns, a bridge and tc tbf. Exit:
+# beyond loopback it must. A worker's `cpu=F` puts it in a cgroup of its own
+# with F CPUs (deploy/testbed/cpu_cap.sh). Needs root, ip netns, a bridge
+# and tc tbf (and a cgroup cpu controller for cpu=). Exit:
 # COMMAND's status; 2 for a bad topology or flag; 77 when this machine
 # cannot make namespaces (the reason on stderr).
 set -euo pipefail
@@ -49,12 +51,16 @@ done
 # --- The topology, checked whole before anything is made.
 # shellcheck source=deploy/testbed/topology.sh
 source "$here/topology.sh"
+# shellcheck source=deploy/testbed/cpu_cap.sh
+source "$here/cpu_cap.sh"
 parse_topology "$topology" || exit 2
 
 skip() { echo "skipped: $*" >&2; exit 77; }
 [[ $(id -u) -eq 0 ]] || skip "network namespaces need root"
 command -v ip >/dev/null && command -v tc >/dev/null || skip "ip and tc (iproute2) are not installed"
 command -v openssl >/dev/null || skip "openssl is not installed (deploy/certs.sh needs it)"
+cgroup_base=""
+if [[ -n ${node_cpu[*]// /} ]]; then cgroup_base=$(cpu_cap_base) || skip "cpu= caps: $cgroup_base"; fi
 
 id=$(( $$ % 100000 ))
 prefix=sltb$id-
@@ -62,6 +68,7 @@ switch=${prefix}sw
 if [[ -z $work ]]; then work=$(mktemp -d /tmp/testbed.XXXXXX); fi
 mkdir -p "$work"
 pids=()
+cgroups=()
 
 cleanup() {
   local status=$?
@@ -76,6 +83,7 @@ cleanup() {
   # the token buckets on them; the bridges live in the switch namespace.
   for node in "${node_names[@]}"; do ip netns del "$prefix$node" 2>/dev/null; done
   ip netns del "$switch" 2>/dev/null
+  for group in "${cgroups[@]}"; do cpu_cap_remove "$group"; done
   exit $status
 }
 trap cleanup EXIT
@@ -130,31 +138,44 @@ ip netns exec "$prefix${node_names[0]}" timeout --signal=TERM "$deadline" "$bin_
   --listen="$coordinator" --state_dir="$work/state" --admin_tokens="$tls/admin-tokens" \
   $(secure "${node_names[0]}") >"$work/logs/coordinator.log" 2>&1 &
 pids+=($!)
+shardctl="$bin_dir/shardctl --coordinator=$coordinator $(secure shardctl) --token_file=$tls/token"
+workers=${worker_names[*]}
+# Waits until `want` workers are registered and idle (120 s), watching the
+# daemons: one that exits ends the testbed with the logs' tails.
+wait_registered() {
+  local want=$1 registered=0
+  for _ in $(seq 600); do
+    registered=$(ip netns exec "$prefix${node_names[0]}" timeout 10 $shardctl get workers 2>/dev/null | grep -c " idle " || true)
+    [[ $registered -ge $want ]] && return 0
+    for pid in "${pids[@]}"; do
+      kill -0 "$pid" 2>/dev/null || { echo "testbed: a daemon exited during start-up; logs in $work/logs" >&2; tail -n 5 "$work"/logs/*.log >&2; exit 1; }
+    done
+    sleep 0.2
+  done
+  echo "testbed: $registered of $want workers registered in 120 s; logs in $work/logs" >&2
+  exit 1
+}
+# One at a time, each registered before the next starts: registration
+# order is the file's (parallel.placement "in_order" takes that order).
+started=0
 for i in "${!node_names[@]}"; do
   [[ ${node_kind[$i]} == worker ]] || continue
   name=${node_names[$i]}
+  in_group=()
+  if [[ -n ${node_cpu[$i]} ]]; then
+    cgroups+=("$cgroup_base/$prefix$name")
+    cpu_cap_make "$cgroup_base/$prefix$name" "${node_cpu[$i]}" || { echo "testbed: cannot make the cgroup for $name" >&2; exit 1; }
+    in_group=(cpu_cap_exec "$cgroup_base/$prefix$name")
+  fi
   # shellcheck disable=SC2046,SC2086
-  ip netns exec "$prefix$name" timeout --signal=TERM "$deadline" "$bin_dir/shardline-worker" \
+  "${in_group[@]}" ip netns exec "$prefix$name" timeout --signal=TERM "$deadline" "$bin_dir/shardline-worker" \
     --name="$name" --coordinator="$coordinator" --listen="${node_ips[$i]}:0" --threads="${node_threads[$i]}" \
     --device=cpu --data_root="$source_dir" $(secure "$name") ${node_flags[$i]} \
     >"$work/logs/$name.log" 2>&1 &
   pids+=($!)
+  started=$((started + 1))
+  wait_registered "$started"
 done
-shardctl="$bin_dir/shardctl --coordinator=$coordinator $(secure shardctl) --token_file=$tls/token"
-workers=${worker_names[*]}
-registered=0
-for _ in $(seq 600); do
-  registered=$(ip netns exec "$prefix${node_names[0]}" timeout 10 $shardctl get workers 2>/dev/null | grep -c " idle " || true)
-  [[ $registered -ge ${#worker_names[@]} ]] && break
-  for pid in "${pids[@]}"; do
-    kill -0 "$pid" 2>/dev/null || { echo "testbed: a daemon exited during start-up; logs in $work/logs" >&2; tail -n 5 "$work"/logs/*.log >&2; exit 1; }
-  done
-  sleep 0.2
-done
-if [[ $registered -lt ${#worker_names[@]} ]]; then
-  echo "testbed: $registered of ${#worker_names[@]} workers registered in 120 s; logs in $work/logs" >&2
-  exit 1
-fi
 echo "testbed: coordinator at $coordinator, workers $workers idle" >&2
 
 # In the background with our stdin (an interactive shell works), so that a

@@ -5,14 +5,14 @@
 #   rack NAME RATE                      a switch; members' links capped at RATE
 #   uplink RACK RACK RATE               a link between two racks' switches
 #   coordinator RACK [rate=RATE]        exactly one
-#   worker NAME RACK [threads=N] [rate=RATE] [flag=--name=value ...]
+#   worker NAME RACK [threads=N] [cpu=F] [rate=RATE] [flag=--name=value ...]
 #
 # RATE as tc takes it (100mbit, 10gbit, 500kbit). The uplinks must join all
 # racks without a cycle (a cycle of bridges would loop broadcasts).
 #
 # Sets: rack_names rack_rates; uplink_a uplink_b uplink_rate (rack
 # indices); node_names node_kind node_ips node_rack node_rate node_threads
-# node_flags (node 0 is the coordinator); worker_names.
+# node_cpu node_flags (node 0 is the coordinator); worker_names.
 
 topology_error() {
   echo "testbed: $topology_file:$topology_line: $*" >&2
@@ -42,7 +42,7 @@ parse_topology() {
   topology_line=0
   rack_names=() rack_rates=() uplink_a=() uplink_b=() uplink_rate=() rack_parent=()
   node_names=("coordinator") node_kind=("coordinator") node_ips=("10.216.0.1") node_rack=("") node_rate=("")
-  node_threads=(0) node_flags=("") worker_names=()
+  node_threads=(0) node_cpu=("") node_flags=("") worker_names=()
   [[ -r $topology_file ]] || { echo "testbed: cannot read the topology $topology_file" >&2; return 1; }
   local have_coordinator="" words line
   while IFS= read -r line || [[ -n $line ]]; do
@@ -73,13 +73,13 @@ parse_topology() {
         uplink_a+=("$a") uplink_b+=("$b") uplink_rate+=("${words[3]}")
         ;;
       coordinator|worker)
-        local kind=${words[0]} name rack rate threads=0 flags="" k
+        local kind=${words[0]} name rack rate threads=0 cpu="" flags="" k
         if [[ $kind == coordinator ]]; then
           [[ -z $have_coordinator ]] || { topology_error "a second coordinator"; return 1; }
           [[ ${#words[@]} -ge 2 ]] || { topology_error "coordinator takes RACK [rate=RATE]"; return 1; }
           name=coordinator; rack=${words[1]}; k=2
         else
-          [[ ${#words[@]} -ge 3 ]] || { topology_error "worker takes NAME RACK [threads=N] [rate=RATE] [flag=...]"; return 1; }
+          [[ ${#words[@]} -ge 3 ]] || { topology_error "worker takes NAME RACK [threads=N] [cpu=F] [rate=RATE] [flag=...]"; return 1; }
           name=${words[1]}; rack=${words[2]}; k=3
           valid_name "$name" || { topology_error "worker name '$name' must be [a-z0-9_-], at most 20"; return 1; }
           [[ $name != coordinator && ! " ${worker_names[*]} " =~ " $name " ]] || { topology_error "node name '$name' is taken"; return 1; }
@@ -94,6 +94,10 @@ parse_topology() {
               threads=${words[$k]#threads=}
               [[ $kind == worker && $threads =~ ^[0-9]+$ && $threads -ge 1 && $threads -le 256 ]] \
                 || { topology_error "threads must be 1 to 256, on a worker"; return 1; } ;;
+            cpu=*)
+              cpu=${words[$k]#cpu=}
+              [[ $kind == worker && $cpu =~ ^[0-9]+(\.[0-9]{1,3})?$ ]] && awk -v c="$cpu" 'BEGIN { exit !(c >= 0.01 && c <= 256) }' \
+                || { topology_error "cpu must be a share of CPUs from 0.01 to 256 (e.g. 0.5), on a worker"; return 1; } ;;
             flag=--*)
               [[ $kind == worker ]] || { topology_error "flag= is for workers"; return 1; }
               flags+=" ${words[$k]#flag=}" ;;
@@ -107,7 +111,7 @@ parse_topology() {
           [[ ${#node_names[@]} -lt 200 ]] || { topology_error "at most 199 workers"; return 1; }
           node_ips+=("10.216.0.$(( ${#node_names[@]} + 1 ))")
           node_names+=("$name") node_kind+=(worker) node_rack+=("$r") node_rate+=("$rate")
-          node_threads+=("$threads") node_flags+=("$flags") worker_names+=("$name")
+          node_threads+=("$threads") node_cpu+=("$cpu") node_flags+=("$flags") worker_names+=("$name")
         fi
         ;;
       *) topology_error "unknown line '${words[0]}' (rack, uplink, coordinator or worker)"; return 1 ;;

@@ -6,7 +6,8 @@
 # succeeds, and the links the workers measured on joining show the uplink's
 # rate across racks and a much higher one inside; a failing command's status
 # comes back; and each time nothing is left: no namespace, veth, bridge or
-# qdisc of ours.
+# qdisc of ours; a worker capped with cpu= measures a lower GEMM rate, and
+# its cgroup goes with the rest.
 #
 #   check_testbed.sh SOURCE_DIR BIN_DIR WORKDIR
 # Exit 77 (skipped, with the reason) without root or network namespaces.
@@ -23,10 +24,15 @@ rm -rf "$work"
 mkdir -p "$work"
 
 ours() { ip netns list | grep -c '^sltb' || true; }
-links_before=$(ip -o link show | wc -l)
+# The testbed's link names (made inside its namespaces: none may show up
+# here). Other tests may add and remove links of their own meanwhile.
+stray_links() { ip -o link show | awk -F': ' '{sub(/@.*/, "", $2); print $2}' | grep -E '^(n[0-9]+|up[0-9]+[ab]|br[0-9]+)$' || true; }
 left_nothing() {
   [[ $(ours) -eq 0 ]] || { echo "FAIL ($1): namespaces left: $(ip netns list | grep '^sltb')"; exit 1; }
-  [[ $(ip -o link show | wc -l) -eq $links_before ]] || { echo "FAIL ($1): links left in the host namespace"; ip -o link show; exit 1; }
+  if [[ -n ${cgroup_base:-} ]] && compgen -G "$cgroup_base/sltb*" >/dev/null; then
+    echo "FAIL ($1): cgroups left: $(echo "$cgroup_base"/sltb*)"; exit 1
+  fi
+  [[ -z $(stray_links) ]] || { echo "FAIL ($1): links left in the host namespace: $(stray_links)"; exit 1; }
 }
 
 # --- A bad topology: refused with the line, nothing made.
@@ -37,6 +43,13 @@ bash "$testbed" --bin "$bin_dir" --work "$work/bad" "$work/cycle.topology" -- tr
   || { echo "FAIL: a cycle of racks gave status $status: $(cat "$work/bad.err")"; exit 1; }
 left_nothing "bad topology"
 echo "ok: a cycle of racks is refused, naming the line"
+printf 'rack a 1gbit\ncoordinator a\nworker w a cpu=0\n' >"$work/cpu.topology"
+status=0
+bash "$testbed" --bin "$bin_dir" --work "$work/bad" "$work/cpu.topology" -- true 2>"$work/bad.err" || status=$?
+[[ $status -eq 2 ]] && grep -q "cpu.topology:3: cpu must be a share of CPUs from 0.01" "$work/bad.err" \
+  || { echo "FAIL: cpu=0 gave status $status: $(cat "$work/bad.err")"; exit 1; }
+left_nothing "bad cpu"
+echo "ok: cpu=0 is refused, naming the line"
 
 # --- A job across two racks.
 cat >"$work/racks.topology" <<'TOPO'
@@ -48,6 +61,16 @@ worker a1 a threads=1
 worker a2 a threads=1
 worker b1 b threads=1
 TOPO
+# b1 at 0.15 CPU where this machine has a cgroup cpu controller: its GEMM
+# rate must show it, and its cgroup must go with the testbed.
+source "$source_dir/deploy/testbed/cpu_cap.sh"
+capped=""
+if cgroup_base=$(cpu_cap_base); then
+  sed -i 's/^worker b1 b threads=1$/worker b1 b threads=1 cpu=0.15/' "$work/racks.topology"
+  capped=1
+else
+  echo "note: no cpu= cap checked ($cgroup_base)"
+fi
 python3 - "$source_dir/examples/addition.json" "$work/spec.json" <<'PY'
 import json, sys
 spec = json.load(open(sys.argv[1]))
@@ -78,11 +101,17 @@ ip netns exec "${TESTBED_NETNS_PREFIX}sw" tc -s qdisc show | awk '/^qdisc tbf/ {
 JOB
 bash "$testbed" --bin "$bin_dir" --work "$work/bed" --deadline 600 "$work/racks.topology" -- bash "$work/job.sh" "$work/spec.json"
 left_nothing "job"
-python3 - "$work/bed/job.json" "$work/bed/workers.json" "$work/bed/uplink.bytes" <<'PY'
+python3 - "$work/bed/job.json" "$work/bed/workers.json" "$work/bed/uplink.bytes" "$capped" <<'PY'
 import json, sys
 job = json.load(open(sys.argv[1]))
 workers = {w["name"]: w for w in json.load(open(sys.argv[2]))["workers"]}
 uplink = int(open(sys.argv[3]).read())
+if sys.argv[4]:
+    rate = lambda w: float(w.get("gemm_flops", w.get("gemmFlops", 0)))
+    fast = max(rate(workers["a1"]), rate(workers["a2"]))
+    # 0.15 CPU against at least a share of a core (the machine may be busy).
+    assert 0 < rate(workers["b1"]) < 0.7 * fast, ("b1 at cpu=0.15 measured", rate(workers["b1"]), "a1/a2", fast)
+    print("ok: b1 at cpu=0.15 measured %.1f GFLOP/s, the uncapped %.1f" % (rate(workers["b1"]) / 1e9, fast / 1e9))
 assert job["state"] == "SUCCEEDED" and int(job["step"]) == 40, job
 assert sorted(s["worker"] for s in job["stages"]) == ["a1", "a2", "b1"], job["stages"]
 for name, w in workers.items():

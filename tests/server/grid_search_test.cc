@@ -140,6 +140,16 @@ TEST(GridSearchTest, InOrderPlacementTakesRegistrationOrderAndAnEvenCut) {
   EXPECT_LT(best->step_seconds, 0.75 * naive->step_seconds) << naive->critical_path;
 }
 
+// The critical path names the worker that paces a stage: its slowest
+// replica's, not its first.
+TEST(GridSearchTest, TheCriticalPathNamesTheSlowestReplicaOfAStage) {
+  auto spec = Spec(2, 2, 1, 12);
+  spec.mutable_parallel()->set_placement("in_order");
+  auto cost = EstimateGrid(spec, {Worker("w0"), Worker("w1"), Worker("w2"), Worker("w3", 3e10)}, LinksFrom(nullptr));
+  ASSERT_TRUE(cost.ok()) << cost.status();
+  EXPECT_TRUE(absl::StartsWith(cost->critical_path, "compute of stage 1 on w3 ")) << cost->critical_path;
+}
+
 // A restart keeps the workers that hold its state where they were.
 TEST(GridSearchTest, ARestartKeepsItsWorkersInPlace) {
   const auto spec = Spec(1, 2, 2);

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# bench_heterogeneous: the planner's layout against the naive one on an
+# uneven cluster (deploy/testbed/): two racks of two workers, 1 Gbit/s
+# inside each rack, a 20× slower uplink (50 Mbit/s) between them, and one
+# worker at half the CPU of the others (cgroup caps: 0.4 CPU each, b2 0.2).
+# One job shape, p = 2 stages × d = 2 replicas of an 8-block model on the
+# addition task, trained with parallel.placement "planned" (the
+# coordinator's search on the measured rates and links) and "in_order"
+# (the workers in registration order, the cut as if all were equally fast:
+# the naive even split), on the same cluster with the same measurements.
+# For each: tokens/s between two steps (wall time, the first steps left
+# out), the measured and the predicted step time, the critical path, the
+# layout; and the ratio planned / in_order.
+#
+#   bench/bench_heterogeneous.sh [--bin DIR] [--steps N] [--json FILE] [--work DIR]
+#
+# Root, ip netns, tc tbf and a cgroup cpu controller (testbed.sh; exit 77
+# with the reason where they are missing). About 3 minutes.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+source_dir=$(cd "$here/.." && pwd)
+bin_dir=$source_dir/build/bin
+steps=30
+json=""
+work=""
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --bin) bin_dir=$2; shift 2 ;;
+    --steps) steps=$2; shift 2 ;;
+    --json) json=$2; shift 2 ;;
+    --work) work=$2; shift 2 ;;
+    *) echo "usage: $0 [--bin DIR] [--steps N] [--json FILE] [--work DIR]" >&2; exit 2 ;;
+  esac
+done
+[[ $steps =~ ^[0-9]+$ && $steps -ge 10 && $steps -le 10000 ]] || { echo "bench_heterogeneous: --steps must be 10 to 10000" >&2; exit 2; }
+[[ -n $work ]] || work=$(mktemp -d /tmp/bench_heterogeneous.XXXXXX)
+mkdir -p "$work"
+
+cat >"$work/skewed.topology" <<'TOPO'
+# Two racks at 1 Gbit/s, an uplink 20x slower, b2 at half the CPU.
+rack a 1gbit
+rack b 1gbit
+uplink a b 50mbit
+coordinator a
+worker a1 a threads=1 cpu=0.4
+worker a2 a threads=1 cpu=0.4
+worker b1 b threads=1 cpu=0.4
+worker b2 b threads=1 cpu=0.2
+TOPO
+python3 - "$source_dir/examples/addition.json" "$work" "$steps" <<'PY'
+import json, sys
+spec = json.load(open(sys.argv[1]))
+work, steps = sys.argv[2], int(sys.argv[3])
+spec["model"]["n_layers"] = 8
+spec["train"].update({"steps": steps, "global_batch": 128, "micro_batches": 8, "log_every": 5})
+spec["train"]["optimizer"]["warmup_steps"] = 5
+spec["checkpoint"] = {"every_steps": 0}
+for placement in ("planned", "in_order"):
+    spec["name"] = "skewed-" + placement
+    spec["parallel"] = {"pipeline_stages": 2, "data_parallel": 2, "schedule": "1f1b", "wire_dtype": "f32",
+                        "placement": placement}
+    json.dump(spec, open("%s/%s.json" % (work, placement), "w"), indent=1)
+PY
+bash "$source_dir/deploy/testbed/testbed.sh" --bin "$bin_dir" --work "$work/bed" --deadline 1200 "$work/skewed.topology" -- \
+  python3 "$here/heterogeneous_run.py" "$work" planned in_order
+python3 "$here/heterogeneous_run.py" --report "$work" "${json:-$work/bench_heterogeneous.json}"

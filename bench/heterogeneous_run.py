@@ -1,0 +1,123 @@
+"""bench_heterogeneous's driver (bench/bench_heterogeneous.sh).
+
+Inside the testbed (as its command: TESTBED_SHARDCTL set):
+    heterogeneous_run.py WORK MODE...
+waits until every link is measured, then for each MODE trains WORK/MODE.json
+and appends a row to WORK/rows.jsonl: the layout, tokens/s and the mean
+step time between the first steps' end and the last step (wall time, the
+job's status polled every 0.2 s), the plan's predicted step and critical
+path. Outside, after the testbed is gone:
+    heterogeneous_run.py --report WORK JSON
+prints the table and the ratios and writes them as JSON.
+"""
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+
+WARMUP_STEPS = 5
+
+
+def field(obj, name, default=None):
+    """A proto JSON field, whichever of its two spellings it came in."""
+    parts = name.split("_")
+    camel = parts[0] + "".join(p.title() for p in parts[1:])
+    return obj.get(name, obj.get(camel, default))
+
+
+def ctl(*args, timeout=60):
+    cmd = shlex.split(os.environ["TESTBED_SHARDCTL"]) + list(args)
+    return subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=timeout).stdout
+
+
+def wait_for_links(workers):
+    want = len(workers) * (len(workers) - 1)
+    for _ in range(600):
+        links = json.loads(ctl("-o", "json", "get", "links"))
+        got = [l for l in links.get("links", []) if not l.get("error")]
+        if len(got) >= want and not field(links, "pending_probes"):
+            return
+        time.sleep(0.5)
+    raise SystemExit("bench_heterogeneous: the links were not all measured in 300 s")
+
+
+def train(work, mode):
+    spec_file = os.path.join(work, mode + ".json")
+    spec = json.load(open(spec_file))
+    explain = ctl("plan", spec_file, "--explain")
+    open(os.path.join(work, mode + ".plan.txt"), "w").write(explain)
+    job = json.loads(ctl("-o", "json", "submit", spec_file))["job_id"]
+    total = spec["train"]["steps"]
+    first = last = None  # (time, step)
+    status = {}
+    deadline = time.monotonic() + 1200
+    while time.monotonic() < deadline:
+        status = json.loads(ctl("-o", "json", "describe", "job", job))
+        now, step = time.monotonic(), int(field(status, "step", 0))
+        if first is None and step >= WARMUP_STEPS:
+            first = (now, step)
+        if last is None or step > last[1]:
+            last = (now, step)
+        if status.get("state") in ("SUCCEEDED", "FAILED", "CANCELLED"):
+            break
+        time.sleep(0.2)
+    if status.get("state") != "SUCCEEDED" or first is None or last[1] <= first[1]:
+        raise SystemExit("bench_heterogeneous: job %s (%s) did not succeed: %s" % (job, mode, status))
+    step_s = (last[0] - first[0]) / (last[1] - first[1])
+    tokens_per_step = spec["train"]["global_batch"] * spec["model"]["context"]
+    layout = ["s%d r%d %s units %d-%d" % (int(field(s, "stage", 0)), int(field(s, "replica", 0)), s["worker"],
+                                          int(field(s, "unit_begin", 0)), int(field(s, "unit_end", 0)) - 1)
+              for s in status["stages"]]
+    predicted = float(field(status, "predicted_step_seconds", 0))
+    return {"mode": mode, "wire_dtype": spec["parallel"]["wire_dtype"], "steps": total,
+            "timed_steps": last[1] - first[1], "tokens_per_step": tokens_per_step,
+            "step_s": round(step_s, 4), "tokens_per_s": round(tokens_per_step / step_s, 1),
+            "predicted_step_s": round(predicted, 4),
+            "predicted_error": round(predicted / step_s - 1, 3) if predicted > 0 else None,
+            "critical_path": field(status, "critical_path", ""), "layout": layout,
+            "final_loss": float(status.get("loss", 0))}
+
+
+def inside(work, modes):
+    workers = os.environ["TESTBED_WORKERS"].split()
+    wait_for_links(workers)
+    open(os.path.join(work, "links.txt"), "w").write(ctl("get", "links"))
+    open(os.path.join(work, "workers.txt"), "w").write(ctl("get", "workers"))
+    with open(os.path.join(work, "rows.jsonl"), "a") as rows:
+        for mode in modes:
+            row = train(work, mode)
+            print("bench_heterogeneous: %s: %.0f tok/s, step %.3f s (predicted %.3f s)"
+                  % (mode, row["tokens_per_s"], row["step_s"], row["predicted_step_s"]), flush=True)
+            rows.write(json.dumps(row) + "\n")
+            rows.flush()
+
+
+def report(work, out):
+    rows = [json.loads(line) for line in open(os.path.join(work, "rows.jsonl"))]
+    by_mode = {r["mode"]: r for r in rows}
+    ratios = {}
+    if "planned" in by_mode and "in_order" in by_mode:
+        ratios["planned_vs_in_order"] = round(by_mode["planned"]["tokens_per_s"] / by_mode["in_order"]["tokens_per_s"], 3)
+    result = {"bench": "bench_heterogeneous",
+              "topology": open(os.path.join(work, "skewed.topology")).read(),
+              "rows": rows, "ratios": ratios}
+    json.dump(result, open(out, "w"), indent=1)
+    print("%-10s %-6s %10s %8s %12s %10s  %s" % ("mode", "wire", "tokens_s", "step_s", "predicted_s", "pred_err",
+                                                 "critical path"))
+    for r in rows:
+        print("%-10s %-6s %10.0f %8.3f %12.3f %10s  %s" % (r["mode"], r["wire_dtype"], r["tokens_per_s"], r["step_s"],
+                                                            r["predicted_step_s"], r["predicted_error"],
+                                                            r["critical_path"]))
+        print("           layout: " + "; ".join(r["layout"]))
+    for name, value in ratios.items():
+        print("%s: %.2fx" % (name, value))
+    print("json: " + out)
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "--report":
+        report(sys.argv[2], sys.argv[3])
+    else:
+        inside(sys.argv[1], sys.argv[2:])
