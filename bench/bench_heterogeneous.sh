@@ -8,9 +8,12 @@
 # coordinator's search on the measured rates and links) and "in_order"
 # (the workers in registration order, the cut as if all were equally fast:
 # the naive even split), on the same cluster with the same measurements.
-# For each: tokens/s between two steps (wall time, the first steps left
-# out), the measured and the predicted step time, the critical path, the
-# layout; and the ratio planned / in_order.
+# First a short planned job on the fresh cluster ("first": predicted from
+# the GEMM probes alone), whose reports give the coordinator each worker's
+# achieved rate; then the two measured jobs. For each: tokens/s between
+# two steps (wall time, the first steps left out), the measured and the
+# predicted step time, the critical path, the layout; and the ratio
+# planned / in_order.
 #
 #   bench/bench_heterogeneous.sh [--bin DIR] [--steps N] [--json FILE] [--work DIR]
 #
@@ -55,12 +58,14 @@ spec["model"]["n_layers"] = 8
 spec["train"].update({"steps": steps, "global_batch": 128, "micro_batches": 8, "log_every": 5})
 spec["train"]["optimizer"]["warmup_steps"] = 5
 spec["checkpoint"] = {"every_steps": 0}
-for placement in ("planned", "in_order"):
-    spec["name"] = "skewed-" + placement
+for mode, placement in (("first", "planned"), ("planned", "planned"), ("in_order", "in_order")):
+    spec["name"] = "skewed-" + mode
     spec["parallel"] = {"pipeline_stages": 2, "data_parallel": 2, "schedule": "1f1b", "wire_dtype": "f32",
                         "placement": placement}
-    json.dump(spec, open("%s/%s.json" % (work, placement), "w"), indent=1)
+    spec["train"]["steps"] = 15 if mode == "first" else steps
+    json.dump(spec, open("%s/%s.json" % (work, mode), "w"), indent=1)
 PY
+rm -f "$work/rows.jsonl"
 bash "$source_dir/deploy/testbed/testbed.sh" --bin "$bin_dir" --work "$work/bed" --deadline 1200 "$work/skewed.topology" -- \
-  python3 "$here/heterogeneous_run.py" "$work" planned in_order
+  python3 "$here/heterogeneous_run.py" "$work" first planned in_order
 python3 "$here/heterogeneous_run.py" --report "$work" "${json:-$work/bench_heterogeneous.json}"

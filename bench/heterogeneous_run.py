@@ -84,10 +84,11 @@ def inside(work, modes):
     workers = os.environ["TESTBED_WORKERS"].split()
     wait_for_links(workers)
     open(os.path.join(work, "links.txt"), "w").write(ctl("get", "links"))
-    open(os.path.join(work, "workers.txt"), "w").write(ctl("get", "workers"))
     with open(os.path.join(work, "rows.jsonl"), "a") as rows:
         for mode in modes:
             row = train(work, mode)
+            with open(os.path.join(work, "workers.txt"), "a") as workers:
+                workers.write("after %s:\n%s" % (mode, ctl("get", "workers")))
             print("bench_heterogeneous: %s: %.0f tok/s, step %.3f s (predicted %.3f s)"
                   % (mode, row["tokens_per_s"], row["step_s"], row["predicted_step_s"]), flush=True)
             rows.write(json.dumps(row) + "\n")

@@ -74,10 +74,11 @@ std::string JobsTable(const shardline::v1::ListJobsResponse& jobs) {
 
 std::string WorkersTable(const shardline::v1::ListWorkersResponse& workers) {
   std::vector<std::vector<std::string>> rows = {
-      {"NAME", "ID", "STATE", "JOB", "DEVICE", "GFLOP/S", "MEMORY", "ADDRESS"}};
+      {"NAME", "ID", "STATE", "JOB", "DEVICE", "GFLOP/S", "ACHIEVED", "MEMORY", "ADDRESS"}};
   for (const auto& w : workers.workers()) {
     rows.push_back({w.name(), w.worker_id(), w.state(), w.job_id().empty() ? "-" : w.job_id(), w.device(),
                     absl::StrFormat("%.1f ±%.0f%%", w.gemm_flops() / 1e9, 50 * w.gemm_flops_spread()),
+                    w.achieved_flops() > 0 ? absl::StrFormat("%.1f", w.achieved_flops() / 1e9) : "-",
                     absl::StrFormat("%.1f GiB", static_cast<double>(w.memory_bytes()) / (1 << 30)),
                     w.listen_address()});
   }

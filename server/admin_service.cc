@@ -48,6 +48,8 @@ shardline::v1::WorkerStatus ToWorkerStatus(const WorkerRecord& w) {
   out.set_description(w.capabilities.description());
   out.set_gemm_flops(w.capabilities.gemm_flops());
   out.set_gemm_flops_spread(w.capabilities.gemm_flops_spread());
+  if (w.achieved_reports >= kMinAchievedReports) out.set_achieved_flops(w.achieved_flops);
+  if (!w.lost && w.planning_flops > 0) out.set_planning_flops(w.planning_flops);
   out.set_memory_bytes(w.capabilities.memory_bytes());
   out.set_listen_address(w.capabilities.listen_address());
   out.set_state(StateOf(w));

@@ -64,14 +64,15 @@ absl::StatusOr<GridCost> EstimateGrid(const shardline::v1::JobSpec& spec, const 
   for (int s = 0; s < p; ++s) {
     const WorkerRecord& first = at(s, 0, 0);
     pacer[s] = first.name;
-    WorkerCapacity c{first.name, first.capabilities.gemm_flops(), first.capabilities.memory_bytes(),
+    WorkerCapacity c{first.name, PlanningFlops(first), first.capabilities.memory_bytes(),
                      first.capabilities.gemm_flops_spread()};
     double slowest_group_link = std::numeric_limits<double>::infinity();
     for (int r = 0; r < d; ++r) {
       for (int k = 0; k < t; ++k) {
         const auto& caps = at(s, r, k).capabilities;
-        if (caps.gemm_flops() < c.flops_per_second) pacer[s] = at(s, r, k).name;
-        c.flops_per_second = std::min(c.flops_per_second, caps.gemm_flops());
+        const double rate = PlanningFlops(at(s, r, k));
+        if (rate < c.flops_per_second) pacer[s] = at(s, r, k).name;
+        c.flops_per_second = std::min(c.flops_per_second, rate);
         c.memory_bytes = std::min(c.memory_bytes, caps.memory_bytes());
         c.flops_spread = std::max(c.flops_spread, caps.gemm_flops_spread());
         for (int j = 0; j < t; ++j) {

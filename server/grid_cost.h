@@ -1,6 +1,7 @@
 // The predicted step time of a job on a given p × d × t grid of workers
 // (positions (r·p + s)·t + k, as GridPlacement), from compute (each
-// worker's measured rate), memory, and the measured links between them:
+// worker's PlanningFlops: the rate its job reports showed, else its GEMM
+// rate scaled as the others'), memory, and the measured links between them:
 //
 //   slot  = the slowest of: each stage's compute and tensor collectives per
 //           micro-batch (the cut is PlanPipeline's, on those costs), and

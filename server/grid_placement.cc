@@ -102,6 +102,7 @@ absl::StatusOr<GridPlacement> PlaceGrid(const shardline::v1::JobSpec& job_spec, 
         const StagePlan& sp = plan.stages[s];
         const WorkerRecord& w = at(s, r, k);
         out.workers.push_back(w.id);
+        out.flops_per_step.push_back(sp.flops_per_micro_batch * spec.train().micro_batches() / t);
         shardline::v1::StageStatus& status = out.stage_statuses.emplace_back();
         status.set_stage(s);
         status.set_replica(r);

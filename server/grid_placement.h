@@ -32,6 +32,9 @@ struct GridPlacement {
   std::vector<std::string> workers;  // worker ids
   std::vector<shardline::v1::StageStatus> stage_statuses;
   std::vector<shardline::v1::Assignment> assignments;
+  // Each position's share of its stage's forward and backward FLOPs in a
+  // step (what its reported busy seconds are measured against).
+  std::vector<double> flops_per_step;
   double predicted_step_seconds = 0;  // EstimateGrid's
   std::string critical_path;
 };

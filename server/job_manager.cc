@@ -226,6 +226,12 @@ absl::StatusOr<bool> JobManager::ReportStep(const shardline::v1::ReportStepReque
   }
   if (r.step() <= job->status().step()) return false;  // a retried report
   const int64_t before = job->status().step();
+  // What the worker achieves on the job's layers, for the next plans (not
+  // from the step after the committed version: an epoch's first, with its
+  // allocations and warm-up).
+  if (r.busy_seconds() > 0 && r.step() > job->first_step()) {
+    registry_.NoteAchievedRate(r.worker_id(), job->flops_per_step(position) / r.busy_seconds());
+  }
   if (absl::Status s = job->AddReport(position, r); !s.ok()) {
     End(*job, shardline::v1::FAILED, std::string(s.message()));
   } else {

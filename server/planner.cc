@@ -218,6 +218,7 @@ absl::StatusOr<PipelinePlan> PlanPipeline(const shardline::v1::JobSpec& spec,
     stage.seconds_per_micro_batch = stage.compute_seconds + stage.tensor_seconds;
     stage.memory_bytes = cost.memory_bytes;
     stage.parameters = (parameters[j] - parameters[a]).value();
+    stage.flops_per_micro_batch = cost.flops_per_micro_batch;
   }
   double slot = 0;  // on the stages' own rates, whatever the cut balanced
   for (const StagePlan& stage : plan.stages) slot = std::max(slot, stage.seconds_per_micro_batch);

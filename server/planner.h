@@ -45,6 +45,7 @@ struct StagePlan {
   double tensor_seconds = 0;           // of which its tensor group's collectives
   int64_t memory_bytes = 0;            // predicted peak: parameters, gradients, optimizer, activations
   int64_t parameters = 0;              // of the stage's units
+  double flops_per_micro_batch = 0;    // forward + backward of its units, all its tensor ranks together
 };
 
 struct PipelinePlan {

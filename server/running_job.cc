@@ -80,6 +80,8 @@ void RunningJob::Start(uint64_t epoch, GridPlacement placement) {
   replicas_ = placement.replicas;
   tensor_ranks_ = placement.tensor_ranks;
   workers_ = std::move(placement.workers);
+  flops_per_step_ = std::move(placement.flops_per_step);
+  flops_per_step_.resize(workers_.size());
   reports_.assign(workers_.size(), {});
   pending_failure_.clear();
   Publish();

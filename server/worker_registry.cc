@@ -147,11 +147,36 @@ absl::StatusOr<WorkerRecord> WorkerRegistry::GetByName(const std::string& name) 
   return absl::NotFoundError(absl::StrCat("no worker named ", common::Quote(name)));
 }
 
+double PlanningFlops(const WorkerRecord& w) {
+  return w.planning_flops > 0 ? w.planning_flops : w.capabilities.gemm_flops();
+}
+
 std::vector<WorkerRecord> WorkerRegistry::List() {
-  absl::MutexLock lock(&mu_);
   std::vector<WorkerRecord> out;
-  for (const auto& [id, w] : workers_) out.push_back(w);
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [id, w] : workers_) out.push_back(w);
+  }
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.order < b.order; });
+  std::vector<double> ratios;  // achieved / GEMM of the live workers that have one
+  for (const WorkerRecord& w : out) {
+    if (!w.lost && w.achieved_reports >= kMinAchievedReports) {
+      ratios.push_back(w.achieved_flops / w.capabilities.gemm_flops());
+    }
+  }
+  double ratio = 1;
+  if (!ratios.empty()) {
+    std::sort(ratios.begin(), ratios.end());
+    const size_t half = ratios.size() / 2;
+    ratio = ratios.size() % 2 == 1 ? ratios[half] : (ratios[half - 1] + ratios[half]) / 2;
+  }
+  for (WorkerRecord& w : out) {
+    w.planning_flops = w.capabilities.gemm_flops() * ratio;
+    if (w.achieved_reports >= kMinAchievedReports &&
+        std::fabs(w.achieved_flops / w.planning_flops - 1) > kRateDisagreement) {
+      w.planning_flops = w.achieved_flops;  // its reports disagree with its probe
+    }
+  }
   return out;
 }
 
@@ -161,6 +186,21 @@ std::vector<WorkerRecord> WorkerRegistry::Idle() {
     if (!w.lost && !w.drained && w.job_id.empty()) out.push_back(std::move(w));
   }
   return out;
+}
+
+void WorkerRegistry::NoteAchievedRate(const std::string& worker_id, double flops_per_second) {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(worker_id);
+  if (it == workers_.end() || it->second.lost) return;
+  WorkerRecord& w = it->second;
+  if (!(flops_per_second > 0) || !std::isfinite(flops_per_second) ||
+      flops_per_second > 100 * w.capabilities.gemm_flops()) {
+    return;
+  }
+  w.achieved_flops = w.achieved_reports == 0
+                         ? flops_per_second
+                         : (1 - kAchievedRateWeight) * w.achieved_flops + kAchievedRateWeight * flops_per_second;
+  ++w.achieved_reports;
 }
 
 absl::StatusOr<WorkerRecord> WorkerRegistry::SetDrained(const std::string& worker, bool drained) {

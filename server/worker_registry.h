@@ -33,7 +33,31 @@ struct WorkerRecord {
   absl::Time last_heartbeat;  // or registration
   // What its stage was doing at the last heartbeat (empty job_id: none).
   shardline::v1::StageActivity activity;
+  // The model FLOP/s its job reports showed (a position's forward and
+  // backward FLOPs over its busy seconds, a moving average), and how many
+  // reports made it: what it achieves on real layers, which its GEMM probe
+  // (one large square product) overstates, the more so the smaller the
+  // model.
+  double achieved_flops = 0;
+  int64_t achieved_reports = 0;
+  // The rate to plan with (List() sets it): its GEMM rate scaled by the
+  // median achieved / GEMM ratio of the live workers with an achieved rate
+  // (1 with none): the prediction in the units the jobs show, the workers
+  // compared by their probes (which layers a worker ran moves its achieved
+  // rate by more than the probes' noise). Where a worker's own achieved
+  // rate disagrees with that by more than kRateDisagreement, its achieved
+  // rate: its reports say it is slower (or faster) than its probe said.
+  double planning_flops = 0;
 };
+
+// Reports before an achieved rate counts.
+inline constexpr int64_t kMinAchievedReports = 3;
+inline constexpr double kRateDisagreement = 0.3;
+// The weight of a new report in the achieved rate's moving average.
+inline constexpr double kAchievedRateWeight = 0.2;
+
+// w.planning_flops where set, else its GEMM rate.
+double PlanningFlops(const WorkerRecord& w);
 
 // "idle", "busy", "drained" or "lost", as shardctl and /metrics show it.
 std::string StateOf(const WorkerRecord& worker);
@@ -86,9 +110,14 @@ class WorkerRegistry {
   absl::StatusOr<WorkerRecord> Get(const std::string& worker_id);
   // The record of the worker named `name` (live or lost); NOT_FOUND.
   absl::StatusOr<WorkerRecord> GetByName(const std::string& name);
+  // Every record, in registration order, each with its planning_flops.
   std::vector<WorkerRecord> List();
   // Live workers without a job, not drained, in registration order.
   std::vector<WorkerRecord> Idle();
+  // A report of the model FLOP/s `worker_id` achieved in a step: moves its
+  // achieved rate (one that is not positive and finite, or more than 100×
+  // its GEMM rate, is dropped). Unknown workers are ignored.
+  void NoteAchievedRate(const std::string& worker_id, double flops_per_second);
   // Takes the live worker named or identified `worker` out of service, or
   // (drained = false) back; its record. NOT_FOUND for no such live worker.
   absl::StatusOr<WorkerRecord> SetDrained(const std::string& worker, bool drained);

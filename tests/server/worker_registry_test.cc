@@ -88,5 +88,47 @@ TEST(WorkerRegistryTest, AbsurdRatesAreRefused) {
   EXPECT_TRUE(registry.Register("w", fine).ok());
 }
 
+// Achieved rates: a moving average of the reports, absurd ones dropped,
+// planned with from the kMinAchievedReports-th on.
+TEST(WorkerRegistryTest, AchievedRatesAverageTheReportsAndDropAbsurdOnes) {
+  WorkerRegistry registry(absl::Seconds(3));
+  auto caps = Caps();
+  caps.set_gemm_flops(100);
+  const std::string w = *registry.Register("w", caps);
+  for (double absurd : {0.0, -1.0, std::nan(""), std::numeric_limits<double>::infinity(), 100.0 * 100 + 1}) {
+    registry.NoteAchievedRate(w, absurd);
+  }
+  registry.NoteAchievedRate("nobody", 50);
+  EXPECT_EQ(registry.Get(w)->achieved_reports, 0);
+  EXPECT_EQ(registry.Idle()[0].planning_flops, 100) << "the GEMM rate until reports come";
+  registry.NoteAchievedRate(w, 50);
+  registry.NoteAchievedRate(w, 40);
+  EXPECT_NEAR(registry.Get(w)->achieved_flops, 0.8 * 50 + 0.2 * 40, 1e-12);
+  EXPECT_EQ(registry.Idle()[0].planning_flops, 100) << "two reports are not yet enough";
+  registry.NoteAchievedRate(w, 40);
+  EXPECT_NEAR(registry.Idle()[0].planning_flops, 0.8 * 48 + 0.2 * 40, 1e-12);
+}
+
+// Equal probes whose achieved rates differ by less than kRateDisagreement
+// (which layers each ran) are planned equal, at the achieved scale; one
+// whose reports fall far below its probe is planned at what it achieved.
+TEST(WorkerRegistryTest, PlanningRatesKeepEqualProbesEqualUnlessTheReportsDisagree) {
+  WorkerRegistry registry(absl::Seconds(3));
+  auto caps = Caps();
+  caps.set_gemm_flops(100);
+  const std::string a = *registry.Register("a", caps), b = *registry.Register("b", caps),
+                    c = *registry.Register("c", caps);
+  for (int i = 0; i < 3; ++i) {
+    registry.NoteAchievedRate(a, 50);
+    registry.NoteAchievedRate(b, 44);
+    registry.NoteAchievedRate(c, 20);
+  }
+  const std::vector<WorkerRecord> idle = registry.Idle();
+  ASSERT_EQ(idle.size(), 3u);
+  EXPECT_DOUBLE_EQ(idle[0].planning_flops, 44);  // 100 × the median ratio, 0.44
+  EXPECT_DOUBLE_EQ(idle[1].planning_flops, 44);
+  EXPECT_DOUBLE_EQ(idle[2].planning_flops, 20) << "c's reports disagree with its probe";
+}
+
 }  // namespace
 }  // namespace shardline::server
