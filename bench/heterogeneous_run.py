@@ -6,7 +6,9 @@ waits until every link is measured, then for each MODE trains WORK/MODE.json
 and appends a row to WORK/rows.jsonl: the layout, tokens/s and the mean
 step time between the first steps' end and the last step (wall time, the
 job's status polled every 0.2 s), the plan's predicted step and critical
-path. Outside, after the testbed is gone:
+path, and the timeline of the timed steps (WORK/MODE.trace.json) with each
+position's milliseconds per step by kind of span. Outside, after the
+testbed is gone:
     heterogeneous_run.py --report WORK JSON
 prints the table and the ratios and writes them as JSON.
 """
@@ -66,18 +68,37 @@ def train(work, mode):
     if status.get("state") != "SUCCEEDED" or first is None or last[1] <= first[1]:
         raise SystemExit("bench_heterogeneous: job %s (%s) did not succeed: %s" % (job, mode, status))
     step_s = (last[0] - first[0]) / (last[1] - first[1])
+    # The timeline of the timed steps (chrome://tracing, Perfetto).
+    ctl("trace", job, "--steps=%d:%d" % (first[1] + 1, last[1]), "-o", os.path.join(work, mode + ".trace.json"))
     tokens_per_step = spec["train"]["global_batch"] * spec["model"]["context"]
     layout = ["s%d r%d %s units %d-%d" % (int(field(s, "stage", 0)), int(field(s, "replica", 0)), s["worker"],
                                           int(field(s, "unit_begin", 0)), int(field(s, "unit_end", 0)) - 1)
               for s in status["stages"]]
     predicted = float(field(status, "predicted_step_seconds", 0))
+    spans = breakdown(os.path.join(work, mode + ".trace.json"))
     return {"mode": mode, "wire_dtype": spec["parallel"]["wire_dtype"], "steps": total,
             "timed_steps": last[1] - first[1], "tokens_per_step": tokens_per_step,
             "step_s": round(step_s, 4), "tokens_per_s": round(tokens_per_step / step_s, 1),
             "predicted_step_s": round(predicted, 4),
             "predicted_error": round(predicted / step_s - 1, 3) if predicted > 0 else None,
-            "critical_path": field(status, "critical_path", ""), "layout": layout,
+            "critical_path": field(status, "critical_path", ""), "layout": layout, "ms_per_step": spans,
             "final_loss": float(status.get("loss", 0))}
+
+
+def breakdown(trace_file):
+    """Milliseconds per step by kind of span (forward, backward, send,
+    receive, reduce, norm, optimizer) for each position, from a trace."""
+    events = json.load(open(trace_file))["traceEvents"]
+    names = {e["pid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e["name"] == "process_name"}
+    spans, steps = {}, {}
+    for e in events:
+        if e.get("ph") != "X" or e.get("cat") in (None, "step"):
+            continue
+        per = spans.setdefault(names[e["pid"]], {})
+        per[e["cat"]] = per.get(e["cat"], 0) + e.get("dur", 0) / 1e3
+        steps.setdefault(names[e["pid"]], set()).add(e["args"].get("step"))
+    return {name: {k: round(v / len(steps[name]), 1) for k, v in sorted(per.items(), key=lambda kv: -kv[1])}
+            for name, per in spans.items()}
 
 
 def inside(work, modes):
@@ -112,6 +133,8 @@ def report(work, out):
                                                             r["predicted_step_s"], r["predicted_error"],
                                                             r["critical_path"]))
         print("           layout: " + "; ".join(r["layout"]))
+        for position, spans in sorted(r["ms_per_step"].items()):
+            print("           %-36s %s" % (position, " ".join("%s %.0f" % kv for kv in spans.items())))
     for name, value in ratios.items():
         print("%s: %.2fx" % (name, value))
     print("json: " + out)

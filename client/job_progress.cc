@@ -153,10 +153,12 @@ std::string ExplainPlan(const shardline::v1::PlanResponse& plan) {
              "COMPUTE and TENSOR (its tensor group's collectives) are per micro-batch, forward and backward; HOP is\n"
              "a micro-batch's activation (or gradient) to the next stage over the measured link; ALL-REDUCE is the\n"
              "data-parallel sum of the stage's gradients once a step.\n"
-             "slot: %.3f ms (the slowest stage or hop per micro-batch); pipeline bubble %.0f%%\n"
-             "predicted step: %.4f s = (micro-batches + stages - 1) x slot + the slowest all-reduce\n"
+             "slot: %.3f ms (the slowest stage or hop per micro-batch); pipeline bubble %.0f%%; fill and drain "
+             "%.3f ms (each hop forward and back)\n"
+             "predicted step: %.4f s = (micro-batches + stages - 1) x slot + fill and drain + the slowest all-reduce\n"
              "critical path: %s\n",
-             plan.slot_seconds() * 1e3, 100 * plan.bubble_fraction(), plan.predicted_step_seconds(),
+             plan.slot_seconds() * 1e3, 100 * plan.bubble_fraction(), plan.fill_seconds() * 1e3,
+             plan.predicted_step_seconds(),
              plan.critical_path().empty() ? "-" : plan.critical_path());
 }
 

@@ -145,7 +145,16 @@ absl::StatusOr<GridCost> EstimateGrid(const shardline::v1::JobSpec& spec, const 
       reducing = static_cast<int>(i);
     }
   }
-  cost.step_seconds = (m + p - 1) * slot + cost.reduce_seconds;
+  // The first micro-batch's activation crosses every hop before the last
+  // stage can start, and the last gradient every hop back after it ends.
+  for (int s = 0; s + 1 < p; ++s) {
+    double hop = 0;
+    for (int r = 0; r < d; ++r) {
+      for (int k = 0; k < t; ++k) hop = std::max(hop, cost.positions[static_cast<size_t>((r * p + s) * t + k)].hop_seconds);
+    }
+    cost.fill_seconds += 2 * hop;
+  }
+  cost.step_seconds = (m + p - 1) * slot + cost.fill_seconds + cost.reduce_seconds;
   if (reducing >= 0 && cost.reduce_seconds > (m + p - 1) * slot) {
     cost.critical_path = absl::StrFormat("the data-parallel all-reduce of stage %d (%.3f ms a step, on %s's ring)",
                                          (reducing / t) % p, 1e3 * cost.reduce_seconds, grid[reducing].name);

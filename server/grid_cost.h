@@ -7,7 +7,10 @@
 //           micro-batch (the cut is PlanPipeline's, on those costs), and
 //           each pipeline hop's activation (forward) or gradient (backward)
 //           per micro-batch over its link, plus the link's round trip;
-//   step  = (m + p − 1) · slot  +  the slowest stage's data-parallel
+//   fill  = each hop once forward and once back (the first micro-batch's
+//           activation before the last stage starts, the last gradient
+//           after it ends), the slowest replica's;
+//   step  = (m + p − 1) · slot  +  fill  +  the slowest stage's data-parallel
 //           all-reduce (a ring over its replicas: 2 (d − 1)/d of its
 //           gradients over the ring's slowest link, 2 (d − 1) round trips).
 //
@@ -66,6 +69,7 @@ struct GridCost {
   PipelinePlan plan;                    // the cut
   std::vector<PositionCost> positions;  // by position
   double slot_seconds = 0;
+  double fill_seconds = 0;    // the hops of the pipeline's fill and drain
   double reduce_seconds = 0;  // the slowest stage's all-reduce
   double step_seconds = 0;
   // What sets the pace, for people: "compute of stage 2 on w3", "hop from

@@ -52,6 +52,7 @@ absl::StatusOr<shardline::v1::PlanResponse> PreviewGrid(const shardline::v1::Job
   out.set_predicted_step_seconds(cost.step_seconds);
   out.set_bubble_fraction(cost.plan.bubble_fraction);
   out.set_slot_seconds(cost.slot_seconds);
+  out.set_fill_seconds(cost.fill_seconds);
   out.set_critical_path(cost.critical_path);
   return out;
 }
