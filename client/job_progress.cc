@@ -154,10 +154,13 @@ std::string ExplainPlan(const shardline::v1::PlanResponse& plan) {
              "a micro-batch's activation (or gradient) to the next stage over the measured link; ALL-REDUCE is the\n"
              "data-parallel sum of the stage's gradients once a step.\n"
              "slot: %.3f ms (the slowest stage or hop per micro-batch); pipeline bubble %.0f%%; fill and drain "
-             "%.3f ms (each hop forward and back)\n"
-             "predicted step: %.4f s = (micro-batches + stages - 1) x slot + fill and drain + the slowest all-reduce\n"
+             "%.3f ms (each hop forward and back); optimizer %s\n"
+             "predicted step: %.4f s = (micro-batches + stages - 1) x slot + fill and drain + optimizer + the "
+             "slowest all-reduce\n"
              "critical path: %s\n",
              plan.slot_seconds() * 1e3, 100 * plan.bubble_fraction(), plan.fill_seconds() * 1e3,
+             plan.optimizer_seconds() > 0 ? absl::StrFormat("%.3f ms", plan.optimizer_seconds() * 1e3)
+                                          : std::string("not known yet (from the first job's reports)"),
              plan.predicted_step_seconds(),
              plan.critical_path().empty() ? "-" : plan.critical_path());
 }

@@ -60,19 +60,15 @@ absl::StatusOr<GridCost> EstimateGrid(const shardline::v1::JobSpec& spec, const 
   // workers, its t ranks as one worker t times as fast and large, its
   // tensor collectives at its groups' slowest link.
   std::vector<WorkerCapacity> capacities;
-  std::vector<std::string> pacer(p);  // each stage's slowest worker
   for (int s = 0; s < p; ++s) {
     const WorkerRecord& first = at(s, 0, 0);
-    pacer[s] = first.name;
     WorkerCapacity c{first.name, PlanningFlops(first), first.capabilities.memory_bytes(),
                      first.capabilities.gemm_flops_spread()};
     double slowest_group_link = std::numeric_limits<double>::infinity();
     for (int r = 0; r < d; ++r) {
       for (int k = 0; k < t; ++k) {
         const auto& caps = at(s, r, k).capabilities;
-        const double rate = PlanningFlops(at(s, r, k));
-        if (rate < c.flops_per_second) pacer[s] = at(s, r, k).name;
-        c.flops_per_second = std::min(c.flops_per_second, rate);
+        c.flops_per_second = std::min(c.flops_per_second, PlanningFlops(at(s, r, k)));
         c.memory_bytes = std::min(c.memory_bytes, caps.memory_bytes());
         c.flops_spread = std::max(c.flops_spread, caps.gemm_flops_spread());
         for (int j = 0; j < t; ++j) {
@@ -93,19 +89,27 @@ absl::StatusOr<GridCost> EstimateGrid(const shardline::v1::JobSpec& spec, const 
   const double hop_bytes = sequences * spec.model().context() * spec.model().d_model() * wire;
   cost.positions.resize(grid.size());
   double slot = 0;
+  const int optimizer_shards = spec.parallel().shard_optimizer() ? d : 1;
   for (int s = 0; s < p; ++s) {
     const StagePlan& sp = cost.plan.stages[s];
     const double reduce_bytes = ReduceBytesPerStep(sp.parameters / t, d);
     for (int r = 0; r < d; ++r) {
       for (int k = 0; k < t; ++k) {
         PositionCost& pc = cost.positions[static_cast<size_t>((r * p + s) * t + k)];
-        pc.compute_seconds = sp.compute_seconds;
+        const WorkerRecord& w = at(s, r, k);
+        // The cut was planned on the planning rates; the prediction counts
+        // what each worker achieves where its reports say.
+        pc.compute_seconds = sp.flops_per_micro_batch / t / PredictingFlops(w);
         pc.tensor_seconds = sp.tensor_seconds;
         pc.memory_bytes = sp.memory_bytes / t;
-        if (sp.seconds_per_micro_batch > slot) {
-          slot = sp.seconds_per_micro_batch;
-          cost.critical_path = absl::StrFormat("compute of stage %d on %s (%.3f ms per micro-batch%s)", s,
-                                               pacer[s], 1e3 * slot,
+        if (w.planning_optimizer_rate > 0) {
+          pc.optimizer_seconds = static_cast<double>(sp.parameters) / t / optimizer_shards / w.planning_optimizer_rate;
+          cost.optimizer_seconds = std::max(cost.optimizer_seconds, pc.optimizer_seconds);
+        }
+        if (pc.compute_seconds + pc.tensor_seconds > slot) {
+          slot = pc.compute_seconds + pc.tensor_seconds;
+          cost.critical_path = absl::StrFormat("compute of stage %d on %s (%.3f ms per micro-batch%s)", s, w.name,
+                                               1e3 * slot,
                                                sp.tensor_seconds > 0
                                                    ? absl::StrFormat(", %.3f ms of it tensor collectives",
                                                                      1e3 * sp.tensor_seconds)
@@ -154,7 +158,7 @@ absl::StatusOr<GridCost> EstimateGrid(const shardline::v1::JobSpec& spec, const 
     }
     cost.fill_seconds += 2 * hop;
   }
-  cost.step_seconds = (m + p - 1) * slot + cost.fill_seconds + cost.reduce_seconds;
+  cost.step_seconds = (m + p - 1) * slot + cost.fill_seconds + cost.reduce_seconds + cost.optimizer_seconds;
   if (reducing >= 0 && cost.reduce_seconds > (m + p - 1) * slot) {
     cost.critical_path = absl::StrFormat("the data-parallel all-reduce of stage %d (%.3f ms a step, on %s's ring)",
                                          (reducing / t) % p, 1e3 * cost.reduce_seconds, grid[reducing].name);

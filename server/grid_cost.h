@@ -1,7 +1,8 @@
 // The predicted step time of a job on a given p × d × t grid of workers
 // (positions (r·p + s)·t + k, as GridPlacement), from compute (each
-// worker's PlanningFlops: the rate its job reports showed, else its GEMM
-// rate scaled as the others'), memory, and the measured links between them:
+// worker's rate: the cut on PlanningFlops, the prediction on
+// PredictingFlops, server/worker_registry.h), memory, and the measured
+// links between them:
 //
 //   slot  = the slowest of: each stage's compute and tensor collectives per
 //           micro-batch (the cut is PlanPipeline's, on those costs), and
@@ -10,7 +11,10 @@
 //   fill  = each hop once forward and once back (the first micro-batch's
 //           activation before the last stage starts, the last gradient
 //           after it ends), the slowest replica's;
-//   step  = (m + p − 1) · slot  +  fill  +  the slowest stage's data-parallel
+//   step  = (m + p − 1) · slot  +  fill  +  the slowest optimizer step (its
+//           parameters at the rate its worker's reports showed, where any
+//           worker has one: WorkerRecord::planning_optimizer_rate)  +  the
+//           slowest stage's data-parallel
 //           all-reduce (a ring over its replicas: 2 (d − 1)/d of its
 //           gradients over the ring's slowest link, 2 (d − 1) round trips).
 //
@@ -58,10 +62,11 @@ double ReduceBytesPerStep(int64_t parameters, int d);
 std::string HostOf(const WorkerRecord& w);
 
 struct PositionCost {
-  double compute_seconds = 0;  // per micro-batch, forward + backward
+  double compute_seconds = 0;  // per micro-batch, forward + backward, at its worker's PredictingFlops
   double tensor_seconds = 0;   // per micro-batch, its tensor group's collectives
   double hop_seconds = 0;      // per micro-batch, to the next stage (activation or gradient, the slower)
   double reduce_seconds = 0;   // per step, its data-parallel all-reduce
+  double optimizer_seconds = 0;  // per step, its optimizer step (0: no rate known)
   int64_t memory_bytes = 0;
 };
 
@@ -71,6 +76,7 @@ struct GridCost {
   double slot_seconds = 0;
   double fill_seconds = 0;    // the hops of the pipeline's fill and drain
   double reduce_seconds = 0;  // the slowest stage's all-reduce
+  double optimizer_seconds = 0;  // the slowest position's optimizer step
   double step_seconds = 0;
   // What sets the pace, for people: "compute of stage 2 on w3", "hop from
   // stage 0 to 1 of replica 1 (w1 → w4, 24.0 MB/s)", …

@@ -36,7 +36,7 @@ absl::StatusOr<shardline::v1::PlanResponse> PreviewGrid(const shardline::v1::Job
         st->set_worker(grid[i].name);
         st->set_unit_begin(sp.unit_begin);
         st->set_unit_end(sp.unit_end);
-        st->set_seconds_per_micro_batch(sp.seconds_per_micro_batch);
+        st->set_seconds_per_micro_batch(pc.compute_seconds + pc.tensor_seconds);
         st->set_memory_bytes(pc.memory_bytes);
         // A rank holds about 1/t of the stage's parameters (the blocks' split).
         st->set_reduce_bytes_per_step(std::llround(ReduceBytesPerStep(sp.parameters / t, d)));
@@ -46,6 +46,7 @@ absl::StatusOr<shardline::v1::PlanResponse> PreviewGrid(const shardline::v1::Job
         st->set_tensor_seconds(pc.tensor_seconds);
         st->set_hop_seconds(pc.hop_seconds);
         st->set_reduce_seconds(pc.reduce_seconds);
+        st->set_optimizer_seconds(pc.optimizer_seconds);
       }
     }
   }
@@ -53,6 +54,7 @@ absl::StatusOr<shardline::v1::PlanResponse> PreviewGrid(const shardline::v1::Job
   out.set_bubble_fraction(cost.plan.bubble_fraction);
   out.set_slot_seconds(cost.slot_seconds);
   out.set_fill_seconds(cost.fill_seconds);
+  out.set_optimizer_seconds(cost.optimizer_seconds);
   out.set_critical_path(cost.critical_path);
   return out;
 }
@@ -104,6 +106,8 @@ absl::StatusOr<GridPlacement> PlaceGrid(const shardline::v1::JobSpec& job_spec, 
         const WorkerRecord& w = at(s, r, k);
         out.workers.push_back(w.id);
         out.flops_per_step.push_back(sp.flops_per_micro_batch * spec.train().micro_batches() / t);
+        out.optimizer_parameters.push_back(static_cast<double>(sp.parameters) / t /
+                                           (spec.parallel().shard_optimizer() ? d : 1));
         shardline::v1::StageStatus& status = out.stage_statuses.emplace_back();
         status.set_stage(s);
         status.set_replica(r);

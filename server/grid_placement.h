@@ -35,6 +35,9 @@ struct GridPlacement {
   // Each position's share of its stage's forward and backward FLOPs in a
   // step (what its reported busy seconds are measured against).
   std::vector<double> flops_per_step;
+  // The parameters each position's optimizer step updates (its ZeRO-1
+  // share with parallel.shard_optimizer).
+  std::vector<double> optimizer_parameters;
   double predicted_step_seconds = 0;  // EstimateGrid's
   std::string critical_path;
 };

@@ -229,8 +229,17 @@ absl::StatusOr<bool> JobManager::ReportStep(const shardline::v1::ReportStepReque
   // What the worker achieves on the job's layers, for the next plans (not
   // from the step after the committed version: an epoch's first, with its
   // allocations and warm-up).
-  if (r.busy_seconds() > 0 && r.step() > job->first_step()) {
-    registry_.NoteAchievedRate(r.worker_id(), job->flops_per_step(position) / r.busy_seconds());
+  if (r.step() > job->first_step()) {
+    if (r.busy_seconds() > 0) {
+      registry_.NoteAchievedRate(r.worker_id(), job->flops_per_step(position) / r.busy_seconds());
+    }
+    double optimizer_seconds = 0;  // the step's "optimizer" span (StageTrace)
+    for (const auto& event : r.trace()) {
+      if (event.name() == "optimizer") optimizer_seconds += static_cast<double>(event.duration_us()) / 1e6;
+    }
+    if (optimizer_seconds > 0) {
+      registry_.NoteOptimizerRate(r.worker_id(), job->optimizer_parameters(position) / optimizer_seconds);
+    }
   }
   if (absl::Status s = job->AddReport(position, r); !s.ok()) {
     End(*job, shardline::v1::FAILED, std::string(s.message()));

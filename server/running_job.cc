@@ -82,6 +82,8 @@ void RunningJob::Start(uint64_t epoch, GridPlacement placement) {
   workers_ = std::move(placement.workers);
   flops_per_step_ = std::move(placement.flops_per_step);
   flops_per_step_.resize(workers_.size());
+  optimizer_parameters_ = std::move(placement.optimizer_parameters);
+  optimizer_parameters_.resize(workers_.size());
   reports_.assign(workers_.size(), {});
   pending_failure_.clear();
   Publish();

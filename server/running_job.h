@@ -52,6 +52,7 @@ class RunningJob {
   const std::vector<std::string>& workers() const { return workers_; }
   // The plan's forward and backward FLOPs of `position` in a step.
   double flops_per_step(int position) const { return flops_per_step_[static_cast<size_t>(position)]; }
+  double optimizer_parameters(int position) const { return optimizer_parameters_[static_cast<size_t>(position)]; }
   int stages() const { return stages_; }
   int replicas() const { return replicas_; }
   int tensor_ranks() const { return tensor_ranks_; }
@@ -150,7 +151,8 @@ class RunningJob {
   int replicas_ = 1;  // d
   int tensor_ranks_ = 1;  // t
   std::vector<std::string> workers_;
-  std::vector<double> flops_per_step_;  // by position
+  std::vector<double> flops_per_step_;        // by position
+  std::vector<double> optimizer_parameters_;  // by position
   // Per position, its reports of the steps not yet complete everywhere.
   std::vector<std::map<int64_t, shardline::v1::ReportStepRequest>> reports_;
   std::vector<std::shared_ptr<StreamMailbox<shardline::v1::JobStatus>>> watchers_;

@@ -147,8 +147,29 @@ absl::StatusOr<WorkerRecord> WorkerRegistry::GetByName(const std::string& name) 
   return absl::NotFoundError(absl::StrCat("no worker named ", common::Quote(name)));
 }
 
+namespace {
+
+double Median(std::vector<double> values) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const size_t half = values.size() / 2;
+  return values.size() % 2 == 1 ? values[half] : (values[half - 1] + values[half]) / 2;
+}
+
+// A moving average's next value.
+void Average(double value, double& average, int64_t& reports) {
+  average = reports == 0 ? value : (1 - kAchievedRateWeight) * average + kAchievedRateWeight * value;
+  ++reports;
+}
+
+}  // namespace
+
 double PlanningFlops(const WorkerRecord& w) {
   return w.planning_flops > 0 ? w.planning_flops : w.capabilities.gemm_flops();
+}
+
+double PredictingFlops(const WorkerRecord& w) {
+  return w.predicting_flops > 0 ? w.predicting_flops : PlanningFlops(w);
 }
 
 std::vector<WorkerRecord> WorkerRegistry::List() {
@@ -158,24 +179,23 @@ std::vector<WorkerRecord> WorkerRegistry::List() {
     for (const auto& [id, w] : workers_) out.push_back(w);
   }
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.order < b.order; });
-  std::vector<double> ratios;  // achieved / GEMM of the live workers that have one
+  std::vector<double> ratios;           // achieved / GEMM of the live workers that have one
+  std::vector<double> optimizer_rates;  // of the live workers that have one
   for (const WorkerRecord& w : out) {
-    if (!w.lost && w.achieved_reports >= kMinAchievedReports) {
-      ratios.push_back(w.achieved_flops / w.capabilities.gemm_flops());
-    }
+    if (w.lost) continue;
+    if (w.achieved_reports >= kMinAchievedReports) ratios.push_back(w.achieved_flops / w.capabilities.gemm_flops());
+    if (w.optimizer_reports >= kMinAchievedReports) optimizer_rates.push_back(w.optimizer_rate);
   }
-  double ratio = 1;
-  if (!ratios.empty()) {
-    std::sort(ratios.begin(), ratios.end());
-    const size_t half = ratios.size() / 2;
-    ratio = ratios.size() % 2 == 1 ? ratios[half] : (ratios[half - 1] + ratios[half]) / 2;
-  }
+  const double ratio = ratios.empty() ? 1 : Median(ratios);
+  const double optimizer_rate = Median(optimizer_rates);
   for (WorkerRecord& w : out) {
+    const bool achieved = w.achieved_reports >= kMinAchievedReports;
     w.planning_flops = w.capabilities.gemm_flops() * ratio;
-    if (w.achieved_reports >= kMinAchievedReports &&
-        std::fabs(w.achieved_flops / w.planning_flops - 1) > kRateDisagreement) {
+    if (achieved && std::fabs(w.achieved_flops / w.planning_flops - 1) > kRateDisagreement) {
       w.planning_flops = w.achieved_flops;  // its reports disagree with its probe
     }
+    w.predicting_flops = achieved ? w.achieved_flops : w.planning_flops;
+    w.planning_optimizer_rate = w.optimizer_reports >= kMinAchievedReports ? w.optimizer_rate : optimizer_rate;
   }
   return out;
 }
@@ -197,10 +217,15 @@ void WorkerRegistry::NoteAchievedRate(const std::string& worker_id, double flops
       flops_per_second > 100 * w.capabilities.gemm_flops()) {
     return;
   }
-  w.achieved_flops = w.achieved_reports == 0
-                         ? flops_per_second
-                         : (1 - kAchievedRateWeight) * w.achieved_flops + kAchievedRateWeight * flops_per_second;
-  ++w.achieved_reports;
+  Average(flops_per_second, w.achieved_flops, w.achieved_reports);
+}
+
+void WorkerRegistry::NoteOptimizerRate(const std::string& worker_id, double parameters_per_second) {
+  if (!(parameters_per_second > 0) || !std::isfinite(parameters_per_second)) return;
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(worker_id);
+  if (it == workers_.end() || it->second.lost) return;
+  Average(parameters_per_second, it->second.optimizer_rate, it->second.optimizer_reports);
 }
 
 absl::StatusOr<WorkerRecord> WorkerRegistry::SetDrained(const std::string& worker, bool drained) {

@@ -40,6 +40,10 @@ struct WorkerRecord {
   // model.
   double achieved_flops = 0;
   int64_t achieved_reports = 0;
+  // The parameters per second its optimizer steps updated (the same moving
+  // average), and how many reports made it.
+  double optimizer_rate = 0;
+  int64_t optimizer_reports = 0;
   // The rate to plan with (List() sets it): its GEMM rate scaled by the
   // median achieved / GEMM ratio of the live workers with an achieved rate
   // (1 with none): the prediction in the units the jobs show, the workers
@@ -48,6 +52,12 @@ struct WorkerRecord {
   // rate disagrees with that by more than kRateDisagreement, its achieved
   // rate: its reports say it is slower (or faster) than its probe said.
   double planning_flops = 0;
+  // Its achieved rate once kMinAchievedReports made it, else planning_flops:
+  // what the prediction of a step counts (the cut uses planning_flops).
+  double predicting_flops = 0;
+  // Its optimizer rate once kMinAchievedReports made it, else the median of
+  // the live workers' that have one; 0 with none (not counted).
+  double planning_optimizer_rate = 0;
 };
 
 // Reports before an achieved rate counts.
@@ -58,6 +68,8 @@ inline constexpr double kAchievedRateWeight = 0.2;
 
 // w.planning_flops where set, else its GEMM rate.
 double PlanningFlops(const WorkerRecord& w);
+// w.predicting_flops where set, else PlanningFlops(w).
+double PredictingFlops(const WorkerRecord& w);
 
 // "idle", "busy", "drained" or "lost", as shardctl and /metrics show it.
 std::string StateOf(const WorkerRecord& worker);
@@ -118,6 +130,9 @@ class WorkerRegistry {
   // achieved rate (one that is not positive and finite, or more than 100×
   // its GEMM rate, is dropped). Unknown workers are ignored.
   void NoteAchievedRate(const std::string& worker_id, double flops_per_second);
+  // The same for the parameters per second its optimizer step updated
+  // (dropped unless positive and finite).
+  void NoteOptimizerRate(const std::string& worker_id, double parameters_per_second);
   // Takes the live worker named or identified `worker` out of service, or
   // (drained = false) back; its record. NOT_FOUND for no such live worker.
   absl::StatusOr<WorkerRecord> SetDrained(const std::string& worker, bool drained);

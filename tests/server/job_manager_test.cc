@@ -62,9 +62,10 @@ TEST_F(JobManagerTest, StepsCompleteWhenEveryStageReportsAndTheJobSucceedsAfterT
 }
 
 // The busy seconds a stage reports make its worker's achieved rate (its
-// share of the plan's FLOPs over them), from the second step on; the next
-// plans use it, and a worker without reports is planned at its GEMM rate
-// scaled as the others' achieved rates are.
+// share of the plan's FLOPs over them), and its trace's optimizer span an
+// optimizer rate, from the second step on; the next plans use them, and a
+// worker without reports is planned at its GEMM rate scaled as the others'
+// achieved rates are.
 TEST_F(JobManagerTest, ReportedBusySecondsBecomeTheAchievedRatesTheNextPlansUse) {
   AddWorker("a");
   AddWorker("b");
@@ -77,6 +78,10 @@ TEST_F(JobManagerTest, ReportedBusySecondsBecomeTheAchievedRatesTheNextPlansUse)
     for (int s = 0; s < 2; ++s) {
       shardline::v1::ReportStepRequest r = Report(job, s, step);
       r.set_busy_seconds(step == 1 ? 100.0 : slower[s] * before.stages(s).compute_seconds());
+      shardline::v1::TraceEvent* optimizer = r.add_trace();
+      optimizer->set_name("optimizer");
+      optimizer->set_micro_batch(-1);
+      optimizer->set_duration_us(10000);
       ASSERT_TRUE(jobs_->ReportStep(r).ok());
     }
   }
@@ -84,6 +89,8 @@ TEST_F(JobManagerTest, ReportedBusySecondsBecomeTheAchievedRatesTheNextPlansUse)
     const WorkerRecord w = *registry_->Get(stage_workers_.at(s));
     EXPECT_EQ(w.achieved_reports, 5) << "the first step is left out";
     EXPECT_NEAR(w.achieved_flops, 1e10 / slower[s], 1e10 * 1e-9) << w.name;
+    EXPECT_EQ(w.optimizer_reports, 5);
+    EXPECT_GT(w.optimizer_rate, 0);
   }
   ASSERT_TRUE(jobs_->Cancel(job.job_id()).ok());
   AddWorker("c");  // no reports: 1e10 × the median of 1/4 and 1/2
@@ -94,6 +101,9 @@ TEST_F(JobManagerTest, ReportedBusySecondsBecomeTheAchievedRatesTheNextPlansUse)
   }
   const shardline::v1::PlanResponse after = *jobs_->Plan(Spec(2, 6));
   EXPECT_GT(after.predicted_step_seconds(), 1.5 * before.predicted_step_seconds());
+  EXPECT_EQ(before.optimizer_seconds(), 0) << "no optimizer rate known before the reports";
+  EXPECT_GT(after.optimizer_seconds(), 0.001);
+  EXPECT_LT(after.optimizer_seconds(), 0.1);
 }
 
 // What a stage reports, as the job's status shows it: the page faults per
