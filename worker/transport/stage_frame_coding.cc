@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/int8_blocks.h"
 #include "common/status_macros.h"
 
 namespace shardline::worker::transport {
@@ -48,16 +49,48 @@ absl::Status Bad(absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat("malformed stage frame: ", what));
 }
 
+bool IsInt8(const StageFrame& f) { return f.dtype() == shardline::v1::DTYPE_I8_BLOCK64; }
+
+// The payload bytes of a whole tensor of `f`'s elements, and the unit its
+// chunks come in (a value, or an 8-bit block).
+size_t TotalBytes(const StageFrame& f) {
+  const auto n = static_cast<size_t>(f.elements());
+  return IsInt8(f) ? common::Int8BlocksBytes(n) : n * (f.dtype() == shardline::v1::DTYPE_F32 ? 4 : 2);
+}
+size_t ChunkUnit(const StageFrame& f) {
+  return IsInt8(f) ? common::kInt8BlockBytes : f.dtype() == shardline::v1::DTYPE_F32 ? 4 : 2;
+}
+
+// An f32 message's values as 8-bit blocks, kept alive with the message.
+struct Int8Payload {
+  std::shared_ptr<const StageMessage> message;
+  std::vector<char> bytes;
+};
+
 }  // namespace
 
 std::vector<grpc::ByteBuffer> EncodeStageMessage(std::shared_ptr<const StageMessage> message,
-                                                 size_t chunk_bytes) {
+                                                 size_t chunk_bytes, WireCodec codec) {
   const StageMessage& m = *message;
-  const size_t element = common::DTypeSize(m.dtype);
+  size_t unit = common::DTypeSize(m.dtype);
   const char* data = reinterpret_cast<const char*>(m.values.data());
+  size_t bytes = m.values.size() * unit;
+  auto wire_dtype = static_cast<shardline::v1::DType>(common::DTypeToProto(m.dtype));
   std::shared_ptr<const void> owner = message;
-  const size_t bytes = m.values.size() * element;
-  chunk_bytes = std::max<size_t>(chunk_bytes / element * element, element);
+  if (codec == WireCodec::kInt8Blocks && m.dtype == common::DType::kF32 &&
+      (m.kind == StageMessage::Kind::kActivation || m.kind == StageMessage::Kind::kGradient)) {
+    auto payload = std::make_shared<Int8Payload>();
+    payload->message = message;
+    payload->bytes.resize(common::Int8BlocksBytes(m.values.size()));
+    common::EncodeInt8Blocks(absl::Span<const float>(m.values.data(), m.values.size()),
+                             absl::MakeSpan(payload->bytes));
+    data = payload->bytes.data();
+    bytes = payload->bytes.size();
+    unit = common::kInt8BlockBytes;
+    wire_dtype = shardline::v1::DTYPE_I8_BLOCK64;
+    owner = std::move(payload);
+  }
+  chunk_bytes = std::max<size_t>(chunk_bytes / unit * unit, unit);
   const uint32_t count = static_cast<uint32_t>(std::max<size_t>(1, (bytes + chunk_bytes - 1) / chunk_bytes));
   StageFrame header;
   header.set_kind(ToWire(m.kind));
@@ -66,7 +99,7 @@ std::vector<grpc::ByteBuffer> EncodeStageMessage(std::shared_ptr<const StageMess
   header.set_sequence(m.sequence);
   header.set_batch(m.batch);
   header.set_t(m.t);
-  header.set_dtype(static_cast<shardline::v1::DType>(common::DTypeToProto(m.dtype)));
+  header.set_dtype(wire_dtype);
   header.set_elements(static_cast<int64_t>(m.values.size()));
   header.set_loss_scale(m.loss_scale);
   header.set_norm(m.norm);
@@ -87,10 +120,12 @@ absl::Status FrameAssembler::Check(const common::DecodedFrame& frame) {
   const StageFrame& f = frame.header();
   if (f.has_hello()) return Bad("hello after the stream started");
   if (f.dtype() != shardline::v1::DTYPE_F32 && f.dtype() != shardline::v1::DTYPE_BF16 &&
-      f.dtype() != shardline::v1::DTYPE_F16) {
-    return Bad(absl::StrCat("dtype ", f.dtype(), " is not f32, bf16 or f16"));
+      f.dtype() != shardline::v1::DTYPE_F16 && !IsInt8(f)) {
+    return Bad(absl::StrCat("dtype ", f.dtype(), " is not f32, bf16, f16 or 8-bit blocks"));
   }
-  const size_t element = f.dtype() == shardline::v1::DTYPE_F32 ? 4 : 2;
+  if (IsInt8(f) && f.kind() != StageFrame::ACTIVATION && f.kind() != StageFrame::GRADIENT) {
+    return Bad(absl::StrCat("8-bit blocks on a frame of kind ", f.kind(), " (activations and gradients only)"));
+  }
   if (f.elements() < 0 || f.elements() > limits_.max_elements) {
     return Bad(absl::StrCat(f.elements(), " elements, where this link carries at most ", limits_.max_elements));
   }
@@ -106,7 +141,12 @@ absl::Status FrameAssembler::Check(const common::DecodedFrame& frame) {
   if (f.batch() < 0 || f.t() < 0 || f.batch() > (int64_t{1} << 24) || f.t() > (int64_t{1} << 24)) {
     return Bad(absl::StrCat("batch ", f.batch(), " × t ", f.t()));
   }
-  if (frame.payload_bytes() % element != 0) return Bad("payload is not whole values");
+  // Chunks before the last hold whole values (whole 8-bit blocks); the
+  // last holds the rest.
+  if (f.chunk_index() + 1 < f.chunk_count() ? frame.payload_bytes() % ChunkUnit(f) != 0
+                                            : !IsInt8(f) && frame.payload_bytes() % ChunkUnit(f) != 0) {
+    return Bad("payload is not whole values");
+  }
   if (f.chunk_index() != next_chunk_) {
     return Bad(absl::StrCat("chunk ", f.chunk_index(), " arrived where ", next_chunk_, " was due"));
   }
@@ -116,7 +156,7 @@ absl::Status FrameAssembler::Check(const common::DecodedFrame& frame) {
     return Bad("chunks of one tensor disagree on its header");
   }
   if (f.chunk_index() > 0 && f.targets_size() > 0) return Bad("targets outside chunk 0");
-  const size_t total = static_cast<size_t>(f.elements()) * element;
+  const size_t total = TotalBytes(f);
   if (filled_bytes_ + frame.payload_bytes() > total) return Bad("payload larger than the tensor");
   // Chunks before the last are all full and of one size, so the first one
   // says how many there must be: a header announcing a large tensor comes
@@ -139,7 +179,12 @@ absl::StatusOr<std::optional<StageMessage>> FrameAssembler::Add(const common::De
   }
   if (!active_) {
     ASSIGN_OR_RETURN(message_.kind, FromWire(f.kind()));
-    ASSIGN_OR_RETURN(message_.dtype, common::DTypeFromProto(f.dtype()));  // f32, bf16 or f16: Check saw to it
+    // f32, bf16 or f16 (Check saw to it), or 8-bit blocks decoded to f32.
+    if (IsInt8(f)) {
+      message_.dtype = common::DType::kF32;
+    } else {
+      ASSIGN_OR_RETURN(message_.dtype, common::DTypeFromProto(f.dtype()));
+    }
     active_ = true;
     first_ = f;
     message_.step = f.step();
@@ -152,12 +197,27 @@ absl::StatusOr<std::optional<StageMessage>> FrameAssembler::Add(const common::De
     message_.targets.assign(f.targets().begin(), f.targets().end());
     message_.values = Destination(static_cast<size_t>(f.elements()));
   }
-  // The one copy on the receiving side: straight into the tensor, 16-bit
-  // values as they are (the stage's device widens them).
-  frame.CopyPayloadTo(reinterpret_cast<char*>(message_.values.data()) + filled_bytes_);
+  if (IsInt8(f)) {
+    // Decoded into the tensor: whole blocks, the last one maybe shorter.
+    const size_t blocks = (frame.payload_bytes() + common::kInt8BlockBytes - 1) / common::kInt8BlockBytes;
+    const size_t values = std::min(blocks * common::kInt8BlockValues, message_.values.size() - filled_values_);
+    std::vector<char> payload(frame.payload_bytes());
+    frame.CopyPayloadTo(payload.data());
+    if (absl::Status s = common::DecodeInt8Blocks(
+            payload, absl::MakeSpan(message_.values.data() + filled_values_, values));
+        !s.ok()) {
+      Reset();
+      return Bad(s.message());
+    }
+    filled_values_ += values;
+  } else {
+    // The one copy on the receiving side: straight into the tensor, 16-bit
+    // values as they are (the stage's device widens them).
+    frame.CopyPayloadTo(reinterpret_cast<char*>(message_.values.data()) + filled_bytes_);
+  }
   filled_bytes_ += frame.payload_bytes();
   if (++next_chunk_ < f.chunk_count()) return std::optional<StageMessage>();
-  if (filled_bytes_ != message_.values.size() * common::DTypeSize(message_.dtype)) {
+  if (filled_bytes_ != TotalBytes(first_)) {
     Reset();
     return Bad("payload shorter than the tensor");
   }
@@ -181,6 +241,7 @@ void FrameAssembler::Reset() {
   next_chunk_ = 0;
   message_ = StageMessage();
   filled_bytes_ = 0;
+  filled_values_ = 0;
 }
 
 }  // namespace shardline::worker::transport

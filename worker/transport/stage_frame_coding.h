@@ -34,16 +34,26 @@ struct FrameLimits {
   int64_t max_targets = common::kMaxMicroBatchTokens;  // of one activation
 };
 
+// How a link sends f32 activations and gradients: as they are, or in 8-bit
+// blocks (common/int8_blocks.h; parallel.wire_dtype "int8", or "auto" on a
+// link the plan says is the bottleneck).
+enum class WireCodec { kAsIs, kInt8Blocks };
+
 // The payload is message->values as they are, message->dtype (f32, or the
 // 16-bit values of a bf16 / f16 wire): the frames alias them, so the message
-// stays alive until the last frame is written.
+// stays alive until the last frame is written. With kInt8Blocks an f32
+// activation or gradient goes as 8-bit blocks instead (encoded into a
+// buffer the frames own; chunks of whole blocks); other messages (norms,
+// collectives) and 16-bit values as they are.
 std::vector<grpc::ByteBuffer> EncodeStageMessage(std::shared_ptr<const StageMessage> message,
-                                                 size_t chunk_bytes = kDefaultChunkBytes);
+                                                 size_t chunk_bytes = kDefaultChunkBytes,
+                                                 WireCodec codec = WireCodec::kAsIs);
 
 // Reassembles messages from data frames, one message at a time, each
 // payload copied once into the message's tensor (an n-float buffer whatever
-// the frames' dtype, which the message keeps): a slot of `pool` when one is
-// free and large enough, the heap otherwise. Not thread-safe.
+// the frames' dtype, which the message keeps; 8-bit blocks are decoded into
+// it, and the message is f32): a slot of `pool` when one is free and large
+// enough, the heap otherwise. Not thread-safe.
 class FrameAssembler {
  public:
   explicit FrameAssembler(std::shared_ptr<StagingPool> pool = nullptr, FrameLimits limits = {})
@@ -64,6 +74,7 @@ class FrameAssembler {
   uint32_t next_chunk_ = 0;
   StageMessage message_;
   size_t filled_bytes_ = 0;      // payload bytes received so far
+  size_t filled_values_ = 0;     // values decoded so far (8-bit blocks)
 };
 
 }  // namespace shardline::worker::transport

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "common/half.h"
+#include "common/int8_blocks.h"
 #include "gtest/gtest.h"
 
 namespace shardline::worker::transport {
@@ -32,9 +33,10 @@ absl::StatusOr<std::optional<StageMessage>> Add(FrameAssembler& assembler, const
   return assembler.Add(*decoded);
 }
 
-StageMessage RoundTrip(const StageMessage& m, size_t chunk_bytes, size_t* frames = nullptr) {
+StageMessage RoundTrip(const StageMessage& m, size_t chunk_bytes, size_t* frames = nullptr,
+                       WireCodec codec = WireCodec::kAsIs) {
   FrameAssembler assembler;
-  const auto encoded = EncodeStageMessage(std::make_shared<StageMessage>(m), chunk_bytes);
+  const auto encoded = EncodeStageMessage(std::make_shared<StageMessage>(m), chunk_bytes, codec);
   if (frames != nullptr) *frames = encoded.size();
   std::optional<StageMessage> out;
   for (size_t i = 0; i < encoded.size(); ++i) {
@@ -116,6 +118,68 @@ StageFrame Header(uint32_t index, uint32_t count, int64_t elements) {
   f.set_chunk_index(index);
   f.set_chunk_count(count);
   return f;
+}
+
+// 8-bit blocks: an f32 activation or gradient crosses in whole-block
+// chunks at about a quarter of the bytes and arrives as f32 within the
+// codec's bound; norms and 16-bit values are not touched.
+TEST(StageFrameCodingTest, Int8BlocksCrossInWholeBlocksAndArriveAsF32WithinTheBound) {
+  for (StageMessage::Kind kind : {StageMessage::Kind::kActivation, StageMessage::Kind::kGradient}) {
+    StageMessage m = Message(1000);
+    m.kind = kind;
+    if (kind == StageMessage::Kind::kGradient) m.targets.clear();
+    size_t frames = 0;
+    const StageMessage back = RoundTrip(m, 300, &frames, WireCodec::kInt8Blocks);
+    EXPECT_EQ(frames, 4u) << "16 blocks (1088 bytes) in chunks of 4 blocks (272 bytes)";
+    EXPECT_EQ(back.dtype, common::DType::kF32);
+    EXPECT_EQ(back.targets, m.targets);
+    ASSERT_EQ(back.values.size(), m.values.size());
+    for (size_t b = 0; b < 1000; b += common::kInt8BlockValues) {
+      float largest = 0;
+      const size_t end = std::min<size_t>(1000, b + common::kInt8BlockValues);
+      for (size_t i = b; i < end; ++i) largest = std::max(largest, std::fabs(m.values[i]));
+      for (size_t i = b; i < end; ++i) {
+        ASSERT_LE(std::fabs(back.values[i] - m.values[i]), largest / 254 * 1.0001f) << i;
+      }
+    }
+  }
+  auto encoded = EncodeStageMessage(std::make_shared<StageMessage>(Message(1000)), 1 << 20, WireCodec::kInt8Blocks);
+  ASSERT_EQ(encoded.size(), 1u);
+  EXPECT_LT(encoded[0].Length(), 1200u) << "4000 bytes of f32 as 1088 of blocks and a header";
+  StageMessage norm = Message(3);
+  norm.kind = StageMessage::Kind::kNormPartial;
+  norm.targets.clear();
+  EXPECT_EQ(RoundTrip(norm, 256, nullptr, WireCodec::kInt8Blocks).values, norm.values) << "norms stay exact";
+}
+
+TEST(StageFrameCodingTest, MalformedInt8FramesAreRefused) {
+  FrameAssembler assembler;
+  StageFrame h = Header(0, 1, 100);
+  h.set_dtype(shardline::v1::DTYPE_I8_BLOCK64);
+  EXPECT_FALSE(Add(assembler, Frame(h, 100 + 8 - 1)).ok()) << "a byte short";
+  EXPECT_FALSE(Add(assembler, Frame(h, 100 + 8 + 1)).ok()) << "a byte over";
+  auto whole = Add(assembler, Frame(h, 100 + 8));  // zero scales: zeros
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  ASSERT_TRUE(whole->has_value());
+  EXPECT_EQ((*whole)->values[99], 0.0f);
+  StageFrame first = Header(0, 2, 100);
+  first.set_dtype(shardline::v1::DTYPE_I8_BLOCK64);
+  EXPECT_FALSE(Add(assembler, Frame(first, 60)).ok()) << "a first chunk of part of a block";
+  EXPECT_TRUE(Add(assembler, Frame(first, 68)).ok());
+  StageFrame second = Header(1, 2, 100);
+  second.set_dtype(shardline::v1::DTYPE_I8_BLOCK64);
+  EXPECT_TRUE(Add(assembler, Frame(second, 40))->has_value()) << "36 values and their scale";
+  StageFrame norm = Header(0, 1, 1);
+  norm.set_kind(StageFrame::NORM_PARTIAL);
+  norm.set_dtype(shardline::v1::DTYPE_I8_BLOCK64);
+  EXPECT_FALSE(Add(assembler, Frame(norm, 5)).ok()) << "8-bit blocks carry activations and gradients only";
+  // A negative scale: no encoder writes one.
+  auto payload = std::make_shared<std::string>(68, '\0');
+  const float negative = -1;
+  std::memcpy(payload->data(), &negative, 4);
+  StageFrame one = Header(0, 1, 64);
+  one.set_dtype(shardline::v1::DTYPE_I8_BLOCK64);
+  EXPECT_FALSE(Add(assembler, common::EncodeFrame(one, payload->data(), payload->size(), payload)).ok());
 }
 
 TEST(StageFrameCodingTest, InconsistentChunksAreRejectedAndTheAssemblerStartsOver) {
