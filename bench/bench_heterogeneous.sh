@@ -10,10 +10,12 @@
 # the naive even split), on the same cluster with the same measurements.
 # First a short planned job on the fresh cluster ("first": predicted from
 # the GEMM probes alone), whose reports give the coordinator each worker's
-# achieved rate; then the two measured jobs. For each: tokens/s between
+# achieved rate; then the two measured jobs; last, the planner's layout
+# again with parallel.wire_dtype "auto" (8-bit blocks on the hops the plan
+# finds slow: here the ones across the uplink). For each: tokens/s between
 # two steps (wall time, the first steps left out), the measured and the
-# predicted step time, the critical path, the layout; and the ratio
-# planned / in_order.
+# predicted step time, the critical path, the layout, each hop's wire; and
+# the ratios to in_order.
 #
 #   bench/bench_heterogeneous.sh [--bin DIR] [--steps N] [--json FILE] [--work DIR]
 #
@@ -58,14 +60,15 @@ spec["model"]["n_layers"] = 8
 spec["train"].update({"steps": steps, "global_batch": 128, "micro_batches": 8, "log_every": 5})
 spec["train"]["optimizer"]["warmup_steps"] = 5
 spec["checkpoint"] = {"every_steps": 0}
-for mode, placement in (("first", "planned"), ("planned", "planned"), ("in_order", "in_order")):
+for mode, placement, wire in (("first", "planned", "f32"), ("planned", "planned", "f32"),
+                              ("in_order", "in_order", "f32"), ("planned_auto", "planned", "auto")):
     spec["name"] = "skewed-" + mode
-    spec["parallel"] = {"pipeline_stages": 2, "data_parallel": 2, "schedule": "1f1b", "wire_dtype": "f32",
+    spec["parallel"] = {"pipeline_stages": 2, "data_parallel": 2, "schedule": "1f1b", "wire_dtype": wire,
                         "placement": placement}
     spec["train"]["steps"] = 15 if mode == "first" else steps
     json.dump(spec, open("%s/%s.json" % (work, mode), "w"), indent=1)
 PY
 rm -f "$work/rows.jsonl"
 bash "$source_dir/deploy/testbed/testbed.sh" --bin "$bin_dir" --work "$work/bed" --deadline 1200 "$work/skewed.topology" -- \
-  python3 "$here/heterogeneous_run.py" "$work" first planned in_order
+  python3 "$here/heterogeneous_run.py" "$work" first planned in_order planned_auto
 python3 "$here/heterogeneous_run.py" --report "$work" "${json:-$work/bench_heterogeneous.json}"

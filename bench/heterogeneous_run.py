@@ -50,6 +50,7 @@ def train(work, mode):
     spec = json.load(open(spec_file))
     explain = ctl("plan", spec_file, "--explain")
     open(os.path.join(work, mode + ".plan.txt"), "w").write(explain)
+    plan = json.loads(ctl("-o", "json", "plan", spec_file))
     job = json.loads(ctl("-o", "json", "submit", spec_file))["job_id"]
     total = spec["train"]["steps"]
     first = last = None  # (time, step)
@@ -74,9 +75,10 @@ def train(work, mode):
     layout = ["s%d r%d %s units %d-%d" % (int(field(s, "stage", 0)), int(field(s, "replica", 0)), s["worker"],
                                           int(field(s, "unit_begin", 0)), int(field(s, "unit_end", 0)) - 1)
               for s in status["stages"]]
+    wires = sorted({field(s, "wire_to_next", "") for s in plan.get("stages", [])} - {""})
     predicted = float(field(status, "predicted_step_seconds", 0))
     spans = breakdown(os.path.join(work, mode + ".trace.json"))
-    return {"mode": mode, "wire_dtype": spec["parallel"]["wire_dtype"], "steps": total,
+    return {"mode": mode, "wire_dtype": spec["parallel"]["wire_dtype"], "hop_wires": wires, "steps": total,
             "timed_steps": last[1] - first[1], "tokens_per_step": tokens_per_step,
             "step_s": round(step_s, 4), "tokens_per_s": round(tokens_per_step / step_s, 1),
             "predicted_step_s": round(predicted, 4),
@@ -120,18 +122,23 @@ def report(work, out):
     rows = [json.loads(line) for line in open(os.path.join(work, "rows.jsonl"))]
     by_mode = {r["mode"]: r for r in rows}
     ratios = {}
-    if "planned" in by_mode and "in_order" in by_mode:
-        ratios["planned_vs_in_order"] = round(by_mode["planned"]["tokens_per_s"] / by_mode["in_order"]["tokens_per_s"], 3)
+    for mode in ("planned", "planned_auto"):
+        if mode in by_mode and "in_order" in by_mode:
+            ratios[mode + "_vs_in_order"] = round(by_mode[mode]["tokens_per_s"] / by_mode["in_order"]["tokens_per_s"], 3)
+    if "planned" in by_mode and "planned_auto" in by_mode:
+        ratios["planned_auto_vs_planned"] = round(
+            by_mode["planned_auto"]["tokens_per_s"] / by_mode["planned"]["tokens_per_s"], 3)
     result = {"bench": "bench_heterogeneous",
               "topology": open(os.path.join(work, "skewed.topology")).read(),
               "rows": rows, "ratios": ratios}
     json.dump(result, open(out, "w"), indent=1)
-    print("%-10s %-6s %10s %8s %12s %10s  %s" % ("mode", "wire", "tokens_s", "step_s", "predicted_s", "pred_err",
-                                                 "critical path"))
+    print("%-12s %-10s %10s %8s %12s %10s  %s" % ("mode", "wire", "tokens_s", "step_s", "predicted_s", "pred_err",
+                                                   "critical path"))
     for r in rows:
-        print("%-10s %-6s %10.0f %8.3f %12.3f %10s  %s" % (r["mode"], r["wire_dtype"], r["tokens_per_s"], r["step_s"],
-                                                            r["predicted_step_s"], r["predicted_error"],
-                                                            r["critical_path"]))
+        wire = "%s:%s" % (r["wire_dtype"], ",".join(r.get("hop_wires", [])))
+        print("%-12s %-10s %10.0f %8.3f %12.3f %10s  %s" % (r["mode"], wire, r["tokens_per_s"], r["step_s"],
+                                                             r["predicted_step_s"], r["predicted_error"],
+                                                             r["critical_path"]))
         print("           layout: " + "; ".join(r["layout"]))
         for position, spans in sorted(r["ms_per_step"].items()):
             print("           %-36s %s" % (position, " ".join("%s %.0f" % kv for kv in spans.items())))

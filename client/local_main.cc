@@ -178,6 +178,7 @@ int Run(const std::string& spec_path) {
   std::string ended;
   while ((*evaluator)->Running(&ended) && !interrupted) absl::SleepFor(absl::Milliseconds(20));
   std::printf("%s", LogTail(cluster.dir() + "/eval.log").c_str());
+  if (absl::GetFlag(FLAGS_keep_logs)) std::printf("logs kept in %s\n", cluster.dir().c_str());
   return ended == "exited with status 0" ? kOk : kFailed;
 }
 

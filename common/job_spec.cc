@@ -151,8 +151,10 @@ absl::Status ValidateParallel(shardline::v1::ParallelSpec& p, const shardline::v
   if (p.placement() != "planned" && p.placement() != "in_order") {
     return FieldError("parallel.placement", absl::StrCat("is ", Quote(p.placement()), ", must be 'planned' or 'in_order'"));
   }
-  if (p.wire_dtype() != "f32" && p.wire_dtype() != "bf16" && p.wire_dtype() != "f16") {
-    return FieldError("parallel.wire_dtype", absl::StrCat("is ", Quote(p.wire_dtype()), ", must be 'f32', 'bf16' or 'f16'"));
+  if (p.wire_dtype() != "f32" && p.wire_dtype() != "bf16" && p.wire_dtype() != "f16" && p.wire_dtype() != "int8" &&
+      p.wire_dtype() != "auto") {
+    return FieldError("parallel.wire_dtype", absl::StrCat("is ", Quote(p.wire_dtype()),
+                                                          ", must be 'f32', 'bf16', 'f16', 'int8' or 'auto'"));
   }
   return absl::OkStatus();
 }

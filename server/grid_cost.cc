@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_format.h"
 #include "common/cost_model.h"
+#include "common/int8_blocks.h"
 #include "common/status_macros.h"
 
 namespace shardline::server {
@@ -85,8 +86,13 @@ absl::StatusOr<GridCost> EstimateGrid(const shardline::v1::JobSpec& spec, const 
   ASSIGN_OR_RETURN(cost.plan, PlanPipeline(spec, capacities, prefer_cut));
 
   const double sequences = static_cast<double>(spec.train().global_batch()) / (static_cast<double>(m) * d);
-  const double wire = spec.parallel().wire_dtype() == "f32" || spec.parallel().wire_dtype().empty() ? 4 : 2;
-  const double hop_bytes = sequences * spec.model().context() * spec.model().d_model() * wire;
+  const double hop_values = sequences * spec.model().context() * spec.model().d_model();
+  const std::string& wire = spec.parallel().wire_dtype();
+  const double hop_bytes = hop_values * (wire == "bf16" || wire == "f16" ? 2 : 4);
+  const double int8_hop_bytes = static_cast<double>(common::Int8BlocksBytes(static_cast<size_t>(hop_values)));
+  auto compute_of = [&](int s, const WorkerRecord& w) {
+    return cost.plan.stages[s].flops_per_micro_batch / t / PredictingFlops(w);
+  };
   cost.positions.resize(grid.size());
   double slot = 0;
   const int optimizer_shards = spec.parallel().shard_optimizer() ? d : 1;
@@ -99,7 +105,7 @@ absl::StatusOr<GridCost> EstimateGrid(const shardline::v1::JobSpec& spec, const 
         const WorkerRecord& w = at(s, r, k);
         // The cut was planned on the planning rates; the prediction counts
         // what each worker achieves where its reports say.
-        pc.compute_seconds = sp.flops_per_micro_batch / t / PredictingFlops(w);
+        pc.compute_seconds = compute_of(s, w);
         pc.tensor_seconds = sp.tensor_seconds;
         pc.memory_bytes = sp.memory_bytes / t;
         if (w.planning_optimizer_rate > 0) {
@@ -119,13 +125,20 @@ absl::StatusOr<GridCost> EstimateGrid(const shardline::v1::JobSpec& spec, const 
           const LinkEstimate forward = link(at(s, r, k), at(s + 1, r, k));
           const LinkEstimate backward = link(at(s + 1, r, k), at(s, r, k));
           const double slower = std::min(forward.bytes_per_second, backward.bytes_per_second);
-          pc.hop_seconds = hop_bytes / slower + std::max(forward.rtt_seconds, backward.rtt_seconds);
+          const double rtt = std::max(forward.rtt_seconds, backward.rtt_seconds);
+          pc.hop_seconds = hop_bytes / slower + rtt;
+          // 8-bit blocks: on every hop, or ("auto") where the f32 hop takes
+          // a large share of the slower end's compute.
+          const double compute = std::max(pc.compute_seconds, compute_of(s + 1, at(s + 1, r, k)));
+          pc.int8_to_next = wire == "int8" || (wire == "auto" && pc.hop_seconds > kInt8HopShare * compute);
+          if (pc.int8_to_next) pc.hop_seconds = int8_hop_bytes / slower + rtt;
           if (pc.hop_seconds > slot) {
             slot = pc.hop_seconds;
             cost.critical_path = absl::StrFormat(
-                "hop from stage %d to %d of replica %d (%s ↔ %s, %.1f MB/s%s): %.3f ms per micro-batch", s, s + 1, r,
-                at(s, r, k).name, at(s + 1, r, k).name, MBps(slower),
-                forward.measured && backward.measured ? "" : ", not measured", 1e3 * slot);
+                "hop from stage %d to %d of replica %d (%s ↔ %s, %.1f MB/s%s%s): %.3f ms per micro-batch", s, s + 1,
+                r, at(s, r, k).name, at(s + 1, r, k).name, MBps(slower),
+                forward.measured && backward.measured ? "" : ", not measured", pc.int8_to_next ? ", 8-bit" : "",
+                1e3 * slot);
           }
         }
         if (d > 1) {

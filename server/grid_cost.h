@@ -41,6 +41,10 @@ namespace shardline::server {
 
 inline constexpr double kAssumedHostBytesPerSecond = 10e9;
 inline constexpr double kAssumedNetworkBytesPerSecond = 1.25e9;  // 10 Gbit/s
+// parallel.wire_dtype "auto": a hop goes in 8-bit blocks where its f32
+// transfer per micro-batch takes more than this share of the slower end's
+// compute (it is, or will be when links are shared, what the stages wait on).
+inline constexpr double kInt8HopShare = 0.25;
 
 struct LinkEstimate {
   double bytes_per_second = 0;
@@ -67,6 +71,7 @@ struct PositionCost {
   double hop_seconds = 0;      // per micro-batch, to the next stage (activation or gradient, the slower)
   double reduce_seconds = 0;   // per step, its data-parallel all-reduce
   double optimizer_seconds = 0;  // per step, its optimizer step (0: no rate known)
+  bool int8_to_next = false;     // its hop to the next stage in 8-bit blocks
   int64_t memory_bytes = 0;
 };
 

@@ -47,6 +47,8 @@ absl::StatusOr<shardline::v1::PlanResponse> PreviewGrid(const shardline::v1::Job
         st->set_hop_seconds(pc.hop_seconds);
         st->set_reduce_seconds(pc.reduce_seconds);
         st->set_optimizer_seconds(pc.optimizer_seconds);
+        if (s + 1 < p) st->set_wire_to_next(pc.int8_to_next ? "int8" : spec.parallel().wire_dtype() == "auto" ? "f32"
+                                                                                                     : spec.parallel().wire_dtype());
       }
     }
   }
@@ -137,6 +139,10 @@ absl::StatusOr<GridPlacement> PlaceGrid(const shardline::v1::JobSpec& job_spec, 
         }
         a.set_gather_from_previous(s > 0 && split_edge(s - 1, r));
         a.set_scatter_to_next(s + 1 < p && split_edge(s, r));
+        // Both ends of a hop agree: activations one way, gradients back.
+        const auto position = [&](int stage) { return static_cast<size_t>((r * p + stage) * t + k); };
+        a.set_int8_to_next(s + 1 < p && cost.positions[position(s)].int8_to_next);
+        a.set_int8_to_previous(s > 0 && cost.positions[position(s - 1)].int8_to_next);
         // Every position of the stage holds the same (global) snapshot.
         for (int q = 0; q < d && first_step > 1; ++q) {
           for (int j = 0; j < t; ++j) {

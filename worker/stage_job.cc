@@ -89,8 +89,11 @@ absl::Status RunStageJob(const shardline::v1::Assignment& a, const std::string& 
   }
   absl::StatusOr<runtime::ScheduleKind> schedule = runtime::ParseScheduleKind(spec.parallel().schedule());
   if (status.ok()) status = schedule.status();
-  absl::StatusOr<common::DType> wire =
-      common::ParseDType(spec.parallel().wire_dtype().empty() ? "f32" : spec.parallel().wire_dtype());
+  // "int8" and "auto": f32 off the device, 8-bit blocks on the links the
+  // assignment names (the link encodes them).
+  const std::string& wire_dtype = spec.parallel().wire_dtype();
+  absl::StatusOr<common::DType> wire = common::ParseDType(
+      wire_dtype.empty() || wire_dtype == "int8" || wire_dtype == "auto" ? "f32" : wire_dtype);
   if (status.ok()) status = wire.status();
   if (status.ok()) {
     const auto config = nn::ModelConfig::FromSpec(spec.model());

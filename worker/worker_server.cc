@@ -355,12 +355,20 @@ void WorkerServer::RunJob(shardline::v1::Assignment a) {
   options.exchange.max_waiting = std::max<size_t>(8, static_cast<size_t>(a.stages()));
   options.exchange.limits = StageLinkFrameLimits(a);
   options.exchange.link_token = a.link_token();
+  options.to_next = a.int8_to_next() ? transport::WireCodec::kInt8Blocks : transport::WireCodec::kAsIs;
+  options.to_previous = a.int8_to_previous() ? transport::WireCodec::kInt8Blocks : transport::WireCodec::kAsIs;
   options.staging_slot_bytes = runtime::LargestLinkTensorBytes(a.spec());
   options.staging_memory = transport::HostStagingMemory(*backend_);
   // Where device copies finish later (CUDA), a stage's sender holds a few
   // outgoing tensors before the link does.
   if (backend_->host_staging_pinned()) options.extra_send_slots = runtime::StageSender::kDefaultMaxQueued;
   options.staging_budget_bytes = options_.link_staging_bytes;
+  if (a.int8_to_next() || a.int8_to_previous()) {
+    LOG(INFO) << "job " << a.job_id() << " stage " << a.stage() << ": 8-bit blocks on the link"
+              << (a.int8_to_next() && a.int8_to_previous() ? "s to both neighbours"
+                  : a.int8_to_next()                       ? " to the next stage"
+                                                           : " to the previous stage");
+  }
   absl::StatusOr<std::unique_ptr<transport::GrpcStageLink>> link = transport::GrpcStageLink::Create(options);
   absl::Status status = link.status();
   // Its data-parallel and tensor-parallel groups, over the same service.

@@ -1,17 +1,22 @@
 # CPU caps for testbed workers (`cpu=F` in a topology): a cgroup per capped
-# worker with a CFS quota of F CPUs per 10 ms period, so a worker computes
+# worker with a CFS quota of F CPUs per short period, so a worker computes
 # at a fixed share of the machine whatever the others do: a slower machine
 # on this one. For testbed.sh to source.
 #
 #   cpu_cap_base        prints the cgroup directory to make groups under, or
 #                       fails saying why (cgroup v1's cpu controller, or v2's
 #                       root with cpu enabled for its children)
-#   cpu_cap_make DIR F  makes group DIR with F CPUs (quota F × 10 ms per 10 ms)
+#   cpu_cap_make DIR F  makes group DIR with F CPUs (a quota of F periods per
+#                       period: 1 ms of CPU per 5 ms for F = 0.2)
 #   cpu_cap_exec DIR CMD...  becomes CMD inside group DIR (an exec: call it
 #                       in a subshell, e.g. in the background)
 #   cpu_cap_remove DIR  removes the group (its processes gone)
 
-cpu_cap_period_us=10000
+# Periods as short as the kernel allows (a quota is at least 1 ms): a
+# worker idle between passes must not spend a long period's quota at full
+# speed (with 10 ms periods a 0.2 CPU worker ran a light stage's short
+# passes at a whole core's speed). 1 ms, or 1 ms / F below one CPU.
+cpu_cap_period_us() { awk -v c="$1" 'BEGIN { p = 1000 / c; if (p < 1000) p = 1000; printf "%d", p + 0.5 }'; }
 
 cpu_cap_base() {
   if [[ -w /sys/fs/cgroup/cgroup.subtree_control ]] && grep -qw cpu /sys/fs/cgroup/cgroup.subtree_control; then
@@ -25,13 +30,14 @@ cpu_cap_base() {
 }
 
 cpu_cap_make() {
-  local dir=$1 share=$2 quota
-  quota=$(awk -v c="$share" -v p="$cpu_cap_period_us" 'BEGIN { printf "%d", c * p }')
+  local dir=$1 share=$2 period quota
+  period=$(cpu_cap_period_us "$share")
+  quota=$(awk -v c="$share" -v p="$period" 'BEGIN { printf "%d", c * p + 0.5 }')
   mkdir "$dir" || return 1
   if [[ -e $dir/cpu.max ]]; then
-    echo "$quota $cpu_cap_period_us" >"$dir/cpu.max"
+    echo "$quota $period" >"$dir/cpu.max"
   else
-    echo "$cpu_cap_period_us" >"$dir/cpu.cfs_period_us" && echo "$quota" >"$dir/cpu.cfs_quota_us"
+    echo "$period" >"$dir/cpu.cfs_period_us" && echo "$quota" >"$dir/cpu.cfs_quota_us"
   fi
 }
 

@@ -156,6 +156,33 @@ TEST(EndToEndTensorParallelTest, ASplitLocalClusterReachesTheTrainersAccuracyOnA
       << "the exported weights are whole, in the global layout";
 }
 
+// The default example (3 stages over gRPC) with parallel.wire_dtype
+// "int8": every activation and gradient crosses as 8-bit blocks (each
+// worker says so), and the held-out exact match still reaches 99%.
+TEST(EndToEndInt8Test, AnInt8LinkedLocalClusterStillLearnsAddition) {
+  const std::string dir = TempDir("addition-int8");
+  auto spec = common::LoadJobSpec(std::string(SHARDLINE_SOURCE_DIR) + "/examples/addition.json");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  spec->mutable_parallel()->set_wire_dtype("int8");
+  std::ofstream(dir + "/spec.json") << common::JobSpecToJson(*spec);
+  ASSERT_EQ(RunToEnd({kBin + "/shardline-local", dir + "/spec.json", "--out=" + dir + "/int8.safetensors", "--keep_logs"},
+                     dir + "/local.log", 600),
+            "exited with status 0")
+      << common::ReadFile(dir + "/local.log").value_or("");
+  const std::string log = common::ReadFile(dir + "/local.log").value_or("");
+  const size_t kept = log.rfind("logs kept in ");
+  ASSERT_NE(kept, std::string::npos) << log;
+  const std::string logs = log.substr(kept + 13, log.find('\n', kept) - kept - 13);
+  int saying = 0;
+  for (int w = 0; w < 3; ++w) {
+    const std::string worker = common::ReadFile(absl::StrCat(logs, "/worker-", w, ".log")).value_or("");
+    if (worker.find("8-bit blocks on the link") != std::string::npos) ++saying;
+  }
+  EXPECT_EQ(saying, 3) << "every stage's links carry 8-bit blocks (logs in " << logs << ")";
+  std::filesystem::remove_all(logs);
+  EXPECT_GE(HeldOutAccuracy(dir + "/local.log"), 99.0) << log;
+}
+
 // Kills the worker of the last stage of the last replica of a `stages` ×
 // `replicas` grid mid-run, with no standby: within the deadlines the job
 // stops, naming it (no hang, no failure), and a lease later runs again on

@@ -123,6 +123,17 @@ TEST(JobSpecTest, StageLinkLayoutIsAutoByDefaultAndOneOfThree) {
   ExpectInvalid(json, "parallel.stage_link_layout");
 }
 
+TEST(JobSpecTest, WireDtypeIsOneOfFive) {
+  for (const char* wire : {"f32", "bf16", "f16", "int8", "auto"}) {
+    std::string json = kValid;
+    json.insert(json.rfind('}'), absl::StrCat(R"(, "parallel": {"wire_dtype": ")", wire, R"("})"));
+    EXPECT_TRUE(ParseJobSpec(json).ok()) << wire;
+  }
+  std::string json = kValid;
+  json.insert(json.rfind('}'), R"(, "parallel": {"wire_dtype": "int4"})");
+  ExpectInvalid(json, "parallel.wire_dtype");
+}
+
 TEST(JobSpecTest, PlacementIsPlannedByDefaultOrInOrder) {
   EXPECT_EQ(ParseJobSpec(kValid)->parallel().placement(), "planned");
   std::string json = kValid;

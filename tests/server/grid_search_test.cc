@@ -1,6 +1,7 @@
 // The placement search on synthetic clusters: workers with made-up rates,
 // memory and addresses, links from a lookup the test writes.
 #include "server/grid_search.h"
+#include "server/grid_placement.h"
 
 #include <set>
 #include <string>
@@ -148,6 +149,39 @@ TEST(GridSearchTest, TheCriticalPathNamesTheSlowestReplicaOfAStage) {
   auto cost = EstimateGrid(spec, {Worker("w0"), Worker("w1"), Worker("w2"), Worker("w3", 3e10)}, LinksFrom(nullptr));
   ASSERT_TRUE(cost.ok()) << cost.status();
   EXPECT_TRUE(absl::StartsWith(cost->critical_path, "compute of stage 1 on w3 ")) << cost->critical_path;
+}
+
+// parallel.wire_dtype "auto" sends the hop that would hold the pipeline up
+// in 8-bit blocks and the fast one in f32 (both ends told alike); "int8"
+// every hop. The prediction counts the smaller bytes.
+TEST(GridSearchTest, AutoWireSendsOnlyTheSlowHopInEightBitBlocks) {
+  auto spec = Spec(3, 1, 1);
+  spec.mutable_parallel()->set_placement("in_order");
+  const std::vector<WorkerRecord> idle = {Worker("a1"), Worker("a2"), Worker("b1")};
+  const LinkLookup links = Racks(10e9, 1e6);
+  auto f32 = EstimateGrid(spec, idle, links);
+  spec.mutable_parallel()->set_wire_dtype("auto");
+  auto placed = PlaceGrid(spec, "job-1", 1, 3, idle, {}, {}, links);
+  ASSERT_TRUE(f32.ok() && placed.ok()) << placed.status();
+  ASSERT_EQ(placed->workers, (std::vector<std::string>{"id-a1", "id-a2", "id-b1"}));
+  const auto& a = placed->assignments;
+  EXPECT_FALSE(a[0].int8_to_next()) << "a1 → a2 is fast";
+  EXPECT_FALSE(a[1].int8_to_previous());
+  EXPECT_TRUE(a[1].int8_to_next()) << "a2 → b1 crosses the slow link";
+  EXPECT_TRUE(a[2].int8_to_previous());
+  EXPECT_FALSE(a[0].int8_to_previous());
+  EXPECT_FALSE(a[2].int8_to_next());
+  auto preview = PreviewGrid(spec, idle, links);
+  ASSERT_TRUE(preview.ok());
+  EXPECT_EQ(preview->stages(0).wire_to_next(), "f32");
+  EXPECT_EQ(preview->stages(1).wire_to_next(), "int8");
+  EXPECT_EQ(preview->stages(2).wire_to_next(), "");
+  EXPECT_LT(preview->stages(1).hop_seconds(), 0.3 * f32->positions[1].hop_seconds);
+  EXPECT_LT(preview->predicted_step_seconds(), 0.5 * f32->step_seconds);
+  spec.mutable_parallel()->set_wire_dtype("int8");
+  auto every = PlaceGrid(spec, "job-1", 1, 3, idle, {}, {}, links);
+  ASSERT_TRUE(every.ok());
+  EXPECT_TRUE(every->assignments[0].int8_to_next() && every->assignments[1].int8_to_previous());
 }
 
 // A restart keeps the workers that hold its state where they were.

@@ -13,7 +13,7 @@ constexpr uint32_t kMaxCredit = 1u << 24;
 absl::Status ExchangeStream::Send(std::shared_ptr<const StageMessage> message) {
   const size_t bytes = message->values.size() * sizeof(float);
   // Encoding only builds headers; the frames alias the message's values.
-  std::vector<grpc::ByteBuffer> frames = EncodeStageMessage(std::move(message), options_.chunk_bytes);
+  std::vector<grpc::ByteBuffer> frames = EncodeStageMessage(std::move(message), options_.chunk_bytes, options_.codec);
   Write start;
   {
     absl::MutexLock lock(&mu_);

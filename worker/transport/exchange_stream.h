@@ -43,6 +43,7 @@ struct ExchangeOptions {
   std::shared_ptr<StagingPool> receive_pool;   // where received tensors go when it has room
   FrameLimits limits;                          // the largest tensor (and targets) the peer may send
   std::string link_token;                      // the job's secret: hellos carry it (Assignment.link_token)
+  WireCodec codec = WireCodec::kAsIs;          // how f32 activations and gradients are sent
   // The side that dials protects its channel with these (null: plaintext).
   std::shared_ptr<grpc::ChannelCredentials> channel_credentials;
 };

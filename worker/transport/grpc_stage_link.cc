@@ -68,11 +68,13 @@ absl::StatusOr<std::unique_ptr<GrpcStageLink>> GrpcStageLink::Create(
   if (has_next) {
     ExchangeOptions exchange = options.exchange;
     exchange.receive_pool = link->receive_next_;
+    exchange.codec = options.to_next;
     link->downstream_ = options.service->Expect(options.job_id, options.plan_epoch, options.stage, exchange);
   }
   if (has_previous) {
     ExchangeOptions exchange = options.exchange;
     exchange.receive_pool = link->receive_previous_;
+    exchange.codec = options.to_previous;
     link->upstream_stream_ = std::make_shared<ExchangeStream>(exchange);
     shardline::v1::StageHello hello;
     hello.set_job_id(options.job_id);

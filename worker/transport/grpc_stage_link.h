@@ -32,6 +32,10 @@ struct GrpcStageLinkOptions {
   std::string upstream_address;          // the previous stage's worker (stage > 0)
   StageLinkService* service = nullptr;   // this worker's service (stage < stages − 1)
   ExchangeOptions exchange;               // timeout, chunk size, flow control
+  // How activations go to the next stage and gradients to the previous
+  // one (exchange.codec is ignored).
+  WireCodec to_next = WireCodec::kAsIs;
+  WireCodec to_previous = WireCodec::kAsIs;
   // Staging slots for the tensors this link moves, allocated at Create:
   // per neighbour, max_waiting + 2 + extra_send_slots for sending and
   // max_waiting + 3 for receiving, fewer (at least one per pool) when that would exceed
