@@ -17,7 +17,10 @@
 # predicted step time, the critical path, the layout, each hop's wire; and
 # the ratios to in_order.
 #
-#   bench/bench_heterogeneous.sh [--bin DIR] [--steps N] [--json FILE] [--work DIR]
+#   bench/bench_heterogeneous.sh [--bin DIR] [--steps N] [--uplink RATE] [--json FILE] [--work DIR]
+#
+# --uplink sets the uplink's rate (default 50mbit: 20× slower than the
+# racks; 10mbit makes the hops across it what paces the planner's layout).
 #
 # Root, ip netns, tc tbf and a cgroup cpu controller (testbed.sh; exit 77
 # with the reason where they are missing). About 3 minutes.
@@ -28,24 +31,27 @@ bin_dir=$source_dir/build/bin
 steps=30
 json=""
 work=""
+uplink=50mbit
 while [[ $# -gt 0 ]]; do
   case $1 in
     --bin) bin_dir=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
     --json) json=$2; shift 2 ;;
     --work) work=$2; shift 2 ;;
-    *) echo "usage: $0 [--bin DIR] [--steps N] [--json FILE] [--work DIR]" >&2; exit 2 ;;
+    --uplink) uplink=$2; shift 2 ;;
+    *) echo "usage: $0 [--bin DIR] [--steps N] [--uplink RATE] [--json FILE] [--work DIR]" >&2; exit 2 ;;
   esac
 done
 [[ $steps =~ ^[0-9]+$ && $steps -ge 10 && $steps -le 10000 ]] || { echo "bench_heterogeneous: --steps must be 10 to 10000" >&2; exit 2; }
 [[ -n $work ]] || work=$(mktemp -d /tmp/bench_heterogeneous.XXXXXX)
 mkdir -p "$work"
 
-cat >"$work/skewed.topology" <<'TOPO'
-# Two racks at 1 Gbit/s, an uplink 20x slower, b2 at half the CPU.
+[[ $uplink =~ ^[0-9]+(kbit|mbit|gbit)$ ]] || { echo "bench_heterogeneous: --uplink must be a tc rate (50mbit)" >&2; exit 2; }
+cat >"$work/skewed.topology" <<TOPO
+# Two racks at 1 Gbit/s, an uplink at $uplink, b2 at half the CPU.
 rack a 1gbit
 rack b 1gbit
-uplink a b 50mbit
+uplink a b $uplink
 coordinator a
 worker a1 a threads=1 cpu=0.4
 worker a2 a threads=1 cpu=0.4

@@ -155,9 +155,9 @@ std::string ExplainPlan(const shardline::v1::PlanResponse& plan) {
              "a micro-batch's activation (or gradient) to the next stage over the measured link, in WIRE's format;\n"
              "ALL-REDUCE is the data-parallel sum of the stage's gradients once a step.\n"
              "slot: %.3f ms (the slowest stage or hop per micro-batch); pipeline bubble %.0f%%; fill and drain "
-             "%.3f ms (each hop forward and back); optimizer %s\n"
-             "predicted step: %.4f s = (micro-batches + stages - 1) x slot + fill and drain + optimizer + the "
-             "slowest all-reduce\n"
+             "%.3f ms (one micro-batch through every stage and hop and back); optimizer %s\n"
+             "predicted step: %.4f s = (micro-batches - 1) x slot + fill and drain + optimizer + the slowest "
+             "all-reduce\n"
              "critical path: %s\n",
              plan.slot_seconds() * 1e3, 100 * plan.bubble_fraction(), plan.fill_seconds() * 1e3,
              plan.optimizer_seconds() > 0 ? absl::StrFormat("%.3f ms", plan.optimizer_seconds() * 1e3)

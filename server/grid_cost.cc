@@ -162,17 +162,23 @@ absl::StatusOr<GridCost> EstimateGrid(const shardline::v1::JobSpec& spec, const 
       reducing = static_cast<int>(i);
     }
   }
-  // The first micro-batch's activation crosses every hop before the last
-  // stage can start, and the last gradient every hop back after it ends.
-  for (int s = 0; s + 1 < p; ++s) {
-    double hop = 0;
+  // The fill and drain: one micro-batch's passes through every stage and
+  // its activation and gradient over every hop (the slowest replica's),
+  // before and after which the other m − 1 follow one slot apart.
+  for (int s = 0; s < p; ++s) {
+    double stage = 0, hop = 0;
     for (int r = 0; r < d; ++r) {
-      for (int k = 0; k < t; ++k) hop = std::max(hop, cost.positions[static_cast<size_t>((r * p + s) * t + k)].hop_seconds);
+      for (int k = 0; k < t; ++k) {
+        const PositionCost& pc = cost.positions[static_cast<size_t>((r * p + s) * t + k)];
+        stage = std::max(stage, pc.compute_seconds + pc.tensor_seconds);
+        hop = std::max(hop, pc.hop_seconds);
+      }
     }
-    cost.fill_seconds += 2 * hop;
+    cost.fill_seconds += stage + 2 * hop;
   }
-  cost.step_seconds = (m + p - 1) * slot + cost.fill_seconds + cost.reduce_seconds + cost.optimizer_seconds;
-  if (reducing >= 0 && cost.reduce_seconds > (m + p - 1) * slot) {
+  const double pipeline = (m - 1) * slot + cost.fill_seconds;
+  cost.step_seconds = pipeline + cost.reduce_seconds + cost.optimizer_seconds;
+  if (reducing >= 0 && cost.reduce_seconds > pipeline) {
     cost.critical_path = absl::StrFormat("the data-parallel all-reduce of stage %d (%.3f ms a step, on %s's ring)",
                                          (reducing / t) % p, 1e3 * cost.reduce_seconds, grid[reducing].name);
   }

@@ -8,10 +8,10 @@
 //           micro-batch (the cut is PlanPipeline's, on those costs), and
 //           each pipeline hop's activation (forward) or gradient (backward)
 //           per micro-batch over its link, plus the link's round trip;
-//   fill  = each hop once forward and once back (the first micro-batch's
-//           activation before the last stage starts, the last gradient
-//           after it ends), the slowest replica's;
-//   step  = (m + p − 1) · slot  +  fill  +  the slowest optimizer step (its
+//   fill  = one micro-batch through the pipeline and back: every stage's
+//           passes and every hop's activation and gradient (the slowest
+//           replica's); the other m − 1 follow one slot apart;
+//   step  = (m − 1) · slot  +  fill  +  the slowest optimizer step (its
 //           parameters at the rate its worker's reports showed, where any
 //           worker has one: WorkerRecord::planning_optimizer_rate)  +  the
 //           slowest stage's data-parallel
@@ -79,7 +79,7 @@ struct GridCost {
   PipelinePlan plan;                    // the cut
   std::vector<PositionCost> positions;  // by position
   double slot_seconds = 0;
-  double fill_seconds = 0;    // the hops of the pipeline's fill and drain
+  double fill_seconds = 0;    // one micro-batch through every stage and hop, forward and back
   double reduce_seconds = 0;  // the slowest stage's all-reduce
   double optimizer_seconds = 0;  // the slowest position's optimizer step
   double step_seconds = 0;

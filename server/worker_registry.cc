@@ -194,7 +194,10 @@ std::vector<WorkerRecord> WorkerRegistry::List() {
     if (achieved && std::fabs(w.achieved_flops / w.planning_flops - 1) > kRateDisagreement) {
       w.planning_flops = w.achieved_flops;  // its reports disagree with its probe
     }
-    w.predicting_flops = achieved ? w.achieved_flops : w.planning_flops;
+    // Never faster than its probe: a worker idle between short passes may
+    // run them in bursts above its sustained rate (a CPU quota's slack), and
+    // a light stage's figure would flatter it on a heavier one.
+    w.predicting_flops = achieved ? std::min(w.achieved_flops, w.capabilities.gemm_flops()) : w.planning_flops;
     w.planning_optimizer_rate = w.optimizer_reports >= kMinAchievedReports ? w.optimizer_rate : optimizer_rate;
   }
   return out;

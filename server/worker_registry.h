@@ -52,8 +52,9 @@ struct WorkerRecord {
   // rate disagrees with that by more than kRateDisagreement, its achieved
   // rate: its reports say it is slower (or faster) than its probe said.
   double planning_flops = 0;
-  // Its achieved rate once kMinAchievedReports made it, else planning_flops:
-  // what the prediction of a step counts (the cut uses planning_flops).
+  // Its achieved rate once kMinAchievedReports made it (at most its GEMM
+  // rate), else planning_flops: what the prediction of a step counts (the
+  // cut uses planning_flops).
   double predicting_flops = 0;
   // Its optimizer rate once kMinAchievedReports made it, else the median of
   // the live workers' that have one; 0 with none (not counted).

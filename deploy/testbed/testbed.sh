@@ -96,9 +96,18 @@ for i in "${!rack_names[@]}"; do
   ip netns exec "$switch" ip link add "br$i" type bridge
   ip netns exec "$switch" ip link set "br$i" up
 done
-# A 4 MB bucket (as bench/capped_veth.sh): the kernel's largest segments
-# pass at tens of Gbit/s, and it is small against the megabytes of a step.
-cap() { ip netns exec "$1" tc qdisc add dev "$2" root tbf rate "$3" burst 4mb latency 50ms; }
+# A bucket of 2 ms at the rate, at least 128 KiB (two of the kernel's
+# largest segments): small against what a step moves even on a slow link,
+# so the link holds its rate instead of passing a step's bursts at line
+# speed (a fixed 4 MB bucket let a 10 Mbit/s link carry several seconds'
+# worth at once).
+burst_of() {
+  awk -v r="$1" 'BEGIN {
+    n = r + 0; unit = substr(r, length(n "") + 1)
+    m = unit == "gbit" ? 1e9 : unit == "mbit" ? 1e6 : unit == "kbit" ? 1e3 : 1
+    b = n * m / 8 * 0.002; if (b < 131072) b = 131072; printf "%d", b }'
+}
+cap() { ip netns exec "$1" tc qdisc add dev "$2" root tbf rate "$3" burst "$(burst_of "$3")" latency 50ms; }
 for i in "${!uplink_a[@]}"; do
   ip netns exec "$switch" ip link add "up${i}a" type veth peer name "up${i}b"
   ip netns exec "$switch" ip link set "up${i}a" master "br${uplink_a[$i]}" up
