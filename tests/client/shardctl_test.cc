@@ -121,7 +121,13 @@ TEST_F(ShardctlTest, PlanShowsTheCutAndPredictedStepWithoutRunningIt) {
   // The prediction's parts: every position's compute (and, before the
   // last stage, its hop), the slot and what sets the pace.
   EXPECT_GT(plan.slot_seconds(), 0);
-  EXPECT_NEAR(plan.predicted_step_seconds(), 5 * plan.slot_seconds(), 1e-12) << "(m + p − 1) · slot, no all-reduce";
+  // One micro-batch through both stages and the hop and back, then the
+  // other m − 1 = 3 a slot apart; no all-reduce.
+  const double fill = plan.stages(0).compute_seconds() + plan.stages(1).compute_seconds() +
+                      2 * plan.stages(0).hop_seconds();
+  EXPECT_NEAR(plan.fill_seconds(), fill, 1e-12);
+  EXPECT_NEAR(plan.predicted_step_seconds(), 3 * plan.slot_seconds() + fill + plan.optimizer_seconds(), 1e-12)
+      << "(m − 1) · slot + fill + optimizer, no all-reduce";
   EXPECT_FALSE(plan.critical_path().empty());
   for (const auto& s : plan.stages()) {
     EXPECT_GT(s.compute_seconds(), 0) << s.stage();
@@ -134,7 +140,7 @@ TEST_F(ShardctlTest, PlanShowsTheCutAndPredictedStepWithoutRunningIt) {
   ASSERT_EQ(explain.size(), 9u) << explained.out;  // header, two positions, 3 of legend, slot, step, path
   EXPECT_EQ(std::vector<std::string>(absl::StrSplit(explain[0], ' ', absl::SkipEmpty())),
             (std::vector<std::string>{"STAGE", "REPLICA", "TENSOR", "WORKER", "UNITS", "COMPUTE", "MS", "TENSOR", "MS",
-                                      "HOP", "MS", "ALL-REDUCE", "MS/STEP", "MEMORY"}))
+                                      "HOP", "MS", "WIRE", "ALL-REDUCE", "MS/STEP", "MEMORY"}))
       << explain[0];
   EXPECT_TRUE(absl::StartsWith(explain[6], "slot: ")) << explain[6];
   EXPECT_EQ(explain[8], "critical path: " + plan.critical_path());
