@@ -60,16 +60,23 @@ absl::StatusOr<GridCost> EstimateGrid(const shardline::v1::JobSpec& spec, const 
   // Each stage as the planner sees it: the slowest and smallest of its d·t
   // workers, its t ranks as one worker t times as fast and large, its
   // tensor collectives at its groups' slowest link.
+  // A restart (a cut to keep) cuts on the probes: its workers hold the
+  // state of that cut, and a rate its reports moved (noise on a busy
+  // machine, or the layers it ran) must not move it; re-planning on a
+  // slowdown is a decision of its own.
+  auto cut_rate = [&](const WorkerRecord& w) {
+    return prefer_cut.empty() ? PlanningFlops(w) : w.capabilities.gemm_flops();
+  };
   std::vector<WorkerCapacity> capacities;
   for (int s = 0; s < p; ++s) {
     const WorkerRecord& first = at(s, 0, 0);
-    WorkerCapacity c{first.name, PlanningFlops(first), first.capabilities.memory_bytes(),
+    WorkerCapacity c{first.name, cut_rate(first), first.capabilities.memory_bytes(),
                      first.capabilities.gemm_flops_spread()};
     double slowest_group_link = std::numeric_limits<double>::infinity();
     for (int r = 0; r < d; ++r) {
       for (int k = 0; k < t; ++k) {
         const auto& caps = at(s, r, k).capabilities;
-        c.flops_per_second = std::min(c.flops_per_second, PlanningFlops(at(s, r, k)));
+        c.flops_per_second = std::min(c.flops_per_second, cut_rate(at(s, r, k)));
         c.memory_bytes = std::min(c.memory_bytes, caps.memory_bytes());
         c.flops_spread = std::max(c.flops_spread, caps.gemm_flops_spread());
         for (int j = 0; j < t; ++j) {

@@ -184,6 +184,23 @@ TEST(GridSearchTest, AutoWireSendsOnlyTheSlowHopInEightBitBlocks) {
   EXPECT_TRUE(every->assignments[0].int8_to_next() && every->assignments[1].int8_to_previous());
 }
 
+// Reports that say a worker is slower than its probe move a fresh plan's
+// cut, not a restart's: its workers hold the state of the cut they had.
+TEST(GridSearchTest, AchievedRatesMoveAFreshCutButNotARestartsCut) {
+  const auto spec = Spec(2, 1, 1, 12);
+  WorkerRecord slow = Worker("w1");
+  slow.planning_flops = 0.5e11;  // its reports disagreed with its probe
+  const std::vector<WorkerRecord> grid = {Worker("w0"), slow};
+  auto even = EstimateGrid(spec, {Worker("w0"), Worker("w1")}, LinksFrom(nullptr));
+  auto fresh = EstimateGrid(spec, grid, LinksFrom(nullptr));
+  ASSERT_TRUE(even.ok() && fresh.ok());
+  const int split = even->plan.stages[1].unit_begin;
+  EXPECT_GT(fresh->plan.stages[1].unit_begin, split) << "the slower w1 gets fewer units";
+  auto restart = EstimateGrid(spec, grid, LinksFrom(nullptr), {0, split});
+  ASSERT_TRUE(restart.ok());
+  EXPECT_EQ(restart->plan.stages[1].unit_begin, split) << "the restart keeps its cut";
+}
+
 // A restart keeps the workers that hold its state where they were.
 TEST(GridSearchTest, ARestartKeepsItsWorkersInPlace) {
   const auto spec = Spec(1, 2, 2);
