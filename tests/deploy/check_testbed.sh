@@ -35,20 +35,21 @@ left_nothing() {
   [[ -z $(stray_links) ]] || { echo "FAIL ($1): links left in the host namespace: $(stray_links)"; exit 1; }
 }
 
-# --- A bad topology: refused with the line, nothing made.
-printf 'rack a 1gbit\nrack b 1gbit\nrack c 1gbit\nuplink a b 1gbit\nuplink b c 1gbit\nuplink c a 1gbit\ncoordinator a\nworker w a\n' >"$work/cycle.topology"
-status=0
-bash "$testbed" --bin "$bin_dir" --work "$work/bad" "$work/cycle.topology" -- true 2>"$work/bad.err" || status=$?
-[[ $status -eq 2 ]] && grep -q "cycle.topology:6: uplink c-a closes a cycle" "$work/bad.err" \
-  || { echo "FAIL: a cycle of racks gave status $status: $(cat "$work/bad.err")"; exit 1; }
-left_nothing "bad topology"
+# --- A bad topology: refused with the line (exit 2), nothing made.
+# refused NAME CONTENTS MESSAGE: the topology file NAME holding CONTENTS is
+# refused with MESSAGE.
+refused() {
+  printf '%b' "$2" >"$work/$1"
+  local status=0
+  bash "$testbed" --bin "$bin_dir" --work "$work/bad" "$work/$1" -- true 2>"$work/bad.err" || status=$?
+  [[ $status -eq 2 ]] && grep -q "$1:$3" "$work/bad.err" \
+    || { echo "FAIL: $1 gave status $status: $(cat "$work/bad.err")"; exit 1; }
+  left_nothing "$1"
+}
+refused cycle.topology 'rack a 1gbit\nrack b 1gbit\nrack c 1gbit\nuplink a b 1gbit\nuplink b c 1gbit\nuplink c a 1gbit\ncoordinator a\nworker w a\n' \
+  "6: uplink c-a closes a cycle"
 echo "ok: a cycle of racks is refused, naming the line"
-printf 'rack a 1gbit\ncoordinator a\nworker w a cpu=0\n' >"$work/cpu.topology"
-status=0
-bash "$testbed" --bin "$bin_dir" --work "$work/bad" "$work/cpu.topology" -- true 2>"$work/bad.err" || status=$?
-[[ $status -eq 2 ]] && grep -q "cpu.topology:3: cpu must be a share of CPUs from 0.01" "$work/bad.err" \
-  || { echo "FAIL: cpu=0 gave status $status: $(cat "$work/bad.err")"; exit 1; }
-left_nothing "bad cpu"
+refused cpu.topology 'rack a 1gbit\ncoordinator a\nworker w a cpu=0\n' "3: cpu must be a share of CPUs from 0.01"
 echo "ok: cpu=0 is refused, naming the line"
 
 # --- A job across two racks.
