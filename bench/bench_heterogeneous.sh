@@ -12,7 +12,9 @@
 # the GEMM probes alone), whose reports give the coordinator each worker's
 # achieved rate; then the two measured jobs; last, the planner's layout
 # again with parallel.wire_dtype "auto" (8-bit blocks on the hops the plan
-# finds slow: here the ones across the uplink). For each: tokens/s between
+# finds slow: here the ones across the uplink), and the naive layout with
+# "auto" (its all-reduces cross the uplink: 8-bit blocks with error
+# feedback where the plan finds them slow). For each: tokens/s between
 # two steps (wall time, the first steps left out), the measured and the
 # predicted step time, the critical path, the layout, each hop's wire; and
 # the ratios to in_order.
@@ -23,7 +25,7 @@
 # racks; 10mbit makes the hops across it what paces the planner's layout).
 #
 # Root, ip netns, tc tbf and a cgroup cpu controller (testbed.sh; exit 77
-# with the reason where they are missing). About 3 minutes.
+# with the reason where they are missing). About 4 minutes.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 source_dir=$(cd "$here/.." && pwd)
@@ -67,7 +69,8 @@ spec["train"].update({"steps": steps, "global_batch": 128, "micro_batches": 8, "
 spec["train"]["optimizer"]["warmup_steps"] = 5
 spec["checkpoint"] = {"every_steps": 0}
 for mode, placement, wire in (("first", "planned", "f32"), ("planned", "planned", "f32"),
-                              ("in_order", "in_order", "f32"), ("planned_auto", "planned", "auto")):
+                              ("in_order", "in_order", "f32"), ("planned_auto", "planned", "auto"),
+                              ("in_order_auto", "in_order", "auto")):
     spec["name"] = "skewed-" + mode
     spec["parallel"] = {"pipeline_stages": 2, "data_parallel": 2, "schedule": "1f1b", "wire_dtype": wire,
                         "placement": placement}
@@ -76,5 +79,5 @@ for mode, placement, wire in (("first", "planned", "f32"), ("planned", "planned"
 PY
 rm -f "$work/rows.jsonl"
 bash "$source_dir/deploy/testbed/testbed.sh" --bin "$bin_dir" --work "$work/bed" --deadline 1200 "$work/skewed.topology" -- \
-  python3 "$here/heterogeneous_run.py" "$work" first planned in_order planned_auto
+  python3 "$here/heterogeneous_run.py" "$work" first planned in_order planned_auto in_order_auto
 python3 "$here/heterogeneous_run.py" --report "$work" "${json:-$work/bench_heterogeneous.json}"

@@ -76,9 +76,11 @@ def train(work, mode):
                                           int(field(s, "unit_begin", 0)), int(field(s, "unit_end", 0)) - 1)
               for s in status["stages"]]
     wires = sorted({field(s, "wire_to_next", "") for s in plan.get("stages", [])} - {""})
+    reduce_wires = sorted({field(s, "wire_reduce", "") for s in plan.get("stages", [])} - {""})
     predicted = float(field(status, "predicted_step_seconds", 0))
     spans = breakdown(os.path.join(work, mode + ".trace.json"))
-    return {"mode": mode, "wire_dtype": spec["parallel"]["wire_dtype"], "hop_wires": wires, "steps": total,
+    return {"mode": mode, "wire_dtype": spec["parallel"]["wire_dtype"], "hop_wires": wires,
+            "reduce_wires": reduce_wires, "steps": total,
             "timed_steps": last[1] - first[1], "tokens_per_step": tokens_per_step,
             "step_s": round(step_s, 4), "tokens_per_s": round(tokens_per_step / step_s, 1),
             "predicted_step_s": round(predicted, 4),
@@ -125,6 +127,9 @@ def report(work, out):
     for mode in ("planned", "planned_auto"):
         if mode in by_mode and "in_order" in by_mode:
             ratios[mode + "_vs_in_order"] = round(by_mode[mode]["tokens_per_s"] / by_mode["in_order"]["tokens_per_s"], 3)
+    if "in_order" in by_mode and "in_order_auto" in by_mode:
+        ratios["in_order_auto_vs_in_order"] = round(
+            by_mode["in_order_auto"]["tokens_per_s"] / by_mode["in_order"]["tokens_per_s"], 3)
     if "planned" in by_mode and "planned_auto" in by_mode:
         ratios["planned_auto_vs_planned"] = round(
             by_mode["planned_auto"]["tokens_per_s"] / by_mode["planned"]["tokens_per_s"], 3)
@@ -132,11 +137,11 @@ def report(work, out):
               "topology": open(os.path.join(work, "skewed.topology")).read(),
               "rows": rows, "ratios": ratios}
     json.dump(result, open(out, "w"), indent=1)
-    print("%-12s %-10s %10s %8s %12s %10s  %s" % ("mode", "wire", "tokens_s", "step_s", "predicted_s", "pred_err",
-                                                   "critical path"))
+    print("%-13s %-16s %10s %8s %12s %10s  %s" % ("mode", "wire:hops/reduce", "tokens_s", "step_s", "predicted_s",
+                                                   "pred_err", "critical path"))
     for r in rows:
-        wire = "%s:%s" % (r["wire_dtype"], ",".join(r.get("hop_wires", [])))
-        print("%-12s %-10s %10.0f %8.3f %12.3f %10s  %s" % (r["mode"], wire, r["tokens_per_s"], r["step_s"],
+        wire = "%s:%s/%s" % (r["wire_dtype"], ",".join(r.get("hop_wires", [])), ",".join(r.get("reduce_wires", [])))
+        print("%-13s %-16s %10.0f %8.3f %12.3f %10s  %s" % (r["mode"], wire, r["tokens_per_s"], r["step_s"],
                                                              r["predicted_step_s"], r["predicted_error"],
                                                              r["critical_path"]))
         print("           layout: " + "; ".join(r["layout"]))

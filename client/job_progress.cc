@@ -140,20 +140,21 @@ std::string PlanTable(const shardline::v1::PlanResponse& plan) {
 
 std::string ExplainPlan(const shardline::v1::PlanResponse& plan) {
   std::vector<std::vector<std::string>> rows = {{"STAGE", "REPLICA", "TENSOR", "WORKER", "UNITS", "COMPUTE MS",
-                                                 "TENSOR MS", "HOP MS", "WIRE", "ALL-REDUCE MS/STEP", "MEMORY"}};
+                                                 "TENSOR MS", "HOP MS", "WIRE", "ALL-REDUCE MS/STEP", "REDUCE WIRE",
+                                                 "MEMORY"}};
   auto ms = [](double seconds) { return seconds > 0 ? absl::StrFormat("%.3f", seconds * 1e3) : std::string("-"); };
   for (const auto& s : plan.stages()) {
     rows.push_back({absl::StrCat(s.stage()), absl::StrCat(s.replica()), absl::StrCat(s.tensor_rank()), s.worker(),
                     absl::StrCat("[", s.unit_begin(), ", ", s.unit_end(), ")"), ms(s.compute_seconds()),
                     ms(s.tensor_seconds()), ms(s.hop_seconds()), s.wire_to_next().empty() ? "-" : s.wire_to_next(),
-                    ms(s.reduce_seconds()),
+                    ms(s.reduce_seconds()), s.wire_reduce().empty() ? "-" : s.wire_reduce(),
                     absl::StrFormat("%.1f MiB", static_cast<double>(s.memory_bytes()) / (1 << 20))});
   }
   return Table(rows) +
          absl::StrFormat(
              "COMPUTE and TENSOR (its tensor group's collectives) are per micro-batch, forward and backward; HOP is\n"
              "a micro-batch's activation (or gradient) to the next stage over the measured link, in WIRE's format;\n"
-             "ALL-REDUCE is the data-parallel sum of the stage's gradients once a step.\n"
+             "ALL-REDUCE is the data-parallel sum of the stage's gradients once a step, in REDUCE WIRE's format.\n"
              "slot: %.3f ms (the slowest stage or hop per micro-batch); pipeline bubble %.0f%%; fill and drain "
              "%.3f ms (one micro-batch through every stage and hop and back); optimizer %s\n"
              "predicted step: %.4f s = (micro-batches - 1) x slot + fill and drain + optimizer + the slowest "

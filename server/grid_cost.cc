@@ -101,6 +101,7 @@ absl::StatusOr<GridCost> EstimateGrid(const shardline::v1::JobSpec& spec, const 
     return cost.plan.stages[s].flops_per_micro_batch / t / PredictingFlops(w);
   };
   cost.positions.resize(grid.size());
+  std::vector<double> int8_reduce_seconds(grid.size(), 0.0);  // each all-reduce over 8-bit blocks
   double slot = 0;
   const int optimizer_shards = spec.parallel().shard_optimizer() ? d : 1;
   for (int s = 0; s < p; ++s) {
@@ -157,18 +158,13 @@ absl::StatusOr<GridCost> EstimateGrid(const shardline::v1::JobSpec& spec, const 
             rtt = std::max(rtt, e.rtt_seconds);
           }
           pc.reduce_seconds = reduce_bytes / slowest + 2 * (d - 1) * rtt;
+          int8_reduce_seconds[static_cast<size_t>((r * p + s) * t + k)] =
+              reduce_bytes * kInt8BytesPerF32Byte / slowest + 2 * (d - 1) * rtt;
         }
       }
     }
   }
   cost.slot_seconds = slot;
-  int reducing = -1;
-  for (size_t i = 0; i < cost.positions.size(); ++i) {
-    if (cost.positions[i].reduce_seconds > cost.reduce_seconds) {
-      cost.reduce_seconds = cost.positions[i].reduce_seconds;
-      reducing = static_cast<int>(i);
-    }
-  }
   // The fill and drain: one micro-batch's passes through every stage and
   // its activation and gradient over every hop (the slowest replica's),
   // before and after which the other m − 1 follow one slot apart.
@@ -184,10 +180,24 @@ absl::StatusOr<GridCost> EstimateGrid(const shardline::v1::JobSpec& spec, const 
     cost.fill_seconds += stage + 2 * hop;
   }
   const double pipeline = (m - 1) * slot + cost.fill_seconds;
+  // 8-bit all-reduces: on every stage with replicas, or ("auto") where the
+  // f32 one takes a large share of the pipeline's time. A stage's ranks
+  // (s, ·, k) share one ring, so they decide alike.
+  int reducing = -1;
+  for (size_t i = 0; i < cost.positions.size(); ++i) {
+    PositionCost& pc = cost.positions[i];
+    pc.int8_reduce = d > 1 && (wire == "int8" || (wire == "auto" && pc.reduce_seconds > kInt8HopShare * pipeline));
+    if (pc.int8_reduce) pc.reduce_seconds = int8_reduce_seconds[i];
+    if (pc.reduce_seconds > cost.reduce_seconds) {
+      cost.reduce_seconds = pc.reduce_seconds;
+      reducing = static_cast<int>(i);
+    }
+  }
   cost.step_seconds = pipeline + cost.reduce_seconds + cost.optimizer_seconds;
   if (reducing >= 0 && cost.reduce_seconds > pipeline) {
-    cost.critical_path = absl::StrFormat("the data-parallel all-reduce of stage %d (%.3f ms a step, on %s's ring)",
-                                         (reducing / t) % p, 1e3 * cost.reduce_seconds, grid[reducing].name);
+    cost.critical_path = absl::StrFormat("the data-parallel all-reduce of stage %d (%.3f ms a step, on %s's ring%s)",
+                                         (reducing / t) % p, 1e3 * cost.reduce_seconds, grid[reducing].name,
+                                         cost.positions[reducing].int8_reduce ? ", 8-bit" : "");
   }
   return cost;
 }

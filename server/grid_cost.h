@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/int8_blocks.h"
 #include "server/link_table.h"
 #include "server/planner.h"
 #include "server/worker_registry.h"
@@ -44,7 +45,13 @@ inline constexpr double kAssumedNetworkBytesPerSecond = 1.25e9;  // 10 Gbit/s
 // parallel.wire_dtype "auto": a hop goes in 8-bit blocks where its f32
 // transfer per micro-batch takes more than this share of the slower end's
 // compute (it is, or will be when links are shared, what the stages wait on).
+// A stage's data-parallel all-reduce goes in 8-bit blocks (with error
+// feedback) where its f32 one takes more than this share of the
+// pipeline's time per step ((m − 1) slots and the fill).
 inline constexpr double kInt8HopShare = 0.25;
+// Bytes of 8-bit blocks per byte of f32 they replace (68 per 256).
+inline constexpr double kInt8BytesPerF32Byte =
+    static_cast<double>(common::kInt8BlockBytes) / (4 * common::kInt8BlockValues);
 
 struct LinkEstimate {
   double bytes_per_second = 0;
@@ -72,6 +79,7 @@ struct PositionCost {
   double reduce_seconds = 0;   // per step, its data-parallel all-reduce
   double optimizer_seconds = 0;  // per step, its optimizer step (0: no rate known)
   bool int8_to_next = false;     // its hop to the next stage in 8-bit blocks
+  bool int8_reduce = false;      // its data-parallel all-reduce in 8-bit blocks (error feedback)
   int64_t memory_bytes = 0;
 };
 

@@ -49,6 +49,7 @@ absl::StatusOr<shardline::v1::PlanResponse> PreviewGrid(const shardline::v1::Job
         st->set_optimizer_seconds(pc.optimizer_seconds);
         if (s + 1 < p) st->set_wire_to_next(pc.int8_to_next ? "int8" : spec.parallel().wire_dtype() == "auto" ? "f32"
                                                                                                      : spec.parallel().wire_dtype());
+        if (d > 1) st->set_wire_reduce(pc.int8_reduce ? "int8" : "f32");
       }
     }
   }
@@ -143,6 +144,7 @@ absl::StatusOr<GridPlacement> PlaceGrid(const shardline::v1::JobSpec& job_spec, 
         const auto position = [&](int stage) { return static_cast<size_t>((r * p + stage) * t + k); };
         a.set_int8_to_next(s + 1 < p && cost.positions[position(s)].int8_to_next);
         a.set_int8_to_previous(s > 0 && cost.positions[position(s - 1)].int8_to_next);
+        a.set_int8_reduce(cost.positions[position(s)].int8_reduce);
         // Every position of the stage holds the same (global) snapshot.
         for (int q = 0; q < d && first_step > 1; ++q) {
           for (int j = 0; j < t; ++j) {

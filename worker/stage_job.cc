@@ -121,6 +121,7 @@ absl::Status RunStageJob(const shardline::v1::Assignment& a, const std::string& 
     options.tensor_size = std::max(1, a.tensor_size());
     options.split_previous = a.gather_from_previous();
     options.split_next = a.scatter_to_next();
+    options.int8_reduce = a.int8_reduce();
     auto created = runtime::PipelineStage::Create(*runtime, data.get(), link, options, replicas, tensor_group);
     status = created.status();
     if (created.ok()) stage = std::move(*created);

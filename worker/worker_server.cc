@@ -369,6 +369,10 @@ void WorkerServer::RunJob(shardline::v1::Assignment a) {
                   : a.int8_to_next()                       ? " to the next stage"
                                                            : " to the previous stage");
   }
+  if (a.int8_reduce()) {
+    LOG(INFO) << "job " << a.job_id() << " stage " << a.stage() << " replica " << a.replica()
+              << ": the gradients' all-reduce over 8-bit blocks with error feedback";
+  }
   absl::StatusOr<std::unique_ptr<transport::GrpcStageLink>> link = transport::GrpcStageLink::Create(options);
   absl::Status status = link.status();
   // Its data-parallel and tensor-parallel groups, over the same service.

@@ -156,14 +156,17 @@ TEST(EndToEndTensorParallelTest, ASplitLocalClusterReachesTheTrainersAccuracyOnA
       << "the exported weights are whole, in the global layout";
 }
 
-// The default example (3 stages over gRPC) with parallel.wire_dtype
-// "int8": every activation and gradient crosses as 8-bit blocks (each
-// worker says so), and the held-out exact match still reaches 99%.
+// The default example on 2 stages × 2 replicas over gRPC with
+// parallel.wire_dtype "int8": every activation and gradient crosses as
+// 8-bit blocks, and so does each stage's all-reduce (with error feedback;
+// each worker says both), and the held-out exact match still reaches 99%.
 TEST(EndToEndInt8Test, AnInt8LinkedLocalClusterStillLearnsAddition) {
   const std::string dir = TempDir("addition-int8");
   auto spec = common::LoadJobSpec(std::string(SHARDLINE_SOURCE_DIR) + "/examples/addition.json");
   ASSERT_TRUE(spec.ok()) << spec.status();
   spec->mutable_parallel()->set_wire_dtype("int8");
+  spec->mutable_parallel()->set_pipeline_stages(2);
+  spec->mutable_parallel()->set_data_parallel(2);
   std::ofstream(dir + "/spec.json") << common::JobSpecToJson(*spec);
   ASSERT_EQ(RunToEnd({kBin + "/shardline-local", dir + "/spec.json", "--out=" + dir + "/int8.safetensors", "--keep_logs"},
                      dir + "/local.log", 600),
@@ -173,12 +176,14 @@ TEST(EndToEndInt8Test, AnInt8LinkedLocalClusterStillLearnsAddition) {
   const size_t kept = log.rfind("logs kept in ");
   ASSERT_NE(kept, std::string::npos) << log;
   const std::string logs = log.substr(kept + 13, log.find('\n', kept) - kept - 13);
-  int saying = 0;
-  for (int w = 0; w < 3; ++w) {
+  int linking = 0, reducing = 0;
+  for (int w = 0; w < 4; ++w) {
     const std::string worker = common::ReadFile(absl::StrCat(logs, "/worker-", w, ".log")).value_or("");
-    if (worker.find("8-bit blocks on the link") != std::string::npos) ++saying;
+    if (worker.find("8-bit blocks on the link") != std::string::npos) ++linking;
+    if (worker.find("all-reduce over 8-bit blocks with error feedback") != std::string::npos) ++reducing;
   }
-  EXPECT_EQ(saying, 3) << "every stage's links carry 8-bit blocks (logs in " << logs << ")";
+  EXPECT_EQ(linking, 4) << "every stage's links carry 8-bit blocks (logs in " << logs << ")";
+  EXPECT_EQ(reducing, 4) << "every replica sums over 8-bit blocks (logs in " << logs << ")";
   std::filesystem::remove_all(logs);
   EXPECT_GE(HeldOutAccuracy(dir + "/local.log"), 99.0) << log;
 }

@@ -140,7 +140,7 @@ TEST_F(ShardctlTest, PlanShowsTheCutAndPredictedStepWithoutRunningIt) {
   ASSERT_EQ(explain.size(), 9u) << explained.out;  // header, two positions, 3 of legend, slot, step, path
   EXPECT_EQ(std::vector<std::string>(absl::StrSplit(explain[0], ' ', absl::SkipEmpty())),
             (std::vector<std::string>{"STAGE", "REPLICA", "TENSOR", "WORKER", "UNITS", "COMPUTE", "MS", "TENSOR", "MS",
-                                      "HOP", "MS", "WIRE", "ALL-REDUCE", "MS/STEP", "MEMORY"}))
+                                      "HOP", "MS", "WIRE", "ALL-REDUCE", "MS/STEP", "REDUCE", "WIRE", "MEMORY"}))
       << explain[0];
   EXPECT_TRUE(absl::StartsWith(explain[6], "slot: ")) << explain[6];
   EXPECT_EQ(explain[8], "critical path: " + plan.critical_path());

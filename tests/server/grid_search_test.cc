@@ -184,6 +184,44 @@ TEST(GridSearchTest, AutoWireSendsOnlyTheSlowHopInEightBitBlocks) {
   EXPECT_TRUE(every->assignments[0].int8_to_next() && every->assignments[1].int8_to_previous());
 }
 
+// Two replicas of two stages, in registration order: stage 0's replicas
+// (a1, b1) sum their gradients across the slow link, stage 1's (a2, a3)
+// within a rack. "auto" sends stage 0's all-reduce in 8-bit blocks (every
+// rank of its ring alike), stage 1's in f32; "int8" both.
+TEST(GridSearchTest, AutoWireSendsOnlyTheSlowAllReduceInEightBitBlocks) {
+  auto spec = Spec(2, 2, 1);
+  spec.mutable_parallel()->set_placement("in_order");
+  const std::vector<WorkerRecord> idle = {Worker("a1"), Worker("a2"), Worker("b1"), Worker("a3")};
+  const LinkLookup links = Racks(10e9, 1e6);
+  auto f32 = EstimateGrid(spec, idle, links);
+  ASSERT_TRUE(f32.ok()) << f32.status();
+  EXPECT_TRUE(absl::StrContains(f32->critical_path, "all-reduce of stage 0")) << f32->critical_path;
+  EXPECT_FALSE(f32->positions[0].int8_reduce);
+  spec.mutable_parallel()->set_wire_dtype("auto");
+  auto placed = PlaceGrid(spec, "job-1", 1, 2, idle, {}, {}, links);
+  ASSERT_TRUE(placed.ok()) << placed.status();
+  ASSERT_EQ(placed->workers, (std::vector<std::string>{"id-a1", "id-a2", "id-b1", "id-a3"}));
+  for (const auto& a : placed->assignments) {
+    EXPECT_EQ(a.int8_reduce(), a.stage() == 0) << "stage " << a.stage() << " replica " << a.replica();
+  }
+  auto preview = PreviewGrid(spec, idle, links);
+  ASSERT_TRUE(preview.ok());
+  for (const auto& st : preview->stages()) {
+    EXPECT_EQ(st.wire_reduce(), st.stage() == 0 ? "int8" : "f32") << st.stage() << "/" << st.replica();
+    if (st.stage() == 0) {
+      EXPECT_LT(st.reduce_seconds(), 0.3 * f32->positions[0].reduce_seconds);
+    }
+  }
+  EXPECT_LT(preview->predicted_step_seconds(), 0.5 * f32->step_seconds);
+  spec.mutable_parallel()->set_wire_dtype("int8");
+  auto every = PlaceGrid(spec, "job-1", 1, 2, idle, {}, {}, links);
+  ASSERT_TRUE(every.ok());
+  for (const auto& a : every->assignments) EXPECT_TRUE(a.int8_reduce()) << a.stage() << "/" << a.replica();
+  auto alone = PlaceGrid(Spec(2, 1, 1), "job-1", 1, 2, idle, {}, {}, links);
+  ASSERT_TRUE(alone.ok());
+  EXPECT_FALSE(alone->assignments[0].int8_reduce()) << "no replicas, no all-reduce";
+}
+
 // Reports that say a worker is slower than its probe move a fresh plan's
 // cut, not a restart's: its workers hold the state of the cut they had.
 TEST(GridSearchTest, AchievedRatesMoveAFreshCutButNotARestartsCut) {

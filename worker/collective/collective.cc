@@ -1,6 +1,40 @@
 #include "worker/collective/collective.h"
 
+#include <vector>
+
+#include "common/int8_blocks.h"
+#include "common/status_macros.h"
+#include "worker/collective/error_feedback.h"
+
 namespace shardline::worker::collective {
+namespace {
+
+// Chunk `chunk` of `data` as its 8-bit blocks decode, with feedback.
+void QuantizeChunk(absl::Span<float> data, absl::Span<float> residual, Chunk chunk) {
+  std::vector<char> blocks(common::Int8BlocksBytes(chunk.size()));
+  QuantizeWithFeedback(data.subspan(chunk.begin, chunk.size()), residual.subspan(chunk.begin, chunk.size()),
+                       absl::MakeSpan(blocks));
+}
+
+}  // namespace
+
+absl::Status Collective::ReduceScatterSumHostInt8(absl::Span<float> data, absl::Span<float> residual) {
+  RETURN_IF_ERROR(CheckResidual(data.size(), residual.size()));
+  if (size() > 1) {
+    for (int q = 0; q < size(); ++q) {
+      if (q != rank()) QuantizeChunk(data, residual, ChunkOf(data.size(), size(), q));
+    }
+  }
+  return ReduceScatterSumHost(data);
+}
+
+absl::Status Collective::AllReduceSumHostInt8(absl::Span<float> data, absl::Span<float> residual) {
+  RETURN_IF_ERROR(CheckResidual(data.size(), residual.size()));
+  if (size() == 1) return AllReduceSumHost(data);  // nothing to send
+  RETURN_IF_ERROR(ReduceScatterSumHostInt8(data, residual));
+  QuantizeChunk(data, residual, ChunkOf(data.size(), size(), rank()));
+  return AllGatherHost(data);
+}
 
 Chunk ChunkOf(size_t n, int ranks, int rank) {
   const size_t d = static_cast<size_t>(ranks), r = static_cast<size_t>(rank);

@@ -54,6 +54,19 @@ class Collective {
   virtual absl::Status AllReduceSumHost(absl::Span<float> data) = 0;
   virtual absl::Status ReduceScatterSumHost(absl::Span<float> data) = 0;
   virtual absl::Status AllGatherHost(absl::Span<float> data) = 0;
+  // The sums on host memory over 8-bit blocks with error feedback
+  // (error_feedback.h; parallel.wire_dtype "int8": lossy, so outside the
+  // determinism contract): each rank's parts travel as 8-bit blocks of
+  // data + residual, and `residual` (data.size() floats, zero at first,
+  // kept by the caller between calls on the same buffer) keeps what the
+  // blocks missed; an all-reduce's owner of each chunk does the same with
+  // the chunk's sum before it goes to the others (a rank's own part of its
+  // own chunk is never quantized). Every rank ends with the same values.
+  // After ReduceScatterSumHostInt8 the chunks other than rank()'s are
+  // unspecified. The defaults quantize here and call the f32 operations,
+  // for collectives whose values cross no wire.
+  virtual absl::Status AllReduceSumHostInt8(absl::Span<float> data, absl::Span<float> residual);
+  virtual absl::Status ReduceScatterSumHostInt8(absl::Span<float> data, absl::Span<float> residual);
 
   // Fails this rank's calls, now and later, and those of the ranks waiting
   // for it, with UNAVAILABLE `reason` (the step has failed; no hang).

@@ -5,7 +5,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/int8_blocks.h"
 #include "common/status_macros.h"
+#include "worker/collective/error_feedback.h"
 
 namespace shardline::worker::collective {
 namespace {
@@ -13,6 +15,13 @@ namespace {
 using transport::StageMessage;
 
 constexpr int kWholeBuffer = -1;  // the chunk of a broadcast
+
+// `message`'s values as the 8-bit blocks it will carry decode, with
+// feedback through `residual`.
+void Quantize(StageMessage& message, absl::Span<float> residual) {
+  message.int8_blocks.resize(common::Int8BlocksBytes(message.values.size()));
+  QuantizeWithFeedback(message.values.span(), residual, absl::MakeSpan(message.int8_blocks));
+}
 
 }  // namespace
 
@@ -114,13 +123,15 @@ absl::Status GrpcCollective::Run(Fn&& call) {
 }
 
 absl::StatusOr<std::shared_ptr<const StageMessage>> GrpcCollective::Outgoing(uint64_t sequence, int chunk,
-                                                                             const CallBuffer& data, Chunk range) {
+                                                                             const CallBuffer& data, Chunk range,
+                                                                             Residual residual) {
   auto message = std::make_shared<StageMessage>();
   message->kind = StageMessage::Kind::kCollective;
   message->sequence = sequence;
   message->micro_batch = chunk;
   message->values = HostChunk(range.size());
   RETURN_IF_ERROR(data.Read(range.begin, message->values.span()));
+  if (residual.has_value()) Quantize(*message, residual->subspan(range.begin, range.size()));
   return std::shared_ptr<const StageMessage>(std::move(message));
 }
 
@@ -162,12 +173,13 @@ transport::HostBuffer GrpcCollective::HostChunk(size_t elements) {
   return transport::HostBuffer(std::vector<float>(elements));
 }
 
-absl::StatusOr<transport::HostBuffer> GrpcCollective::ReduceScatter(const CallBuffer& data, uint64_t sequence) {
+absl::StatusOr<transport::HostBuffer> GrpcCollective::ReduceScatter(const CallBuffer& data, uint64_t sequence,
+                                                                    Residual residual) {
   const int d = size(), r = rank();
   // Every other rank's chunk to it, nearest ranks after ours first.
   for (int i = 1; i < d; ++i) {
     const int q = (r + i) % d;
-    ASSIGN_OR_RETURN(auto message, Outgoing(sequence, q, data, ChunkOf(data.size(), d, q)));
+    ASSIGN_OR_RETURN(auto message, Outgoing(sequence, q, data, ChunkOf(data.size(), d, q), residual));
     RETURN_IF_ERROR(Send(q, std::move(message)));
   }
   // Our chunk: the d parts added in rank order (ours where it falls), as
@@ -222,12 +234,22 @@ absl::Status GrpcCollective::AllGather(DeviceSpan<float> data) { return AllGathe
 
 absl::Status GrpcCollective::AllReduceSum(DeviceSpan<float> data) { return AllReduce(OnDevice(data)); }
 
-absl::Status GrpcCollective::ReduceScatterOnly(const CallBuffer& data) {
+absl::Status GrpcCollective::ReduceScatterOnly(const CallBuffer& data, Residual residual) {
   return Run([&]() -> absl::Status {
     const uint64_t sequence = next_sequence_++;
     if (size() == 1) return absl::OkStatus();
-    return ReduceScatter(data, sequence).status();
+    return ReduceScatter(data, sequence, residual).status();
   });
+}
+
+absl::Status GrpcCollective::ReduceScatterSumHostInt8(absl::Span<float> data, absl::Span<float> residual) {
+  RETURN_IF_ERROR(CheckResidual(data.size(), residual.size()));
+  return ReduceScatterOnly(CallBuffer::OnHost(data), residual);
+}
+
+absl::Status GrpcCollective::AllReduceSumHostInt8(absl::Span<float> data, absl::Span<float> residual) {
+  RETURN_IF_ERROR(CheckResidual(data.size(), residual.size()));
+  return AllReduce(CallBuffer::OnHost(data), residual);
 }
 
 absl::Status GrpcCollective::AllGatherOnly(const CallBuffer& data) {
@@ -239,18 +261,24 @@ absl::Status GrpcCollective::AllGatherOnly(const CallBuffer& data) {
   });
 }
 
-absl::Status GrpcCollective::AllReduce(const CallBuffer& data) {
+absl::Status GrpcCollective::AllReduce(const CallBuffer& data, Residual residual) {
   // A reduce-scatter, then an all-gather of the summed chunks straight from
-  // the host copy of the sum.
+  // the host copy of the sum (over 8-bit blocks: the sum as they decode,
+  // here as at the other ranks).
   return Run([&]() -> absl::Status {
     const uint64_t scatter = next_sequence_++, gather = next_sequence_++;
     if (size() == 1) return absl::OkStatus();
-    ASSIGN_OR_RETURN(transport::HostBuffer sum, ReduceScatter(data, scatter));
+    ASSIGN_OR_RETURN(transport::HostBuffer sum, ReduceScatter(data, scatter, residual));
     auto mine = std::make_shared<StageMessage>();
     mine->kind = StageMessage::Kind::kCollective;
     mine->sequence = gather;
     mine->micro_batch = rank();
     mine->values = std::move(sum);
+    if (residual.has_value()) {
+      const Chunk own = ChunkOf(data.size(), size(), rank());
+      Quantize(*mine, residual->subspan(own.begin, own.size()));
+      RETURN_IF_ERROR(data.Write(own.begin, absl::Span<const float>(mine->values)));
+    }
     return Gather(data, gather, std::move(mine));
   });
 }

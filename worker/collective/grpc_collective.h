@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -71,6 +72,10 @@ class GrpcCollective final : public Collective {
     return ReduceScatterOnly(CallBuffer::OnHost(data));
   }
   absl::Status AllGatherHost(absl::Span<float> data) override { return AllGatherOnly(CallBuffer::OnHost(data)); }
+  // The parts and sums go as the 8-bit blocks error feedback made
+  // (StageMessage::int8_blocks).
+  absl::Status AllReduceSumHostInt8(absl::Span<float> data, absl::Span<float> residual) override;
+  absl::Status ReduceScatterSumHostInt8(absl::Span<float> data, absl::Span<float> residual) override;
   void Close(const std::string& reason) override;
 
   uint64_t BytesReceived() override;
@@ -80,20 +85,24 @@ class GrpcCollective final : public Collective {
       : backend_(backend), options_(std::move(options)) {}
 
   CallBuffer OnDevice(DeviceSpan<float> data) { return CallBuffer::OnDevice(backend_, data); }
-  // The operations on either kind of memory.
-  absl::Status AllReduce(const CallBuffer& data);
-  absl::Status ReduceScatterOnly(const CallBuffer& data);
+  // The operations on either kind of memory; with a residual (host
+  // memory only), over 8-bit blocks with error feedback.
+  using Residual = std::optional<absl::Span<float>>;
+  absl::Status AllReduce(const CallBuffer& data, Residual residual = std::nullopt);
+  absl::Status ReduceScatterOnly(const CallBuffer& data, Residual residual = std::nullopt);
   absl::Status AllGatherOnly(const CallBuffer& data);
   // The reduce-scatter of call `sequence`: this rank's chunk of the sum, on
   // the host (also written to `data`).
-  absl::StatusOr<transport::HostBuffer> ReduceScatter(const CallBuffer& data, uint64_t sequence);
+  absl::StatusOr<transport::HostBuffer> ReduceScatter(const CallBuffer& data, uint64_t sequence, Residual residual);
   // Host memory for a chunk of `elements`: a staging slot when one is free.
   transport::HostBuffer HostChunk(size_t elements);
   // Sends `mine` (this rank's chunk) to every peer and writes theirs into `data`.
   absl::Status Gather(const CallBuffer& data, uint64_t sequence, std::shared_ptr<const transport::StageMessage> mine);
-  // A message for chunk `chunk` of call `sequence`: elements `range` of `data`.
+  // A message for chunk `chunk` of call `sequence`: elements `range` of
+  // `data` (with a residual: as 8-bit blocks of them and their residual).
   absl::StatusOr<std::shared_ptr<const transport::StageMessage>> Outgoing(uint64_t sequence, int chunk,
-                                                                          const CallBuffer& data, Chunk range);
+                                                                          const CallBuffer& data, Chunk range,
+                                                                          Residual residual = std::nullopt);
   absl::Status Send(int peer, std::shared_ptr<const transport::StageMessage> message);
   // Rank `peer`'s next message, which must be chunk `chunk` of call
   // `sequence` with `elements` floats.

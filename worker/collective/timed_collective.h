@@ -40,6 +40,12 @@ class TimedCollective final : public Collective {
   absl::Status AllGatherHost(absl::Span<float> data) override {
     return Time([&] { return inner_.AllGatherHost(data); });
   }
+  absl::Status AllReduceSumHostInt8(absl::Span<float> data, absl::Span<float> residual) override {
+    return Time([&] { return inner_.AllReduceSumHostInt8(data, residual); });
+  }
+  absl::Status ReduceScatterSumHostInt8(absl::Span<float> data, absl::Span<float> residual) override {
+    return Time([&] { return inner_.ReduceScatterSumHostInt8(data, residual); });
+  }
   void Close(const std::string& reason) override { inner_.Close(reason); }
   uint64_t BytesReceived() override { return inner_.BytesReceived(); }
 

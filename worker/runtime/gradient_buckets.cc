@@ -23,20 +23,20 @@ size_t GradientBuckets::LargestChunkBytes(size_t bucket_bytes, int ranks, bool s
 
 absl::StatusOr<std::unique_ptr<GradientBuckets>> GradientBuckets::Create(Backend& backend,
                                                                          std::vector<DeviceSpan<float>> gradients,
-                                                                         size_t bucket_bytes,
-                                                                         collective::Collective& group, bool shard,
-                                                                         size_t piece_elements) {
-  shard = shard && group.size() > 1;
+                                                                         collective::Collective& group,
+                                                                         GradientBucketsOptions options) {
+  const bool shard = options.shard && group.size() > 1;
   std::unique_ptr<GradientBuckets> b(new GradientBuckets(backend, group, shard));
   std::vector<size_t> sizes;
   for (const DeviceSpan<float>& g : gradients) sizes.push_back(g.size());
-  b->layout_ = BucketLayout::Cut(sizes, std::max<size_t>(1, bucket_bytes / sizeof(float)), shard ? group.size() : 1,
-                                 std::max<size_t>(1, piece_elements));
+  b->layout_ = BucketLayout::Cut(sizes, std::max<size_t>(1, options.bucket_bytes / sizeof(float)),
+                                 shard ? group.size() : 1, std::max<size_t>(1, options.piece_elements));
   b->gradients_ = std::move(gradients);
   if (b->layout_.host_floats > 0) {
     ASSIGN_OR_RETURN(void* host, backend.AllocateHostStaging(b->layout_.host_floats * sizeof(float)));
     b->host_ = static_cast<float*>(host);
     std::fill(b->host_, b->host_ + b->layout_.host_floats, 0.0f);  // the chunks' padding stays zero
+    if (options.int8 && group.size() > 1) b->residual_.assign(b->layout_.host_floats, 0.0f);
   }
   b->copies_.resize(b->layout_.buckets.size());
   // The rank's own elements of each parameter, as ascending runs, and
@@ -100,7 +100,14 @@ void GradientBuckets::Reduce() {
     const BucketLayout::Bucket& bucket = layout_.buckets[index];
     for (const HostTransfer& copy : copies_[index]) status.Update(copy.Wait());
     const absl::Span<float> host(host_ + bucket.host_begin, bucket.host_size);
-    if (status.ok() && !skip) status = shard_ ? group_.ReduceScatterSumHost(host) : group_.AllReduceSumHost(host);
+    if (status.ok() && !skip) {
+      if (int8()) {
+        const absl::Span<float> residual(residual_.data() + bucket.host_begin, bucket.host_size);
+        status = shard_ ? group_.ReduceScatterSumHostInt8(host, residual) : group_.AllReduceSumHostInt8(host, residual);
+      } else {
+        status = shard_ ? group_.ReduceScatterSumHost(host) : group_.AllReduceSumHost(host);
+      }
+    }
     if (!status.ok()) {
       status = absl::Status(status.code(), absl::StrCat("summing gradient bucket ", index, " of ", layout_.buckets.size(),
                                                         " over the replicas: ", status.message()));

@@ -42,16 +42,24 @@
 
 namespace shardline::worker::runtime {
 
+struct GradientBucketsOptions {
+  size_t bucket_bytes = size_t{25} << 20;  // parallel.bucket_mib
+  bool shard = false;                      // ZeRO-1, as above
+  // Sums over 8-bit blocks with error feedback (the collective's …Int8
+  // calls; parallel.wire_dtype "int8"): a residual per bucket, kept on the
+  // host from step to step.
+  bool int8 = false;
+  size_t piece_elements = kNormPieceElements;  // others for tests
+};
+
 class GradientBuckets {
  public:
   // `gradients` in parameter order; they, `backend` and `group` must
-  // outlive this. `shard`: ZeRO-1, as above. `piece_elements` other than
-  // the norm's own are for tests.
+  // outlive this.
   static absl::StatusOr<std::unique_ptr<GradientBuckets>> Create(Backend& backend,
                                                                  std::vector<DeviceSpan<float>> gradients,
-                                                                 size_t bucket_bytes, collective::Collective& group,
-                                                                 bool shard = false,
-                                                                 size_t piece_elements = kNormPieceElements);
+                                                                 collective::Collective& group,
+                                                                 GradientBucketsOptions options = {});
   // Waits for the reduction thread (call Finish or Abandon first).
   ~GradientBuckets();
 
@@ -85,6 +93,7 @@ class GradientBuckets {
   absl::StatusOr<std::vector<std::vector<float>>> GatherState(const std::vector<DeviceSpan<const float>>& shares);
 
   bool sharded() const { return shard_; }
+  bool int8() const { return !residual_.empty(); }
   int buckets() const { return static_cast<int>(layout_.buckets.size()); }
   // Of the last finished step: the seconds of reduction work (the
   // reduction thread's time on the buckets, waiting for their copies to the
@@ -124,6 +133,7 @@ class GradientBuckets {
   std::vector<nn::Optimizer::Share> owned_;
   std::vector<std::vector<size_t>> share_offset_;  // [bucket][piece]: an own piece's place in its share
   float* host_ = nullptr;                         // the host copy (AllocateHostStaging)
+  std::vector<float> residual_;                   // int8: error feedback, laid out as the host copy
   std::vector<std::vector<HostTransfer>> copies_;  // by bucket: to the host, this step
   size_t next_ = 0;                               // the next bucket to start, this step
   double last_reduce_seconds_ = 0, last_exposed_seconds_ = 0;

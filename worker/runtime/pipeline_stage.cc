@@ -80,8 +80,12 @@ absl::StatusOr<std::unique_ptr<PipelineStage>> PipelineStage::Create(
                                  options.micro_batches));
   std::unique_ptr<GradientBuckets> buckets;
   if (options.replicas > 1) {
-    ASSIGN_OR_RETURN(buckets, GradientBuckets::Create(runtime.backend(), runtime.Gradients(), options.bucket_bytes,
-                                                      *replica_group, options.shard_optimizer));
+    GradientBucketsOptions bucket_options;
+    bucket_options.bucket_bytes = options.bucket_bytes;
+    bucket_options.shard = options.shard_optimizer;
+    bucket_options.int8 = options.int8_reduce;
+    ASSIGN_OR_RETURN(buckets,
+                     GradientBuckets::Create(runtime.backend(), runtime.Gradients(), *replica_group, bucket_options));
   }
   return std::unique_ptr<PipelineStage>(new PipelineStage(runtime, data, link, options,
                                                           options.replicas > 1 ? replica_group : nullptr,

@@ -66,6 +66,10 @@ struct PipelineStageOptions {
   // of every tensor (ShardRuntime::SplitEdges); both ends must agree.
   bool split_previous = false;
   bool split_next = false;
+  // The replicas sum their gradients over 8-bit blocks with error feedback
+  // (parallel.wire_dtype "int8", or "auto" where the plan finds the
+  // all-reduce slow): lossy, outside the determinism contract.
+  bool int8_reduce = false;
   // Where the stage says what it is doing (the hang explainer); optional.
   StageActivity* activity = nullptr;
 };

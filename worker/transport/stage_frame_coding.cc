@@ -77,7 +77,14 @@ std::vector<grpc::ByteBuffer> EncodeStageMessage(std::shared_ptr<const StageMess
   size_t bytes = m.values.size() * unit;
   auto wire_dtype = static_cast<shardline::v1::DType>(common::DTypeToProto(m.dtype));
   std::shared_ptr<const void> owner = message;
-  if (codec == WireCodec::kInt8Blocks && m.dtype == common::DType::kF32 &&
+  if (!m.int8_blocks.empty()) {
+    // Encoded by the sender (a collective with error feedback); the
+    // message keeps the bytes alive.
+    data = m.int8_blocks.data();
+    bytes = m.int8_blocks.size();
+    unit = common::kInt8BlockBytes;
+    wire_dtype = shardline::v1::DTYPE_I8_BLOCK64;
+  } else if (codec == WireCodec::kInt8Blocks && m.dtype == common::DType::kF32 &&
       (m.kind == StageMessage::Kind::kActivation || m.kind == StageMessage::Kind::kGradient)) {
     auto payload = std::make_shared<Int8Payload>();
     payload->message = message;
@@ -123,8 +130,10 @@ absl::Status FrameAssembler::Check(const common::DecodedFrame& frame) {
       f.dtype() != shardline::v1::DTYPE_F16 && !IsInt8(f)) {
     return Bad(absl::StrCat("dtype ", f.dtype(), " is not f32, bf16, f16 or 8-bit blocks"));
   }
-  if (IsInt8(f) && f.kind() != StageFrame::ACTIVATION && f.kind() != StageFrame::GRADIENT) {
-    return Bad(absl::StrCat("8-bit blocks on a frame of kind ", f.kind(), " (activations and gradients only)"));
+  if (IsInt8(f) && f.kind() != StageFrame::ACTIVATION && f.kind() != StageFrame::GRADIENT &&
+      f.kind() != StageFrame::COLLECTIVE) {
+    return Bad(absl::StrCat("8-bit blocks on a frame of kind ", f.kind(),
+                            " (activations, gradients and collective sums only)"));
   }
   if (f.elements() < 0 || f.elements() > limits_.max_elements) {
     return Bad(absl::StrCat(f.elements(), " elements, where this link carries at most ", limits_.max_elements));

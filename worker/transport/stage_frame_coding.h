@@ -44,7 +44,8 @@ enum class WireCodec { kAsIs, kInt8Blocks };
 // stays alive until the last frame is written. With kInt8Blocks an f32
 // activation or gradient goes as 8-bit blocks instead (encoded into a
 // buffer the frames own; chunks of whole blocks); other messages (norms,
-// collectives) and 16-bit values as they are.
+// collectives) and 16-bit values as they are. A message with int8_blocks
+// goes as those blocks (DTYPE_I8_BLOCK64), whatever `codec`.
 std::vector<grpc::ByteBuffer> EncodeStageMessage(std::shared_ptr<const StageMessage> message,
                                                  size_t chunk_bytes = kDefaultChunkBytes,
                                                  WireCodec codec = WireCodec::kAsIs);

@@ -42,6 +42,10 @@ struct StageMessage {
   // values.size() 16-bit values at the start of the buffer. Stages convert on
   // their device; links move the bytes as they are.
   common::DType dtype = common::DType::kF32;
+  // Collectives over 8-bit blocks: `values` (f32) encoded
+  // (common/int8_blocks.h), sent instead of them; the receiver decodes the
+  // same f32 values. Empty: `values` travel as they are.
+  std::vector<char> int8_blocks;
   std::vector<int32_t> targets;     // activations: [batch·t], carried to the last stage
   float loss_scale = 0.0f;          // activations: 1 / scored tokens in the step
   double norm = 0.0;                // norm messages

@@ -38,9 +38,15 @@ class CountingCollective final : public collective::Collective {
   }
   absl::Status ReduceScatterSumHost(absl::Span<float> data) override { return inner_->ReduceScatterSumHost(data); }
   absl::Status AllGatherHost(absl::Span<float> data) override { return inner_->AllGatherHost(data); }
+  absl::Status AllReduceSumHostInt8(absl::Span<float> data, absl::Span<float> residual) override {
+    absl::Status s = inner_->AllReduceSumHostInt8(data, residual);
+    ++int8_sums;
+    return s;
+  }
   void Close(const std::string& reason) override { inner_->Close(reason); }
 
   std::atomic<int> host_sums{0};
+  std::atomic<int> int8_sums{0};
 
  private:
   std::unique_ptr<collective::Collective> inner_;
@@ -67,10 +73,14 @@ std::vector<DeviceSpan<float>> Spans(std::vector<DeviceBuffer>& buffers) {
 // `bucket_floats` (pieces of `piece` floats; sharded or not).
 struct RankBuckets {
   RankBuckets(collective::InProcessGroup& group, int r, size_t bucket_floats, size_t piece = kNormPieceElements,
-              bool shard = false)
+              bool shard = false, bool int8 = false)
       : backend(testing::CpuBackend()), handle(group.Rank(r, *backend)), buffers(Gradients(*backend, r)) {
-    auto created =
-        GradientBuckets::Create(*backend, Spans(buffers), bucket_floats * sizeof(float), handle, shard, piece);
+    GradientBucketsOptions options;
+    options.bucket_bytes = bucket_floats * sizeof(float);
+    options.shard = shard;
+    options.int8 = int8;
+    options.piece_elements = piece;
+    auto created = GradientBuckets::Create(*backend, Spans(buffers), handle, options);
     EXPECT_TRUE(created.ok()) << created.status();
     if (created.ok()) buckets = std::move(*created);
   }
@@ -127,6 +137,55 @@ TEST(GradientBucketsTest, BucketsOfAnySizeGiveTheSameSums) {
   Check(1, 1, 25);  // one float per call
 }
 
+// Over 8-bit blocks each bucket is one …Int8 call with a residual of its
+// own kept from step to step: both ranks get the same sums, each within
+// the blocks' bound of the exact one, and over two steps the accumulated
+// sums stay as close (the residuals carry what the blocks missed).
+TEST(GradientBucketsTest, Int8BucketsGiveEveryRankTheSameSumsWithinTheBound) {
+  auto group = collective::InProcessGroup::Create(2, absl::Seconds(10));
+  ASSERT_TRUE(group.ok());
+  std::vector<std::vector<float>> exact(kSizes.size());
+  for (size_t p = 0; p < kSizes.size(); ++p) {
+    const auto a = testing::RandomVector(kSizes[p], 10 + p), b = testing::RandomVector(kSizes[p], 20 + p);
+    for (size_t i = 0; i < kSizes[p]; ++i) exact[p].push_back(a[i] + b[i]);
+  }
+  std::vector<std::vector<std::vector<float>>> accumulated(2);  // [rank][parameter]
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 2; ++r) {
+    ranks.emplace_back([&, r] {
+      RankBuckets rank(**group, r, 8, 4, false, true);
+      ASSERT_NE(rank.buckets, nullptr);
+      EXPECT_TRUE(rank.buckets->int8());
+      for (size_t p = 0; p < kSizes.size(); ++p) accumulated[r].emplace_back(kSizes[p], 0.0f);
+      for (int step = 0; step < 2; ++step) {
+        for (size_t p = 0; step > 0 && p < kSizes.size(); ++p) {
+          const std::vector<float> g = testing::RandomVector(kSizes[p], (r == 0 ? 10 : 20) + p);
+          ASSERT_TRUE(rank.backend->CopyToDevice(absl::Span<const float>(g), rank.buffers[p].span<float>()).ok());
+        }
+        ASSERT_TRUE(rank.buckets->Finish().ok());
+        for (size_t p = 0; p < kSizes.size(); ++p) {
+          const std::vector<float> sum = testing::Download(*rank.backend, rank.buffers[p]);
+          for (size_t i = 0; i < sum.size(); ++i) accumulated[r][p][i] += sum[i];
+        }
+      }
+      EXPECT_EQ(rank.handle.int8_sums.load(), 2 * rank.buckets->buckets());
+      EXPECT_EQ(rank.handle.host_sums.load(), 0) << "no f32 sums";
+    });
+  }
+  for (auto& t : ranks) t.join();
+  EXPECT_EQ(accumulated[0], accumulated[1]) << "the replicas must take the same step";
+  // Inputs within ±1, sums within ±2: a rank's residual at most 1/254, the
+  // sum's owner's at most 2/254.
+  int inexact = 0;
+  for (size_t p = 0; p < kSizes.size(); ++p) {
+    for (size_t i = 0; i < kSizes[p]; ++i) {
+      EXPECT_NEAR(accumulated[0][p][i], 2 * exact[p][i], 3.0 / 254) << "parameter " << p << " element " << i;
+      inexact += accumulated[0][p][i] != 2 * exact[p][i];
+    }
+  }
+  EXPECT_GT(inexact, 12) << "of 25: the sums went over 8-bit blocks";
+}
+
 // With 3-float buckets the last parameter (3 floats) is bucket 0 alone:
 // once both ranks say it is final, its sum happens on the reduction thread
 // while the ranks do nothing more (no Finish yet).
@@ -160,7 +219,9 @@ TEST(GradientBucketsTest, AFailedSumReachesFinishAndAbandonEndsTheStep) {
   auto backend = testing::CpuBackend();
   auto handle = (*group)->Rank(0, *backend);
   std::vector<DeviceBuffer> buffers = Gradients(*backend, 0);
-  auto buckets = GradientBuckets::Create(*backend, Spans(buffers), 3 * sizeof(float), *handle);
+  GradientBucketsOptions options;
+  options.bucket_bytes = 3 * sizeof(float);
+  auto buckets = GradientBuckets::Create(*backend, Spans(buffers), *handle, options);
   ASSERT_TRUE(buckets.ok());
   ASSERT_TRUE((*buckets)->Ready(2).ok());
   const auto start = std::chrono::steady_clock::now();

@@ -152,6 +152,31 @@ TEST(StageFrameCodingTest, Int8BlocksCrossInWholeBlocksAndArriveAsF32WithinTheBo
   EXPECT_EQ(RoundTrip(norm, 256, nullptr, WireCodec::kInt8Blocks).values, norm.values) << "norms stay exact";
 }
 
+// A collective's sum encoded by its sender (error feedback needs the
+// blocks it sends): the blocks go as they are, whatever the link's codec,
+// and decode to the f32 values the message carries.
+TEST(StageFrameCodingTest, PreEncodedCollectiveBlocksGoAsTheyAre) {
+  StageMessage m = Message(200);
+  m.kind = StageMessage::Kind::kCollective;
+  m.targets.clear();
+  m.sequence = 12;
+  m.int8_blocks.resize(common::Int8BlocksBytes(200));
+  common::EncodeInt8Blocks(absl::Span<const float>(m.values.data(), 200), absl::MakeSpan(m.int8_blocks));
+  std::vector<float> decoded(200);
+  ASSERT_TRUE(common::DecodeInt8Blocks(m.int8_blocks, absl::MakeSpan(decoded)).ok());
+  m.values = decoded;
+  size_t frames = 0;
+  const StageMessage back = RoundTrip(m, 136, &frames);
+  EXPECT_EQ(frames, 2u) << "4 blocks (212 bytes) in chunks of 2 blocks";
+  EXPECT_EQ(back.kind, StageMessage::Kind::kCollective);
+  EXPECT_EQ(back.dtype, common::DType::kF32);
+  EXPECT_EQ(back.sequence, 12u);
+  EXPECT_EQ(back.values.ToVector(), decoded) << "the receiver decodes what the sender kept";
+  m.int8_blocks.clear();
+  EXPECT_EQ(RoundTrip(m, 1 << 20, nullptr, WireCodec::kInt8Blocks).values, m.values)
+      << "a link's codec does not quantize a collective's f32 values";
+}
+
 TEST(StageFrameCodingTest, MalformedInt8FramesAreRefused) {
   FrameAssembler assembler;
   StageFrame h = Header(0, 1, 100);
