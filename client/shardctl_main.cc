@@ -3,7 +3,7 @@
 //   shardctl [--coordinator=HOST:PORT] [-o table|json] COMMAND ...
 //     get workers | get jobs | get links | describe job ID | plan SPEC [--explain] | submit SPEC
 //     probe [WORKER...]
-//     watch ID | cancel ID | drain WORKER | undrain WORKER | export ID -o FILE
+//     watch ID | cancel ID | replan ID | drain WORKER | undrain WORKER | export ID -o FILE
 //     health [ADDRESS [SERVICE]] | trace ID [--steps=A:B] -o FILE | completion bash
 //     (get workers -w: watch)
 //
@@ -70,7 +70,7 @@ int Usage(const std::string& problem) {
   std::fprintf(stderr,
                "Error: %s\nusage: shardctl [--coordinator=HOST:PORT] [-o table|json] "
                "get workers|jobs|links | probe [WORKER...] | describe job ID | plan SPEC | submit SPEC | "
-               "watch ID | cancel ID | "
+               "watch ID | cancel ID | replan ID | "
                "drain WORKER | undrain WORKER | export ID -o FILE | health [ADDRESS [SERVICE]] | "
                "trace ID [--steps=A:B] -o FILE | completion bash\n",
                problem.c_str());
@@ -205,6 +205,7 @@ int Run(const std::vector<std::string>& args) {
   }
   if (command == "watch" && args.size() == 2) return Watch(admin, args[1]);
   if (command == "cancel" && args.size() == 2) return Print(admin.Cancel(args[1]), &StatusLine);
+  if (command == "replan" && args.size() == 2) return Print(admin.Replan(args[1]), &StatusLine);
   if ((command == "drain" || command == "undrain") && args.size() == 2) {
     return Print(admin.Drain(args[1], command == "undrain"), &WorkerTable);
   }

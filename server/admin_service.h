@@ -2,7 +2,7 @@
 // (shardctl, shardline-local): jobs, workers, plans, weight export. It
 // translates between RPCs and the JobManager / WorkerRegistry / WeightStore.
 // With AdminTokens every call needs a bearer token of the role it asks for
-// (admin: SubmitJob, CancelJob, DrainWorker, ExportWeights, ProbeLinks;
+// (admin: SubmitJob, CancelJob, ReplanJob, DrainWorker, ExportWeights, ProbeLinks;
 // viewer: the rest); without, the service is open (a coordinator on loopback, or one
 // run with --insecure). Thread-safe.
 #ifndef SHARDLINE_SERVER_ADMIN_SERVICE_H_
@@ -34,6 +34,9 @@ class AdminService final : public shardline::v1::Admin::CallbackService {
   grpc::ServerWriteReactor<shardline::v1::JobStatus>* WatchJob(
       grpc::CallbackServerContext* context, const shardline::v1::GetJobRequest* request) override;
   grpc::ServerUnaryReactor* CancelJob(grpc::CallbackServerContext* context,
+                                      const shardline::v1::GetJobRequest* request,
+                                      shardline::v1::JobStatus* response) override;
+  grpc::ServerUnaryReactor* ReplanJob(grpc::CallbackServerContext* context,
                                       const shardline::v1::GetJobRequest* request,
                                       shardline::v1::JobStatus* response) override;
   grpc::ServerUnaryReactor* ListWorkers(grpc::CallbackServerContext* context,

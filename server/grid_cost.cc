@@ -47,7 +47,7 @@ LinkLookup LinksFrom(const LinkTable* table) {
 }
 
 absl::StatusOr<GridCost> EstimateGrid(const shardline::v1::JobSpec& spec, const std::vector<WorkerRecord>& grid,
-                                      const LinkLookup& links, const std::vector<int>& prefer_cut) {
+                                      const LinkLookup& links, const std::vector<int>& prefer_cut, bool keep_cut) {
   const int p = spec.parallel().pipeline_stages(), d = std::max(1, spec.parallel().data_parallel());
   const int t = std::max(1, spec.parallel().tensor_parallel());
   const int m = spec.train().micro_batches();
@@ -65,7 +65,7 @@ absl::StatusOr<GridCost> EstimateGrid(const shardline::v1::JobSpec& spec, const 
   // machine, or the layers it ran) must not move it; re-planning on a
   // slowdown is a decision of its own.
   auto cut_rate = [&](const WorkerRecord& w) {
-    return prefer_cut.empty() ? PlanningFlops(w) : w.capabilities.gemm_flops();
+    return prefer_cut.empty() || keep_cut ? PlanningFlops(w) : w.capabilities.gemm_flops();
   };
   std::vector<WorkerCapacity> capacities;
   for (int s = 0; s < p; ++s) {
@@ -90,7 +90,8 @@ absl::StatusOr<GridCost> EstimateGrid(const shardline::v1::JobSpec& spec, const 
     capacities.push_back(c);
   }
   GridCost cost;
-  ASSIGN_OR_RETURN(cost.plan, PlanPipeline(spec, capacities, prefer_cut));
+  ASSIGN_OR_RETURN(cost.plan, PlanPipeline(spec, capacities, prefer_cut,
+                                           keep_cut ? std::numeric_limits<double>::infinity() : kKeepCutSlack));
 
   const double sequences = static_cast<double>(spec.train().global_batch()) / (static_cast<double>(m) * d);
   const double hop_values = sequences * spec.model().context() * spec.model().d_model();

@@ -98,9 +98,12 @@ struct GridCost {
 
 // `grid` holds p × d × t workers by position; `spec` is validated, its
 // pipeline_stages p. The planner's errors as they come (a cut that does
-// not fit names the stage and worker).
+// not fit names the stage and worker). `prefer_cut` (a restart's) is kept
+// unless another is clearly faster on the probes; with `keep_cut` it is
+// kept whenever it fits (a running layout, estimated on what is known now).
 absl::StatusOr<GridCost> EstimateGrid(const shardline::v1::JobSpec& spec, const std::vector<WorkerRecord>& grid,
-                                      const LinkLookup& links, const std::vector<int>& prefer_cut = {});
+                                      const LinkLookup& links, const std::vector<int>& prefer_cut = {},
+                                      bool keep_cut = false);
 
 }  // namespace shardline::server
 

@@ -246,6 +246,7 @@ absl::StatusOr<bool> JobManager::ReportStep(const shardline::v1::ReportStepReque
   } else {
     if (job->status().step() > before && step_observer_) step_observer_(job->status());
     MaybeSucceed(*job);
+    if (job->running() && job->status().step() > before) MaybePlanReplan(*job);
   }
   return !job->running();
 }
@@ -311,6 +312,7 @@ absl::StatusOr<bool> JobManager::CompleteShard(const shardline::v1::ShardHeader&
     job->Commit(h.step());
     Save(*job);
     MaybeSucceed(*job);
+    ReplanIfDue(*job);
   }
   return true;
 }

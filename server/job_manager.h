@@ -111,6 +111,12 @@ class JobManager {
   // runs fails over now, and it gets no job until undone. Its record;
   // NOT_FOUND for no such live worker.
   absl::StatusOr<WorkerRecord> Drain(const std::string& worker, bool undo);
+  // An operator's re-plan: the job stops a little ahead (about a second's
+  // steps), checkpoints, and moves to the best layout on what is known
+  // now from there (a restart at a new epoch; no step lost), whether or
+  // not it differs. FAILED_PRECONDITION for a job not running, already
+  // re-planning, or ending before it could stop.
+  absl::StatusOr<shardline::v1::JobStatus> Replan(const std::string& job_id, const std::string& why);
   // Fails jobs whose stages reported a broken link and whose lost worker, if
   // any, has not been identified within a lease, and places waiting jobs
   // whose grace is over (called by the lease reaper).
@@ -146,6 +152,26 @@ class JobManager {
   // The job's epoch is over: shards of it and earlier ones are refused from
   // now on, and its committed step is the WeightStore's.
   void Fence(RunningJob& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Re-planning on a slowdown (job_manager_replan.cc): after each completed
+  // step, a job whose steps have slowed for long (StepPace) is checked
+  // (every kReplanCheckSteps steps) against the best layout on what is
+  // known now (AdviseReplan); where one is clearly faster, its positions
+  // are told to stop after a step a little ahead (Assignment
+  // .stop_after_step, with a checkpoint there), and once that step is
+  // committed (ReplanIfDue, from CompleteShard) it restarts on the new
+  // layout at a new epoch: no step is lost. Jobs with placement "in_order"
+  // keep their layout.
+  static constexpr int kReplanCheckSteps = 5;
+  // The stop step: this many steps past the last completed one, and at
+  // least kReplanLeadSeconds of steps.
+  static constexpr int kReplanLeadSteps = 2;
+  static constexpr double kReplanLeadSeconds = 0.5;
+  static constexpr int kReplanMinRemaining = 10;   // steps after the stop that make a move worth it
+  void MaybePlanReplan(RunningJob& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  int64_t ReplanStop(const RunningJob& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Tells the job's positions to stop after `stop`; it moves once committed.
+  void StopForReplan(RunningJob& job, int64_t stop, const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ReplanIfDue(RunningJob& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Saves the job's record; a failure is logged (the job goes on).
   void Save(const RunningJob& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

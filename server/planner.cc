@@ -59,7 +59,7 @@ std::vector<WorkerCapacity> EqualizeRates(std::vector<WorkerCapacity> workers) {
 
 absl::StatusOr<PipelinePlan> PlanPipeline(const shardline::v1::JobSpec& spec,
                                           const std::vector<WorkerCapacity>& measured,
-                                          const std::vector<int>& prefer) {
+                                          const std::vector<int>& prefer, double keep_slack) {
   const int p = spec.parallel().pipeline_stages();
   const int n = common::PipelineUnits(spec.model());
   if (p < 1 || p > n) {
@@ -203,7 +203,7 @@ absl::StatusOr<PipelinePlan> PlanPipeline(const shardline::v1::JobSpec& spec,
     keep = cost.memory_bytes <= workers[s].memory_bytes && cost.shard_bytes <= common::kMaxShardBytes;
     kept_slowest = std::max(kept_slowest, cut_seconds(s, cost));
   }
-  if (keep && kept_slowest <= kKeepCutSlack * slowest) starts = prefer;
+  if (keep && kept_slowest <= keep_slack * slowest) starts = prefer;
   PipelinePlan plan;
   plan.stages.resize(p);
   for (int s = 0; s < p; ++s) {

@@ -65,10 +65,12 @@ struct PipelinePlan {
 // cut when it fits and its slowest stage is within kKeepCutSlack of the
 // best's: a restart keeps the cut its surviving workers hold state for
 // unless another is clearly faster (measured rates differ by noise alone).
+// `keep_slack` other than that: infinity keeps `prefer` whenever it fits
+// (the prediction of a layout as it runs).
 inline constexpr double kKeepCutSlack = 1.10;
 absl::StatusOr<PipelinePlan> PlanPipeline(const shardline::v1::JobSpec& spec,
                                           const std::vector<WorkerCapacity>& workers,
-                                          const std::vector<int>& prefer = {});
+                                          const std::vector<int>& prefer = {}, double keep_slack = kKeepCutSlack);
 
 // A readable multi-line description of the plan.
 std::string DescribePlan(const PipelinePlan& plan);

@@ -40,6 +40,21 @@ void RunningJob::Requeue(const std::string& why, absl::Time shrink_after) {
   Publish();
 }
 
+void RunningJob::PlanReplan(int64_t step, const std::string& why) {
+  replan_step_ = step;
+  replan_reason_ = why;
+  status_.set_message(absl::StrCat("re-planning after step ", step, ": ", why));
+  Publish();
+}
+
+void RunningJob::ReplanNow(absl::Time shrink_after) {
+  const std::string why = absl::StrCat("re-planning after step ", replan_step_, ": ", replan_reason_);
+  Requeue(why, shrink_after);
+  previous_workers_.clear();
+  previous_cut_.clear();
+  replanned_ = true;
+}
+
 void RunningJob::RememberPlacement() {
   previous_workers_.clear();
   previous_cut_.clear();
@@ -71,7 +86,12 @@ void RunningJob::Start(uint64_t epoch, GridPlacement placement) {
   status_.set_message(placement.stages < asked
                           ? absl::StrCat("re-planned onto ", placement.stages, " of the spec's ", asked,
                                          " pipeline stages from step ", first_step(), " (", resume_reason_, ")")
-                          : "");
+                      : replanned_ ? absl::StrCat("re-planned from step ", first_step(), " (", replan_reason_, ")")
+                                   : "");
+  replanned_ = false;
+  replan_step_ = 0;
+  replan_checked_at_ = 0;
+  pace_.Reset();
   status_.clear_stages();
   for (shardline::v1::StageStatus& stage : placement.stage_statuses) *status_.add_stages() = std::move(stage);
   status_.set_predicted_step_seconds(placement.predicted_step_seconds);
@@ -139,17 +159,26 @@ absl::Status RunningJob::AddReport(int position, const shardline::v1::ReportStep
     trace_.Add(at.stage, at.replica, at.tensor_rank, status_.stages(position).worker(), status_.plan_epoch(), step,
                report.trace());
   }
-  reports_[position][step] = report;
+  auto held = reports_[position].find(step);
+  if (held == reports_[position].end()) {
+    reports_[position][step] = report;
+  } else if (report.shard_digest() != 0) {
+    // Sent again with its checkpoint's digest (a stop the worker heard of
+    // after the step's end: StageJob's re-plan).
+    held->second.set_shard_digest(report.shard_digest());
+  }
   for (const auto& reports : reports_) {
     if (!reports.count(step)) return absl::OkStatus();
   }
   // Every position of a stage holds the same shard at a checkpoint (its
   // replicas' are copies; its tensor ranks put their slices together).
+  // A position without a digest had not heard of a re-plan's stop yet:
+  // its digest comes again with the checkpoint, maybe after the step.
   for (int position = 0; position < static_cast<int>(reports_.size()); ++position) {
     const Position at = PositionAt(position);
     const uint64_t want = reports_[PositionOf(at.stage, 0, 0)].at(step).shard_digest();
     const uint64_t got = reports_[position].at(step).shard_digest();
-    if (got != want) {
+    if (got != want && got != 0 && want != 0) {
       return absl::FailedPreconditionError(absl::StrCat(
           "the replicas of stage ", at.stage, " diverged at step ", step, ": ", PositionLabel(position),
           "'s shard differs from replica 0's (digest ", absl::Hex(got), " vs ", absl::Hex(want), ")"));
@@ -192,6 +221,7 @@ void RunningJob::CompleteStep(int64_t step) {
   status_.set_grad_norm(last.grad_norm());
   status_.set_tokens_per_s(slowest > 0 ? tokens / slowest : 0.0);
   status_.set_step_seconds(slowest);
+  pace_.Note(slowest);
   for (auto& reports : reports_) reports.erase(reports.begin(), reports.upper_bound(step));
   recent_steps_.push_back(status_);
   if (recent_steps_.size() > kRecentSteps) recent_steps_.pop_front();

@@ -24,6 +24,7 @@
 #include "common/random_token.h"
 #include "server/grid_placement.h"
 #include "server/job_trace.h"
+#include "server/step_pace.h"
 #include "server/stream_mailbox.h"
 #include "shardline/v1/admin.pb.h"
 #include "shardline/v1/coordinator.pb.h"
@@ -93,6 +94,19 @@ class RunningJob {
   const std::vector<std::string>& previous_workers() const { return previous_workers_; }
   // And the cut they held (each stage's first unit).
   const std::vector<int>& previous_cut() const { return previous_cut_; }
+  // Re-planning on a slowdown (JobManager): the positions run up to
+  // `step`, checkpoint it and stop; once it is committed the job moves to
+  // a new plan (ReplanNow), chosen afresh. `why` says what slowed.
+  void PlanReplan(int64_t step, const std::string& why);
+  int64_t replan_step() const { return replan_step_; }  // 0: none planned
+  // RECOVERING for the planned re-plan, its previous placement forgotten
+  // (the new one is searched afresh, on the rates measured now).
+  void ReplanNow(absl::Time shrink_after);
+  // The epoch's step times (CompleteStep notes each).
+  const StepPace& pace() const { return pace_; }
+  // The step of the epoch's last re-plan check (JobManager throttles them).
+  int64_t replan_checked_at() const { return replan_checked_at_; }
+  void set_replan_checked_at(int64_t step) { replan_checked_at_ = step; }
   // From when a RECOVERING job may restart on fewer stages than its spec's
   // (never for a fresh job). A restored one gets `at`.
   absl::Time shrink_after() const { return shrink_after_; }
@@ -167,6 +181,11 @@ class RunningJob {
   std::vector<std::string> previous_workers_;
   std::vector<int> previous_cut_;
   void RememberPlacement();  // previous_workers_ and previous_cut_ from the stages now
+  StepPace pace_;
+  int64_t replan_step_ = 0;
+  int64_t replan_checked_at_ = 0;
+  std::string replan_reason_;
+  bool replanned_ = false;  // the epoch starting next comes from a re-plan
   absl::Time shrink_after_ = absl::InfiniteFuture();
 };
 

@@ -66,7 +66,8 @@ absl::Status RunStageJob(const shardline::v1::Assignment& a, const std::string& 
                          Backend& backend, transport::StageLink& link, collective::Collective* replicas,
                          collective::Collective* tensor_group,
                          StageReporter& reporter, StateCache& cache, const std::atomic<bool>& cancelled,
-                         const data::DataAccess& data_access, runtime::StageActivity* activity) {
+                         const std::atomic<int64_t>& stop_after_step, const data::DataAccess& data_access,
+                         runtime::StageActivity* activity) {
   auto doing = [activity](int64_t step, std::string what) {
     if (activity != nullptr) activity->Set(step, std::move(what));
   };
@@ -146,7 +147,7 @@ absl::Status RunStageJob(const shardline::v1::Assignment& a, const std::string& 
                                                                    : " with the next stage");
   }
 
-  const int64_t total = spec.train().steps();
+  int64_t total = spec.train().steps();  // or the step the coordinator re-plans from
   const int every = spec.checkpoint().every_steps();
   BackgroundReporter background(reporter, cache, cancelled);
   background.Prepare(runtime->StateLayout());  // the snapshot memory, allocated off this thread
@@ -156,10 +157,41 @@ absl::Status RunStageJob(const shardline::v1::Assignment& a, const std::string& 
     background.Abandon();
     return ReportFailure(a, worker_id, step, error, reporter);
   };
+  // A checkpoint of `step` (its report `r`): the snapshot now, its digest
+  // (every replica) and upload (replica 0) in the background.
+  auto checkpoint = [&](int64_t step, shardline::v1::ReportStepRequest r) -> absl::Status {
+    const absl::Time begin = absl::Now();
+    doing(step, "waits for the previous checkpoint's upload");
+    runtime::ShardRuntime::HostTensors memory = background.WaitForSnapshotSlot();
+    const absl::Time ready = absl::Now();
+    doing(step, "copies its checkpoint snapshot");
+    ASSIGN_OR_RETURN(std::unique_ptr<ShardSnapshot> snapshot, TakeSnapshot(a, step, *stage, std::move(memory)));
+    r.set_checkpoint_wait_seconds(absl::ToDoubleSeconds(ready - begin));
+    r.set_checkpoint_seconds(absl::ToDoubleSeconds(absl::Now() - ready));
+    background.ReportCheckpoint(std::move(r), std::move(snapshot), a.replica() == 0 && a.tensor_rank() == 0);
+    return absl::OkStatus();
+  };
+  int64_t last_run = a.first_step() - 1, last_checkpoint = last_run;
+  shardline::v1::ReportStepRequest last_report;  // of last_run
   for (int64_t step = a.first_step(); step <= total; ++step) {
     if (cancelled) return absl::CancelledError("the job was cancelled");
     if (absl::Status s = background.status(); !s.ok()) {
       return absl::IsCancelled(s) ? s : fail(step, s);  // CANCELLED: the coordinator stopped the job
+    }
+    // The coordinator re-plans from `stop`: end there, checkpointed. The
+    // word is sent a second's steps ahead; if it came after that step's
+    // end, the state is still that step's: checkpoint it now. Later than
+    // that, the step is gone: fail, and the job restarts from its commit.
+    if (const int64_t stop = stop_after_step.load(); stop > 0 && step > stop) {
+      if (last_run > stop) {
+        return fail(step, absl::UnavailableError(absl::StrCat("told to stop after step ", stop, " at step ", step,
+                                                              ": too late to re-plan from it")));
+      }
+      if (last_checkpoint < stop) {  // its report went out already: again, with the shard's digest
+        if (absl::Status s = checkpoint(stop, last_report); !s.ok()) return fail(stop, s);
+      }
+      total = stop;
+      break;
     }
     const uint64_t collective_before = replicas != nullptr ? replicas->BytesReceived() : 0;
     const uint64_t tensor_before = tensor_group != nullptr ? tensor_group->BytesReceived() : 0;
@@ -189,20 +221,12 @@ absl::Status RunStageJob(const shardline::v1::Assignment& a, const std::string& 
       r.set_tensor_collective_seconds(timed_tensor->seconds() - tensor_seconds_before);
     }
     if (step == a.first_step()) r.set_resumed_from(resumed_from);
-    if ((every > 0 && step % every == 0) || step == total) {
-      // A checkpoint: the snapshot now, its digest (every replica) and
-      // upload (replica 0) in the background.
-      const absl::Time begin = absl::Now();
-      doing(step, "waits for the previous checkpoint's upload");
-      runtime::ShardRuntime::HostTensors memory = background.WaitForSnapshotSlot();
-      const absl::Time ready = absl::Now();
-      doing(step, "copies its checkpoint snapshot");
-      absl::StatusOr<std::unique_ptr<ShardSnapshot>> snapshot = TakeSnapshot(a, step, *stage, std::move(memory));
-      if (!snapshot.ok()) return fail(step, snapshot.status());
-      r.set_checkpoint_wait_seconds(absl::ToDoubleSeconds(ready - begin));
-      r.set_checkpoint_seconds(absl::ToDoubleSeconds(absl::Now() - ready));
-      background.ReportCheckpoint(std::move(r), *std::move(snapshot), a.replica() == 0 && a.tensor_rank() == 0);
+    last_run = step;
+    if ((every > 0 && step % every == 0) || step == total || step == stop_after_step.load()) {
+      if (absl::Status s = checkpoint(step, std::move(r)); !s.ok()) return fail(step, s);
+      last_checkpoint = step;
     } else {
+      last_report = r;
       background.Report(std::move(r));
     }
   }

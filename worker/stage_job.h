@@ -9,7 +9,8 @@
 // (assignment.tensor_rank its rank) and only rank 0 of replica 0 sends
 // the (global) shard. `cancelled` is
 // polled between steps; to interrupt a step, close the link (and the
-// group). Checkpoint snapshots go to `cache`, and a position starting
+// group). `stop_after_step` (0: none), also polled, ends the job early
+// after that step, checkpointed (the coordinator re-plans from it). Checkpoint snapshots go to `cache`, and a position starting
 // after step 1 loads its state from the nearest source (LoadState).
 // `activity`, if set, is told what the stage is doing (the hang
 // explainer). Synchronous; one call per assignment.
@@ -35,6 +36,7 @@ absl::Status RunStageJob(const shardline::v1::Assignment& assignment, const std:
                          Backend& backend, transport::StageLink& link, collective::Collective* replicas,
                          collective::Collective* tensor_group,
                          StageReporter& reporter, StateCache& cache, const std::atomic<bool>& cancelled,
+                         const std::atomic<int64_t>& stop_after_step,
                          const data::DataAccess& data_access, runtime::StageActivity* activity = nullptr);
 
 }  // namespace shardline::worker

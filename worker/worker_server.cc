@@ -311,6 +311,14 @@ void WorkerServer::OnAssignment(const shardline::v1::Assignment& a) {
   state_cache_.AdmitToken(a.job_id(), a.link_token());
   {
     absl::MutexLock lock(&mu_);
+    // An update of the running job: stop after a step (a re-plan).
+    if (job_id_ == a.job_id() && job_epoch_ == a.plan_epoch() && a.stop_after_step() > 0) {
+      LOG(INFO) << "job " << a.job_id() << ": stopping after step " << a.stop_after_step()
+                << " (the coordinator re-plans from it)";
+      job_stop_after_ = a.stop_after_step();
+      return;
+    }
+    if (a.stop_after_step() > 0) return;  // for an epoch this worker no longer runs
     // The coordinator resends what a broken stream may not have delivered.
     if (job_id_ == a.job_id() && job_epoch_ == a.plan_epoch()) {
       LOG(INFO) << "job " << a.job_id() << ": assignment at epoch " << a.plan_epoch() << " already taken";
@@ -326,6 +334,7 @@ void WorkerServer::OnAssignment(const shardline::v1::Assignment& a) {
   job_id_ = a.job_id();
   job_epoch_ = a.plan_epoch();
   job_cancelled_ = false;
+  job_stop_after_ = 0;
   job_ = std::thread([this, a] { RunJob(a); });
 }
 
@@ -400,7 +409,7 @@ void WorkerServer::RunJob(shardline::v1::Assignment a) {
     data_access.root = options_.data_root;
     data_access.cancelled = &job_cancelled_;
     status = RunStageJob(a, worker_id(), *backend_, **link, groups.replicas.get(), groups.tensor.get(), reporter,
-                         state_cache_, job_cancelled_, data_access, &activity_);
+                         state_cache_, job_cancelled_, job_stop_after_, data_access, &activity_);
     activity_.End();
     absl::MutexLock lock(&mu_);
     link_ = nullptr;

@@ -143,6 +143,7 @@ class WorkerServer {
   transport::GrpcStageLink* link_ ABSL_GUARDED_BY(mu_) = nullptr;  // of the running job
   JobGroups* groups_ ABSL_GUARDED_BY(mu_) = nullptr;  // its collective groups
   std::atomic<bool> job_cancelled_{false};
+  std::atomic<int64_t> job_stop_after_{0};  // the running job's last step, when the coordinator re-plans
   runtime::StageActivity activity_;  // what the running job's stage does: sent with each heartbeat
 };
 

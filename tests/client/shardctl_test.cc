@@ -260,6 +260,13 @@ TEST_F(ShardctlTest, CancelStopsARunningJobAndWatchThenFails) {
     if (FromJson<shardline::v1::JobStatus>(d.out).step() >= 1) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
+  // An operator's re-plan: the job stops a little ahead and moves (here
+  // onto the same layout: its workers are alike); the status says when.
+  const CtlRun replanned = cluster().Ctl({"replan", id});
+  ASSERT_EQ(replanned.ended, kOk) << replanned.err;
+  EXPECT_NE(replanned.out.find("re-planning after step "), std::string::npos) << replanned.out;
+  const CtlRun twice = cluster().Ctl({"replan", id});
+  EXPECT_EQ(twice.ended, kFailed) << "one re-plan at a time: " << twice.out << twice.err;
   const CtlRun cancelled = cluster().Ctl({"cancel", id});
   ASSERT_EQ(cancelled.ended, kOk) << cancelled.err;
   EXPECT_TRUE(absl::StartsWith(cancelled.out, id + " CANCELLED [")) << cancelled.out;
@@ -273,6 +280,7 @@ TEST_F(ShardctlTest, CancelStopsARunningJobAndWatchThenFails) {
   EXPECT_EQ(again.ended, kFailed) << again.out << again.err;
   EXPECT_EQ(again.out, "");
   EXPECT_TRUE(absl::StartsWith(again.err, "Error: ")) << again.err;
+  EXPECT_EQ(cluster().Ctl({"replan", id}).ended, kFailed) << "an ended job does not re-plan";
   // The workers are free again.
   const CtlRun workers = cluster().Ctl({"-o", "json", "get", "workers"});
   const auto listed = FromJson<shardline::v1::ListWorkersResponse>(workers.out);

@@ -131,6 +131,9 @@ TEST_F(TlsTest, TokensAreCheckedOnEveryCallWithTheirRoles) {
   const CtlRun viewer_drains = Ctl({"drain", "w0"}, kViewerToken);
   EXPECT_NE(viewer_drains.ended, "exited with status 0");
   EXPECT_NE(viewer_drains.err.find("viewer's; this call needs an admin's"), std::string::npos) << viewer_drains.err;
+  const CtlRun viewer_replans = Ctl({"replan", "job-1"}, kViewerToken);
+  EXPECT_NE(viewer_replans.err.find("viewer's; this call needs an admin's"), std::string::npos)
+      << viewer_replans.err;
   const std::string log = common::ReadFile(cluster_->dir() + "/coordinator0.log").value_or("");
   EXPECT_EQ(log.find(kAdminToken), std::string::npos) << "a token in the log";
   EXPECT_EQ(log.find(kViewerToken), std::string::npos) << "a token in the log";

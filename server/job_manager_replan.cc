@@ -1,0 +1,99 @@
+// JobManager's re-planning on a slowdown (job_manager.h).
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/status_macros.h"
+#include "glog/logging.h"
+#include "server/job_manager.h"
+#include "server/replan_advice.h"
+
+namespace shardline::server {
+
+void JobManager::MaybePlanReplan(RunningJob& job) {
+  const int64_t step = job.status().step();
+  const int64_t stop = ReplanStop(job);
+  if (job.spec().parallel().placement() == "in_order" || job.replan_step() > 0 || !job.pace().slowed() ||
+      stop + kReplanMinRemaining > job.status().total_steps() ||
+      (job.replan_checked_at() > 0 && step < job.replan_checked_at() + kReplanCheckSteps)) {
+    return;
+  }
+  job.set_replan_checked_at(step);
+  std::map<std::string, WorkerRecord> known;  // with their planning and predicting rates
+  for (WorkerRecord& w : registry_.List()) known.emplace(w.id, std::move(w));
+  std::vector<WorkerRecord> grid;
+  for (const std::string& id : job.workers()) {
+    auto w = known.find(id);
+    if (w == known.end() || w->second.lost) return;  // failover will move the job
+    grid.push_back(w->second);
+  }
+  std::vector<int> cut;
+  for (const auto& stage : job.status().stages()) {
+    if (stage.replica() == 0 && stage.tensor_rank() == 0) cut.push_back(stage.unit_begin());
+  }
+  absl::StatusOr<ReplanAdvice> advice = AdviseReplan(job.spec(), grid, cut, registry_.Idle(), LinksFrom(&links_));
+  if (!advice.ok()) {
+    LOG(WARNING) << "job " << job.status().job_id() << ": cannot weigh a re-plan: " << advice.status();
+    return;
+  }
+  const std::string slowed = absl::StrFormat("its steps slowed from %.3f s to %.3f s; %s",
+                                             job.pace().baseline(), job.pace().recent(), advice->why);
+  if (!advice->replan) {
+    LOG(INFO) << "job " << job.status().job_id() << ": " << slowed << ": no layout is clearly faster";
+    return;
+  }
+  LOG(WARNING) << "job " << job.status().job_id() << ": " << slowed << ": moving to it after step " << stop;
+  StopForReplan(job, stop, slowed);
+}
+
+int64_t JobManager::ReplanStop(const RunningJob& job) {
+  // At least a second's steps ahead: the word must reach every position
+  // before it ends that step (one step late is caught up; StageJob).
+  const double seconds = std::max(job.pace().recent(), job.status().step_seconds());
+  const int64_t lead = seconds > 0 ? static_cast<int64_t>(std::ceil(kReplanLeadSeconds / seconds)) : 0;
+  return job.status().step() + std::max<int64_t>(kReplanLeadSteps, lead);
+}
+
+void JobManager::StopForReplan(RunningJob& job, int64_t stop, const std::string& why) {
+  job.PlanReplan(stop, why);
+  for (const std::string& worker : job.workers()) {
+    shardline::v1::Assignment update;
+    update.set_job_id(job.status().job_id());
+    update.set_plan_epoch(job.status().plan_epoch());
+    update.set_stop_after_step(stop);
+    deliver_(worker, std::move(update));
+  }
+}
+
+absl::StatusOr<shardline::v1::JobStatus> JobManager::Replan(const std::string& job_id, const std::string& why) {
+  absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(RunningJob * job, Find(job_id));
+  if (!job->running()) return absl::FailedPreconditionError(absl::StrCat("job ", job_id, " is not running"));
+  if (job->replan_step() > 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", job_id, " is already re-planning after step ", job->replan_step()));
+  }
+  const int64_t stop = ReplanStop(*job);
+  if (stop >= job->status().total_steps()) {
+    return absl::FailedPreconditionError(absl::StrCat("job ", job_id, " ends at step ", job->status().total_steps(),
+                                                      " before it could stop for a re-plan (step ", stop, ")"));
+  }
+  LOG(WARNING) << "job " << job_id << ": re-planning after step " << stop << " (" << why << ")";
+  StopForReplan(*job, stop, why);
+  return job->status();
+}
+
+void JobManager::ReplanIfDue(RunningJob& job) {
+  if (!job.running() || job.replan_step() == 0 || job.status().committed_step() < job.replan_step()) return;
+  LOG(WARNING) << "job " << job.status().job_id() << ": step " << job.replan_step()
+               << " is committed; re-planning from it";
+  ReleaseWorkers(job, /*cancel=*/true);  // they stopped after it already
+  Fence(job);
+  job.ReplanNow(registry_.Now() + registry_.lease());
+  Save(job);
+  ScheduleLocked();
+}
+
+}  // namespace shardline::server
