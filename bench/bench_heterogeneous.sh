@@ -14,7 +14,9 @@
 # again with parallel.wire_dtype "auto" (8-bit blocks on the hops the plan
 # finds slow: here the ones across the uplink), and the naive layout with
 # "auto" (its all-reduces cross the uplink: 8-bit blocks with error
-# feedback where the plan finds them slow). For each: tokens/s between
+# feedback where the plan finds them slow). Last, a planned job during which
+# a1's CPU share drops to 0.1 at step 15 (its machine got busier): tokens/s
+# before, slowed, and after the coordinator re-planned. For each: tokens/s between
 # two steps (wall time, the first steps left out), the measured and the
 # predicted step time, the critical path, the layout, each hop's wire; and
 # the ratios to in_order.
@@ -70,14 +72,14 @@ spec["train"]["optimizer"]["warmup_steps"] = 5
 spec["checkpoint"] = {"every_steps": 0}
 for mode, placement, wire in (("first", "planned", "f32"), ("planned", "planned", "f32"),
                               ("in_order", "in_order", "f32"), ("planned_auto", "planned", "auto"),
-                              ("in_order_auto", "in_order", "auto")):
+                              ("in_order_auto", "in_order", "auto"), ("slowdown", "planned", "f32")):
     spec["name"] = "skewed-" + mode
     spec["parallel"] = {"pipeline_stages": 2, "data_parallel": 2, "schedule": "1f1b", "wire_dtype": wire,
                         "placement": placement}
-    spec["train"]["steps"] = 15 if mode == "first" else steps
+    spec["train"]["steps"] = 15 if mode == "first" else 80 if mode == "slowdown" else steps
     json.dump(spec, open("%s/%s.json" % (work, mode), "w"), indent=1)
 PY
 rm -f "$work/rows.jsonl"
 bash "$source_dir/deploy/testbed/testbed.sh" --bin "$bin_dir" --work "$work/bed" --deadline 1200 "$work/skewed.topology" -- \
-  python3 "$here/heterogeneous_run.py" "$work" first planned in_order planned_auto in_order_auto
+  python3 "$here/heterogeneous_run.py" "$work" first planned in_order planned_auto in_order_auto slowdown
 python3 "$here/heterogeneous_run.py" --report "$work" "${json:-$work/bench_heterogeneous.json}"

@@ -11,6 +11,12 @@ position's milliseconds per step by kind of span. Outside, after the
 testbed is gone:
     heterogeneous_run.py --report WORK JSON
 prints the table and the ratios and writes them as JSON.
+
+MODE "slowdown" is another experiment: a planned job during which worker
+SLOW_WORKER's CPU share drops to SLOW_SHARE at step SLOW_AT (the testbed's
+TESTBED_CPU_CAP: its machine got busier); its row has the tokens/s before,
+while slowed and after the coordinator re-planned, the step it moved at,
+the pause of the move, and both layouts.
 """
 import json
 import os
@@ -20,6 +26,7 @@ import sys
 import time
 
 WARMUP_STEPS = 5
+SLOW_WORKER, SLOW_SHARE, SLOW_AT = "a1", 0.1, 15
 
 
 def field(obj, name, default=None):
@@ -72,9 +79,7 @@ def train(work, mode):
     # The timeline of the timed steps (chrome://tracing, Perfetto).
     ctl("trace", job, "--steps=%d:%d" % (first[1] + 1, last[1]), "-o", os.path.join(work, mode + ".trace.json"))
     tokens_per_step = spec["train"]["global_batch"] * spec["model"]["context"]
-    layout = ["s%d r%d %s units %d-%d" % (int(field(s, "stage", 0)), int(field(s, "replica", 0)), s["worker"],
-                                          int(field(s, "unit_begin", 0)), int(field(s, "unit_end", 0)) - 1)
-              for s in status["stages"]]
+    layout = layout_of(status)
     wires = sorted({field(s, "wire_to_next", "") for s in plan.get("stages", [])} - {""})
     reduce_wires = sorted({field(s, "wire_reduce", "") for s in plan.get("stages", [])} - {""})
     predicted = float(field(status, "predicted_step_seconds", 0))
@@ -87,6 +92,61 @@ def train(work, mode):
             "predicted_error": round(predicted / step_s - 1, 3) if predicted > 0 else None,
             "critical_path": field(status, "critical_path", ""), "layout": layout, "ms_per_step": spans,
             "final_loss": float(status.get("loss", 0))}
+
+
+def layout_of(status):
+    return ["s%d r%d %s units %d-%d" % (int(field(s, "stage", 0)), int(field(s, "replica", 0)), s["worker"],
+                                        int(field(s, "unit_begin", 0)), int(field(s, "unit_end", 0)) - 1)
+            for s in status.get("stages", [])]
+
+
+def slowdown(work, mode):
+    """A planned job whose SLOW_WORKER slows down at SLOW_AT: tokens/s
+    before, slowed and after the coordinator's re-plan."""
+    spec_file = os.path.join(work, mode + ".json")
+    spec = json.load(open(spec_file))
+    job = json.loads(ctl("-o", "json", "submit", spec_file))["job_id"]
+    seen = []  # (time, step, epoch, message)
+    status, slowed_at, layouts = {}, None, {}
+    deadline = time.monotonic() + 1200
+    while time.monotonic() < deadline:
+        status = json.loads(ctl("-o", "json", "describe", "job", job))
+        now, step = time.monotonic(), int(field(status, "step", 0))
+        epoch = int(field(status, "plan_epoch", 0))
+        if status.get("state") == "RUNNING":
+            seen.append((now, step, epoch, status.get("message", "")))
+            layouts.setdefault(epoch, layout_of(status))
+        if slowed_at is None and step >= SLOW_AT:
+            cap = shlex.split(os.environ["TESTBED_CPU_CAP"]) + [SLOW_WORKER, str(SLOW_SHARE)]
+            subprocess.run(cap, check=True, timeout=30)
+            slowed_at = (now, step)
+        if status.get("state") in ("SUCCEEDED", "FAILED", "CANCELLED"):
+            break
+        time.sleep(0.2)
+    if status.get("state") != "SUCCEEDED" or slowed_at is None:
+        raise SystemExit("bench_heterogeneous: job %s (%s) did not succeed: %s" % (job, mode, status))
+    epochs = sorted(layouts)
+    tokens_per_step = spec["train"]["global_batch"] * spec["model"]["context"]
+
+    def rate(points):
+        """Tokens/s between the first and last of (time, step) points."""
+        if len(points) < 2 or points[-1][1] <= points[0][1]:
+            return None
+        return round(tokens_per_step * (points[-1][1] - points[0][1]) / (points[-1][0] - points[0][0]), 1)
+
+    first = [(t, s) for t, s, e, _ in seen if e == epochs[0]]
+    before = [(t, s) for t, s in first if WARMUP_STEPS <= s <= slowed_at[1]]
+    during = [(t, s) for t, s in first if s >= slowed_at[1] + 3]
+    row = {"mode": mode, "slowed": "%s to %.2f CPU at step %d" % (SLOW_WORKER, SLOW_SHARE, slowed_at[1]),
+           "tokens_per_s_before": rate(before), "tokens_per_s_slowed": rate(during),
+           "layout_before": layouts[epochs[0]], "epochs": len(epochs), "final_loss": float(status.get("loss", 0))}
+    if len(epochs) > 1:
+        after = [(t, s) for t, s, e, _ in seen if e == epochs[1]]
+        moved = [m for _, _, e, m in seen if e == epochs[1] and m]
+        row.update({"replanned_after_step": first[-1][1], "pause_s": round(after[0][0] - first[-1][0], 2),
+                    "tokens_per_s_after": rate([p for p in after if p[1] >= after[0][1] + 3]),
+                    "layout_after": layouts[epochs[1]], "message": moved[0] if moved else ""})
+    return row
 
 
 def breakdown(trace_file):
@@ -111,6 +171,14 @@ def inside(work, modes):
     open(os.path.join(work, "links.txt"), "w").write(ctl("get", "links"))
     with open(os.path.join(work, "rows.jsonl"), "a") as rows:
         for mode in modes:
+            if mode == "slowdown":
+                row = slowdown(work, mode)
+                print("bench_heterogeneous: slowdown: %s tok/s before, %s slowed, %s after the re-plan"
+                      % (row["tokens_per_s_before"], row["tokens_per_s_slowed"], row.get("tokens_per_s_after")),
+                      flush=True)
+                rows.write(json.dumps(row) + "\n")
+                rows.flush()
+                continue
             row = train(work, mode)
             with open(os.path.join(work, "workers.txt"), "a") as workers:
                 workers.write("after %s:\n%s" % (mode, ctl("get", "workers")))
@@ -122,6 +190,8 @@ def inside(work, modes):
 
 def report(work, out):
     rows = [json.loads(line) for line in open(os.path.join(work, "rows.jsonl"))]
+    slowed = [r for r in rows if r["mode"] == "slowdown"]
+    rows = [r for r in rows if r["mode"] != "slowdown"]
     by_mode = {r["mode"]: r for r in rows}
     ratios = {}
     for mode in ("planned", "planned_auto"):
@@ -135,7 +205,7 @@ def report(work, out):
             by_mode["planned_auto"]["tokens_per_s"] / by_mode["planned"]["tokens_per_s"], 3)
     result = {"bench": "bench_heterogeneous",
               "topology": open(os.path.join(work, "skewed.topology")).read(),
-              "rows": rows, "ratios": ratios}
+              "rows": rows, "ratios": ratios, "slowdown": slowed[0] if slowed else None}
     json.dump(result, open(out, "w"), indent=1)
     print("%-13s %-16s %10s %8s %12s %10s  %s" % ("mode", "wire:hops/reduce", "tokens_s", "step_s", "predicted_s",
                                                    "pred_err", "critical path"))
@@ -149,6 +219,12 @@ def report(work, out):
             print("           %-36s %s" % (position, " ".join("%s %.0f" % kv for kv in spans.items())))
     for name, value in ratios.items():
         print("%s: %.2fx" % (name, value))
+    for r in slowed:
+        print("slowdown (%s): %s tok/s before, %s slowed, %s after re-planning after step %s (pause %s s)"
+              % (r["slowed"], r["tokens_per_s_before"], r["tokens_per_s_slowed"], r.get("tokens_per_s_after"),
+                 r.get("replanned_after_step"), r.get("pause_s")))
+        print("           before: " + "; ".join(r["layout_before"]))
+        print("           after:  " + "; ".join(r.get("layout_after", ["(no re-plan)"])))
     print("json: " + out)
 
 

@@ -8,6 +8,8 @@
 #                       root with cpu enabled for its children)
 #   cpu_cap_make DIR F  makes group DIR with F CPUs (a quota of F periods per
 #                       period: 1 ms of CPU per 5 ms for F = 0.2)
+#   cpu_cap_set DIR F   changes group DIR's share to F CPUs (a machine that
+#                       got busier or freer, with its processes running)
 #   cpu_cap_exec DIR CMD...  becomes CMD inside group DIR (an exec: call it
 #                       in a subshell, e.g. in the background)
 #   cpu_cap_remove DIR  removes the group (its processes gone)
@@ -30,14 +32,21 @@ cpu_cap_base() {
 }
 
 cpu_cap_make() {
+  mkdir "$1" || return 1
+  cpu_cap_set "$@"
+}
+
+cpu_cap_set() {
   local dir=$1 share=$2 period quota
   period=$(cpu_cap_period_us "$share")
   quota=$(awk -v c="$share" -v p="$period" 'BEGIN { printf "%d", c * p + 0.5 }')
-  mkdir "$dir" || return 1
   if [[ -e $dir/cpu.max ]]; then
     echo "$quota $period" >"$dir/cpu.max"
   else
-    echo "$period" >"$dir/cpu.cfs_period_us" && echo "$quota" >"$dir/cpu.cfs_quota_us"
+    # v1 refuses a period whose quota the old period's would exceed: the
+    # quota off first.
+    echo -1 >"$dir/cpu.cfs_quota_us" && echo "$period" >"$dir/cpu.cfs_period_us" &&
+      echo "$quota" >"$dir/cpu.cfs_quota_us"
   fi
 }
 

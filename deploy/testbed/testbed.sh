@@ -16,6 +16,10 @@
 #   TESTBED_WORK         the work directory (logs, certificates, state)
 #   TESTBED_WORKERS      the workers' names, space-separated
 #   TESTBED_NETNS_PREFIX the namespaces' common prefix (NAME = prefix + node)
+#   TESTBED_CPU_CAP      a command that changes a capped worker's share:
+#                        $TESTBED_CPU_CAP NAME F (a machine getting busier;
+#                        the namespaces' own /sys has no cgroups, so a
+#                        reader out here applies it: a FIFO in the work dir)
 # Every daemon runs with mutual TLS (deploy/certs.sh) and an admin token, as
 # beyond loopback it must. A worker's `cpu=F` puts it in a cgroup of its own
 # with F CPUs (deploy/testbed/cpu_cap.sh). Needs root, ip netns, a bridge
@@ -187,10 +191,33 @@ for i in "${!node_names[@]}"; do
 done
 echo "testbed: coordinator at $coordinator, workers $workers idle" >&2
 
+# Share changes asked for by the command (TESTBED_CPU_CAP), applied from
+# here: "NAME F" lines on a FIFO, each answered on its reply FIFO.
+if [[ -n $cgroup_base ]]; then
+  mkfifo "$work/cpu-cap.requests" "$work/cpu-cap.replies"
+  (
+    while true; do
+      while read -r name share; do
+        reply="refused: $name is not a capped worker, or $share is not a share in (0, 64]"
+        for i in "${!node_names[@]}"; do
+          if [[ ${node_names[$i]} == "$name" && -n ${node_cpu[$i]} && $share =~ ^[0-9]*\.?[0-9]+$ ]] &&
+            awk -v f="$share" 'BEGIN { exit !(f > 0 && f <= 64) }'; then
+            if cpu_cap_set "$cgroup_base/$prefix$name" "$share"; then reply="ok"; else reply="failed"; fi
+          fi
+        done
+        echo "testbed: $name's CPU share to $share: $reply" >&2
+        echo "$reply" >"$work/cpu-cap.replies"
+      done <"$work/cpu-cap.requests"
+    done
+  ) &
+  pids+=($!)
+fi
+
 # In the background with our stdin (an interactive shell works), so that a
 # signal to this script tears down at once instead of after the command.
 ip netns exec "$prefix${node_names[0]}" env TESTBED_COORDINATOR="$coordinator" TESTBED_SHARDCTL="$shardctl" \
   TESTBED_WORK="$work" TESTBED_WORKERS="$workers" TESTBED_NETNS_PREFIX="$prefix" \
+  TESTBED_CPU_CAP="$here/cpu_cap_request.sh $work/cpu-cap" \
   timeout --signal=TERM "$deadline" "$@" <&0 &
 command_pid=$!
 pids=("$command_pid" "${pids[@]}")

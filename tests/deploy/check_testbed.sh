@@ -99,8 +99,16 @@ ctl -o json get workers >"$TESTBED_WORK/workers.json"
 # Bytes the uplink's token buckets passed (both directions).
 ip netns exec "${TESTBED_NETNS_PREFIX}sw" tc -s qdisc show | awk '/^qdisc tbf/ {dev=$5} /Sent/ && dev ~ /^up/ {s += $2} END {print s + 0}' \
   >"$TESTBED_WORK/uplink.bytes"
+# A capped worker's share changes while it runs; others, and shares that
+# are not one, are refused.
+if [[ -n ${2:-} ]]; then
+  $TESTBED_CPU_CAP b1 0.3 || { echo "FAIL: b1's share could not change"; exit 1; }
+  if $TESTBED_CPU_CAP a1 0.3 2>/dev/null; then echo "FAIL: a1 (uncapped) took a share"; exit 1; fi
+  if $TESTBED_CPU_CAP b1 lots 2>/dev/null; then echo "FAIL: b1 took the share 'lots'"; exit 1; fi
+  echo "ok: b1's CPU share changed while it ran; a1's and 'lots' refused"
+fi
 JOB
-bash "$testbed" --bin "$bin_dir" --work "$work/bed" --deadline 600 "$work/racks.topology" -- bash "$work/job.sh" "$work/spec.json"
+bash "$testbed" --bin "$bin_dir" --work "$work/bed" --deadline 600 "$work/racks.topology" -- bash "$work/job.sh" "$work/spec.json" "$capped"
 left_nothing "job"
 python3 - "$work/bed/job.json" "$work/bed/workers.json" "$work/bed/uplink.bytes" "$capped" <<'PY'
 import json, sys
