@@ -36,6 +36,9 @@ ABSL_FLAG(std::string, admin_tokens, "",
 ABSL_FLAG(std::string, listen, "127.0.0.1:7400", "address to serve on (port 0: any free port)");
 ABSL_FLAG(std::string, state_dir, "", "directory for the coordinator's state: jobs, ids and committed weights (required)");
 ABSL_FLAG(int64_t, lease_ms, 3000, "a worker silent for this long is lost");
+ABSL_FLAG(bool, replan_on_slowdown, true,
+          "move a job whose steps slow down for long to a clearly faster layout, at a step boundary "
+          "(docs/operations.md, Re-planning during a job); shardctl replan works either way");
 ABSL_FLAG(std::string, port_file, "", "write the bound port here once serving (for launchers)");
 ABSL_FLAG(std::string, metrics_listen, "",
           "serve Prometheus metrics at http://HOST:PORT/metrics (port 0: any free port); empty: none");
@@ -103,6 +106,7 @@ int Run() {
     coordinator.Deliver(worker, std::move(a));
   });
   coordinator.set_jobs(&jobs);
+  jobs.SetAutoReplan(absl::GetFlag(FLAGS_replan_on_slowdown));
   if (absl::Status s = jobs.Recover(); !s.ok()) {
     std::fprintf(stderr, "Error: %s\n", std::string(s.message()).c_str());
     return 3;

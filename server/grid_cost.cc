@@ -2,11 +2,16 @@
 
 #include <algorithm>
 #include <limits>
+#include <map>
+#include <set>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_format.h"
 #include "common/cost_model.h"
 #include "common/int8_blocks.h"
 #include "common/status_macros.h"
+#include "server/link_groups.h"
 
 namespace shardline::server {
 namespace {
@@ -56,6 +61,32 @@ absl::StatusOr<GridCost> EstimateGrid(const shardline::v1::JobSpec& spec, const 
   }
   auto at = [&](int s, int r, int k) -> const WorkerRecord& { return grid[static_cast<size_t>((r * p + s) * t + k)]; };
   auto link = [&](const WorkerRecord& a, const WorkerRecord& b) { return links(a, b); };
+  auto index = [&](int s, int r, int k) { return static_cast<size_t>((r * p + s) * t + k); };
+  // Transfers between two link groups share the wire between them (two
+  // hops, two tensor groups' collectives, two all-reduces across one
+  // uplink): each gets its part of it.
+  const LinkGroups groups(grid, [&](size_t a, size_t b) { return link(grid[a], grid[b]).bytes_per_second; });
+  auto pair_of = [&](size_t a, size_t b) {
+    const int x = groups.group(a), y = groups.group(b);
+    return std::make_pair(std::min(x, y), std::max(x, y));
+  };
+  // The tensor groups (s, r) with ranks on either side of each pair of
+  // link groups: their collectives run in the same slots.
+  std::map<std::pair<int, int>, int> tensor_crossing;
+  auto tensor_pairs = [&](int s, int r) {
+    std::set<std::pair<int, int>> pairs;
+    for (int k = 0; k < t; ++k) {
+      for (int j = k + 1; j < t; ++j) {
+        if (!groups.same(index(s, r, k), index(s, r, j))) pairs.insert(pair_of(index(s, r, k), index(s, r, j)));
+      }
+    }
+    return pairs;
+  };
+  for (int s = 0; s < p; ++s) {
+    for (int r = 0; r < d; ++r) {
+      for (const auto& pair : tensor_pairs(s, r)) ++tensor_crossing[pair];
+    }
+  }
 
   // Each stage as the planner sees it: the slowest and smallest of its d·t
   // workers, its t ranks as one worker t times as fast and large, its
@@ -73,7 +104,9 @@ absl::StatusOr<GridCost> EstimateGrid(const shardline::v1::JobSpec& spec, const 
     WorkerCapacity c{first.name, cut_rate(first), first.capabilities.memory_bytes(),
                      first.capabilities.gemm_flops_spread()};
     double slowest_group_link = std::numeric_limits<double>::infinity();
+    int tensor_shared = 1;
     for (int r = 0; r < d; ++r) {
+      for (const auto& pair : tensor_pairs(s, r)) tensor_shared = std::max(tensor_shared, tensor_crossing[pair]);
       for (int k = 0; k < t; ++k) {
         const auto& caps = at(s, r, k).capabilities;
         c.flops_per_second = std::min(c.flops_per_second, cut_rate(at(s, r, k)));
@@ -86,7 +119,7 @@ absl::StatusOr<GridCost> EstimateGrid(const shardline::v1::JobSpec& spec, const 
     }
     c.flops_per_second *= t;
     c.memory_bytes *= t;
-    c.tensor_seconds_per_byte = t > 1 ? 1 / slowest_group_link : 0;
+    c.tensor_seconds_per_byte = t > 1 ? tensor_shared / slowest_group_link : 0;
     capacities.push_back(c);
   }
   GridCost cost;
@@ -102,12 +135,18 @@ absl::StatusOr<GridCost> EstimateGrid(const shardline::v1::JobSpec& spec, const 
     return cost.plan.stages[s].flops_per_micro_batch / t / PredictingFlops(w);
   };
   cost.positions.resize(grid.size());
-  std::vector<double> int8_reduce_seconds(grid.size(), 0.0);  // each all-reduce over 8-bit blocks
+  std::map<std::pair<int, int>, int> crossing;  // hops between two groups
+  for (int s = 0; s + 1 < p; ++s) {
+    for (int r = 0; r < d; ++r) {
+      for (int k = 0; k < t; ++k) {
+        if (!groups.same(index(s, r, k), index(s + 1, r, k))) ++crossing[pair_of(index(s, r, k), index(s + 1, r, k))];
+      }
+    }
+  }
   double slot = 0;
   const int optimizer_shards = spec.parallel().shard_optimizer() ? d : 1;
   for (int s = 0; s < p; ++s) {
     const StagePlan& sp = cost.plan.stages[s];
-    const double reduce_bytes = ReduceBytesPerStep(sp.parameters / t, d);
     for (int r = 0; r < d; ++r) {
       for (int k = 0; k < t; ++k) {
         PositionCost& pc = cost.positions[static_cast<size_t>((r * p + s) * t + k)];
@@ -133,7 +172,9 @@ absl::StatusOr<GridCost> EstimateGrid(const shardline::v1::JobSpec& spec, const 
         if (s + 1 < p) {
           const LinkEstimate forward = link(at(s, r, k), at(s + 1, r, k));
           const LinkEstimate backward = link(at(s + 1, r, k), at(s, r, k));
-          const double slower = std::min(forward.bytes_per_second, backward.bytes_per_second);
+          const size_t from = index(s, r, k), to = index(s + 1, r, k);
+          const int shared = groups.same(from, to) ? 1 : crossing[pair_of(from, to)];
+          const double slower = std::min(forward.bytes_per_second, backward.bytes_per_second) / shared;
           const double rtt = std::max(forward.rtt_seconds, backward.rtt_seconds);
           pc.hop_seconds = hop_bytes / slower + rtt;
           // 8-bit blocks: on every hop, or ("auto") where the f32 hop takes
@@ -144,23 +185,12 @@ absl::StatusOr<GridCost> EstimateGrid(const shardline::v1::JobSpec& spec, const 
           if (pc.hop_seconds > slot) {
             slot = pc.hop_seconds;
             cost.critical_path = absl::StrFormat(
-                "hop from stage %d to %d of replica %d (%s ↔ %s, %.1f MB/s%s%s): %.3f ms per micro-batch", s, s + 1,
-                r, at(s, r, k).name, at(s + 1, r, k).name, MBps(slower),
+                "hop from stage %d to %d of replica %d (%s ↔ %s, %.1f MB/s%s%s%s): %.3f ms per micro-batch", s,
+                s + 1, r, at(s, r, k).name, at(s + 1, r, k).name, MBps(slower),
+                shared > 1 ? absl::StrFormat(", its link's share with %d hops", shared) : "",
                 forward.measured && backward.measured ? "" : ", not measured", pc.int8_to_next ? ", 8-bit" : "",
                 1e3 * slot);
           }
-        }
-        if (d > 1) {
-          // The ring of this rank's replicas: its slowest link carries all.
-          double slowest = std::numeric_limits<double>::infinity(), rtt = 0;
-          for (int q = 0; q < d; ++q) {
-            const LinkEstimate e = link(at(s, q, k), at(s, (q + 1) % d, k));
-            slowest = std::min(slowest, e.bytes_per_second);
-            rtt = std::max(rtt, e.rtt_seconds);
-          }
-          pc.reduce_seconds = reduce_bytes / slowest + 2 * (d - 1) * rtt;
-          int8_reduce_seconds[static_cast<size_t>((r * p + s) * t + k)] =
-              reduce_bytes * kInt8BytesPerF32Byte / slowest + 2 * (d - 1) * rtt;
         }
       }
     }
@@ -181,14 +211,67 @@ absl::StatusOr<GridCost> EstimateGrid(const shardline::v1::JobSpec& spec, const 
     cost.fill_seconds += stage + 2 * hop;
   }
   const double pipeline = (m - 1) * slot + cost.fill_seconds;
+  // Each all-reduce a step: a stage's ranks (s, ·, k) exchange their
+  // buffer's chunks pairwise, (d − 1)/d of it out and in per phase; alone,
+  // the group's slowest link carries it; where groups (s, ·, k) cross
+  // between two link groups, the wire between them carries every such
+  // group's bytes that way.
+  auto reduce_times = [&](const std::vector<bool>& int8) {
+    std::vector<double> seconds(grid.size(), 0.0);
+    if (d < 2) return seconds;
+    auto buffer = [&](int s, int k) {
+      return static_cast<double>(cost.plan.stages[s].parameters) / t * sizeof(float) *
+             (int8[index(s, 0, k)] ? kInt8BytesPerF32Byte : 1.0);
+    };
+    std::map<std::pair<int, int>, double> across, wire_rate;  // (from group, to group): bytes a step, its link
+    for (int s = 0; s < p; ++s) {
+      for (int k = 0; k < t; ++k) {
+        for (int q = 0; q < d; ++q) {
+          for (int o = 0; o < d; ++o) {
+            const size_t a = index(s, q, k), b = index(s, o, k);
+            if (q == o || groups.same(a, b)) continue;
+            const auto key = std::make_pair(groups.group(a), groups.group(b));
+            across[key] += 2 * buffer(s, k) / d;
+            const double rate = link(grid[a], grid[b]).bytes_per_second;
+            wire_rate[key] = wire_rate.count(key) ? std::min(wire_rate[key], rate) : rate;
+          }
+        }
+      }
+    }
+    for (int s = 0; s < p; ++s) {
+      for (int k = 0; k < t; ++k) {
+        double slowest = std::numeric_limits<double>::infinity(), rtt = 0, shared = 0;
+        for (int q = 0; q < d; ++q) {
+          const LinkEstimate e = link(at(s, q, k), at(s, (q + 1) % d, k));
+          slowest = std::min(slowest, e.bytes_per_second);
+          rtt = std::max(rtt, e.rtt_seconds);
+          for (int o = 0; o < d; ++o) {
+            const size_t a = index(s, q, k), b = index(s, o, k);
+            if (q == o || groups.same(a, b)) continue;
+            const auto key = std::make_pair(groups.group(a), groups.group(b));
+            shared = std::max(shared, across[key] / wire_rate[key]);
+          }
+        }
+        const double alone = 2.0 * (d - 1) / d * buffer(s, k) / slowest;
+        for (int r = 0; r < d; ++r) seconds[index(s, r, k)] = std::max(alone, shared) + 2 * (d - 1) * rtt;
+      }
+    }
+    return seconds;
+  };
   // 8-bit all-reduces: on every stage with replicas, or ("auto") where the
   // f32 one takes a large share of the pipeline's time. A stage's ranks
-  // (s, ·, k) share one ring, so they decide alike.
+  // (s, ·, k) share one group, so they decide alike.
+  const std::vector<double> f32_reduce = reduce_times(std::vector<bool>(grid.size(), false));
+  std::vector<bool> int8(grid.size(), false);
+  for (size_t i = 0; i < grid.size(); ++i) {
+    int8[i] = d > 1 && (wire == "int8" || (wire == "auto" && f32_reduce[i] > kInt8HopShare * pipeline));
+  }
+  const std::vector<double> reduce = reduce_times(int8);
   int reducing = -1;
   for (size_t i = 0; i < cost.positions.size(); ++i) {
     PositionCost& pc = cost.positions[i];
-    pc.int8_reduce = d > 1 && (wire == "int8" || (wire == "auto" && pc.reduce_seconds > kInt8HopShare * pipeline));
-    if (pc.int8_reduce) pc.reduce_seconds = int8_reduce_seconds[i];
+    pc.int8_reduce = int8[i];
+    pc.reduce_seconds = reduce[i];
     if (pc.reduce_seconds > cost.reduce_seconds) {
       cost.reduce_seconds = pc.reduce_seconds;
       reducing = static_cast<int>(i);

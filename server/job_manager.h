@@ -60,6 +60,10 @@ class JobManager {
   // not call back into the manager (metrics only). Set before serving.
   using StepObserver = std::function<void(const shardline::v1::JobStatus& status)>;
   void SetStepObserver(StepObserver observer) { step_observer_ = std::move(observer); }
+  // Whether a job whose steps slow down for long moves to a faster layout
+  // by itself (default; coordinator flag --replan_on_slowdown). ReplanJob
+  // works either way. Set before serving.
+  void SetAutoReplan(bool on) { auto_replan_ = on; }
 
   // Loads the saved jobs (once, before serving): ended ones as they ended,
   // the others RECOVERING, to run from their committed step at a new epoch
@@ -132,6 +136,7 @@ class JobManager {
 
  private:
   StepObserver step_observer_;
+  bool auto_replan_ = true;
   absl::StatusOr<RunningJob*> Find(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends the job; a running one's workers are told to stop (unless it
@@ -155,7 +160,8 @@ class JobManager {
   // Re-planning on a slowdown (job_manager_replan.cc): after each completed
   // step, a job whose steps have slowed for long (StepPace) is checked
   // (every kReplanCheckSteps steps) against the best layout on what is
-  // known now (AdviseReplan); where one is clearly faster, its positions
+  // known now (AdviseReplan); where one is clearly faster and saves
+  // seconds over the rest of the job, its positions
   // are told to stop after a step a little ahead (Assignment
   // .stop_after_step, with a checkpoint there), and once that step is
   // committed (ReplanIfDue, from CompleteShard) it restarts on the new
@@ -167,6 +173,9 @@ class JobManager {
   static constexpr int kReplanLeadSteps = 2;
   static constexpr double kReplanLeadSeconds = 0.5;
   static constexpr int kReplanMinRemaining = 10;   // steps after the stop that make a move worth it
+  // And seconds a move must save over the rest of the job (the slowdown's
+  // cost so far to weigh one, the new layout's predicted gain to make it).
+  static constexpr double kReplanMinSavingSeconds = 5.0;
   void MaybePlanReplan(RunningJob& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int64_t ReplanStop(const RunningJob& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Tells the job's positions to stop after `stop`; it moves once committed.

@@ -15,11 +15,17 @@ namespace shardline::server {
 void JobManager::MaybePlanReplan(RunningJob& job) {
   const int64_t step = job.status().step();
   const int64_t stop = ReplanStop(job);
-  if (job.spec().parallel().placement() == "in_order" || job.replan_step() > 0 || !job.pace().slowed() ||
+  if (!auto_replan_ || job.spec().parallel().placement() == "in_order" || job.replan_step() > 0 ||
+      !job.pace().slowed() ||
       stop + kReplanMinRemaining > job.status().total_steps() ||
       (job.replan_checked_at() > 0 && step < job.replan_checked_at() + kReplanCheckSteps)) {
     return;
   }
+  // Moving costs a restart (state reloaded, streams reconnected): worth
+  // weighing only where the time the slowdown costs the rest of the job
+  // could repay it.
+  const double remaining = static_cast<double>(job.status().total_steps() - stop);
+  if ((job.pace().recent() - job.pace().baseline()) * remaining < kReplanMinSavingSeconds) return;
   job.set_replan_checked_at(step);
   std::map<std::string, WorkerRecord> known;  // with their planning and predicting rates
   for (WorkerRecord& w : registry_.List()) known.emplace(w.id, std::move(w));
@@ -40,7 +46,11 @@ void JobManager::MaybePlanReplan(RunningJob& job) {
   }
   const std::string slowed = absl::StrFormat("its steps slowed from %.3f s to %.3f s; %s",
                                              job.pace().baseline(), job.pace().recent(), advice->why);
-  if (!advice->replan) {
+  // What the new layout would save over the rest of the job, at the pace
+  // measured now.
+  const double saving = job.pace().recent() * remaining *
+                        (1 - advice->proposed.step_seconds / std::max(advice->current.step_seconds, 1e-12));
+  if (!advice->replan || saving < kReplanMinSavingSeconds) {
     LOG(INFO) << "job " << job.status().job_id() << ": " << slowed << ": no layout is clearly faster";
     return;
   }
