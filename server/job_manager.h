@@ -115,7 +115,7 @@ class JobManager {
   // runs fails over now, and it gets no job until undone. Its record;
   // NOT_FOUND for no such live worker.
   absl::StatusOr<WorkerRecord> Drain(const std::string& worker, bool undo);
-  // An operator's re-plan: the job stops a little ahead (about a second's
+  // An operator's re-plan: the job stops a little ahead (half a second's
   // steps), checkpoints, and moves to the best layout on what is known
   // now from there (a restart at a new epoch; no step lost), whether or
   // not it differs. FAILED_PRECONDITION for a job not running, already

@@ -59,8 +59,9 @@ void JobManager::MaybePlanReplan(RunningJob& job) {
 }
 
 int64_t JobManager::ReplanStop(const RunningJob& job) {
-  // At least a second's steps ahead: the word must reach every position
-  // before it ends that step (one step late is caught up; StageJob).
+  // Half a second's steps ahead, at least two: the word must reach every
+  // position before it ends that step (one step late is caught up;
+  // StageJob).
   const double seconds = std::max(job.pace().recent(), job.status().step_seconds());
   const int64_t lead = seconds > 0 ? static_cast<int64_t>(std::ceil(kReplanLeadSeconds / seconds)) : 0;
   return job.status().step() + std::max<int64_t>(kReplanLeadSteps, lead);

@@ -179,9 +179,10 @@ absl::Status RunStageJob(const shardline::v1::Assignment& a, const std::string& 
       return absl::IsCancelled(s) ? s : fail(step, s);  // CANCELLED: the coordinator stopped the job
     }
     // The coordinator re-plans from `stop`: end there, checkpointed. The
-    // word is sent a second's steps ahead; if it came after that step's
-    // end, the state is still that step's: checkpoint it now. Later than
-    // that, the step is gone: fail, and the job restarts from its commit.
+    // word is sent half a second's steps (at least two) ahead; if it came
+    // after that step's end, the state is still that step's: checkpoint it
+    // now. Later than that, the step is gone: fail, and the job restarts
+    // from its commit.
     if (const int64_t stop = stop_after_step.load(); stop > 0 && step > stop) {
       if (last_run > stop) {
         return fail(step, absl::UnavailableError(absl::StrCat("told to stop after step ", stop, " at step ", step,
