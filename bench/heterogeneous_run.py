@@ -16,7 +16,9 @@ MODE "slowdown" is another experiment: a planned job during which worker
 SLOW_WORKER's CPU share drops to SLOW_SHARE at step SLOW_AT (the testbed's
 TESTBED_CPU_CAP: its machine got busier); its row has the tokens/s before,
 while slowed and after the coordinator re-planned, the step it moved at,
-the pause of the move, and both layouts.
+the pause of the move, and both layouts. MODE "link_slowdown" is the same
+with the link of the worker holding stage 1 of replica 1 cut to
+SLOW_LINK_RATE at SLOW_AT (TESTBED_LINK_RATE), on a cluster with a spare.
 """
 import json
 import os
@@ -27,6 +29,7 @@ import time
 
 WARMUP_STEPS = 5
 SLOW_WORKER, SLOW_SHARE, SLOW_AT = "a1", 0.1, 15
+SLOW_LINK_RATE = "5mbit"
 
 
 def field(obj, name, default=None):
@@ -117,8 +120,15 @@ def slowdown(work, mode):
             seen.append((now, step, epoch, status.get("message", "")))
             layouts.setdefault(epoch, layout_of(status))
         if slowed_at is None and step >= SLOW_AT:
-            cap = shlex.split(os.environ["TESTBED_CPU_CAP"]) + [SLOW_WORKER, str(SLOW_SHARE)]
-            subprocess.run(cap, check=True, timeout=30)
+            if mode == "link_slowdown":
+                held = [s["worker"] for s in status.get("stages", [])
+                        if int(field(s, "stage", 0)) == 1 and int(field(s, "replica", 0)) == 1]
+                slowed = "%s's link to %s at step %d" % (held[0], SLOW_LINK_RATE, step)
+                change = shlex.split(os.environ["TESTBED_LINK_RATE"]) + [held[0], SLOW_LINK_RATE]
+            else:
+                slowed = "%s to %.2f CPU at step %d" % (SLOW_WORKER, SLOW_SHARE, step)
+                change = shlex.split(os.environ["TESTBED_CPU_CAP"]) + [SLOW_WORKER, str(SLOW_SHARE)]
+            subprocess.run(change, check=True, timeout=30)
             slowed_at = (now, step)
         if status.get("state") in ("SUCCEEDED", "FAILED", "CANCELLED"):
             break
@@ -137,7 +147,8 @@ def slowdown(work, mode):
     first = [(t, s) for t, s, e, _ in seen if e == epochs[0]]
     before = [(t, s) for t, s in first if WARMUP_STEPS <= s <= slowed_at[1]]
     during = [(t, s) for t, s in first if s >= slowed_at[1] + 3]
-    row = {"mode": mode, "slowed": "%s to %.2f CPU at step %d" % (SLOW_WORKER, SLOW_SHARE, slowed_at[1]),
+    open(os.path.join(work, mode + ".links.txt"), "w").write(ctl("get", "links"))
+    row = {"mode": mode, "slowed": slowed,
            "tokens_per_s_before": rate(before), "tokens_per_s_slowed": rate(during),
            "layout_before": layouts[epochs[0]], "epochs": len(epochs), "final_loss": float(status.get("loss", 0))}
     if len(epochs) > 1:
@@ -171,10 +182,10 @@ def inside(work, modes):
     open(os.path.join(work, "links.txt"), "w").write(ctl("get", "links"))
     with open(os.path.join(work, "rows.jsonl"), "a") as rows:
         for mode in modes:
-            if mode == "slowdown":
+            if mode in ("slowdown", "link_slowdown"):
                 row = slowdown(work, mode)
-                print("bench_heterogeneous: slowdown: %s tok/s before, %s slowed, %s after the re-plan"
-                      % (row["tokens_per_s_before"], row["tokens_per_s_slowed"], row.get("tokens_per_s_after")),
+                print("bench_heterogeneous: %s: %s tok/s before, %s slowed, %s after the re-plan"
+                      % (mode, row["tokens_per_s_before"], row["tokens_per_s_slowed"], row.get("tokens_per_s_after")),
                       flush=True)
                 rows.write(json.dumps(row) + "\n")
                 rows.flush()
@@ -190,8 +201,8 @@ def inside(work, modes):
 
 def report(work, out):
     rows = [json.loads(line) for line in open(os.path.join(work, "rows.jsonl"))]
-    slowed = [r for r in rows if r["mode"] == "slowdown"]
-    rows = [r for r in rows if r["mode"] != "slowdown"]
+    slowed = [r for r in rows if r["mode"] in ("slowdown", "link_slowdown")]
+    rows = [r for r in rows if r["mode"] not in ("slowdown", "link_slowdown")]
     by_mode = {r["mode"]: r for r in rows}
     ratios = {}
     for mode in ("planned", "planned_auto"):
@@ -205,7 +216,7 @@ def report(work, out):
             by_mode["planned_auto"]["tokens_per_s"] / by_mode["planned"]["tokens_per_s"], 3)
     result = {"bench": "bench_heterogeneous",
               "topology": open(os.path.join(work, "skewed.topology")).read(),
-              "rows": rows, "ratios": ratios, "slowdown": slowed[0] if slowed else None}
+              "rows": rows, "ratios": ratios, "slowdowns": slowed}
     json.dump(result, open(out, "w"), indent=1)
     print("%-13s %-16s %10s %8s %12s %10s  %s" % ("mode", "wire:hops/reduce", "tokens_s", "step_s", "predicted_s",
                                                    "pred_err", "critical path"))
@@ -220,8 +231,8 @@ def report(work, out):
     for name, value in ratios.items():
         print("%s: %.2fx" % (name, value))
     for r in slowed:
-        print("slowdown (%s): %s tok/s before, %s slowed, %s after re-planning after step %s (pause %s s)"
-              % (r["slowed"], r["tokens_per_s_before"], r["tokens_per_s_slowed"], r.get("tokens_per_s_after"),
+        print("%s (%s): %s tok/s before, %s slowed, %s after re-planning after step %s (pause %s s)"
+              % (r["mode"], r["slowed"], r["tokens_per_s_before"], r["tokens_per_s_slowed"], r.get("tokens_per_s_after"),
                  r.get("replanned_after_step"), r.get("pause_s")))
         print("           before: " + "; ".join(r["layout_before"]))
         print("           after:  " + "; ".join(r.get("layout_after", ["(no re-plan)"])))

@@ -88,14 +88,20 @@ std::string WorkersTable(const shardline::v1::ListWorkersResponse& workers) {
 std::string LinksTable(const shardline::v1::ListLinksResponse& links) {
   std::vector<std::vector<std::string>> rows = {{"FROM", "TO", "MBIT/S", "RTT", "AGE", "NOTE"}};
   for (const auto& l : links.links()) {
-    std::string note = l.stale() ? "stale" : "";
+    std::string note = l.stale() && l.bytes_per_second() > 0 ? "stale" : "";
     if (!l.error().empty()) absl::StrAppend(&note, note.empty() ? "" : "; ", "last probe failed: ", l.error());
+    if (l.observed_bytes_per_second() > 0) {
+      absl::StrAppendFormat(&note, "%sslowed to %.0f Mbit/s in job %s %.0f s ago (planned on until probed again)",
+                            note.empty() ? "" : "; ", l.observed_bytes_per_second() * 8 / 1e6, l.observed_in(),
+                            l.observed_age_seconds());
+    }
     rows.push_back({l.from_worker(), l.to_worker(),
                     l.bytes_per_second() > 0
                         ? absl::StrFormat("%.0f ±%.0f%%", l.bytes_per_second() * 8 / 1e6, 50 * l.bytes_per_second_spread())
                         : "-",
                     l.rtt_seconds() > 0 ? absl::StrFormat("%.2f ms", l.rtt_seconds() * 1e3) : "-",
-                    absl::StrFormat("%.0f s", l.age_seconds()), note.empty() ? "-" : note});
+                    l.bytes_per_second() > 0 || !l.error().empty() ? absl::StrFormat("%.0f s", l.age_seconds()) : "-",
+                    note.empty() ? "-" : note});
   }
   std::string out = Table(rows);
   if (links.pending_probes() > 0) absl::StrAppendFormat(&out, "%d directions still to probe\n", links.pending_probes());

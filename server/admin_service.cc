@@ -149,9 +149,16 @@ grpc::ServerUnaryReactor* AdminService::ListLinks(grpc::CallbackServerContext* c
     out->set_bytes_per_second(l.bytes_per_second);
     out->set_bytes_per_second_spread(l.spread);
     out->set_rtt_seconds(l.rtt_seconds);
-    out->set_age_seconds(absl::ToDoubleSeconds(links.Now() - l.measured_at));
+    if (l.measured_at != absl::InfinitePast()) {  // else only observed, never probed
+      out->set_age_seconds(absl::ToDoubleSeconds(links.Now() - l.measured_at));
+    }
     out->set_stale(links.Stale(l));
     out->set_error(l.error);
+    if (l.observed_bytes_per_second > 0) {
+      out->set_observed_bytes_per_second(l.observed_bytes_per_second);
+      out->set_observed_age_seconds(absl::ToDoubleSeconds(links.Now() - l.observed_at));
+      out->set_observed_in(l.observed_in);
+    }
   }
   response->set_pending_probes(links.pending());
   return Done(context, absl::OkStatus());

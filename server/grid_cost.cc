@@ -39,6 +39,14 @@ LinkLookup LinksFrom(const LinkTable* table) {
     }
     if (table != nullptr) {
       std::optional<LinkRecord> link = table->Get(from.name, to.name);
+      // A slowdown a job observed counts until the next probe.
+      const double observed = link.has_value() ? link->observed_bytes_per_second : 0;
+      if (link.has_value() && observed > 0 && (link->bytes_per_second <= 0 || observed < link->bytes_per_second)) {
+        e.bytes_per_second = observed;
+        e.rtt_seconds = link->rtt_seconds;
+        e.measured = true;
+        return e;
+      }
       if (link.has_value() && link->bytes_per_second > 0) {
         e.bytes_per_second = link->bytes_per_second;
         e.rtt_seconds = link->rtt_seconds;

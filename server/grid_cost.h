@@ -60,7 +60,8 @@ struct LinkEstimate {
 };
 // The link from one worker to another (the same worker: free).
 using LinkLookup = std::function<LinkEstimate(const WorkerRecord& from, const WorkerRecord& to)>;
-// From `table`'s measurements (stale ones too: they are the best known),
+// From `table`'s measurements (stale ones too: they are the best known;
+// a slowdown a running job observed where it is lower than the probe),
 // else the assumptions above; null: assumptions only.
 LinkLookup LinksFrom(const LinkTable* table);
 

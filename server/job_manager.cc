@@ -240,6 +240,7 @@ absl::StatusOr<bool> JobManager::ReportStep(const shardline::v1::ReportStepReque
     if (optimizer_seconds > 0) {
       registry_.NoteOptimizerRate(r.worker_id(), job->optimizer_parameters(position) / optimizer_seconds);
     }
+    NoteWirePaces(*job, position, r);
   }
   if (absl::Status s = job->AddReport(position, r); !s.ok()) {
     End(*job, shardline::v1::FAILED, std::string(s.message()));

@@ -177,6 +177,11 @@ class JobManager {
   // cost so far to weigh one, the new layout's predicted gain to make it).
   static constexpr double kReplanMinSavingSeconds = 5.0;
   void MaybePlanReplan(RunningJob& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // What `position`'s report says of the wires it receives on: a link that
+  // slowed during the epoch goes into the link table (LinkTable::Observe),
+  // so that the re-plan's advice sees it.
+  void NoteWirePaces(RunningJob& job, int position, const shardline::v1::ReportStepRequest& r)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int64_t ReplanStop(const RunningJob& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Tells the job's positions to stop after `stop`; it moves once committed.
   void StopForReplan(RunningJob& job, int64_t stop, const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

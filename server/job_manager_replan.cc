@@ -15,9 +15,11 @@ namespace shardline::server {
 void JobManager::MaybePlanReplan(RunningJob& job) {
   const int64_t step = job.status().step();
   const int64_t stop = ReplanStop(job);
+  // A link of the job found slower than its probe counts even where the
+  // epoch's steps were slow from its start (it began on that link).
+  const bool steps_slowed = job.pace().slowed(), link_slowed = job.link_slowed();
   if (!auto_replan_ || job.spec().parallel().placement() == "in_order" || job.replan_step() > 0 ||
-      !job.pace().slowed() ||
-      stop + kReplanMinRemaining > job.status().total_steps() ||
+      (!steps_slowed && !link_slowed) || stop + kReplanMinRemaining > job.status().total_steps() ||
       (job.replan_checked_at() > 0 && step < job.replan_checked_at() + kReplanCheckSteps)) {
     return;
   }
@@ -25,7 +27,11 @@ void JobManager::MaybePlanReplan(RunningJob& job) {
   // weighing only where the time the slowdown costs the rest of the job
   // could repay it.
   const double remaining = static_cast<double>(job.status().total_steps() - stop);
-  if ((job.pace().recent() - job.pace().baseline()) * remaining < kReplanMinSavingSeconds) return;
+  if (steps_slowed && !link_slowed &&
+      (job.pace().recent() - job.pace().baseline()) * remaining < kReplanMinSavingSeconds) {
+    return;
+  }
+  const double step_seconds = std::max(job.pace().recent(), job.status().step_seconds());
   job.set_replan_checked_at(step);
   std::map<std::string, WorkerRecord> known;  // with their planning and predicting rates
   for (WorkerRecord& w : registry_.List()) known.emplace(w.id, std::move(w));
@@ -44,11 +50,13 @@ void JobManager::MaybePlanReplan(RunningJob& job) {
     LOG(WARNING) << "job " << job.status().job_id() << ": cannot weigh a re-plan: " << advice.status();
     return;
   }
-  const std::string slowed = absl::StrFormat("its steps slowed from %.3f s to %.3f s; %s",
-                                             job.pace().baseline(), job.pace().recent(), advice->why);
+  const std::string slowed =
+      steps_slowed ? absl::StrFormat("its steps slowed from %.3f s to %.3f s; %s", job.pace().baseline(),
+                                     job.pace().recent(), advice->why)
+                   : absl::StrFormat("a link it uses slowed (%.3f s a step); %s", step_seconds, advice->why);
   // What the new layout would save over the rest of the job, at the pace
   // measured now.
-  const double saving = job.pace().recent() * remaining *
+  const double saving = step_seconds * remaining *
                         (1 - advice->proposed.step_seconds / std::max(advice->current.step_seconds, 1e-12));
   if (!advice->replan || saving < kReplanMinSavingSeconds) {
     LOG(INFO) << "job " << job.status().job_id() << ": " << slowed << ": no layout is clearly faster";
@@ -56,6 +64,49 @@ void JobManager::MaybePlanReplan(RunningJob& job) {
   }
   LOG(WARNING) << "job " << job.status().job_id() << ": " << slowed << ": moving to it after step " << stop;
   StopForReplan(job, stop, slowed);
+}
+
+void JobManager::NoteWirePaces(RunningJob& job, int position, const shardline::v1::ReportStepRequest& r) {
+  const RunningJob::Position at = job.PositionAt(position);
+  for (const shardline::v1::WirePace& w : r.wire_paces()) {
+    int stage = at.stage, replica = at.replica;
+    if (w.peer() == shardline::v1::WirePace::PREVIOUS_STAGE) --stage;
+    if (w.peer() == shardline::v1::WirePace::NEXT_STAGE) ++stage;
+    if (w.peer() == shardline::v1::WirePace::REPLICA) replica = w.replica();
+    if (stage < 0 || stage >= job.stages() || replica < 0 || replica >= job.replicas()) continue;
+    const int peer = job.PositionOf(stage, replica, at.tensor_rank);
+    if (peer == position) continue;
+    const std::string& from_id = job.workers()[static_cast<size_t>(peer)];
+    const std::string& to_id = job.workers()[static_cast<size_t>(position)];
+    LinkPace& pace = job.link_paces().At(from_id, to_id);
+    pace.Note(w.bytes(), w.seconds());
+    if (pace.recent() == 0) continue;
+    absl::StatusOr<WorkerRecord> from = registry_.Get(from_id), to = registry_.Get(to_id);
+    if (!from.ok() || !to.ok() || from->name == to->name) continue;
+    // Slower than earlier in the epoch, or than its probe said (the epoch
+    // began on a link that had slowed already).
+    const std::optional<LinkRecord> probed = links_.Get(from->name, to->name);
+    const double probe = probed.has_value() ? probed->bytes_per_second : 0;
+    const bool slowed = pace.slowed() || pace.Below(probe);
+    if (!slowed && !pace.told) continue;
+    if (slowed) {
+      if (!pace.told) {
+        LOG(WARNING) << "job " << job.status().job_id() << ": the link from " << from->name << " to " << to->name
+                     << " slowed to " << pace.recent() * 8 / 1e6 << " Mbit/s (from "
+                     << (pace.slowed() ? pace.baseline() : probe) * 8 / 1e6 << " Mbit/s "
+                     << (pace.slowed() ? "earlier in the epoch" : "when probed") << "; "
+                     << job.PositionName(position) << "'s frames from " << job.PositionName(peer) << ")";
+        job.set_link_slowed(true);
+      }
+      links_.Observe(from->name, to->name, pace.recent(), job.status().job_id());
+      pace.told = true;
+    } else {
+      LOG(INFO) << "job " << job.status().job_id() << ": the link from " << from->name << " to " << to->name
+                << " carries " << pace.recent() * 8 / 1e6 << " Mbit/s again";
+      links_.ForgetObserved(from->name, to->name);
+      pace.told = false;
+    }
+  }
 }
 
 int64_t JobManager::ReplanStop(const RunningJob& job) {

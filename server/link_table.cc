@@ -58,6 +58,33 @@ void LinkTable::Record(const std::string& from, std::vector<LinkRecord> links) {
   if (claimed_by_ == from) claimed_by_.clear();
 }
 
+void LinkTable::Observe(const std::string& from, const std::string& to, double bytes_per_second,
+                        const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  LinkRecord& link = links_[{from, to}];
+  if (link.from.empty()) {  // never probed
+    link.from = from;
+    link.to = to;
+    link.measured_at = absl::InfinitePast();
+  }
+  link.observed_bytes_per_second = bytes_per_second;
+  link.observed_at = clock_();
+  link.observed_in = job_id;
+  queued_.insert({from, to});
+}
+
+void LinkTable::ForgetObserved(const std::string& from, const std::string& to) {
+  absl::MutexLock lock(&mu_);
+  auto it = links_.find({from, to});
+  if (it == links_.end()) return;
+  if (it->second.bytes_per_second <= 0 && it->second.error.empty()) {
+    links_.erase(it);  // nothing but the observation
+    return;
+  }
+  it->second.observed_bytes_per_second = 0;
+  it->second.observed_in.clear();
+}
+
 void LinkTable::Retain(const std::set<std::string>& known) {
   absl::MutexLock lock(&mu_);
   auto unknown = [&](const Direction& d) { return !known.count(d.first) || !known.count(d.second); };

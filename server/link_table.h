@@ -5,6 +5,8 @@
 // hands a worker its queued targets only when no other worker holds a
 // claim (a claim not reported within kClaimTimeout lapses). A measurement
 // older than kStaleAfter is stale: shown, marked, and re-probed when asked.
+// A link a running job finds slower than before (Observe) keeps that rate
+// beside its probe's until it is probed again.
 // Pure bookkeeping, no I/O; the clock is injectable for tests. Thread-safe.
 #ifndef SHARDLINE_SERVER_LINK_TABLE_H_
 #define SHARDLINE_SERVER_LINK_TABLE_H_
@@ -31,6 +33,12 @@ struct LinkRecord {
   double rtt_seconds = 0;
   absl::Time measured_at;
   std::string error;  // the last probe failed (the figures are the last good ones, if any)
+  // What a job's own transfers showed once the link slowed while it ran
+  // (server/link_pace.h): estimates take it where it is below the probe's
+  // figure, until the next probe (queued by Observe) replaces the record.
+  double observed_bytes_per_second = 0;  // 0: nothing observed
+  absl::Time observed_at;
+  std::string observed_in;  // the job's id
 };
 
 class LinkTable {
@@ -53,6 +61,12 @@ class LinkTable {
   // `from`'s measurements (LinkRecord::from and measured_at are set here):
   // each ends its queued probe; the claim ends.
   void Record(const std::string& from, std::vector<LinkRecord> links);
+  // A job's streams saw the link from `from` to `to` slow down to
+  // `bytes_per_second` (LinkRecord::observed_bytes_per_second); a probe of
+  // it is queued, which `from` runs once it is idle.
+  void Observe(const std::string& from, const std::string& to, double bytes_per_second, const std::string& job_id);
+  // The link carries its old rate again: its observation goes.
+  void ForgetObserved(const std::string& from, const std::string& to);
   // Forgets links and probes naming a worker not in `known`.
   void Retain(const std::set<std::string>& known);
 

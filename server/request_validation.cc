@@ -96,6 +96,18 @@ absl::Status ValidateRequest(const shardline::v1::ReportStepRequest& r) {
   for (const shardline::v1::TraceEvent& event : r.trace()) {
     RETURN_IF_ERROR(CheckLength("trace.name", event.name(), kMaxNameBytes));
   }
+  // One a neighbour: two stage-link neighbours and the stage's replicas.
+  if (r.wire_paces_size() > kMaxIndex + 2) {
+    return Bad("wire_paces", absl::StrCat("has ", r.wire_paces_size(), " entries, at most ", kMaxIndex + 2));
+  }
+  for (const shardline::v1::WirePace& pace : r.wire_paces()) {
+    if (!shardline::v1::WirePace::Peer_IsValid(pace.peer()) || pace.peer() == shardline::v1::WirePace::PEER_UNSPECIFIED) {
+      return Bad("wire_paces.peer", absl::StrCat("is ", pace.peer()));
+    }
+    RETURN_IF_ERROR(CheckIndex("wire_paces.replica", pace.replica()));
+    RETURN_IF_ERROR(CheckAmount("wire_paces.seconds", pace.seconds()));
+    if (pace.bytes() < 0) return Bad("wire_paces.bytes", absl::StrCat("is ", pace.bytes(), ", must not be negative"));
+  }
   return absl::OkStatus();
 }
 

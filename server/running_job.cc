@@ -92,6 +92,8 @@ void RunningJob::Start(uint64_t epoch, GridPlacement placement) {
   replan_step_ = 0;
   replan_checked_at_ = 0;
   pace_.Reset();
+  link_paces_.Reset();
+  link_slowed_ = false;
   status_.clear_stages();
   for (shardline::v1::StageStatus& stage : placement.stage_statuses) *status_.add_stages() = std::move(stage);
   status_.set_predicted_step_seconds(placement.predicted_step_seconds);

@@ -24,6 +24,7 @@
 #include "common/random_token.h"
 #include "server/grid_placement.h"
 #include "server/job_trace.h"
+#include "server/link_pace.h"
 #include "server/step_pace.h"
 #include "server/stream_mailbox.h"
 #include "shardline/v1/admin.pb.h"
@@ -104,6 +105,11 @@ class RunningJob {
   void ReplanNow(absl::Time shrink_after);
   // The epoch's step times (CompleteStep notes each).
   const StepPace& pace() const { return pace_; }
+  // The epoch's links, as their receiving ends report them (JobManager).
+  LinkPaces& link_paces() { return link_paces_; }
+  // A link of the epoch was found slower than before (JobManager).
+  bool link_slowed() const { return link_slowed_; }
+  void set_link_slowed(bool slowed) { link_slowed_ = slowed; }
   // The step of the epoch's last re-plan check (JobManager throttles them).
   int64_t replan_checked_at() const { return replan_checked_at_; }
   void set_replan_checked_at(int64_t step) { replan_checked_at_ = step; }
@@ -182,6 +188,8 @@ class RunningJob {
   std::vector<int> previous_cut_;
   void RememberPlacement();  // previous_workers_ and previous_cut_ from the stages now
   StepPace pace_;
+  LinkPaces link_paces_;
+  bool link_slowed_ = false;
   int64_t replan_step_ = 0;
   int64_t replan_checked_at_ = 0;
   std::string replan_reason_;

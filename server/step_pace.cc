@@ -1,17 +1,8 @@
 #include "server/step_pace.h"
 
-#include <algorithm>
+#include "common/median.h"
 
 namespace shardline::server {
-namespace {
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n == 0 ? 0 : n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
-}  // namespace
 
 void StepPace::Reset() { *this = StepPace(); }
 
@@ -19,7 +10,7 @@ void StepPace::Note(double seconds) {
   if (noted_++ == 0 || seconds <= 0) return;  // the epoch's first step warms up
   if (baseline_ == 0) {
     first_.push_back(seconds);
-    if (static_cast<int>(first_.size()) == kBaselineSteps) baseline_ = Median(first_);
+    if (static_cast<int>(first_.size()) == kBaselineSteps) baseline_ = common::Median(first_);
     return;
   }
   window_.push_back(seconds);
@@ -28,7 +19,7 @@ void StepPace::Note(double seconds) {
 
 double StepPace::recent() const {
   if (static_cast<int>(window_.size()) < kWindowSteps) return 0;
-  return Median({window_.begin(), window_.end()});
+  return common::Median({window_.begin(), window_.end()});
 }
 
 }  // namespace shardline::server

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/input_limits.h"
+#include "common/median.h"
 #include "common/random_token.h"
 
 namespace shardline::server {
@@ -149,13 +150,6 @@ absl::StatusOr<WorkerRecord> WorkerRegistry::GetByName(const std::string& name) 
 
 namespace {
 
-double Median(std::vector<double> values) {
-  if (values.empty()) return 0;
-  std::sort(values.begin(), values.end());
-  const size_t half = values.size() / 2;
-  return values.size() % 2 == 1 ? values[half] : (values[half - 1] + values[half]) / 2;
-}
-
 // A moving average's next value.
 void Average(double value, double& average, int64_t& reports) {
   average = reports == 0 ? value : (1 - kAchievedRateWeight) * average + kAchievedRateWeight * value;
@@ -186,8 +180,8 @@ std::vector<WorkerRecord> WorkerRegistry::List() {
     if (w.achieved_reports >= kMinAchievedReports) ratios.push_back(w.achieved_flops / w.capabilities.gemm_flops());
     if (w.optimizer_reports >= kMinAchievedReports) optimizer_rates.push_back(w.optimizer_rate);
   }
-  const double ratio = ratios.empty() ? 1 : Median(ratios);
-  const double optimizer_rate = Median(optimizer_rates);
+  const double ratio = ratios.empty() ? 1 : common::Median(ratios);
+  const double optimizer_rate = common::Median(optimizer_rates);
   for (WorkerRecord& w : out) {
     const bool achieved = w.achieved_reports >= kMinAchievedReports;
     w.planning_flops = w.capabilities.gemm_flops() * ratio;

@@ -15,6 +15,7 @@
 #include "worker/runtime/pipeline_stage.h"
 #include "worker/runtime/shard_runtime.h"
 #include "worker/state_loader.h"
+#include "worker/step_wire_paces.h"
 
 namespace shardline::worker {
 namespace {
@@ -171,6 +172,7 @@ absl::Status RunStageJob(const shardline::v1::Assignment& a, const std::string& 
     background.ReportCheckpoint(std::move(r), std::move(snapshot), a.replica() == 0 && a.tensor_rank() == 0);
     return absl::OkStatus();
   };
+  StepWirePaces wire_paces(link, replicas);
   int64_t last_run = a.first_step() - 1, last_checkpoint = last_run;
   shardline::v1::ReportStepRequest last_report;  // of last_run
   for (int64_t step = a.first_step(); step <= total; ++step) {
@@ -197,6 +199,7 @@ absl::Status RunStageJob(const shardline::v1::Assignment& a, const std::string& 
     const uint64_t collective_before = replicas != nullptr ? replicas->BytesReceived() : 0;
     const uint64_t tensor_before = tensor_group != nullptr ? tensor_group->BytesReceived() : 0;
     const double tensor_seconds_before = timed_tensor != nullptr ? timed_tensor->seconds() : 0.0;
+    wire_paces.Begin();
     absl::StatusOr<runtime::StageStepResult> result = stage->RunStep(step);
     if (!result.ok()) return fail(step, result.status());
     if (step == a.first_step()) {
@@ -221,6 +224,7 @@ absl::Status RunStageJob(const shardline::v1::Assignment& a, const std::string& 
       r.set_tensor_collective_bytes(static_cast<int64_t>(tensor_group->BytesReceived() - tensor_before));
       r.set_tensor_collective_seconds(timed_tensor->seconds() - tensor_seconds_before);
     }
+    wire_paces.AddTo(r);
     if (step == a.first_step()) r.set_resumed_from(resumed_from);
     last_run = step;
     if ((every > 0 && step % every == 0) || step == total || step == stop_after_step.load()) {

@@ -20,6 +20,8 @@
 #                        $TESTBED_CPU_CAP NAME F (a machine getting busier;
 #                        the namespaces' own /sys has no cgroups, so a
 #                        reader out here applies it: a FIFO in the work dir)
+#   TESTBED_LINK_RATE    a command that changes a node's link, both ways:
+#                        $TESTBED_LINK_RATE NAME RATE (a link getting slower)
 # Every daemon runs with mutual TLS (deploy/certs.sh) and an admin token, as
 # beyond loopback it must. A worker's `cpu=F` puts it in a cgroup of its own
 # with F CPUs (deploy/testbed/cpu_cap.sh). Needs root, ip netns, a bridge
@@ -71,6 +73,7 @@ prefix=sltb$id-
 switch=${prefix}sw
 if [[ -z $work ]]; then work=$(mktemp -d /tmp/testbed.XXXXXX); fi
 mkdir -p "$work"
+rm -f "$work/node-links"
 pids=()
 cgroups=()
 
@@ -100,17 +103,6 @@ for i in "${!rack_names[@]}"; do
   ip netns exec "$switch" ip link add "br$i" type bridge
   ip netns exec "$switch" ip link set "br$i" up
 done
-# A bucket of 2 ms at the rate, at least 128 KiB (two of the kernel's
-# largest segments): small against what a step moves even on a slow link,
-# so the link holds its rate instead of passing a step's bursts at line
-# speed (a fixed 4 MB bucket let a 10 Mbit/s link carry several seconds'
-# worth at once).
-burst_of() {
-  awk -v r="$1" 'BEGIN {
-    n = r + 0; unit = substr(r, length(n "") + 1)
-    m = unit == "gbit" ? 1e9 : unit == "mbit" ? 1e6 : unit == "kbit" ? 1e3 : 1
-    b = n * m / 8 * 0.002; if (b < 131072) b = 131072; printf "%d", b }'
-}
 cap() { ip netns exec "$1" tc qdisc add dev "$2" root tbf rate "$3" burst "$(burst_of "$3")" latency 50ms; }
 for i in "${!uplink_a[@]}"; do
   ip netns exec "$switch" ip link add "up${i}a" type veth peer name "up${i}b"
@@ -129,6 +121,7 @@ for i in "${!node_names[@]}"; do
   ip netns exec "$switch" ip link set "n$i" master "br${node_rack[$i]}" up
   cap "$ns" eth0 "${node_rate[$i]}"
   cap "$switch" "n$i" "${node_rate[$i]}"
+  echo "${node_names[$i]} $ns eth0 $switch n$i" >>"$work/node-links"
 done
 echo "testbed: ${#node_names[@]} namespaces (${prefix}*) on ${#rack_names[@]} racks, work in $work" >&2
 
@@ -217,7 +210,7 @@ fi
 # signal to this script tears down at once instead of after the command.
 ip netns exec "$prefix${node_names[0]}" env TESTBED_COORDINATOR="$coordinator" TESTBED_SHARDCTL="$shardctl" \
   TESTBED_WORK="$work" TESTBED_WORKERS="$workers" TESTBED_NETNS_PREFIX="$prefix" \
-  TESTBED_CPU_CAP="$here/cpu_cap_request.sh $work/cpu-cap" \
+  TESTBED_CPU_CAP="$here/cpu_cap_request.sh $work/cpu-cap" TESTBED_LINK_RATE="$here/link_rate.sh $work/node-links" \
   timeout --signal=TERM "$deadline" "$@" <&0 &
 command_pid=$!
 pids=("$command_pid" "${pids[@]}")

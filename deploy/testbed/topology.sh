@@ -19,6 +19,18 @@ topology_error() {
   return 1
 }
 
+# A token bucket of 2 ms at the rate, at least 128 KiB (two of the
+# kernel's largest segments): small against what a step moves even on a
+# slow link, so the link holds its rate instead of passing a step's bursts
+# at line speed (a fixed 4 MB bucket let a 10 Mbit/s link carry several
+# seconds' worth at once).
+burst_of() {
+  awk -v r="$1" 'BEGIN {
+    n = r + 0; unit = substr(r, length(n "") + 1)
+    m = unit == "gbit" ? 1e9 : unit == "mbit" ? 1e6 : unit == "kbit" ? 1e3 : 1
+    b = n * m / 8 * 0.002; if (b < 131072) b = 131072; printf "%d", b }'
+}
+
 valid_rate() { [[ $1 =~ ^[0-9]+(\.[0-9]+)?(bit|kbit|mbit|gbit)$ ]]; }
 valid_name() { [[ $1 =~ ^[a-z0-9][a-z0-9_-]{0,19}$ ]]; }
 

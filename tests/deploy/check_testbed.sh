@@ -99,6 +99,16 @@ ctl -o json get workers >"$TESTBED_WORK/workers.json"
 # Bytes the uplink's token buckets passed (both directions).
 ip netns exec "${TESTBED_NETNS_PREFIX}sw" tc -s qdisc show | awk '/^qdisc tbf/ {dev=$5} /Sent/ && dev ~ /^up/ {s += $2} END {print s + 0}' \
   >"$TESTBED_WORK/uplink.bytes"
+# A node's link rate changes while it runs, both ways; an unknown node and
+# a rate that is not one are refused.
+$TESTBED_LINK_RATE a1 5mbit || { echo "FAIL: a1's link rate could not change"; exit 1; }
+ip netns exec "${TESTBED_NETNS_PREFIX}a1" tc qdisc show dev eth0 | grep -q "rate 5Mbit" \
+  || { echo "FAIL: a1's eth0 is not at 5 Mbit/s"; ip netns exec "${TESTBED_NETNS_PREFIX}a1" tc qdisc show dev eth0; exit 1; }
+[[ $(ip netns exec "${TESTBED_NETNS_PREFIX}sw" tc qdisc show | grep -c "rate 5Mbit") -eq 1 ]] \
+  || { echo "FAIL: a1's switch port is not at 5 Mbit/s"; exit 1; }
+if $TESTBED_LINK_RATE zz 5mbit 2>/dev/null; then echo "FAIL: an unknown node's link changed"; exit 1; fi
+if $TESTBED_LINK_RATE a1 fast 2>/dev/null; then echo "FAIL: a1's link took the rate 'fast'"; exit 1; fi
+echo "ok: a1's link rate changed while it ran; an unknown node and 'fast' refused"
 # A capped worker's share changes while it runs; others, and shares that
 # are not one, are refused.
 if [[ -n ${2:-} ]]; then

@@ -28,6 +28,8 @@ if ! echo 'extern "C" int LLVMFuzzerTestOneInput(const char*, unsigned long) { r
 fi
 
 mkdir -p "$build_dir"
+build_dir=$(cd "$build_dir" && pwd)   # the runs cd into their work directories
+source_dir=$(cd "$source_dir" && pwd)
 exec 9>"$build_dir.lock"
 flock -n 9 || { echo "FAIL: another run_fuzzers.sh is using $build_dir (its lock: $build_dir.lock)"; exit 1; }
 

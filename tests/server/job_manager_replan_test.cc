@@ -3,7 +3,10 @@
 // coordinator stop the job's positions a little ahead, at a checkpoint,
 // and restart from that committed step on a layout that gives it fewer
 // units, at a new epoch: no step is lost. A slowdown no layout can help,
-// and a job placed "in_order", keep their plan.
+// and a job placed "in_order", keep their plan. A link that slows (the
+// receiving end's wire paces) goes into the link table, and the job moves
+// off it.
+#include "server/link_pace.h"
 #include "server/step_pace.h"
 #include "tests/server/job_manager_fixture.h"
 
@@ -27,6 +30,29 @@ TEST(StepPaceTest, ALastingSlowdownShowsAndNoiseDoesNot) {
   pace.Reset();
   EXPECT_FALSE(pace.slowed());
   EXPECT_EQ(pace.baseline(), 0);
+}
+
+TEST(LinkPaceTest, ALastingSlowdownShowsAndNoiseOrTooFewTimedFramesDoNot) {
+  LinkPace pace;
+  for (double rate : {1.0e8, 1.1e8, 0.9e8, 1.0e8, 1.2e8}) pace.Note(static_cast<int64_t>(rate * 0.01), 0.01);
+  EXPECT_DOUBLE_EQ(pace.baseline(), 1.0e8);
+  pace.Note(1000, 0.0001);  // under kMinSeconds timed: not a step's measure
+  for (double rate : {1.0e8, 0.3e8, 1.1e8, 0.9e8, 0.3e8}) pace.Note(static_cast<int64_t>(rate * 0.01), 0.01);
+  EXPECT_FALSE(pace.slowed()) << "two slow steps of five are noise";
+  for (int i = 0; i < 3; ++i) pace.Note(500000, 0.01);
+  EXPECT_FALSE(pace.slowed()) << "half its rate: a receiver short of CPU does as much";
+  for (int i = 0; i < 3; ++i) pace.Note(300000, 0.01);
+  EXPECT_TRUE(pace.slowed());
+  EXPECT_DOUBLE_EQ(pace.recent(), 0.3e8);
+  for (int i = 0; i < 3; ++i) pace.Note(1000000, 0.01);
+  EXPECT_FALSE(pace.slowed()) << "it carries its old rate again";
+
+  LinkPace slow_from_the_start;
+  for (int i = 0; i < 5; ++i) slow_from_the_start.Note(10000, 0.01);
+  EXPECT_FALSE(slow_from_the_start.slowed()) << "as slow as when the epoch began";
+  EXPECT_TRUE(slow_from_the_start.Below(1e8)) << "but far below its probe";
+  EXPECT_FALSE(slow_from_the_start.Below(1.2e6));
+  EXPECT_FALSE(slow_from_the_start.Below(0)) << "never probed";
 }
 
 class ReplanTest : public JobManagerTest {
@@ -139,6 +165,102 @@ TEST_F(ReplanTest, ASlowdownNoLayoutHelpsAndAnInOrderJobKeepTheirPlan) {
     EXPECT_EQ(jobs_->Get(job.job_id())->plan_epoch(), job.plan_epoch());
     ASSERT_TRUE(jobs_->Cancel(job.job_id()).ok());
   }
+}
+
+TEST_F(ReplanTest, ALinkThatSlowsIsObservedAndTheJobMovesOffIt) {
+  const std::string a = AddWorker("a"), b = AddWorker("b");
+  AddWorker("c");  // idle, its links as fast as the others
+  const auto plan = *jobs_->Plan(SixLayers(60));
+  const JobStatus job = *jobs_->Submit(SixLayers(60));
+  NoteAssignments();
+  const std::string first = stage_workers_.at(0), second = stage_workers_.at(1);
+  auto name = [&](const std::string& id) { return id == a ? "a" : id == b ? "b" : "c"; };
+  const size_t before = delivered_.size();
+  int64_t step = 1, stop = 0;
+  // Stage 1's frames from stage 0 arrive at 100 MB/s, from step 11 at
+  // 100 kB/s, and every step takes ten times as long; compute is as planned.
+  auto report = [&](int64_t n) {
+    const bool slow = n >= 11;
+    for (int s = 0; s < 2; ++s) {
+      shardline::v1::ReportStepRequest r = Report(job, s, n);
+      r.set_busy_seconds(plan.stages(s).compute_seconds());
+      r.set_step_seconds(slow ? 5.0 : 0.5);
+      if (s == 1) {
+        shardline::v1::WirePace* pace = r.add_wire_paces();
+        pace->set_peer(shardline::v1::WirePace::PREVIOUS_STAGE);
+        pace->set_seconds(0.05);
+        pace->set_bytes(slow ? 5000 : 5000000);
+      }
+      ASSERT_TRUE(jobs_->ReportStep(r).ok()) << "step " << n;
+    }
+  };
+  for (; step <= 40 && stop == 0; ++step) {
+    report(step);
+    stop = StopDelivered(before);
+  }
+  const std::optional<LinkRecord> link = jobs_->links().Get(name(first), name(second));
+  ASSERT_TRUE(link.has_value()) << "the slowdown is in the link table";
+  EXPECT_DOUBLE_EQ(link->observed_bytes_per_second, 1e5);
+  EXPECT_EQ(link->observed_in, job.job_id());
+  EXPECT_FALSE(jobs_->links().Get(name(second), name(first)).has_value()) << "only the direction that slowed";
+  EXPECT_GT(jobs_->links().pending(), 0) << "a probe of it is queued";
+  ASSERT_GT(stop, 0) << "no re-plan by step 40: " << jobs_->Get(job.job_id())->message();
+  for (; step <= stop; ++step) report(step);
+  ASSERT_TRUE(SendShard(job, 0, 2, stop).ok());
+  ASSERT_TRUE(SendShard(job, 1, 2, stop).ok());
+  const JobStatus moved = *jobs_->Get(job.job_id());
+  ASSERT_EQ(moved.state(), shardline::v1::RUNNING) << moved.message();
+  ASSERT_GT(moved.plan_epoch(), job.plan_epoch());
+  EXPECT_FALSE(moved.stages(0).worker() == name(first) && moved.stages(1).worker() == name(second))
+      << "the hop no longer crosses the slowed link: " << moved.stages(0).worker() << " -> "
+      << moved.stages(1).worker();
+
+  // A probe of the link replaces what the job observed.
+  LinkRecord probed;
+  probed.to = name(second);
+  probed.bytes_per_second = 2e8;
+  jobs_->links().Record(name(first), {probed});
+  EXPECT_EQ(jobs_->links().Get(name(first), name(second))->observed_bytes_per_second, 0);
+}
+
+TEST_F(ReplanTest, AJobThatBeganOnALinkSlowerThanItsProbeMovesOffIt) {
+  const std::string a = AddWorker("a"), b = AddWorker("b");
+  AddWorker("c");
+  for (const char* from : {"a", "b", "c"}) {  // every link probed at 100 MB/s
+    std::vector<LinkRecord> probes;
+    for (const char* to : {"a", "b", "c"}) {
+      if (std::string(from) == to) continue;
+      LinkRecord l;
+      l.to = to;
+      l.bytes_per_second = 1e8;
+      probes.push_back(l);
+    }
+    jobs_->links().Record(from, probes);
+  }
+  const auto plan = *jobs_->Plan(SixLayers(60));
+  const JobStatus job = *jobs_->Submit(SixLayers(60));
+  NoteAssignments();
+  const size_t before = delivered_.size();
+  int64_t stop = 0;
+  // Steady steps, but stage 1's frames arrive at 100 kB/s from the start.
+  for (int64_t step = 1; step <= 30 && stop == 0; ++step) {
+    for (int s = 0; s < 2; ++s) {
+      shardline::v1::ReportStepRequest r = Report(job, s, step);
+      r.set_busy_seconds(plan.stages(s).compute_seconds());
+      r.set_step_seconds(5.0);
+      if (s == 1) {
+        shardline::v1::WirePace* pace = r.add_wire_paces();
+        pace->set_peer(shardline::v1::WirePace::PREVIOUS_STAGE);
+        pace->set_seconds(0.05);
+        pace->set_bytes(5000);
+      }
+      ASSERT_TRUE(jobs_->ReportStep(r).ok());
+    }
+    stop = StopDelivered(before);
+  }
+  EXPECT_GT(stop, 0) << "no re-plan: " << jobs_->Get(job.job_id())->message();
+  EXPECT_NE(jobs_->Get(job.job_id())->message().find("a link it uses slowed"), std::string::npos)
+      << jobs_->Get(job.job_id())->message();
 }
 
 }  // namespace

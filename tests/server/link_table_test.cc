@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "server/grid_cost.h"
 
 namespace shardline::server {
 namespace {
@@ -88,6 +89,31 @@ TEST_F(LinkTableTest, ForgottenWorkersTakeTheirLinksProbesAndClaimAlong) {
   EXPECT_EQ(table_.pending(), 2) << "b → c and c → b (c reported only its link to a)";
   EXPECT_EQ(table_.Claim("b"), (std::vector<std::string>{"c"})) << "a's claim went with it";
   EXPECT_EQ(table_.Links().size(), 0u);
+}
+
+TEST_F(LinkTableTest, ASlowdownAJobObservedCountsUntilTheNextProbe) {
+  table_.Record("a", {Measured("b", 1e9)});
+  table_.Observe("a", "b", 5e6, "job-1");
+  table_.Observe("b", "c", 1e6, "job-1");  // never probed
+  EXPECT_EQ(table_.pending(), 2) << "both queued for a probe";
+  const LinkLookup links = LinksFrom(&table_);
+  WorkerRecord a, b, c;
+  a.name = "a";
+  b.name = "b";
+  c.name = "c";
+  EXPECT_DOUBLE_EQ(links(a, b).bytes_per_second, 5e6);
+  EXPECT_DOUBLE_EQ(links(a, b).rtt_seconds, 1e-4) << "the probe's round trip";
+  EXPECT_DOUBLE_EQ(links(b, c).bytes_per_second, 1e6);
+  EXPECT_EQ(table_.Get("a", "b")->observed_in, "job-1");
+
+  table_.Observe("a", "b", 2e9, "job-2");  // faster than the probe: the probe counts
+  EXPECT_DOUBLE_EQ(links(a, b).bytes_per_second, 1e9);
+  table_.ForgetObserved("b", "c");
+  EXPECT_FALSE(table_.Get("b", "c").has_value()) << "nothing left but the observation";
+  table_.Observe("a", "b", 5e6, "job-1");
+  table_.Record("a", {Measured("b", 4e8)});
+  EXPECT_DOUBLE_EQ(links(a, b).bytes_per_second, 4e8) << "a probe replaces the observation";
+  EXPECT_EQ(table_.Get("a", "b")->observed_bytes_per_second, 0);
 }
 
 }  // namespace

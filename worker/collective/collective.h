@@ -31,6 +31,7 @@
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "worker/backend/device_span.h"
+#include "worker/transport/wire_pace.h"
 
 namespace shardline::worker::collective {
 
@@ -75,6 +76,9 @@ class Collective {
   // Payload bytes received from the other ranks so far (0 where nothing
   // crosses a wire).
   virtual uint64_t BytesReceived() { return 0; }
+  // What the frames received so far from rank `peer` showed of the wire
+  // between us (transport/wire_pace.h; nothing where none is crossed).
+  virtual transport::WirePace PaceFrom(int /*peer*/) { return {}; }
 };
 
 // Elements [begin, end) of a buffer of `n` cut into `ranks` chunks: chunk r

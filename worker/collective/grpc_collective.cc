@@ -92,6 +92,11 @@ void GrpcCollective::Close(const std::string& reason) {
   }
 }
 
+transport::WirePace GrpcCollective::PaceFrom(int peer) {
+  if (peer < 0 || peer >= static_cast<int>(streams_.size()) || streams_[peer] == nullptr) return {};
+  return streams_[peer]->wire_pace();
+}
+
 uint64_t GrpcCollective::BytesReceived() {
   uint64_t bytes = 0;
   for (const auto& stream : streams_) {

@@ -79,6 +79,7 @@ class GrpcCollective final : public Collective {
   void Close(const std::string& reason) override;
 
   uint64_t BytesReceived() override;
+  transport::WirePace PaceFrom(int peer) override;
 
  private:
   GrpcCollective(Backend& backend, GrpcCollectiveOptions options)

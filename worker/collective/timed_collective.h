@@ -48,6 +48,7 @@ class TimedCollective final : public Collective {
   }
   void Close(const std::string& reason) override { inner_.Close(reason); }
   uint64_t BytesReceived() override { return inner_.BytesReceived(); }
+  transport::WirePace PaceFrom(int peer) override { return inner_.PaceFrom(peer); }
 
   double seconds() const { return seconds_; }
 

@@ -1,6 +1,7 @@
 #include "worker/transport/exchange_stream.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "absl/strings/str_cat.h"
 #include "common/tensor_coding.h"
@@ -58,8 +59,12 @@ ExchangeStream::Write ExchangeStream::NextWrite() {
   writing_ = true;
   // gRPC may hold a write back to coalesce it with the next only when that
   // next one is sure to follow at once: queued, with credit to go.
+  // Such a frame goes marked followed, so that the receiver can time the
+  // wire by the next one's arrival.
   const bool more = outbox_.size() > 1 && send_credit_ > 0;
-  return {writer_, &outbox_.front().frame, more};  // deque::push_back keeps references
+  if (!more) return {writer_, &outbox_.front().frame, false};  // deque::push_back keeps references
+  followed_frame_ = MarkFollowed(outbox_.front().frame);
+  return {writer_, &followed_frame_, true};
 }
 
 void ExchangeStream::Write::Start() const {
@@ -79,6 +84,7 @@ void ExchangeStream::FrameWritten(bool ok) {
         held_bytes_ -= std::min(held_bytes_, outbox_.front().message_bytes);
       }
       outbox_.pop_front();  // gRPC lets go of the payload when it is done with the bytes
+      followed_frame_.Clear();
     }
     if (!ok) CloseLocked(absl::UnavailableError("the link to the neighbouring stage broke"));
     next = NextWrite();
@@ -266,6 +272,7 @@ absl::Status ExchangeStream::FrameReceived(const grpc::ByteBuffer& bytes) {
 
   // 2. Data: copy it into its message (no lock held: only this reactor assembles).
   bytes_received_.fetch_add(frame->payload_bytes(), std::memory_order_relaxed);
+  Pace(header->followed(), frame->payload_bytes());
   absl::StatusOr<std::optional<StageMessage>> message = assembler_.Add(*frame);
   {
     absl::MutexLock lock(&mu_);
@@ -283,6 +290,17 @@ absl::Status ExchangeStream::FrameReceived(const grpc::ByteBuffer& bytes) {
   }
   start.Start();
   return absl::OkStatus();
+}
+
+void ExchangeStream::Pace(bool followed, size_t payload_bytes) {
+  const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                          std::chrono::steady_clock::now().time_since_epoch()).count();
+  if (last_followed_ && now > last_arrival_nanos_) {
+    paced_bytes_.fetch_add(payload_bytes, std::memory_order_relaxed);
+    paced_nanos_.fetch_add(static_cast<uint64_t>(now - last_arrival_nanos_), std::memory_order_relaxed);
+  }
+  last_arrival_nanos_ = now;
+  last_followed_ = followed;
 }
 
 }  // namespace shardline::worker::transport

@@ -32,6 +32,7 @@
 #include "worker/transport/stage_frame_coding.h"
 #include "worker/transport/stage_link.h"
 #include "worker/transport/staging_pool.h"
+#include "worker/transport/wire_pace.h"
 
 namespace shardline::worker::transport {
 
@@ -104,6 +105,10 @@ class ExchangeStream {
 
   // Payload bytes of the frames received so far.
   uint64_t bytes_received() const { return bytes_received_.load(std::memory_order_relaxed); }
+  // What the frames received so far showed of the wire (wire_pace.h).
+  WirePace wire_pace() const {
+    return {paced_bytes_.load(std::memory_order_relaxed), paced_nanos_.load(std::memory_order_relaxed)};
+  }
   // Most complete messages that ever waited for the stage at once.
   size_t peak_waiting_received();
   // Most tensor bytes this stream ever held at once: messages queued to
@@ -135,9 +140,19 @@ class ExchangeStream {
   void EndCallIfAborted();
   void Hold(size_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // Times a data frame's arrival: one behind a frame marked followed
+  // counts towards wire_pace(). Reactor side only.
+  void Pace(bool followed, size_t payload_bytes);
+
   const ExchangeOptions options_;
   std::atomic<uint64_t> bytes_received_{0};
+  std::atomic<uint64_t> paced_bytes_{0};
+  std::atomic<uint64_t> paced_nanos_{0};
   FrameAssembler assembler_;  // used by the reactor's read callbacks only, one at a time
+  // The reactor's, like assembler_: when the last data frame arrived, and
+  // whether its sender marked it followed.
+  int64_t last_arrival_nanos_ = 0;
+  bool last_followed_ = false;
   absl::Mutex mu_;
   FrameWriter* writer_ ABSL_GUARDED_BY(mu_) = nullptr;
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
@@ -150,6 +165,8 @@ class ExchangeStream {
   uint32_t owed_ ABSL_GUARDED_BY(mu_) = 0;           // received frames not yet granted back
   uint32_t grant_pending_ ABSL_GUARDED_BY(mu_) = 0;  // granted, not yet written
   grpc::ByteBuffer grant_frame_ ABSL_GUARDED_BY(mu_);
+  // The data frame in flight, marked followed, when the next one was ready.
+  grpc::ByteBuffer followed_frame_ ABSL_GUARDED_BY(mu_);
   std::deque<StageMessage> inbox_ ABSL_GUARDED_BY(mu_);
   size_t peak_inbox_ ABSL_GUARDED_BY(mu_) = 0;
   size_t held_bytes_ ABSL_GUARDED_BY(mu_) = 0;

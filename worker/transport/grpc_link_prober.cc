@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
+#include "common/median.h"
 #include "common/status_macros.h"
 #include "shardline/v1/link_probe.grpc.pb.h"
 
@@ -16,12 +17,6 @@ using Clock = std::chrono::steady_clock;
 
 double SecondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-double Median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const size_t n = values.size();
-  return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
 }
 
 // Streams `bytes` to the peer's Sink; the seconds it took, receipt included.
@@ -71,7 +66,7 @@ absl::StatusOr<LinkProbeResult> ProbeLink(const std::string& address,
     if (i > 0) rtts.push_back(SecondsSince(start));
   }
   LinkProbeResult result;
-  result.rtt_seconds = Median(rtts);
+  result.rtt_seconds = common::Median(rtts);
 
   // Bandwidth: grow the transfer until it takes long enough to time.
   int64_t bytes = options.first_transfer_bytes;
@@ -89,7 +84,7 @@ absl::StatusOr<LinkProbeResult> ProbeLink(const std::string& address,
     ASSIGN_OR_RETURN(seconds, Transfer(*stub, bytes, options, deadline));
     rates.push_back(rate(seconds));
   }
-  result.bytes_per_second = Median(rates);
+  result.bytes_per_second = common::Median(rates);
   const auto [slowest, fastest] = std::minmax_element(rates.begin(), rates.end());
   result.spread = (*fastest - *slowest) / result.bytes_per_second;
   result.transfer_bytes = bytes;

@@ -136,6 +136,10 @@ uint64_t GrpcStageLink::BytesReceived() {
          (upstream_stream_ ? upstream_stream_->bytes_received() : 0);
 }
 
+WirePace GrpcStageLink::PaceFromPrevious() { return upstream_stream_ ? upstream_stream_->wire_pace() : WirePace{}; }
+
+WirePace GrpcStageLink::PaceFromNext() { return downstream_ ? downstream_->wire_pace() : WirePace{}; }
+
 uint64_t GrpcStageLink::PeakHeldBytes() {
   return (downstream_ ? downstream_->peak_held_bytes() : 0) +
          (upstream_stream_ ? upstream_stream_->peak_held_bytes() : 0);

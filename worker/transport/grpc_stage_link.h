@@ -70,6 +70,8 @@ class GrpcStageLink final : public StageLink {
   absl::Status SendToPrevious(StageMessage message) override;
   absl::StatusOr<StageMessage> ReceiveFromNext() override;
   uint64_t BytesReceived() override;
+  WirePace PaceFromPrevious() override;
+  WirePace PaceFromNext() override;
   uint64_t PeakHeldBytes() override;
   HostBuffer OutgoingBuffer(StageMessage::Kind kind, size_t elements) override;
   // The most slots each staging pool had in use at once, summed over the pools.

@@ -69,6 +69,20 @@ struct Int8Payload {
 
 }  // namespace
 
+grpc::ByteBuffer MarkFollowed(const grpc::ByteBuffer& frame) {
+  // A protobuf message's fields may come in any order: the mark goes first.
+  static const grpc::Slice* const mark = [] {
+    StageFrame f;
+    f.set_followed(true);
+    return new grpc::Slice(f.SerializeAsString());
+  }();
+  std::vector<grpc::Slice> slices{*mark};
+  std::vector<grpc::Slice> rest;
+  if (!frame.Dump(&rest).ok()) return frame;  // unmarked: the receiver just times less
+  slices.insert(slices.end(), rest.begin(), rest.end());
+  return grpc::ByteBuffer(slices.data(), slices.size());
+}
+
 std::vector<grpc::ByteBuffer> EncodeStageMessage(std::shared_ptr<const StageMessage> message,
                                                  size_t chunk_bytes, WireCodec codec) {
   const StageMessage& m = *message;

@@ -50,6 +50,10 @@ std::vector<grpc::ByteBuffer> EncodeStageMessage(std::shared_ptr<const StageMess
                                                  size_t chunk_bytes = kDefaultChunkBytes,
                                                  WireCodec codec = WireCodec::kAsIs);
 
+// `frame` (an encoded data frame) with StageFrame.followed set: the same
+// slices behind three bytes that say so.
+grpc::ByteBuffer MarkFollowed(const grpc::ByteBuffer& frame);
+
 // Reassembles messages from data frames, one message at a time, each
 // payload copied once into the message's tensor (an n-float buffer whatever
 // the frames' dtype, which the message keeps; 8-bit blocks are decoded into

@@ -20,6 +20,7 @@
 #include "absl/status/statusor.h"
 #include "common/dtype.h"
 #include "worker/transport/host_buffer.h"
+#include "worker/transport/wire_pace.h"
 
 namespace shardline::worker::transport {
 
@@ -77,6 +78,10 @@ class StageLink {
   // Payload bytes received from both neighbours so far (what crossed the wire;
   // 0 for links that move no bytes).
   virtual uint64_t BytesReceived() { return 0; }
+  // What the frames received so far from each neighbour showed of its wire
+  // (wire_pace.h; nothing for links without one).
+  virtual WirePace PaceFromPrevious() { return {}; }
+  virtual WirePace PaceFromNext() { return {}; }
   // The most tensor bytes the link held at once towards each neighbour,
   // summed over the neighbours: messages queued to send and received ones
   // not yet taken (0 for links that hold none of their own).

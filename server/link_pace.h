@@ -1,0 +1,77 @@
+// LinkPace tells a link that slowed during a job from noise, as StepPace
+// does for steps, from what the receiving end of each of the job's streams
+// reports (ReportStepRequest.wire_paces: the bytes of frames its neighbour
+// sent back to back, over the time they took to arrive). A step counts when
+// at least kMinSeconds of frames were timed in it; the epoch's rate is the
+// median of its first kBaselineSteps such steps, and the link has slowed
+// while the median of the last kWindowSteps stays below 1 / kSlowdown of
+// that. Comparing the link with itself, within one epoch, leaves out what
+// the job's own load does to the figure (a busy sender carries less than a
+// probe of an idle link measures); a link already slow when the epoch
+// began (a re-plan moved onto it) shows as below its probe's figure by as
+// much (Below).
+//
+// LinkPaces keeps one per direction (by the two workers' ids) for an epoch.
+// Neither is thread-safe (a RunningJob's, under the JobManager's lock).
+#ifndef SHARDLINE_SERVER_LINK_PACE_H_
+#define SHARDLINE_SERVER_LINK_PACE_H_
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace shardline::server {
+
+class LinkPace {
+ public:
+  static constexpr int kBaselineSteps = 5;
+  static constexpr int kWindowSteps = 5;
+  // Three times slower: a receiver short of CPU (a busy or capped machine)
+  // takes its frames up to about twice as slowly as its wire brings them
+  // (bench_heterogeneous: 0.2 CPU on 1 Gbit/s), while the slowdowns worth
+  // a move are tenfold and more.
+  static constexpr double kSlowdown = 3.0;
+  static constexpr double kMinSeconds = 0.002;
+
+  // A step's timed frames: `bytes` in `seconds`.
+  void Note(int64_t bytes, double seconds);
+
+  // Bytes per second; 0 until known.
+  double baseline() const { return baseline_; }
+  double recent() const;
+  bool slowed() const { return Below(baseline_); }
+  // The last kWindowSteps steps' median is below 1 / kSlowdown of
+  // `bytes_per_second` (0: never).
+  bool Below(double bytes_per_second) const {
+    const double now = recent();
+    return bytes_per_second > 0 && now > 0 && now * kSlowdown < bytes_per_second;
+  }
+
+  // Whether the link table was told of the slowdown (JobManager's note).
+  bool told = false;
+
+ private:
+  std::vector<double> first_;  // the baseline's steps
+  double baseline_ = 0;
+  std::deque<double> window_;  // the last kWindowSteps steps
+};
+
+class LinkPaces {
+ public:
+  // The direction's pace, created on its first report.
+  LinkPace& At(const std::string& from_worker_id, const std::string& to_worker_id) {
+    return paces_[{from_worker_id, to_worker_id}];
+  }
+  // A new epoch.
+  void Reset() { paces_.clear(); }
+
+ private:
+  std::map<std::pair<std::string, std::string>, LinkPace> paces_;
+};
+
+}  // namespace shardline::server
+
+#endif  // SHARDLINE_SERVER_LINK_PACE_H_
