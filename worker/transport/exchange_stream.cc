@@ -235,6 +235,7 @@ void ExchangeStream::Detach(const absl::Status& status) {
   writer_ = nullptr;
   CloseLocked(status.ok() ? absl::UnavailableError("link ended") : status);
   outbox_.clear();
+  followed_frame_.Clear();
 }
 
 absl::Status ExchangeStream::FrameReceived(const grpc::ByteBuffer& bytes) {
