@@ -1,6 +1,4 @@
-// Causal multi-head scaled-dot-product attention composed from Backend
-// primitives (strided batched GEMMs and the causal softmax), so every backend
-// gets it, and gets it the same way.
+// Causal multi-head scaled-dot-product attention.
 //
 // Layout (GPT-2): qkv is [batch, t, 3·C] with Q in columns [0, C), K in
 // [C, 2C), V in [2C, 3C) and head h at columns h·head_dim of each, where
@@ -17,12 +15,12 @@
 
 namespace shardline::worker {
 
-struct AttentionShape {
-  int64_t batch = 0;
-  int64_t t = 0;
-  int64_t heads = 0;
-  int64_t head_dim = 0;
-};
+// AttentionShape is in backend_types.h.
+//
+// AttentionForward and AttentionBackward validate their arguments and run
+// the backend's own attention kernel where it has one (the CPU's: one part
+// per sequence and head on its threads, the masked blocks skipped), else
+// the composed version below. Either way probs holds the same weights.
 
 // out = softmax(QKᵀ/sqrt(d) + causal mask) · V; probs is saved for backward.
 absl::Status AttentionForward(Backend& backend, const AttentionShape& shape,
@@ -35,6 +33,17 @@ absl::Status AttentionBackward(Backend& backend, const AttentionShape& shape,
                                DeviceSpan<const float> qkv, DeviceSpan<const float> probs,
                                DeviceSpan<const float> dout, DeviceSpan<float> dqkv,
                                DeviceSpan<float> scratch);
+
+// The same two, composed from strided batched GEMMs over heads and the causal
+// softmax whatever the backend: what backends without a kernel of their own
+// run, and the oracle the kernels are tested against.
+absl::Status ComposedAttentionForward(Backend& backend, const AttentionShape& shape,
+                                      DeviceSpan<const float> qkv, DeviceSpan<float> out,
+                                      DeviceSpan<float> probs);
+absl::Status ComposedAttentionBackward(Backend& backend, const AttentionShape& shape,
+                                       DeviceSpan<const float> qkv, DeviceSpan<const float> probs,
+                                       DeviceSpan<const float> dout, DeviceSpan<float> dqkv,
+                                       DeviceSpan<float> scratch);
 
 }  // namespace shardline::worker
 

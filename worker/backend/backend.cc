@@ -430,4 +430,13 @@ absl::Status Backend::ConvertToF32(DeviceSpan<const uint16_t> src, common::DType
   return ConvertToF32Impl(src.data(), dtype, dst.data(), src.size());
 }
 
+absl::Status Backend::AttentionForwardKernel(const AttentionShape&, const float*, float*, float*) {
+  return absl::UnimplementedError(absl::StrCat(name(), " has no attention kernel of its own"));
+}
+
+absl::Status Backend::AttentionBackwardKernel(const AttentionShape&, const float*, const float*, const float*,
+                                              float*, float*) {
+  return absl::UnimplementedError(absl::StrCat(name(), " has no attention kernel of its own"));
+}
+
 }  // namespace shardline::worker

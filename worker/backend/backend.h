@@ -216,6 +216,18 @@ class Backend {
   // for all of them instead of once each (a stage's gradient norm).
   absl::StatusOr<std::vector<double>> SumsOfSquares(absl::Span<const DeviceSpan<const float>> xs);
 
+  // ---- A backend's own attention kernel ----
+  // attention.h's AttentionForward/Backward validate their arguments and
+  // then call these where has_attention_kernel() (else they compose the
+  // attention from the operations above). Pointers as in attention.h;
+  // batch > 0.
+  virtual bool has_attention_kernel() const { return false; }
+  virtual absl::Status AttentionForwardKernel(const AttentionShape& shape, const float* qkv, float* out,
+                                              float* probs);
+  virtual absl::Status AttentionBackwardKernel(const AttentionShape& shape, const float* qkv,
+                                               const float* probs, const float* dout, float* dqkv,
+                                               float* scratch);
+
   // ---- Precision conversion (round to nearest even) ----
   // dtype is kBF16 or kF16; dst/src hold the 16-bit patterns.
   absl::Status ConvertFromF32(DeviceSpan<const float> src, common::DType dtype,

@@ -31,6 +31,15 @@ struct GemmShape {
   int64_t stride_c = 0;
 };
 
+// Causal multi-head attention (attention.h): qkv [batch, t, 3·heads·head_dim],
+// probs [batch, heads, t, t].
+struct AttentionShape {
+  int64_t batch = 0;
+  int64_t t = 0;
+  int64_t heads = 0;
+  int64_t head_dim = 0;
+};
+
 // x, y, dx, dy: [rows × cols]; gamma, beta, dgamma, dbeta: [cols];
 // mean, rstd: [rows].
 struct LayerNormShape {

@@ -15,7 +15,36 @@ namespace {
 
 constexpr size_t kAlignment = 64;
 
+// Items below which a part is not worth a thread's wake-up: about 10 µs of
+// work for the cheapest kernels.
+constexpr size_t kGrain = 16384;
+// For the kernels with more arithmetic per item (GELU, the optimizers).
+constexpr size_t kHeavyGrain = 4096;
+
+// Rows (or columns) of `width` items that make a part of about `items`.
+size_t RowGrain(int64_t width, size_t items) {
+  return std::max<size_t>(1, items / static_cast<size_t>(std::max<int64_t>(width, 1)));
+}
+
 CBLAS_TRANSPOSE Trans(bool t) { return t ? CblasTrans : CblasNoTrans; }
+
+// While it lives, each BLAS call runs on its caller's thread alone, so the
+// pool's threads can each run one. OpenBLAS' count is process-wide: another
+// backend's GEMMs in the meantime run on one thread too (slower, not wrong).
+class SingleThreadedBlas {
+ public:
+  SingleThreadedBlas() : threads_(openblas_get_num_threads()) {
+    if (threads_ > 1) openblas_set_num_threads(1);
+  }
+  ~SingleThreadedBlas() {
+    if (threads_ > 1) openblas_set_num_threads(threads_);
+  }
+  SingleThreadedBlas(const SingleThreadedBlas&) = delete;
+  SingleThreadedBlas& operator=(const SingleThreadedBlas&) = delete;
+
+ private:
+  const int threads_;
+};
 
 }  // namespace
 
@@ -27,9 +56,14 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(int threads) {
   return std::unique_ptr<CpuBackend>(new CpuBackend());
 }
 
+CpuBackend::CpuBackend()
+    : pool_(std::make_unique<cpu::CpuThreadPool>(std::max(1, openblas_get_num_threads()))) {}
+
+CpuBackend::~CpuBackend() = default;
+
 std::string CpuBackend::description() const {
   return absl::StrCat("cpu (", openblas_get_config(), ", ", openblas_get_num_threads(),
-                      " BLAS threads)");
+                      " BLAS threads, ", pool_->threads(), " kernel threads)");
 }
 
 absl::StatusOr<int64_t> CpuBackend::MemoryAvailable() {
@@ -66,7 +100,7 @@ absl::Status CpuBackend::CopyOnDeviceImpl(const void* src, void* dst, size_t byt
 }
 
 absl::Status CpuBackend::FillImpl(float* x, size_t n, float value) {
-  std::fill(x, x + n, value);
+  pool_->ParallelFor(n, kGrain, [&](size_t b, size_t e) { std::fill(x + b, x + e, value); });
   return absl::OkStatus();
 }
 
@@ -89,44 +123,54 @@ absl::Status CpuBackend::GemmImpl(const GemmShape& s, const float* a, const floa
 }
 
 absl::Status CpuBackend::AxpyImpl(float alpha, const float* x, float* y, size_t n) {
-  cpu::Axpy(alpha, x, y, n);
+  pool_->ParallelFor(n, kGrain, [&](size_t b, size_t e) { cpu::Axpy(alpha, x + b, y + b, e - b); });
   return absl::OkStatus();
 }
 
 absl::Status CpuBackend::ScaleImpl(float* x, size_t n, float alpha) {
-  cpu::Scale(x, n, alpha);
+  pool_->ParallelFor(n, kGrain, [&](size_t b, size_t e) { cpu::Scale(x + b, e - b, alpha); });
   return absl::OkStatus();
 }
 
 absl::Status CpuBackend::AddImpl(const float* a, const float* b, float* out, size_t n) {
-  cpu::Add(a, b, out, n);
+  pool_->ParallelFor(n, kGrain, [&](size_t i, size_t e) { cpu::Add(a + i, b + i, out + i, e - i); });
   return absl::OkStatus();
 }
 
 absl::Status CpuBackend::BiasAddImpl(float* x, const float* bias, int64_t rows, int64_t cols) {
-  cpu::BiasAdd(x, bias, rows, cols);
+  pool_->ParallelFor(static_cast<size_t>(rows), RowGrain(cols, kGrain), [&](size_t b, size_t e) {
+    cpu::BiasAdd(x + b * cols, bias, static_cast<int64_t>(e - b), cols);
+  });
   return absl::OkStatus();
 }
 
 absl::Status CpuBackend::SumRowsImpl(const float* x, float* out, int64_t rows, int64_t cols) {
-  cpu::SumRows(x, out, rows, cols);
+  // By columns: each column's sum runs over the rows in order.
+  pool_->ParallelFor(static_cast<size_t>(cols), RowGrain(rows, kGrain), [&](size_t b, size_t e) {
+    cpu::SumRows(x + b, out + b, rows, static_cast<int64_t>(e - b), cols);
+  });
   return absl::OkStatus();
 }
 
 absl::Status CpuBackend::GeluForwardImpl(const float* x, float* y, size_t n) {
-  cpu::GeluForward(x, y, n);
+  pool_->ParallelFor(n, kHeavyGrain, [&](size_t b, size_t e) { cpu::GeluForward(x + b, y + b, e - b); });
   return absl::OkStatus();
 }
 
 absl::Status CpuBackend::GeluBackwardImpl(const float* x, const float* dy, float* dx, size_t n) {
-  cpu::GeluBackward(x, dy, dx, n);
+  pool_->ParallelFor(n, kHeavyGrain,
+                     [&](size_t b, size_t e) { cpu::GeluBackward(x + b, dy + b, dx + b, e - b); });
   return absl::OkStatus();
 }
 
 absl::Status CpuBackend::LayerNormForwardImpl(const LayerNormShape& shape, const float* x,
                                               const float* gamma, const float* beta, float* y,
                                               float* mean, float* rstd) {
-  cpu::LayerNormForward(shape, x, gamma, beta, y, mean, rstd);
+  const int64_t cols = shape.cols;
+  pool_->ParallelFor(static_cast<size_t>(shape.rows), RowGrain(cols, kHeavyGrain), [&](size_t b, size_t e) {
+    const LayerNormShape part{static_cast<int64_t>(e - b), cols, shape.eps};
+    cpu::LayerNormForward(part, x + b * cols, gamma, beta, y + b * cols, mean + b, rstd + b);
+  });
   return absl::OkStatus();
 }
 
@@ -134,19 +178,53 @@ absl::Status CpuBackend::LayerNormBackwardImpl(const LayerNormShape& shape, cons
                                                const float* gamma, const float* mean,
                                                const float* rstd, const float* dy, float* dx,
                                                float* dgamma, float* dbeta) {
-  cpu::LayerNormBackward(shape, x, gamma, mean, rstd, dy, dx, dgamma, dbeta);
+  const int64_t cols = shape.cols;
+  pool_->ParallelFor(static_cast<size_t>(shape.rows), RowGrain(cols, kHeavyGrain), [&](size_t b, size_t e) {
+    const LayerNormShape part{static_cast<int64_t>(e - b), cols, shape.eps};
+    cpu::LayerNormBackwardInput(part, x + b * cols, gamma, mean + b, rstd + b, dy + b * cols, dx + b * cols);
+  });
+  pool_->ParallelFor(static_cast<size_t>(cols), RowGrain(shape.rows, kHeavyGrain), [&](size_t b, size_t e) {
+    cpu::LayerNormBackwardParams(shape, static_cast<int64_t>(b), static_cast<int64_t>(e), x, mean, rstd, dy,
+                                 dgamma, dbeta);
+  });
   return absl::OkStatus();
 }
 
 absl::Status CpuBackend::CausalSoftmaxForwardImpl(const SoftmaxShape& shape, const float* scores,
                                                   float* probs) {
-  cpu::CausalSoftmaxForward(shape, scores, probs);
+  const int64_t tt = shape.t * shape.t;
+  pool_->ParallelFor(static_cast<size_t>(shape.batch), RowGrain(tt, kHeavyGrain), [&](size_t b, size_t e) {
+    const SoftmaxShape part{static_cast<int64_t>(e - b), shape.t, shape.scale};
+    cpu::CausalSoftmaxForward(part, scores + b * tt, probs + b * tt);
+  });
   return absl::OkStatus();
 }
 
 absl::Status CpuBackend::CausalSoftmaxBackwardImpl(const SoftmaxShape& shape, const float* probs,
                                                    const float* dprobs, float* dscores) {
-  cpu::CausalSoftmaxBackward(shape, probs, dprobs, dscores);
+  const int64_t tt = shape.t * shape.t;
+  pool_->ParallelFor(static_cast<size_t>(shape.batch), RowGrain(tt, kHeavyGrain), [&](size_t b, size_t e) {
+    const SoftmaxShape part{static_cast<int64_t>(e - b), shape.t, shape.scale};
+    cpu::CausalSoftmaxBackward(part, probs + b * tt, dprobs + b * tt, dscores + b * tt);
+  });
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::AttentionForwardKernel(const AttentionShape& shape, const float* qkv, float* out,
+                                               float* probs) {
+  SingleThreadedBlas one_thread_each;
+  pool_->Run(shape.batch * shape.heads,
+             [&](int64_t part) { cpu::CausalAttentionForward(shape, part, qkv, out, probs); });
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::AttentionBackwardKernel(const AttentionShape& shape, const float* qkv,
+                                                const float* probs, const float* dout, float* dqkv,
+                                                float* scratch) {
+  SingleThreadedBlas one_thread_each;
+  pool_->Run(shape.batch * shape.heads, [&](int64_t part) {
+    cpu::CausalAttentionBackward(shape, part, qkv, probs, dout, dqkv, scratch);
+  });
   return absl::OkStatus();
 }
 
@@ -185,18 +263,31 @@ absl::Status CpuBackend::CrossEntropyCombineImpl(const LossPartsShape& shape, co
 
 absl::Status CpuBackend::AdamWUpdateImpl(const AdamWStep& step, float* params, const float* grads,
                                          float* m, float* v, size_t n) {
-  cpu::AdamWUpdate(step, params, grads, m, v, n);
+  pool_->ParallelFor(n, kHeavyGrain, [&](size_t b, size_t e) {
+    cpu::AdamWUpdate(step, params + b, grads + b, m + b, v + b, e - b);
+  });
   return absl::OkStatus();
 }
 
 absl::Status CpuBackend::SgdMomentumUpdateImpl(const SgdStep& step, float* params,
                                                const float* grads, float* momentum, size_t n) {
-  cpu::SgdMomentumUpdate(step, params, grads, momentum, n);
+  pool_->ParallelFor(n, kHeavyGrain, [&](size_t b, size_t e) {
+    cpu::SgdMomentumUpdate(step, params + b, grads + b, momentum + b, e - b);
+  });
   return absl::OkStatus();
 }
 
 absl::StatusOr<double> CpuBackend::SumOfSquaresImpl(const float* x, size_t n) {
   return cpu::SumOfSquares(x, n);
+}
+
+absl::StatusOr<std::vector<double>> CpuBackend::SumsOfSquaresImpl(
+    absl::Span<const DeviceSpan<const float>> xs) {
+  // One part per span: each sum in its own order, as SumOfSquares has it.
+  std::vector<double> sums(xs.size(), 0.0);
+  pool_->Run(static_cast<int64_t>(xs.size()),
+             [&](int64_t i) { sums[i] = cpu::SumOfSquares(xs[i].data(), xs[i].size()); });
+  return sums;
 }
 
 absl::Status CpuBackend::ConvertFromF32Impl(const float* src, common::DType dtype, uint16_t* dst,

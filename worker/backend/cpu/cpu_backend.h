@@ -1,13 +1,15 @@
 // CpuBackend runs every Backend operation on the host: GEMMs through the CBLAS
 // interface of OpenBLAS, everything else through the loops in cpu_kernels.h.
 // It is the reference oracle the CUDA backend is tested against. Work runs
-// synchronously on the calling thread (plus OpenBLAS' own threads), so
+// synchronously on the calling thread (plus OpenBLAS' threads and the pool's), so
 // Synchronize() has nothing to wait for. Not thread-safe. Tests derive from
 // it to emulate a device whose copies finish later
 // (tests/testing/deferred_copy_backend.h).
 //
 // OpenBLAS' thread count is process-wide: Create() sets it from `threads`
 // (0 = leave OpenBLAS' default), so two CpuBackends in one process share it.
+// The backend's own kernels run on a CpuThreadPool of as many threads, its
+// own (never at the same time as a GEMM).
 #ifndef SHARDLINE_WORKER_BACKEND_CPU_CPU_BACKEND_H_
 #define SHARDLINE_WORKER_BACKEND_CPU_CPU_BACKEND_H_
 
@@ -16,6 +18,7 @@
 
 #include "absl/status/statusor.h"
 #include "worker/backend/backend.h"
+#include "worker/backend/cpu/cpu_thread_pool.h"
 
 namespace shardline::worker {
 
@@ -23,11 +26,18 @@ class CpuBackend : public Backend {
  public:
   static absl::StatusOr<std::unique_ptr<CpuBackend>> Create(int threads);
 
+  ~CpuBackend() override;
+
   std::string name() const override { return "cpu"; }
   std::string description() const override;
   absl::StatusOr<DeviceBuffer> Allocate(size_t bytes) override;
   absl::Status Synchronize() override { return absl::OkStatus(); }
   absl::StatusOr<int64_t> MemoryAvailable() override;
+  bool has_attention_kernel() const override { return true; }
+  absl::Status AttentionForwardKernel(const AttentionShape& shape, const float* qkv, float* out,
+                                      float* probs) override;
+  absl::Status AttentionBackwardKernel(const AttentionShape& shape, const float* qkv, const float* probs,
+                                       const float* dout, float* dqkv, float* scratch) override;
 
  protected:
   absl::Status CopyToDeviceImpl(const void* src, void* dst, size_t bytes) override;
@@ -71,12 +81,18 @@ class CpuBackend : public Backend {
   absl::Status SgdMomentumUpdateImpl(const SgdStep& step, float* params, const float* grads,
                                      float* momentum, size_t n) override;
   absl::StatusOr<double> SumOfSquaresImpl(const float* x, size_t n) override;
+  absl::StatusOr<std::vector<double>> SumsOfSquaresImpl(
+      absl::Span<const DeviceSpan<const float>> xs) override;
   absl::Status ConvertFromF32Impl(const float* src, common::DType dtype, uint16_t* dst,
                                   size_t n) override;
   absl::Status ConvertToF32Impl(const uint16_t* src, common::DType dtype, float* dst,
                                 size_t n) override;
 
-  CpuBackend() = default;  // OpenBLAS' thread count as it is
+  // OpenBLAS' thread count as it is; as many kernel threads.
+  CpuBackend();
+
+ private:
+  std::unique_ptr<cpu::CpuThreadPool> pool_;
 };
 
 }  // namespace shardline::worker

@@ -69,9 +69,9 @@ void BiasAdd(float* x, const float* bias, int64_t rows, int64_t cols) {
   }
 }
 
-void SumRows(const float* x, float* out, int64_t rows, int64_t cols) {
+void SumRows(const float* x, float* out, int64_t rows, int64_t cols, int64_t stride) {
   for (int64_t r = 0; r < rows; ++r) {
-    const float* row = x + r * cols;
+    const float* row = x + r * stride;
     for (int64_t c = 0; c < cols; ++c) out[c] += row[c];
   }
 }

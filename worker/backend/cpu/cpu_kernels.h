@@ -1,6 +1,8 @@
 // The CPU implementations of the Backend kernels (see backend.h for what each
 // computes). Plain loops, single-threaded and deterministic: the same inputs
-// give bit-identical outputs. Arguments are validated by Backend before these
+// give bit-identical outputs. CpuBackend runs them over parts of their rows,
+// columns or elements on its thread pool; none of them lets a split change
+// the order of a sum. Arguments are validated by Backend before these
 // run; the functions that can still fail on data (ids, targets) return
 // INVALID_ARGUMENT before writing anything.
 #ifndef SHARDLINE_WORKER_BACKEND_CPU_CPU_KERNELS_H_
@@ -19,19 +21,34 @@ void Axpy(float alpha, const float* x, float* y, size_t n);
 void Scale(float* x, size_t n, float alpha);
 void Add(const float* a, const float* b, float* out, size_t n);
 void BiasAdd(float* x, const float* bias, int64_t rows, int64_t cols);
-void SumRows(const float* x, float* out, int64_t rows, int64_t cols);
+// out[c] += Σ_r x[r, c] for c in [0, cols); x's rows are `stride` apart.
+void SumRows(const float* x, float* out, int64_t rows, int64_t cols, int64_t stride);
 void GeluForward(const float* x, float* y, size_t n);
 void GeluBackward(const float* x, const float* dy, float* dx, size_t n);
 
 // Normalisation and softmax (cpu_normalization.cc).
 void LayerNormForward(const LayerNormShape& shape, const float* x, const float* gamma,
                       const float* beta, float* y, float* mean, float* rstd);
-void LayerNormBackward(const LayerNormShape& shape, const float* x, const float* gamma,
-                       const float* mean, const float* rstd, const float* dy, float* dx,
-                       float* dgamma, float* dbeta);
+// LayerNorm's backward pass in two halves that split differently over
+// threads: dx row by row, dgamma and dbeta column by column (each column's
+// sum over rows in row order, whatever the split).
+void LayerNormBackwardInput(const LayerNormShape& shape, const float* x, const float* gamma,
+                            const float* mean, const float* rstd, const float* dy, float* dx);
+// Columns [first_col, end_col) of dgamma and dbeta.
+void LayerNormBackwardParams(const LayerNormShape& shape, int64_t first_col, int64_t end_col,
+                             const float* x, const float* mean, const float* rstd, const float* dy,
+                             float* dgamma, float* dbeta);
 void CausalSoftmaxForward(const SoftmaxShape& shape, const float* scores, float* probs);
 void CausalSoftmaxBackward(const SoftmaxShape& shape, const float* probs, const float* dprobs,
                            float* dscores);
+
+// Causal attention of one (sequence, head) part, part = b·heads + h, as
+// attention.h computes it (cpu_attention.cc). Calls BLAS: the caller decides
+// its threads.
+void CausalAttentionForward(const AttentionShape& shape, int64_t part, const float* qkv, float* out,
+                            float* probs);
+void CausalAttentionBackward(const AttentionShape& shape, int64_t part, const float* qkv, const float* probs,
+                             const float* dout, float* dqkv, float* scratch);
 
 // Embedding and loss (cpu_lookup.cc).
 absl::Status EmbeddingForward(const EmbeddingShape& shape, const int32_t* ids, const float* table,

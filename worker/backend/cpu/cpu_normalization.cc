@@ -28,9 +28,8 @@ void LayerNormForward(const LayerNormShape& shape, const float* x, const float* 
   }
 }
 
-void LayerNormBackward(const LayerNormShape& shape, const float* x, const float* gamma,
-                       const float* mean, const float* rstd, const float* dy, float* dx,
-                       float* dgamma, float* dbeta) {
+void LayerNormBackwardInput(const LayerNormShape& shape, const float* x, const float* gamma,
+                            const float* mean, const float* rstd, const float* dy, float* dx) {
   const int64_t cols = shape.cols;
   for (int64_t r = 0; r < shape.rows; ++r) {
     const float* xr = x + r * cols;
@@ -44,8 +43,6 @@ void LayerNormBackward(const LayerNormShape& shape, const float* x, const float*
       const float dn = dyr[c] * gamma[c];
       dn_sum += dn;
       dn_xhat_sum += static_cast<double>(dn) * xhat;
-      dgamma[c] += dyr[c] * xhat;
-      dbeta[c] += dyr[c];
     }
     const float dn_mean = static_cast<float>(dn_sum / static_cast<double>(cols));
     const float dn_xhat_mean = static_cast<float>(dn_xhat_sum / static_cast<double>(cols));
@@ -53,6 +50,22 @@ void LayerNormBackward(const LayerNormShape& shape, const float* x, const float*
       const float xhat = (xr[c] - m) * s;
       const float dn = dyr[c] * gamma[c];
       dxr[c] += (dn - dn_mean - xhat * dn_xhat_mean) * s;
+    }
+  }
+}
+
+void LayerNormBackwardParams(const LayerNormShape& shape, int64_t first_col, int64_t end_col,
+                             const float* x, const float* mean, const float* rstd, const float* dy,
+                             float* dgamma, float* dbeta) {
+  const int64_t cols = shape.cols;
+  for (int64_t r = 0; r < shape.rows; ++r) {
+    const float* xr = x + r * cols;
+    const float* dyr = dy + r * cols;
+    const float m = mean[r], s = rstd[r];
+    for (int64_t c = first_col; c < end_col; ++c) {
+      const float xhat = (xr[c] - m) * s;
+      dgamma[c] += dyr[c] * xhat;
+      dbeta[c] += dyr[c];
     }
   }
 }

@@ -1,0 +1,134 @@
+// The CPU backend's own kernels: the attention kernel against the composed
+// attention it replaces (the oracle), and every threaded kernel giving the
+// same bits on one thread as on several.
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tests/worker/backend/backend_test_util.h"
+#include "worker/backend/attention.h"
+#include "worker/backend/cpu/cpu_backend.h"
+
+namespace shardline::worker {
+namespace {
+
+using testing::AllNear;
+using testing::AsDoubles;
+using testing::Download;
+using testing::RandomVector;
+using testing::Upload;
+
+std::unique_ptr<CpuBackend> Cpu(int threads) {
+  auto backend = CpuBackend::Create(threads);
+  EXPECT_TRUE(backend.ok()) << backend.status();
+  return std::move(*backend);
+}
+
+struct AttentionResult {
+  std::vector<float> out, probs, dqkv;
+};
+
+// Forward, then backward onto a dqkv that already holds values (it adds).
+AttentionResult RunAttention(Backend& backend, const AttentionShape& s, bool composed) {
+  const size_t c = static_cast<size_t>(s.heads * s.head_dim), rows = static_cast<size_t>(s.batch * s.t);
+  const size_t probs_n = static_cast<size_t>(s.batch * s.heads * s.t * s.t);
+  DeviceBuffer qkv = Upload(backend, RandomVector(rows * 3 * c, 1, -2.0f, 2.0f));
+  DeviceBuffer dout = Upload(backend, RandomVector(rows * c, 2));
+  DeviceBuffer dqkv = Upload(backend, RandomVector(rows * 3 * c, 3));
+  DeviceBuffer out = *backend.AllocateZeros(rows * c), probs = *backend.AllocateZeros(probs_n),
+               scratch = *backend.AllocateZeros(probs_n);
+  auto f = [](DeviceBuffer& b) { return b.span<float>(); };
+  if (composed) {
+    EXPECT_TRUE(ComposedAttentionForward(backend, s, f(qkv), f(out), f(probs)).ok());
+    EXPECT_TRUE(ComposedAttentionBackward(backend, s, f(qkv), f(probs), f(dout), f(dqkv), f(scratch)).ok());
+  } else {
+    EXPECT_TRUE(AttentionForward(backend, s, f(qkv), f(out), f(probs)).ok());
+    EXPECT_TRUE(AttentionBackward(backend, s, f(qkv), f(probs), f(dout), f(dqkv), f(scratch)).ok());
+  }
+  return {Download(backend, out), Download(backend, probs), Download(backend, dqkv)};
+}
+
+TEST(CpuKernelsTest, AttentionKernelMatchesTheComposedAttention) {
+  auto backend = Cpu(2);
+  ASSERT_TRUE(backend->has_attention_kernel());
+  // Lengths below, at and across the kernel's 32-row blocks.
+  for (const AttentionShape& s : {AttentionShape{2, 45, 3, 16}, AttentionShape{1, 128, 2, 64},
+                                  AttentionShape{3, 1, 2, 8}, AttentionShape{2, 32, 4, 8},
+                                  AttentionShape{1, 70, 1, 24}}) {
+    SCOPED_TRACE(::testing::Message() << "B" << s.batch << " T" << s.t << " H" << s.heads << " d" << s.head_dim);
+    const AttentionResult kernel = RunAttention(*backend, s, false);
+    const AttentionResult oracle = RunAttention(*backend, s, true);
+    EXPECT_TRUE(AllNear(kernel.probs, AsDoubles(oracle.probs), 1e-6, 1e-5));
+    EXPECT_TRUE(AllNear(kernel.out, AsDoubles(oracle.out), 1e-6, 1e-5));
+    EXPECT_TRUE(AllNear(kernel.dqkv, AsDoubles(oracle.dqkv), 1e-5, 1e-4));
+  }
+}
+
+bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// Every kernel the pool splits, at sizes that split, run by `backend`;
+// returns each kernel's outputs in order.
+std::vector<std::vector<float>> RunThreadedKernels(Backend& backend) {
+  constexpr int64_t kRows = 300, kCols = 700;  // not multiples of the parts
+  const size_t n = static_cast<size_t>(kRows * kCols);
+  std::vector<std::vector<float>> outputs;
+  auto f = [](DeviceBuffer& b) { return b.span<float>(); };
+  DeviceBuffer x = Upload(backend, RandomVector(n, 11)), dy = Upload(backend, RandomVector(n, 12));
+  DeviceBuffer y = Upload(backend, RandomVector(n, 13)), dx = Upload(backend, RandomVector(n, 14));
+  DeviceBuffer gamma = Upload(backend, RandomVector(kCols, 15)), beta = Upload(backend, RandomVector(kCols, 16));
+  DeviceBuffer dgamma = Upload(backend, RandomVector(kCols, 17)), dbeta = Upload(backend, RandomVector(kCols, 18));
+  DeviceBuffer stats = *backend.AllocateZeros(2 * kRows);
+  auto mean = f(stats).subspan(0, kRows), rstd = f(stats).subspan(kRows, kRows);
+  const LayerNormShape ln{kRows, kCols, 1e-5f};
+  EXPECT_TRUE(backend.LayerNormForward(ln, f(x), f(gamma), f(beta), f(y), mean, rstd).ok());
+  outputs.push_back(Download(backend, y));
+  outputs.push_back(Download(backend, stats));
+  EXPECT_TRUE(backend.LayerNormBackward(ln, f(x), f(gamma), mean, rstd, f(dy), f(dx), f(dgamma), f(dbeta)).ok());
+  for (DeviceBuffer* b : {&dx, &dgamma, &dbeta}) outputs.push_back(Download(backend, *b));
+  EXPECT_TRUE(backend.SumRows(f(x), f(dgamma), kRows, kCols).ok());
+  EXPECT_TRUE(backend.BiasAdd(f(y), f(beta), kRows, kCols).ok());
+  EXPECT_TRUE(backend.GeluForward(f(x), f(y)).ok());
+  EXPECT_TRUE(backend.GeluBackward(f(x), f(dy), f(dx)).ok());
+  EXPECT_TRUE(backend.Axpy(0.5f, f(x), f(y)).ok());
+  for (DeviceBuffer* b : {&dgamma, &y, &dx}) outputs.push_back(Download(backend, *b));
+  const SoftmaxShape softmax{kRows * kCols / (50 * 50), 50, 0.3f};
+  DeviceBuffer probs = *backend.AllocateZeros(n);
+  EXPECT_TRUE(backend.CausalSoftmaxForward(softmax, f(x), f(probs)).ok());
+  EXPECT_TRUE(backend.CausalSoftmaxBackward(softmax, f(probs), f(dy), f(dx)).ok());
+  outputs.push_back(Download(backend, probs));
+  outputs.push_back(Download(backend, dx));
+  DeviceBuffer m = *backend.AllocateZeros(n), v = *backend.AllocateZeros(n);
+  for (int64_t step = 1; step <= 2; ++step) {
+    EXPECT_TRUE(backend.AdamWUpdate(AdamWStep{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, step}, f(y), f(dy), f(m), f(v)).ok());
+  }
+  outputs.push_back(Download(backend, y));
+  const std::vector<DeviceSpan<const float>> pieces = {f(x).subspan(0, 1000), f(x).subspan(1000, 70000),
+                                                       f(dy)};
+  auto sums = backend.SumsOfSquares(pieces);
+  EXPECT_TRUE(sums.ok());
+  outputs.push_back(std::vector<float>(sums->begin(), sums->end()));
+  const AttentionResult attention = RunAttention(backend, AttentionShape{3, 40, 2, 16}, false);
+  for (const auto* part : {&attention.out, &attention.probs, &attention.dqkv}) outputs.push_back(*part);
+  return outputs;
+}
+
+TEST(CpuKernelsTest, ThreadedKernelsGiveTheSameBitsOnOneThreadAsOnSeveral) {
+  std::vector<std::vector<float>> one, several;
+  {
+    auto backend = Cpu(1);
+    one = RunThreadedKernels(*backend);
+  }
+  {
+    auto backend = Cpu(3);  // more threads than cores: parts land anywhere
+    several = RunThreadedKernels(*backend);
+  }
+  ASSERT_EQ(one.size(), several.size());
+  for (size_t i = 0; i < one.size(); ++i) EXPECT_TRUE(SameBits(one[i], several[i])) << "output " << i;
+}
+
+}  // namespace
+}  // namespace shardline::worker
