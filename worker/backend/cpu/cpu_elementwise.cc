@@ -50,34 +50,33 @@ inline float Tanh(float u) {
 
 }  // namespace
 
-void Axpy(float alpha, const float* x, float* y, size_t n) {
+SHARDLINE_CPU_CLONES void Axpy(float alpha, const float* x, float* y, size_t n) {
   for (size_t i = 0; i < n; ++i) y[i] += alpha * x[i];
 }
 
-void Scale(float* x, size_t n, float alpha) {
+SHARDLINE_CPU_CLONES void Scale(float* x, size_t n, float alpha) {
   for (size_t i = 0; i < n; ++i) x[i] *= alpha;
 }
 
-void Add(const float* a, const float* b, float* out, size_t n) {
+SHARDLINE_CPU_CLONES void Add(const float* a, const float* b, float* out, size_t n) {
   for (size_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
 }
 
-void BiasAdd(float* x, const float* bias, int64_t rows, int64_t cols) {
+SHARDLINE_CPU_CLONES void BiasAdd(float* x, const float* bias, int64_t rows, int64_t cols) {
   for (int64_t r = 0; r < rows; ++r) {
     float* row = x + r * cols;
     for (int64_t c = 0; c < cols; ++c) row[c] += bias[c];
   }
 }
 
-void SumRows(const float* x, float* out, int64_t rows, int64_t cols, int64_t stride) {
+SHARDLINE_CPU_CLONES void SumRows(const float* x, float* out, int64_t rows, int64_t cols, int64_t stride) {
   for (int64_t r = 0; r < rows; ++r) {
     const float* row = x + r * stride;
     for (int64_t c = 0; c < cols; ++c) out[c] += row[c];
   }
 }
 
-// Cloned for AVX2 (picked at load time where the CPU has it): 8 lanes.
-__attribute__((target_clones("avx2", "default"))) void GeluForward(const float* x, float* y,
+SHARDLINE_CPU_CLONES void GeluForward(const float* x, float* y,
                                                                    size_t n) {
   for (size_t i = 0; i < n; ++i) {
     const float v = x[i];
@@ -86,7 +85,7 @@ __attribute__((target_clones("avx2", "default"))) void GeluForward(const float* 
   }
 }
 
-__attribute__((target_clones("avx2", "default"))) void GeluBackward(const float* x,
+SHARDLINE_CPU_CLONES void GeluBackward(const float* x,
                                                                     const float* dy, float* dx,
                                                                     size_t n) {
   for (size_t i = 0; i < n; ++i) {

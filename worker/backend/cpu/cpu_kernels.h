@@ -14,6 +14,10 @@
 #include "absl/status/status.h"
 #include "worker/backend/backend_types.h"
 
+// Compiles a loop for AVX-512 and AVX2 besides the baseline, picked at load
+// time by what the CPU has: the same arithmetic in wider vectors.
+#define SHARDLINE_CPU_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+
 namespace shardline::worker::cpu {
 
 // Element-wise (cpu_elementwise.cc).

@@ -54,7 +54,7 @@ void LayerNormBackwardInput(const LayerNormShape& shape, const float* x, const f
   }
 }
 
-void LayerNormBackwardParams(const LayerNormShape& shape, int64_t first_col, int64_t end_col,
+SHARDLINE_CPU_CLONES void LayerNormBackwardParams(const LayerNormShape& shape, int64_t first_col, int64_t end_col,
                              const float* x, const float* mean, const float* rstd, const float* dy,
                              float* dgamma, float* dbeta) {
   const int64_t cols = shape.cols;

@@ -4,7 +4,7 @@
 
 namespace shardline::worker::cpu {
 
-void AdamWUpdate(const AdamWStep& step, float* params, const float* grads, float* m, float* v,
+SHARDLINE_CPU_CLONES void AdamWUpdate(const AdamWStep& step, float* params, const float* grads, float* m, float* v,
                  size_t n) {
   const float b1 = step.beta1, b2 = step.beta2;
   const float bias1 = static_cast<float>(1.0 - std::pow(static_cast<double>(b1), step.step));
@@ -19,7 +19,7 @@ void AdamWUpdate(const AdamWStep& step, float* params, const float* grads, float
   }
 }
 
-void SgdMomentumUpdate(const SgdStep& step, float* params, const float* grads, float* momentum,
+SHARDLINE_CPU_CLONES void SgdMomentumUpdate(const SgdStep& step, float* params, const float* grads, float* momentum,
                        size_t n) {
   for (size_t i = 0; i < n; ++i) {
     const float g = grads[i] + step.weight_decay * params[i];
