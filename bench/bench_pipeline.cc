@@ -55,6 +55,7 @@
 #include "common/cost_model.h"
 #include "common/init.h"
 #include "common/job_spec.h"
+#include "common/median.h"
 #include "worker/backend/backend_factory.h"
 #include "worker/runtime/pipeline_stage.h"
 #include "worker/trainer/trainer.h"
@@ -162,12 +163,13 @@ double Measure(int p, int d, int t, int total_threads, int steps, double d1, Ben
   double wall = 0, busy = 0, busiest = 0, exposed = 0, reduce = 0, reduce_exposed = 0;
   int64_t tokens = 0;
   size_t peak = 0, optimizer_state = 0;
-  std::vector<double> losses;
+  std::vector<double> losses, step_seconds;
   for (int step = 2; step < 2 + steps; ++step) {
     const auto start = std::chrono::steady_clock::now();
     const std::vector<StageStepResult> r = grid.RunStep(step);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     wall += seconds;
+    step_seconds.push_back(seconds);
     double loss = 0;  // the replicas' parts, in rank order (tensor rank 0's)
     for (int q = 0; q < d; ++q) {
       tokens += r[static_cast<size_t>(q * p * t)].tokens;
@@ -214,6 +216,7 @@ double Measure(int p, int d, int t, int total_threads, int steps, double d1, Ben
                           {"efficiency_vs_bound", efficiency / bound},
                           {"exposed_comm_ms", exposed / steps * 1e3},
                           {"step_ms", wall / steps * 1e3},
+                          {"median_step_ms", common::Median(step_seconds) * 1e3},
                           {"peak_slots", static_cast<double>(peak)},
                           {"link_peak_mib", static_cast<double>(link_peak) / (1 << 20)},
                           {"staging_slots_peak", static_cast<double>(staging_peak)},

@@ -48,7 +48,12 @@ void CpuThreadPool::Run(int64_t parts, absl::FunctionRef<void(int64_t)> part) {
     for (int64_t i = 0; i < parts; ++i) part(i);
     return;
   }
-  CHECK_LE(parts, kMaxParts);
+  if (parts > kMaxParts) {  // more than the state word counts: in rounds
+    for (int64_t first = 0; first < parts; first += kMaxParts) {
+      Run(std::min(kMaxParts, parts - first), [&](int64_t i) { part(first + i); });
+    }
+    return;
+  }
   job_ = &part;
   parts_done_.store(0, std::memory_order_relaxed);
   const uint64_t generation = (Generation(state_.load(std::memory_order_relaxed)) + 1) &
@@ -94,7 +99,9 @@ void CpuThreadPool::Drain(uint64_t generation) {
 }
 
 void CpuThreadPool::WorkerLoop() {
-  uint64_t seen = Generation(state_.load(std::memory_order_acquire));
+  // Generation 0 is the state the pool was built with, not what this thread
+  // reads when it starts: a job published before then is still to be joined.
+  uint64_t seen = 0;
   while (true) {
     const auto spin_until = std::chrono::steady_clock::now() + kSpin;
     uint64_t generation = Generation(state_.load(std::memory_order_acquire));

@@ -1,0 +1,160 @@
+#!/usr/bin/env bash
+# Peer benchmark: shardline-train against PyTorch (bench/peers/torch_gpt.py)
+# on the same GPT, initial weights and batches, in one run, taking turns:
+# the 25.5M-parameter model (d_model 512, 8 layers, context 128, batch 16 in 4
+# micro-batches) and the default addition model. PyTorch runs twice: with its
+# fused attention (scaled_dot_product_attention) and eager (matmul, mask,
+# softmax). Then two-stage pipelines of the 25.5M model (8 micro-batches of 2
+# sequences, 1F1B, one thread per stage): bench_pipeline --stages=2 (stages
+# over gRPC on loopback) against torch.distributed.pipelining (two processes,
+# gloo). Prints a table (median step, wall time of the timed steps, tokens/s,
+# the largest loss difference from ours) and writes JSON.
+#
+#   bench/peers/run.sh [BUILD_DIR] [--threads=N] [--large_steps=N] [--addition_steps=N]
+#                      [--pipeline_steps=N] [--json=FILE]
+#
+# Needs the peers venv (bench/peers/setup.sh; created on first use). Never run
+# by CI: it downloads PyTorch.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+build=build
+threads=2 large_steps=12 addition_steps=120 pipeline_steps=8 json=""
+for arg in "$@"; do
+  case $arg in
+    --threads=*) threads=${arg#*=} ;;
+    --large_steps=*) large_steps=${arg#*=} ;;
+    --addition_steps=*) addition_steps=${arg#*=} ;;
+    --pipeline_steps=*) pipeline_steps=${arg#*=} ;;
+    --json=*) json=${arg#*=} ;;
+    -*) echo "unknown flag $arg" >&2; exit 2 ;;
+    *) build=$arg ;;
+  esac
+done
+build=$(cd "$build" && pwd)
+train=$build/bin/shardline-train
+[[ -x $train ]] || { echo "no $train: build first" >&2; exit 2; }
+venv=${SHARDLINE_PEERS_VENV:-$HOME/.cache/shardline/peers-venv}
+[[ -x $venv/bin/python ]] || "$here/setup.sh"
+py=$venv/bin/python
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+text=/usr/share/common-licenses/GPL-3
+
+# spec NAME STEPS LR WARMUP: the benchmark's two models.
+spec() {
+  local model data batch
+  if [[ $1 == large || $1 == pipeline ]]; then
+    model='"vocab_size": 256, "context": 128, "d_model": 512, "n_heads": 8, "n_layers": 8'
+    data="\"kind\": \"text_bytes\", \"path\": \"$text\""
+    batch='"global_batch": 16, "micro_batches": 4'
+    [[ $1 == pipeline ]] && batch='"global_batch": 16, "micro_batches": 8'  # bench_pipeline's Spec(2, 1)
+  else
+    model='"vocab_size": 16, "context": 16, "d_model": 128, "n_heads": 4, "n_layers": 4'
+    data='"kind": "addition", "digits": 2'
+    batch='"global_batch": 64, "micro_batches": 8'
+  fi
+  cat <<EOF
+{"name": "$1", "model": {"kind": "gpt", $model}, "data": {$data},
+ "train": {"steps": $2, $batch, "seed": 1, "log_every": 1, "eval_examples": 16,
+           "optimizer": {"kind": "adamw", "lr": $3, "warmup_steps": $4}}}
+EOF
+}
+
+for model in large addition; do
+  steps=$large_steps lr=0.0003 warmup=10
+  [[ $model == addition ]] && steps=$addition_steps lr=0.001 warmup=10
+  # The initial weights, as PyTorch loads them: one step at lr 1e-9 (the
+  # smallest a spec allows) moves them by at most ~1e-10.
+  spec "$model" 1 1e-9 0 > "$work/$model-init.json"
+  "$train" "$work/$model-init.json" --threads="$threads" --out="$work/$model-init.safetensors" \
+    --metrics_out="$work/$model-init.jsonl" > /dev/null
+  spec "$model" "$steps" "$lr" "$warmup" > "$work/$model.json"
+  echo "# $model: shardline-train, torch fused, torch eager, $steps steps each, $threads threads" >&2
+  OPENBLAS_NUM_THREADS=$threads "$train" "$work/$model.json" --threads="$threads" \
+    --metrics_out="$work/$model-shardline.jsonl" --out="$work/$model-out.safetensors" > /dev/null
+  for attention in fused eager; do
+    "$py" "$here/torch_gpt.py" "$work/$model.json" --init="$work/$model-init.safetensors" --steps="$steps" \
+      --threads="$threads" --attention=$attention > "$work/$model-torch-$attention.jsonl"
+  done
+done
+
+# Pipelines: the spec bench_pipeline trains (no warm-up), the large model's
+# initial weights. Our losses from shardline-train on it (bench_pipeline's
+# max_loss_gap shows the pipeline's equal the trainer's).
+spec pipeline 1000 0.0003 0 > "$work/pipeline.json"
+echo "# pipeline: bench_pipeline --stages=2, torch.distributed.pipelining, $pipeline_steps steps each" >&2
+"$build/bin/bench_pipeline" --stages=2 --threads="$threads" --steps="$pipeline_steps" \
+  --json="$work/pipeline-bench.json" > /dev/null
+timeout 600 "$train" "$work/pipeline.json" --threads="$threads" --metrics_out="$work/pipeline-shardline.jsonl" \
+  --out="$work/pipeline-out.safetensors" > /dev/null 2>&1 &
+train_pid=$!
+# Only the first steps' losses are needed: stop it once they are written.
+logged() { grep -c '"step"' "$work/pipeline-shardline.jsonl" 2>/dev/null || true; }
+while kill -0 $train_pid 2>/dev/null; do
+  count=$(logged)
+  (( ${count:-0} > pipeline_steps )) && break
+  sleep 0.5
+done
+kill $train_pid 2>/dev/null || true
+wait $train_pid 2>/dev/null || true
+stage_threads=$(( threads / 2 > 0 ? threads / 2 : 1 ))
+"$py" "$here/torch_gpt.py" "$work/pipeline.json" --init="$work/large-init.safetensors" --steps=$((pipeline_steps + 1)) \
+  --threads=$stage_threads --pipeline_rank=0 --pipeline_store="$work/store" > /dev/null &
+first_pid=$!
+"$py" "$here/torch_gpt.py" "$work/pipeline.json" --init="$work/large-init.safetensors" --steps=$((pipeline_steps + 1)) \
+  --threads=$stage_threads --pipeline_rank=1 --pipeline_store="$work/store" > "$work/pipeline-torch.jsonl"
+wait $first_pid
+
+"$py" - "$work" "$json" <<'EOF'
+import json, statistics, sys
+work, out = sys.argv[1], sys.argv[2]
+rows = []
+for model in ("large", "addition"):
+    def load(name):
+        return [json.loads(l) for l in open(f"{work}/{model}-{name}.jsonl") if '"step"' in l and '"eval"' not in l]
+    ours = load("shardline")
+    tokens = load("torch-fused")[0]["tokens"]  # per step, the same batches in both
+    # Our step time from the per-step tokens/s (log_every 1); step 1 (warm-up) left out.
+    timed = {"shardline": [tokens / r["tokens_per_s"] for r in ours[1:]]}
+    losses = {"shardline": [r["loss"] for r in ours]}
+    for attention in ("fused", "eager"):
+        theirs = load(f"torch-{attention}")
+        timed[f"torch {attention}"] = [r["seconds"] for r in theirs[1:]]
+        losses[f"torch {attention}"] = [r["loss"] for r in theirs]
+    for name in timed:
+        median = statistics.median(timed[name])
+        wall = sum(timed[name])
+        diff = max(abs(a - b) / abs(b) for a, b in zip(losses[name], losses["shardline"]))
+        rows.append({"model": model, "run": name, "steps": len(timed[name]), "median_step_ms": median * 1e3,
+                     "wall_s": wall, "tokens_per_s": tokens * len(timed[name]) / wall,
+                     "max_rel_loss_diff": diff})
+    for row in rows[-3:]:
+        ref = rows[-3]
+        row["shardline_speedup_median"] = (row["median_step_ms"] / ref["median_step_ms"])
+        row["shardline_speedup_wall"] = row["wall_s"] / ref["wall_s"]
+# Pipelines: ours from bench_pipeline's row, theirs per step.
+bench = json.load(open(f"{work}/pipeline-bench.json"))
+row = bench[0] if isinstance(bench, list) else bench["rows"][0]
+ours_losses = [json.loads(l)["loss"] for l in open(f"{work}/pipeline-shardline.jsonl") if '"eval"' not in l]
+theirs = [json.loads(l) for l in open(f"{work}/pipeline-torch.jsonl") if '"step"' in l]
+timed = [r["seconds"] for r in theirs[1:]]
+ours_row = {"model": "pipeline", "run": "shardline", "steps": int(row["timed_steps"]),
+            "median_step_ms": row["median_step_ms"], "wall_s": row["wall_s"], "tokens_per_s": row["tokens_per_s"],
+            "max_rel_loss_diff": row["max_loss_gap"], "shardline_speedup_median": 1.0, "shardline_speedup_wall": 1.0}
+median = statistics.median(timed)
+theirs_row = {"model": "pipeline", "run": "torch pipe", "steps": len(timed), "median_step_ms": median * 1e3,
+              "wall_s": sum(timed), "tokens_per_s": theirs[0]["tokens"] * len(timed) / sum(timed),
+              "max_rel_loss_diff": max(abs(a["loss"] - b) / abs(b) for a, b in zip(theirs, ours_losses)),
+              "shardline_speedup_median": median * 1e3 / row["median_step_ms"],
+              "shardline_speedup_wall": (sum(timed) / len(timed)) / (row["wall_s"] / row["timed_steps"])}
+rows += [ours_row, theirs_row]
+print(f"{'model':9} {'run':12} {'steps':>5} {'median_ms':>10} {'wall_s':>8} {'tok/s':>8} {'ours x (median)':>15} "
+      f"{'ours x (wall)':>13} {'max loss diff':>13}")
+for r in rows:
+    print(f"{r['model']:9} {r['run']:12} {r['steps']:5d} {r['median_step_ms']:10.1f} {r['wall_s']:8.2f} "
+          f"{r['tokens_per_s']:8.0f} {r['shardline_speedup_median']:15.2f} {r['shardline_speedup_wall']:13.2f} "
+          f"{r['max_rel_loss_diff']:13.1e}")
+if out:
+    json.dump(rows, open(out, "w"), indent=1)
+EOF
