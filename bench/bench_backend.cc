@@ -136,6 +136,10 @@ void BenchKernels(Backend& backend, int reps, BenchReport& report) {
   DeviceBuffer probs = Filled(backend, probs_n, 0.0f), scratch = Filled(backend, probs_n, 0.0f);
   const double attn_flops = 2.0 * 2 * kBatch * kHeads * kT * kT * (kC / kHeads);
   const std::string attn_shape = absl::StrCat("B", kBatch, " T", kT, " H", kHeads, " d", kC / kHeads);
+  const worker::SoftmaxShape softmax{kBatch * kHeads, kT, 0.125f};
+  AddOp(backend, reps, report, "causal_softmax_forward", attn_shape, 2.0 * probs_n * 4, 0, [&] {
+    BENCH_CHECK_OK(backend.CausalSoftmaxForward(softmax, f(scratch), f(probs)));
+  });
   AddOp(backend, reps, report, "attention_forward", attn_shape, 0, attn_flops, [&] {
     BENCH_CHECK_OK(worker::AttentionForward(backend, attn, f(x), f(y), f(probs)));
   });

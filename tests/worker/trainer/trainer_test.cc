@@ -51,15 +51,19 @@ TEST(TrainerTest, AdditionLossFallsWithEitherOptimizer) {
 }
 
 // Exact match on held-out problems: near zero untrained, far above chance
-// (1 in 199 sums) once trained. The small model below reaches 99.5% after
-// 800 steps (about a second); the bar leaves room for another BLAS.
+// (1 in 199 sums) once trained. The small model below sits on a loss plateau
+// (about 1.17) until it finds the task, and when it leaves it depends on the
+// last bits of the arithmetic: with libm's expf in the softmax it passed 90%
+// at step 500, with a correctly rounded exp at 900, with the CPU backend's
+// own vectorised exp at 1,300 (95.5% at 1,500). 1,500 steps (about two
+// seconds) and a bar of 50% leave room for another BLAS or exp.
 TEST(TrainerTest, AdditionEvaluationDecodesHeldOutProblems) {
   auto backend = testing::CpuBackend();
   auto spec = testing::TinySpec(/*micro_batches=*/1, /*global_batch=*/32);
   spec.mutable_model()->set_d_model(32);
   spec.mutable_train()->mutable_optimizer()->set_lr(0.005);
   spec.mutable_train()->mutable_optimizer()->set_warmup_steps(20);
-  spec.mutable_train()->set_steps(800);
+  spec.mutable_train()->set_steps(1500);
   spec.mutable_train()->set_eval_examples(200);
   auto trainer = Trainer::Create(spec, *backend);
   ASSERT_TRUE(trainer.ok());
@@ -68,11 +72,11 @@ TEST(TrainerTest, AdditionEvaluationDecodesHeldOutProblems) {
   EXPECT_TRUE(eval->exact_match);
   EXPECT_EQ(eval->examples, 200);
   EXPECT_LT(eval->accuracy, 0.2) << "an untrained model cannot add";
-  for (int step = 1; step <= 800; ++step) ASSERT_TRUE((*trainer)->TrainStep(step).ok()) << step;
+  for (int step = 1; step <= 1500; ++step) ASSERT_TRUE((*trainer)->TrainStep(step).ok()) << step;
   auto trained = (*trainer)->Evaluate();
   ASSERT_TRUE(trained.ok()) << trained.status();
   EXPECT_EQ(trained->examples, 200);
-  EXPECT_GT(trained->accuracy, 0.5) << "trained for 800 steps, the model adds most held-out pairs";
+  EXPECT_GT(trained->accuracy, 0.5) << "trained for 1,500 steps, the model adds most held-out pairs";
 }
 
 TEST(TrainerTest, TextBytesTrainsAndReportsValidationLoss) {

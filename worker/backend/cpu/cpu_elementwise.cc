@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "worker/backend/cpu/cpu_kernels.h"
+#include "worker/backend/cpu/cpu_math.h"
 
 namespace shardline::worker::cpu {
 namespace {
@@ -27,23 +28,8 @@ inline float Tanh(float u) {
   series = -2.0f / 15.0f + s * series;
   series = 1.0f / 3.0f + s * series;
   series = u - u * s * series;
-  // Large |u|: e = 2^n · exp(r), x = −2|u| = n·ln2 + r, |r| ≤ ln2/2.
-  const float x = -2.0f * a < -87.0f ? -87.0f : -2.0f * a;
-  // Round to nearest through the 1.5·2^23 trick (vectorises; |x·log2 e| < 2^22).
-  const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-  const float r = (x - n * 0.693359375f) - n * -2.12194440e-4f;
-  float p = 1.0f / 5040.0f;
-  p = 1.0f / 720.0f + r * p;
-  p = 1.0f / 120.0f + r * p;
-  p = 1.0f / 24.0f + r * p;
-  p = 1.0f / 6.0f + r * p;
-  p = 0.5f + r * p;
-  p = 1.0f + r * p;
-  p = 1.0f + r * p;
-  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &bits, sizeof(scale));
-  const float e = p * scale;
+  // Large |u|: from e = exp(−2|u|).
+  const float e = ExpNonPositive(-2.0f * a);
   const float large = std::copysign((1.0f - e) / (1.0f + e), u);
   return a < 0.5f ? series : large;
 }

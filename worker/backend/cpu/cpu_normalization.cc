@@ -3,22 +3,21 @@
 #include <limits>
 
 #include "worker/backend/cpu/cpu_kernels.h"
+#include "worker/backend/cpu/cpu_math.h"
 
 namespace shardline::worker::cpu {
 
-void LayerNormForward(const LayerNormShape& shape, const float* x, const float* gamma,
+SHARDLINE_CPU_CLONES void LayerNormForward(const LayerNormShape& shape, const float* x, const float* gamma,
                       const float* beta, float* y, float* mean, float* rstd) {
   const int64_t cols = shape.cols;
   for (int64_t r = 0; r < shape.rows; ++r) {
     const float* xr = x + r * cols;
-    double sum = 0.0;
-    for (int64_t c = 0; c < cols; ++c) sum += xr[c];
-    const double mu = sum / static_cast<double>(cols);
-    double sq = 0.0;
-    for (int64_t c = 0; c < cols; ++c) {
+    const double mu = LaneSum(cols, [xr](int64_t c) { return static_cast<double>(xr[c]); }) /
+                      static_cast<double>(cols);
+    const double sq = LaneSum(cols, [xr, mu](int64_t c) {
       const double d = xr[c] - mu;
-      sq += d * d;
-    }
+      return d * d;
+    });
     const float s = static_cast<float>(1.0 / std::sqrt(sq / static_cast<double>(cols) + shape.eps));
     const float m = static_cast<float>(mu);
     float* yr = y + r * cols;
@@ -28,7 +27,7 @@ void LayerNormForward(const LayerNormShape& shape, const float* x, const float* 
   }
 }
 
-void LayerNormBackwardInput(const LayerNormShape& shape, const float* x, const float* gamma,
+SHARDLINE_CPU_CLONES void LayerNormBackwardInput(const LayerNormShape& shape, const float* x, const float* gamma,
                             const float* mean, const float* rstd, const float* dy, float* dx) {
   const int64_t cols = shape.cols;
   for (int64_t r = 0; r < shape.rows; ++r) {
@@ -37,13 +36,12 @@ void LayerNormBackwardInput(const LayerNormShape& shape, const float* x, const f
     float* dxr = dx + r * cols;
     const float m = mean[r], s = rstd[r];
     // dx = s · (dn − mean(dn) − x̂ · mean(dn · x̂)) with dn = dy · γ, x̂ = (x − μ)·s.
-    double dn_sum = 0.0, dn_xhat_sum = 0.0;
-    for (int64_t c = 0; c < cols; ++c) {
+    const double dn_sum =
+        LaneSum(cols, [dyr, gamma](int64_t c) { return static_cast<double>(dyr[c] * gamma[c]); });
+    const double dn_xhat_sum = LaneSum(cols, [xr, dyr, gamma, m, s](int64_t c) {
       const float xhat = (xr[c] - m) * s;
-      const float dn = dyr[c] * gamma[c];
-      dn_sum += dn;
-      dn_xhat_sum += static_cast<double>(dn) * xhat;
-    }
+      return static_cast<double>(dyr[c] * gamma[c]) * xhat;
+    });
     const float dn_mean = static_cast<float>(dn_sum / static_cast<double>(cols));
     const float dn_xhat_mean = static_cast<float>(dn_xhat_sum / static_cast<double>(cols));
     for (int64_t c = 0; c < cols; ++c) {
@@ -70,26 +68,24 @@ SHARDLINE_CPU_CLONES void LayerNormBackwardParams(const LayerNormShape& shape, i
   }
 }
 
-void CausalSoftmaxForward(const SoftmaxShape& shape, const float* scores, float* probs) {
+SHARDLINE_CPU_CLONES void CausalSoftmaxForward(const SoftmaxShape& shape, const float* scores, float* probs) {
   const int64_t t = shape.t;
   for (int64_t row = 0; row < shape.batch * t; ++row) {
     const int64_t i = row % t;  // query position: keys 0..i are visible
     const float* s = scores + row * t;
     float* p = probs + row * t;
-    float max = -std::numeric_limits<float>::infinity();
-    for (int64_t j = 0; j <= i; ++j) max = std::max(max, shape.scale * s[j]);
-    double sum = 0.0;
-    for (int64_t j = 0; j <= i; ++j) {
-      p[j] = std::exp(shape.scale * s[j] - max);
-      sum += p[j];
-    }
+    const float scale = shape.scale;
+    const int64_t seen = i + 1;
+    const float max = ScaledMax(s, seen, scale);
+    for (int64_t j = 0; j < seen; ++j) p[j] = ExpNonPositive(scale * s[j] - max);
+    const double sum = LaneSum(i + 1, [p](int64_t j) { return static_cast<double>(p[j]); });
     const float inv = static_cast<float>(1.0 / sum);
     for (int64_t j = 0; j <= i; ++j) p[j] *= inv;
     for (int64_t j = i + 1; j < t; ++j) p[j] = 0.0f;
   }
 }
 
-void CausalSoftmaxBackward(const SoftmaxShape& shape, const float* probs, const float* dprobs,
+SHARDLINE_CPU_CLONES void CausalSoftmaxBackward(const SoftmaxShape& shape, const float* probs, const float* dprobs,
                            float* dscores) {
   const int64_t t = shape.t;
   for (int64_t row = 0; row < shape.batch * t; ++row) {
@@ -97,9 +93,8 @@ void CausalSoftmaxBackward(const SoftmaxShape& shape, const float* probs, const 
     const float* p = probs + row * t;
     const float* dp = dprobs + row * t;
     float* ds = dscores + row * t;
-    double dot = 0.0;
-    for (int64_t j = 0; j <= i; ++j) dot += static_cast<double>(dp[j]) * p[j];
-    const float d = static_cast<float>(dot);
+    const float d = static_cast<float>(
+        LaneSum(i + 1, [dp, p](int64_t j) { return static_cast<double>(dp[j]) * p[j]; }));
     for (int64_t j = 0; j <= i; ++j) ds[j] = shape.scale * p[j] * (dp[j] - d);
     for (int64_t j = i + 1; j < t; ++j) ds[j] = 0.0f;
   }
