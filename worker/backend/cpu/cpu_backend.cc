@@ -7,7 +7,9 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "common/half.h"
+#include "common/status_macros.h"
 #include "worker/backend/cpu/cpu_kernels.h"
 
 namespace shardline::worker {
@@ -238,21 +240,51 @@ absl::Status CpuBackend::EmbeddingBackwardImpl(const EmbeddingShape& shape, cons
   return cpu::EmbeddingBackward(shape, ids, dout, dtable);
 }
 
-absl::Status CpuBackend::CrossEntropyForwardImpl(const CrossEntropyShape& shape,
-                                                 const float* logits, const int32_t* targets,
-                                                 float* losses) {
-  return cpu::CrossEntropyForward(shape, logits, targets, losses);
+// Cross-entropy row by row over the pool, after checking every row's target
+// (so an error leaves every output untouched). `part` runs rows [b, e).
+absl::Status CpuBackend::CrossEntropyRows(const char* op, const CrossEntropyShape& shape, const int32_t* targets,
+                                          int64_t classes,
+                                          absl::FunctionRef<absl::Status(const CrossEntropyShape&, int64_t)> part) {
+  RETURN_IF_ERROR(cpu::CheckTargets(op, targets, shape.rows, classes));
+  absl::Mutex mu;
+  absl::Status first_error;
+  pool_->ParallelFor(static_cast<size_t>(shape.rows), RowGrain(shape.vocab, kHeavyGrain), [&](size_t b, size_t e) {
+    CrossEntropyShape rows = shape;
+    rows.rows = static_cast<int64_t>(e - b);
+    absl::Status s = part(rows, static_cast<int64_t>(b));
+    if (!s.ok()) {
+      absl::MutexLock lock(&mu);
+      if (first_error.ok()) first_error = std::move(s);
+    }
+  });
+  return first_error;
 }
 
-absl::Status CpuBackend::CrossEntropyBackwardImpl(const CrossEntropyShape& shape,
-                                                  const float* logits, const int32_t* targets,
-                                                  const float* lse, float grad_scale, float* dlogits) {
-  return cpu::CrossEntropyBackward(shape, logits, targets, lse, grad_scale, dlogits);
+absl::Status CpuBackend::CrossEntropyForwardImpl(const CrossEntropyShape& shape, const float* logits,
+                                                 const int32_t* targets, float* losses) {
+  return CrossEntropyRows("CrossEntropyForward", shape, targets, shape.vocab,
+                          [&](const CrossEntropyShape& rows, int64_t r) {
+                            return cpu::CrossEntropyForward(rows, logits + r * shape.vocab, targets + r, losses + r);
+                          });
+}
+
+absl::Status CpuBackend::CrossEntropyBackwardImpl(const CrossEntropyShape& shape, const float* logits,
+                                                  const int32_t* targets, const float* lse, float grad_scale,
+                                                  float* dlogits) {
+  return CrossEntropyRows("CrossEntropyBackward", shape, targets, shape.classes(),
+                          [&](const CrossEntropyShape& rows, int64_t r) {
+                            return cpu::CrossEntropyBackward(rows, logits + r * shape.vocab, targets + r,
+                                                             lse == nullptr ? nullptr : lse + r, grad_scale,
+                                                             dlogits + r * shape.vocab);
+                          });
 }
 
 absl::Status CpuBackend::CrossEntropyPartsImpl(const CrossEntropyShape& shape, const float* logits,
                                                const int32_t* targets, float* parts) {
-  return cpu::CrossEntropyParts(shape, logits, targets, parts);
+  return CrossEntropyRows("CrossEntropyParts", shape, targets, shape.classes(),
+                          [&](const CrossEntropyShape& rows, int64_t r) {
+                            return cpu::CrossEntropyParts(rows, logits + r * shape.vocab, targets + r, parts + 3 * r);
+                          });
 }
 
 absl::Status CpuBackend::CrossEntropyCombineImpl(const LossPartsShape& shape, const float* parts,

@@ -16,6 +16,7 @@
 #include <memory>
 #include <string>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "worker/backend/backend.h"
 #include "worker/backend/cpu/cpu_thread_pool.h"
@@ -92,6 +93,10 @@ class CpuBackend : public Backend {
   CpuBackend();
 
  private:
+  absl::Status CrossEntropyRows(const char* op, const CrossEntropyShape& shape, const int32_t* targets,
+                                int64_t classes,
+                                absl::FunctionRef<absl::Status(const CrossEntropyShape&, int64_t)> part);
+
   std::unique_ptr<cpu::CpuThreadPool> pool_;
 };
 

@@ -54,7 +54,10 @@ void CausalAttentionForward(const AttentionShape& shape, int64_t part, const flo
 void CausalAttentionBackward(const AttentionShape& shape, int64_t part, const float* qkv, const float* probs,
                              const float* dout, float* dqkv, float* scratch);
 
-// Embedding and loss (cpu_lookup.cc).
+// Embedding and loss (cpu_lookup.cc). CheckTargets: INVALID_ARGUMENT, as the
+// loss kernels report it, where a target lies outside [-∞, classes) (below
+// 0: ignored); for checking all rows before parts of them run.
+absl::Status CheckTargets(const char* op, const int32_t* targets, int64_t rows, int64_t classes);
 absl::Status EmbeddingForward(const EmbeddingShape& shape, const int32_t* ids, const float* table,
                               float* out, bool accumulate);
 absl::Status EmbeddingBackward(const EmbeddingShape& shape, const int32_t* ids, const float* dout,

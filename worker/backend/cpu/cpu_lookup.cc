@@ -31,6 +31,10 @@ double LogSumExp(const float* row, int64_t n) {
 
 }  // namespace
 
+absl::Status CheckTargets(const char* op, const int32_t* targets, int64_t rows, int64_t classes) {
+  return CheckIds(op, targets, rows, classes, true);
+}
+
 absl::Status EmbeddingForward(const EmbeddingShape& shape, const int32_t* ids, const float* table,
                               float* out, bool accumulate) {
   if (absl::Status s = CheckIds("EmbeddingForward", ids, shape.rows, shape.ids(), false); !s.ok()) {

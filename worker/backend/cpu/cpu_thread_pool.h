@@ -39,10 +39,11 @@ class CpuThreadPool {
   // returns when all calls have returned.
   void Run(int64_t parts, absl::FunctionRef<void(int64_t)> part);
 
-  // Splits [0, n) into at most threads() contiguous ranges of at least
-  // `grain` items and calls range(begin, end) for each; below 2·grain, one
-  // call on the calling thread. For work whose result does not depend on
-  // where the ranges fall (element-wise, row-wise).
+  // Splits [0, n) into contiguous ranges (up to four per thread, so a
+  // thread that wakes late takes fewer; at least `grain` items each, a
+  // multiple of 16) and calls range(begin, end) for each; below 2·grain,
+  // one call on the calling thread. For work whose result does not depend
+  // on where the ranges fall (element-wise, row-wise).
   void ParallelFor(size_t n, size_t grain, absl::FunctionRef<void(size_t, size_t)> range);
 
  private:

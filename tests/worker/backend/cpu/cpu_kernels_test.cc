@@ -106,6 +106,15 @@ std::vector<std::vector<float>> RunThreadedKernels(Backend& backend) {
     EXPECT_TRUE(backend.AdamWUpdate(AdamWStep{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, step}, f(y), f(dy), f(m), f(v)).ok());
   }
   outputs.push_back(Download(backend, y));
+  std::vector<int32_t> host_targets(kRows);
+  for (int64_t r = 0; r < kRows; ++r) host_targets[r] = r % 11 == 0 ? -1 : static_cast<int32_t>(r * 37 % kCols);
+  DeviceBuffer targets = Upload(backend, host_targets);
+  DeviceBuffer losses = *backend.AllocateZeros(kRows), parts = *backend.AllocateZeros(3 * kRows);
+  const CrossEntropyShape ce{kRows, kCols};
+  EXPECT_TRUE(backend.CrossEntropyForward(ce, f(x), targets.span<int32_t>(), f(losses)).ok());
+  EXPECT_TRUE(backend.CrossEntropyBackward(ce, f(x), targets.span<int32_t>(), 0.01f, f(dx)).ok());
+  EXPECT_TRUE(backend.CrossEntropyParts(ce, f(x), targets.span<int32_t>(), f(parts)).ok());
+  for (DeviceBuffer* b : {&losses, &dx, &parts}) outputs.push_back(Download(backend, *b));
   const std::vector<DeviceSpan<const float>> pieces = {f(x).subspan(0, 1000), f(x).subspan(1000, 70000),
                                                        f(dy)};
   auto sums = backend.SumsOfSquares(pieces);
