@@ -269,12 +269,13 @@ def main():
                 losses = []
                 schedule.step(target=torch.cat([t for _, t in batches]), losses=losses)
                 loss_sum = sum(loss.item() for loss in losses)
-        for ids, targets in batches if schedule is None else []:
-            logits = model(ids)
-            loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1), ignore_index=-1,
-                                   reduction="sum") * scale
-            loss.backward()
-            loss_sum += loss.item()
+        else:
+            for ids, targets in batches:
+                logits = model(ids)
+                loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1), ignore_index=-1,
+                                       reduction="sum") * scale
+                loss.backward()
+                loss_sum += loss.item()
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(opt, step, train["steps"])
         optimizer.step()

@@ -75,23 +75,28 @@ GemmShape HeadBatched(const AttentionShape& s, bool trans_a, bool trans_b, int64
   return g;
 }
 
-absl::Status CheckForward(absl::string_view op, const AttentionShape& shape, DeviceSpan<const float> qkv,
-                          DeviceSpan<float> out, DeviceSpan<float> probs) {
+// The operands' element counts, after checking the dimensions and the spans.
+absl::StatusOr<AttentionSizes> CheckForward(absl::string_view op, const AttentionShape& shape,
+                                            DeviceSpan<const float> qkv, DeviceSpan<float> out,
+                                            DeviceSpan<float> probs) {
   ASSIGN_OR_RETURN(AttentionSizes z, Sizes(op, shape));
   RETURN_IF_ERROR(CheckLength(op, "qkv", qkv, z.qkv));
   RETURN_IF_ERROR(CheckLength(op, "out", out, z.out));
-  return CheckLength(op, "probs", probs, z.probs);
+  RETURN_IF_ERROR(CheckLength(op, "probs", probs, z.probs));
+  return z;
 }
 
-absl::Status CheckBackward(absl::string_view op, const AttentionShape& shape, DeviceSpan<const float> qkv,
-                           DeviceSpan<const float> probs, DeviceSpan<const float> dout, DeviceSpan<float> dqkv,
-                           DeviceSpan<float> scratch) {
+absl::StatusOr<AttentionSizes> CheckBackward(absl::string_view op, const AttentionShape& shape,
+                                             DeviceSpan<const float> qkv, DeviceSpan<const float> probs,
+                                             DeviceSpan<const float> dout, DeviceSpan<float> dqkv,
+                                             DeviceSpan<float> scratch) {
   ASSIGN_OR_RETURN(AttentionSizes z, Sizes(op, shape));
   RETURN_IF_ERROR(CheckLength(op, "qkv", qkv, z.qkv));
   RETURN_IF_ERROR(CheckLength(op, "probs", probs, z.probs));
   RETURN_IF_ERROR(CheckLength(op, "dout", dout, z.out));
   RETURN_IF_ERROR(CheckLength(op, "dqkv", dqkv, z.qkv));
-  return CheckLength(op, "scratch", scratch, z.probs);
+  RETURN_IF_ERROR(CheckLength(op, "scratch", scratch, z.probs));
+  return z;
 }
 
 }  // namespace
@@ -99,7 +104,7 @@ absl::Status CheckBackward(absl::string_view op, const AttentionShape& shape, De
 absl::Status AttentionForward(Backend& backend, const AttentionShape& shape, DeviceSpan<const float> qkv,
                               DeviceSpan<float> out, DeviceSpan<float> probs) {
   if (!backend.has_attention_kernel()) return ComposedAttentionForward(backend, shape, qkv, out, probs);
-  RETURN_IF_ERROR(CheckForward("AttentionForward", shape, qkv, out, probs));
+  RETURN_IF_ERROR(CheckForward("AttentionForward", shape, qkv, out, probs).status());
   if (shape.batch == 0) return absl::OkStatus();
   return backend.AttentionForwardKernel(shape, qkv.data(), out.data(), probs.data());
 }
@@ -110,7 +115,7 @@ absl::Status AttentionBackward(Backend& backend, const AttentionShape& shape, De
   if (!backend.has_attention_kernel()) {
     return ComposedAttentionBackward(backend, shape, qkv, probs, dout, dqkv, scratch);
   }
-  RETURN_IF_ERROR(CheckBackward("AttentionBackward", shape, qkv, probs, dout, dqkv, scratch));
+  RETURN_IF_ERROR(CheckBackward("AttentionBackward", shape, qkv, probs, dout, dqkv, scratch).status());
   if (shape.batch == 0) return absl::OkStatus();
   return backend.AttentionBackwardKernel(shape, qkv.data(), probs.data(), dout.data(), dqkv.data(),
                                          scratch.data());
@@ -120,8 +125,7 @@ absl::Status ComposedAttentionForward(Backend& backend, const AttentionShape& sh
                                       DeviceSpan<const float> qkv, DeviceSpan<float> out,
                                       DeviceSpan<float> probs) {
   constexpr absl::string_view op = "AttentionForward";
-  RETURN_IF_ERROR(CheckForward(op, shape, qkv, out, probs));
-  ASSIGN_OR_RETURN(AttentionSizes z, Sizes(op, shape));
+  ASSIGN_OR_RETURN(AttentionSizes z, CheckForward(op, shape, qkv, out, probs));
   const int64_t t = shape.t, d = shape.head_dim, c = z.c, tt = t * t;
 
   // scores = Q · Kᵀ, one [t × t] matrix per head, written into probs.
@@ -149,8 +153,7 @@ absl::Status ComposedAttentionBackward(Backend& backend, const AttentionShape& s
                                        DeviceSpan<const float> dout, DeviceSpan<float> dqkv,
                                        DeviceSpan<float> scratch) {
   constexpr absl::string_view op = "AttentionBackward";
-  RETURN_IF_ERROR(CheckBackward(op, shape, qkv, probs, dout, dqkv, scratch));
-  ASSIGN_OR_RETURN(AttentionSizes z, Sizes(op, shape));
+  ASSIGN_OR_RETURN(AttentionSizes z, CheckBackward(op, shape, qkv, probs, dout, dqkv, scratch));
   const int64_t t = shape.t, d = shape.head_dim, c = z.c, tt = t * t;
 
   // dP = dO · Vᵀ (into scratch); dV += Pᵀ · dO.
