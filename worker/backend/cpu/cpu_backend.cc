@@ -10,6 +10,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/half.h"
 #include "common/status_macros.h"
+#include "worker/backend/cpu/cpu_gemm.h"
 #include "worker/backend/cpu/cpu_kernels.h"
 
 namespace shardline::worker {
@@ -28,44 +29,24 @@ size_t RowGrain(int64_t width, size_t items) {
   return std::max<size_t>(1, items / static_cast<size_t>(std::max<int64_t>(width, 1)));
 }
 
-CBLAS_TRANSPOSE Trans(bool t) { return t ? CblasTrans : CblasNoTrans; }
-
-// While it lives, each BLAS call runs on its caller's thread alone, so the
-// pool's threads can each run one. OpenBLAS' count is process-wide: another
-// backend's GEMMs in the meantime run on one thread too (slower, not wrong).
-class SingleThreadedBlas {
- public:
-  SingleThreadedBlas() : threads_(openblas_get_num_threads()) {
-    if (threads_ > 1) openblas_set_num_threads(1);
-  }
-  ~SingleThreadedBlas() {
-    if (threads_ > 1) openblas_set_num_threads(threads_);
-  }
-  SingleThreadedBlas(const SingleThreadedBlas&) = delete;
-  SingleThreadedBlas& operator=(const SingleThreadedBlas&) = delete;
-
- private:
-  const int threads_;
-};
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(int threads) {
   if (threads < 0) {
     return absl::InvalidArgumentError(absl::StrCat("threads must be >= 0, got ", threads));
   }
-  if (threads > 0) openblas_set_num_threads(threads);
-  return std::unique_ptr<CpuBackend>(new CpuBackend());
+  const int blas_default = cpu::TakeOverBlasThreads();
+  return std::unique_ptr<CpuBackend>(new CpuBackend(threads > 0 ? threads : blas_default));
 }
 
-CpuBackend::CpuBackend()
-    : pool_(std::make_unique<cpu::CpuThreadPool>(std::max(1, openblas_get_num_threads()))) {}
+CpuBackend::CpuBackend() : CpuBackend(cpu::TakeOverBlasThreads()) {}
+
+CpuBackend::CpuBackend(int threads) : pool_(std::make_unique<cpu::CpuThreadPool>(threads)) {}
 
 CpuBackend::~CpuBackend() = default;
 
 std::string CpuBackend::description() const {
-  return absl::StrCat("cpu (", openblas_get_config(), ", ", openblas_get_num_threads(),
-                      " BLAS threads, ", pool_->threads(), " kernel threads)");
+  return absl::StrCat("cpu (", openblas_get_config(), ", ", pool_->threads(), " threads)");
 }
 
 absl::StatusOr<int64_t> CpuBackend::MemoryAvailable() {
@@ -107,20 +88,7 @@ absl::Status CpuBackend::FillImpl(float* x, size_t n, float value) {
 }
 
 absl::Status CpuBackend::GemmImpl(const GemmShape& s, const float* a, const float* b, float* c) {
-  for (int64_t i = 0; i < s.batch; ++i) {
-    float* ci = c + i * s.stride_c;
-    if (s.k == 0) {  // C = beta · C; BLAS libraries differ on k = 0
-      for (int64_t r = 0; r < s.m; ++r) {
-        float* row = ci + r * s.ldc;
-        for (int64_t col = 0; col < s.n; ++col) row[col] = s.beta == 0.0f ? 0.0f : s.beta * row[col];
-      }
-      continue;
-    }
-    cblas_sgemm(CblasRowMajor, Trans(s.trans_a), Trans(s.trans_b), static_cast<blasint>(s.m),
-                static_cast<blasint>(s.n), static_cast<blasint>(s.k), s.alpha, a + i * s.stride_a,
-                static_cast<blasint>(s.lda), b + i * s.stride_b, static_cast<blasint>(s.ldb),
-                s.beta, ci, static_cast<blasint>(s.ldc));
-  }
+  cpu::Gemm(*pool_, s, a, b, c);
   return absl::OkStatus();
 }
 
@@ -214,7 +182,6 @@ absl::Status CpuBackend::CausalSoftmaxBackwardImpl(const SoftmaxShape& shape, co
 
 absl::Status CpuBackend::AttentionForwardKernel(const AttentionShape& shape, const float* qkv, float* out,
                                                float* probs) {
-  SingleThreadedBlas one_thread_each;
   pool_->Run(shape.batch * shape.heads,
              [&](int64_t part) { cpu::CausalAttentionForward(shape, part, qkv, out, probs); });
   return absl::OkStatus();
@@ -223,7 +190,6 @@ absl::Status CpuBackend::AttentionForwardKernel(const AttentionShape& shape, con
 absl::Status CpuBackend::AttentionBackwardKernel(const AttentionShape& shape, const float* qkv,
                                                 const float* probs, const float* dout, float* dqkv,
                                                 float* scratch) {
-  SingleThreadedBlas one_thread_each;
   pool_->Run(shape.batch * shape.heads, [&](int64_t part) {
     cpu::CausalAttentionBackward(shape, part, qkv, probs, dout, dqkv, scratch);
   });

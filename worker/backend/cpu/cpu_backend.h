@@ -1,15 +1,16 @@
 // CpuBackend runs every Backend operation on the host: GEMMs through the CBLAS
 // interface of OpenBLAS, everything else through the loops in cpu_kernels.h.
 // It is the reference oracle the CUDA backend is tested against. Work runs
-// synchronously on the calling thread (plus OpenBLAS' threads and the pool's), so
+// synchronously on the calling thread (plus the pool's), so
 // Synchronize() has nothing to wait for. Not thread-safe. Tests derive from
 // it to emulate a device whose copies finish later
 // (tests/testing/deferred_copy_backend.h).
 //
-// OpenBLAS' thread count is process-wide: Create() sets it from `threads`
-// (0 = leave OpenBLAS' default), so two CpuBackends in one process share it.
-// The backend's own kernels run on a CpuThreadPool of as many threads, its
-// own (never at the same time as a GEMM).
+// Each backend has its own CpuThreadPool of `threads` threads (0 = OpenBLAS'
+// default: OPENBLAS_NUM_THREADS or the cores), on which everything runs, its
+// GEMMs included: OpenBLAS is set to one thread for the whole process and
+// each pool thread runs its own part of a GEMM (cpu_gemm.h), so backends in
+// one process do not share or fight over a process-wide BLAS thread count.
 #ifndef SHARDLINE_WORKER_BACKEND_CPU_CPU_BACKEND_H_
 #define SHARDLINE_WORKER_BACKEND_CPU_CPU_BACKEND_H_
 
@@ -89,10 +90,12 @@ class CpuBackend : public Backend {
   absl::Status ConvertToF32Impl(const uint16_t* src, common::DType dtype, float* dst,
                                 size_t n) override;
 
-  // OpenBLAS' thread count as it is; as many kernel threads.
+  // As many threads as OpenBLAS would use by default (TakeOverBlasThreads).
   CpuBackend();
 
  private:
+  explicit CpuBackend(int threads);
+
   absl::Status CrossEntropyRows(const char* op, const CrossEntropyShape& shape, const int32_t* targets,
                                 int64_t classes,
                                 absl::FunctionRef<absl::Status(const CrossEntropyShape&, int64_t)> part);

@@ -1,0 +1,144 @@
+// GEMMs the CPU backend splits over its threads (cpu_gemm.h): every way a
+// GEMM is split (by rows, by columns, a ragged last part, batches fewer or
+// more than the threads, k = 0) against the float64 reference, with padded
+// leading dimensions so a part that read or wrote its neighbour's rows would
+// show; the same bits on every run; batches the same bits on any thread count.
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tests/worker/backend/backend_test_util.h"
+#include "tests/worker/backend/reference_ops.h"
+#include "worker/backend/cpu/cpu_backend.h"
+
+namespace shardline::worker {
+namespace {
+
+using testing::AllNear;
+using testing::AsDoubles;
+using testing::Download;
+using testing::RandomVector;
+using testing::Upload;
+
+struct GemmCase {
+  std::string name;
+  GemmShape shape;
+};
+
+// A shape with every leading dimension padded by 3 and every batch stride
+// by 5 beyond what the operands need.
+GemmShape Padded(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, int64_t batch = 1) {
+  GemmShape s;
+  s.trans_a = trans_a;
+  s.trans_b = trans_b;
+  s.m = m;
+  s.n = n;
+  s.k = k;
+  s.alpha = 0.75f;
+  s.beta = 0.5f;  // C starts random: the parts must scale only their own outputs
+  s.lda = (trans_a ? m : k) + 3;
+  s.ldb = (trans_b ? k : n) + 3;
+  s.ldc = n + 3;
+  s.batch = batch;
+  s.stride_a = (trans_a ? k : m) * s.lda + 5;
+  s.stride_b = (trans_b ? n : k) * s.ldb + 5;
+  s.stride_c = m * s.ldc + 5;
+  return s;
+}
+
+std::vector<GemmCase> Cases() {
+  std::vector<GemmCase> cases;
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      const std::string t = std::string(ta ? "T" : "N") + (tb ? "T" : "N");
+      cases.push_back({"by rows " + t, Padded(ta, tb, 150, 70, 40)});
+      cases.push_back({"by columns " + t, Padded(ta, tb, 30, 301, 50)});
+    }
+  }
+  cases.push_back({"ragged: 20 rows in parts of 16", Padded(false, true, 20, 20, 1000)});
+  cases.push_back({"batch of 2", Padded(true, false, 64, 64, 64, 2)});
+  cases.push_back({"batch of 5", Padded(false, false, 48, 40, 80, 5)});
+  GemmCase shared_a{"batch of 4 sharing A", Padded(false, true, 40, 64, 100, 4)};
+  shared_a.shape.stride_a = 0;
+  cases.push_back(shared_a);
+  cases.push_back({"k = 0", Padded(false, false, 600, 500, 0)});
+  GemmCase overwrite{"beta = 0 over NaNs", Padded(false, false, 100, 90, 60)};
+  overwrite.shape.beta = 0.0f;
+  cases.push_back(overwrite);
+  GemmCase small{"too small to split", Padded(false, false, 10, 10, 10)};
+  cases.push_back(small);
+  return cases;
+}
+
+size_t Extent(int64_t batch, int64_t stride, int64_t rows, int64_t ld) {
+  return static_cast<size_t>(batch == 1 ? rows * ld : (batch - 1) * stride + rows * ld);
+}
+
+// Runs `c` on a backend of `threads` threads; checks it against the
+// reference and returns all of C (padding included, which must be untouched).
+std::vector<float> RunCase(int threads, const GemmCase& c) {
+  auto backend = CpuBackend::Create(threads);
+  EXPECT_TRUE(backend.ok()) << backend.status();
+  const GemmShape& s = c.shape;
+  const auto a = RandomVector(Extent(s.batch, s.stride_a, s.trans_a ? s.k : s.m, s.lda), 1);
+  const auto b = RandomVector(Extent(s.batch, s.stride_b, s.trans_b ? s.n : s.k, s.ldb), 2);
+  auto c0 = RandomVector(Extent(s.batch, s.stride_c, s.m, s.ldc), 3);
+  if (s.beta == 0.0f) {
+    for (float& x : c0) x = std::numeric_limits<float>::quiet_NaN();
+  }
+  DeviceBuffer da = Upload(**backend, a), db = Upload(**backend, b), dc = Upload(**backend, c0);
+  EXPECT_TRUE((*backend)->Gemm(s, da.span<float>(), db.span<float>(), dc.span<float>()).ok());
+  std::vector<float> got = Download(**backend, dc);
+  std::vector<double> want = AsDoubles(c0);
+  reference::Gemm(s, AsDoubles(a), AsDoubles(b), want);
+  // The reference writes only C's m × n entries: the padding must still be
+  // what it was (NaN compares unequal, so compare bits there).
+  std::vector<bool> written(want.size(), false);
+  for (int64_t i = 0; i < s.batch; ++i) {
+    for (int64_t r = 0; r < s.m; ++r) {
+      for (int64_t col = 0; col < s.n; ++col) written[i * s.stride_c + r * s.ldc + col] = true;
+    }
+  }
+  std::vector<float> got_written;
+  std::vector<double> want_written;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (written[i]) {
+      got_written.push_back(got[i]);
+      want_written.push_back(want[i]);
+    } else {
+      EXPECT_EQ(std::memcmp(&got[i], &c0[i], sizeof(float)), 0) << "padding at " << i << " changed";
+    }
+  }
+  EXPECT_TRUE(AllNear(got_written, want_written, 1e-4, 1e-4));
+  return got;
+}
+
+bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+TEST(CpuGemmTest, EverySplitMatchesTheReferenceAndLeavesPaddingAlone) {
+  for (const GemmCase& c : Cases()) {
+    for (int threads : {1, 2, 3}) {
+      SCOPED_TRACE(::testing::Message() << c.name << ", " << threads << " threads");
+      const std::vector<float> first = RunCase(threads, c);
+      EXPECT_TRUE(SameBits(first, RunCase(threads, c))) << "a second run gave other bits";
+    }
+  }
+}
+
+TEST(CpuGemmTest, BatchesGiveTheSameBitsOnAnyThreadCount) {
+  for (const GemmCase& c : Cases()) {
+    if (c.shape.batch < 4) continue;  // items run whole only when there are as many as threads
+    SCOPED_TRACE(c.name);
+    const std::vector<float> one = RunCase(1, c);
+    EXPECT_TRUE(SameBits(one, RunCase(2, c)));
+    EXPECT_TRUE(SameBits(one, RunCase(3, c)));
+  }
+}
+
+}  // namespace
+}  // namespace shardline::worker
