@@ -22,9 +22,10 @@ int64_t Parts(uint64_t state) { return static_cast<int64_t>((state >> kPartBits)
 int64_t Next(uint64_t state) { return static_cast<int64_t>(state & kPartMask); }
 
 // How long an idle worker watches for the next job before it sleeps: long
-// enough for back-to-back kernels, short enough not to hold a core the next
-// GEMM's threads need (bench_train, 2 threads: 30 µs made the addition model
-// 35% slower than 5 µs, 200 µs 2.4x slower).
+// enough for back-to-back kernels. Measured with bench_train's addition model
+// on 2 threads: while OpenBLAS had threads of its own, 30 µs was 35% slower
+// than 5 µs and 200 µs 2.4x slower; with the GEMMs on this pool (cpu_gemm.h),
+// 50 µs and 1 ms were no better than 5 µs in alternating runs, 200 µs slower.
 constexpr std::chrono::microseconds kSpin(5);
 
 }  // namespace
