@@ -1,7 +1,9 @@
 // bench_backend: GEMM and per-kernel throughput of each backend built.
-// For the CPU backend the BLAS library's own cblas_sgemm runs in the same
-// process on the same buffers, interleaved rep by rep with the backend call,
-// so the wrapper's overhead shows as a ratio that machine noise hits equally.
+// For the CPU backend the BLAS library's own cblas_sgemm, on OpenBLAS' own
+// threads (as many as the backend's), runs in the same process on the same
+// buffers, interleaved rep by rep with the backend call (which splits the
+// GEMM over its pool, OpenBLAS single-threaded: cpu_gemm.h), so the split's
+// cost or gain shows as a ratio that machine noise hits equally.
 //
 //   bench_backend [--devices=cpu,cuda:0] [--threads=N] [--reps=N]
 //                 [--gemm_sizes=256,512,1024] [--json=FILE]
@@ -21,6 +23,7 @@
 #include "glog/logging.h"
 #include "worker/backend/attention.h"
 #include "worker/backend/backend_factory.h"
+#include "worker/backend/cpu/cpu_gemm.h"
 
 ABSL_FLAG(std::string, devices, "", "comma-separated devices; default: cpu, plus cuda:0 if present");
 ABSL_FLAG(int, threads, 0, "CPU backend threads (0 = BLAS default)");
@@ -53,7 +56,8 @@ DeviceBuffer Filled(Backend& backend, size_t n, float value) {
 
 void Sync(Backend& backend) { BENCH_CHECK_OK(backend.Synchronize()); }
 
-void BenchGemm(Backend& backend, int n, int reps, BenchReport& report) {
+// blas_threads: OpenBLAS' thread count for the direct calls (the backend's).
+void BenchGemm(Backend& backend, int n, int blas_threads, int reps, BenchReport& report) {
   const size_t count = static_cast<size_t>(n) * n;
   DeviceBuffer a = Filled(backend, count, 0.5f), b = Filled(backend, count, 0.25f),
                c = Filled(backend, count, 0.0f);
@@ -65,9 +69,11 @@ void BenchGemm(Backend& backend, int n, int reps, BenchReport& report) {
   };
   const bool cpu = backend.name() == "cpu";
   auto run_direct = [&] {
+    openblas_set_num_threads(blas_threads);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f,
                 static_cast<const float*>(a.data()), n, static_cast<const float*>(b.data()), n,
                 0.0f, static_cast<float*>(c.data()), n);
+    openblas_set_num_threads(1);  // as the backends keep it
   };
   run_backend();
   if (cpu) run_direct();
@@ -199,7 +205,9 @@ int Main() {
       return 2;
     }
     std::printf("# %s\n", (*backend)->description().c_str());
-    for (int n : sizes) BenchGemm(**backend, n, reps, report);
+    const int threads = absl::GetFlag(FLAGS_threads) > 0 ? absl::GetFlag(FLAGS_threads)
+                                                         : worker::cpu::TakeOverBlasThreads();
+    for (int n : sizes) BenchGemm(**backend, n, threads, reps, report);
     BenchKernels(**backend, reps, report);
   }
   if (absl::Status s = report.Publish(absl::GetFlag(FLAGS_json)); !s.ok()) {
