@@ -11,7 +11,7 @@ namespace {
 // Multiply-adds below which a GEMM runs on the calling thread alone: about
 // 3 µs of one core's work, the order of a pool hand-off.
 constexpr double kMinParallelMacs = 1 << 18;
-// Parts are multiples of this many rows or columns.
+// Pieces of C are multiples of this many rows and columns.
 constexpr int64_t kAlign = 16;
 
 CBLAS_TRANSPOSE Trans(bool t) { return t ? CblasTrans : CblasNoTrans; }
@@ -35,6 +35,45 @@ void Sgemm(const GemmShape& s, int64_t m, int64_t n, const float* a, const float
 double Macs(const GemmShape& s) {
   return static_cast<double>(s.batch) * static_cast<double>(s.m) * static_cast<double>(s.n) *
          static_cast<double>(std::max<int64_t>(s.k, 1));
+}
+
+// How C is cut: rows in pieces of row_width (the last one shorter), columns
+// in pieces of col_width.
+struct Cut {
+  int64_t row_width, col_width, row_pieces, col_pieces;
+};
+
+// Width of `pieces` pieces of `extent`, a multiple of kAlign.
+int64_t Width(int64_t extent, int64_t pieces) {
+  const int64_t aligned = (extent + kAlign - 1) / kAlign;
+  return (aligned + pieces - 1) / pieces * kAlign;
+}
+
+int64_t Pieces(int64_t extent, int64_t width) { return (extent + width - 1) / width; }
+
+// Cuts m × n into a grid of pm × pn pieces with pm · pn = threads (fewer
+// where a side is too short), the grid that keeps the most threads busy and
+// then packs the fewest operand elements: each piece packs its rows of A
+// and its columns of B, pn·m + pm·n elements per unit of k, so near-square
+// pieces; on two threads, the longer side in halves (rows on a tie).
+Cut Plan(int64_t m, int64_t n, int threads) {
+  Cut best{m, n, 1, 1};
+  double best_cost = 0.0;
+  for (int pm = threads; pm >= 1; --pm) {
+    if (threads % pm != 0) continue;
+    Cut cut;
+    cut.row_width = Width(m, pm);
+    cut.col_width = Width(n, threads / pm);
+    cut.row_pieces = Pieces(m, cut.row_width);
+    cut.col_pieces = Pieces(n, cut.col_width);
+    const int64_t busy = cut.row_pieces * cut.col_pieces, best_busy = best.row_pieces * best.col_pieces;
+    const double cost = static_cast<double>(cut.col_pieces) * m + static_cast<double>(cut.row_pieces) * n;
+    if (busy > best_busy || (busy == best_busy && cost < best_cost)) {
+      best = cut;
+      best_cost = cost;
+    }
+  }
+  return best;
 }
 
 }  // namespace
@@ -61,23 +100,15 @@ void Gemm(CpuThreadPool& pool, const GemmShape& s, const float* a, const float* 
     pool.Run(s.batch, item);
     return;
   }
-  // Each item in parts along C's longer dimension.
-  const bool by_rows = s.m >= s.n;
-  const int64_t extent = by_rows ? s.m : s.n;
-  const int64_t aligned_parts = (extent + kAlign - 1) / kAlign;
-  const int64_t parts = std::min<int64_t>(threads, aligned_parts);
-  const int64_t width = (aligned_parts + parts - 1) / parts * kAlign;
-  const int64_t per_item = (extent + width - 1) / width;
-  pool.Run(s.batch * per_item, [&](int64_t p) {
-    const int64_t i = p / per_item, begin = (p % per_item) * width, size = std::min(width, extent - begin);
-    const float* ai = a + i * s.stride_a;
-    const float* bi = b + i * s.stride_b;
-    float* ci = c + i * s.stride_c;
-    if (by_rows) {
-      Sgemm(s, size, s.n, ai + (s.trans_a ? begin : begin * s.lda), bi, ci + begin * s.ldc);
-    } else {
-      Sgemm(s, s.m, size, ai, bi + (s.trans_b ? begin * s.ldb : begin), ci + begin);
-    }
+  const Cut cut = Plan(s.m, s.n, threads);
+  const int64_t pieces = cut.row_pieces * cut.col_pieces;
+  pool.Run(s.batch * pieces, [&](int64_t p) {
+    const int64_t i = p / pieces, row = (p % pieces) / cut.col_pieces, col = p % cut.col_pieces;
+    const int64_t r0 = row * cut.row_width, rows = std::min(cut.row_width, s.m - r0);
+    const int64_t c0 = col * cut.col_width, cols = std::min(cut.col_width, s.n - c0);
+    const float* ai = a + i * s.stride_a + (s.trans_a ? r0 : r0 * s.lda);
+    const float* bi = b + i * s.stride_b + (s.trans_b ? c0 * s.ldb : c0);
+    Sgemm(s, rows, cols, ai, bi, c + i * s.stride_c + r0 * s.ldc + c0);
   });
 }
 

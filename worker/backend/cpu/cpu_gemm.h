@@ -1,6 +1,7 @@
 // Row-major single-precision GEMMs (GemmShape, backend_types.h) on a
 // CpuThreadPool: OpenBLAS runs single-threaded in every call, and the pool's
-// threads each run one call on their own part, split by shape alone.
+// threads each run one call on their own piece of C, cut by shape and thread
+// count alone.
 //
 // Why not OpenBLAS' own threads: between GEMMs they yield-spin on the cores
 // the pool's kernels need (15% of a step's samples in the profile,
@@ -8,11 +9,16 @@
 // two-thread weight-gradient GEMMs ran at half the speed of two independent
 // halves.
 //
-// Determinism: a batch of GEMMs runs item by item (each on one thread), so
-// its bits do not depend on the thread count. A single GEMM is split into as
-// many parts as threads, along the longer of C's two dimensions (multiples of
-// 16); each element's sum over k is OpenBLAS' for that part's shape, so
-// results are the same bits for the same thread count.
+// A batch of at least as many GEMMs as threads runs item by item. Otherwise
+// each item's C is cut into a grid of as many pieces as threads (rows and
+// columns in multiples of 16; on two threads the longer side in halves,
+// beyond that near-square pieces, so that the pieces together pack as few
+// elements of A and B as they can).
+//
+// Determinism: a batch run item by item gives the same bits on any thread
+// count. A cut GEMM's element sums over k as OpenBLAS does for that piece's
+// shape, so results are the same bits for the same thread count (and for
+// any, where OpenBLAS picks the same kernel for the pieces as for the whole).
 #ifndef SHARDLINE_WORKER_BACKEND_CPU_CPU_GEMM_H_
 #define SHARDLINE_WORKER_BACKEND_CPU_CPU_GEMM_H_
 

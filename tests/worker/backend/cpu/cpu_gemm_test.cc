@@ -1,6 +1,6 @@
 // GEMMs the CPU backend splits over its threads (cpu_gemm.h): every way a
-// GEMM is split (by rows, by columns, a ragged last part, batches fewer or
-// more than the threads, k = 0) against the float64 reference, with padded
+// GEMM is cut (by rows, by columns, grids of both, ragged last pieces,
+// batches fewer or more than the threads, k = 0) against the float64 reference, with padded
 // leading dimensions so a part that read or wrote its neighbour's rows would
 // show; the same bits on every run; batches the same bits on any thread count.
 #include <cstring>
@@ -59,6 +59,7 @@ std::vector<GemmCase> Cases() {
     }
   }
   cases.push_back({"ragged: 20 rows in parts of 16", Padded(false, true, 20, 20, 1000)});
+  cases.push_back({"square, ragged both ways", Padded(true, true, 100, 90, 70)});
   cases.push_back({"batch of 2", Padded(true, false, 64, 64, 64, 2)});
   cases.push_back({"batch of 5", Padded(false, false, 48, 40, 80, 5)});
   GemmCase shared_a{"batch of 4 sharing A", Padded(false, true, 40, 64, 100, 4)};
@@ -122,7 +123,7 @@ bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
 
 TEST(CpuGemmTest, EverySplitMatchesTheReferenceAndLeavesPaddingAlone) {
   for (const GemmCase& c : Cases()) {
-    for (int threads : {1, 2, 3}) {
+    for (int threads : {1, 2, 3, 4, 6}) {  // 4 and 6: grids of rows × columns
       SCOPED_TRACE(::testing::Message() << c.name << ", " << threads << " threads");
       const std::vector<float> first = RunCase(threads, c);
       EXPECT_TRUE(SameBits(first, RunCase(threads, c))) << "a second run gave other bits";
