@@ -3,9 +3,9 @@
 // reports (ReportStepRequest.wire_paces: the bytes of frames its neighbour
 // sent back to back, over the time they took to arrive). A step counts when
 // at least kMinSeconds of frames were timed in it; the epoch's rate is the
-// median of its first kBaselineSteps such steps, and the link has slowed
-// while the median of the last kWindowSteps stays below 1 / kSlowdown of
-// that. Comparing the link with itself, within one epoch, leaves out what
+// median of its first PaceWindow::kCount such steps, and the link has slowed
+// while the median of the last kCount (these included) stays below
+// 1 / kSlowdown of that. Comparing the link with itself, within one epoch, leaves out what
 // the job's own load does to the figure (a busy sender carries less than a
 // probe of an idle link measures); a link already slow when the epoch
 // began (a re-plan moved onto it) shows as below its probe's figure by as
@@ -17,18 +17,16 @@
 #define SHARDLINE_SERVER_LINK_PACE_H_
 
 #include <cstdint>
-#include <deque>
 #include <map>
 #include <string>
 #include <utility>
-#include <vector>
+
+#include "server/pace_window.h"
 
 namespace shardline::server {
 
 class LinkPace {
  public:
-  static constexpr int kBaselineSteps = 5;
-  static constexpr int kWindowSteps = 5;
   // Three times slower: a receiver short of CPU (a busy or capped machine)
   // takes its frames up to about twice as slowly as its wire brings them
   // (bench_heterogeneous: 0.2 CPU on 1 Gbit/s), while the slowdowns worth
@@ -40,10 +38,10 @@ class LinkPace {
   void Note(int64_t bytes, double seconds);
 
   // Bytes per second; 0 until known.
-  double baseline() const { return baseline_; }
-  double recent() const;
-  bool slowed() const { return Below(baseline_); }
-  // The last kWindowSteps steps' median is below 1 / kSlowdown of
+  double baseline() const { return rates_.baseline(); }
+  double recent() const { return rates_.recent(); }
+  bool slowed() const { return Below(baseline()); }
+  // The last kCount steps' median is below 1 / kSlowdown of
   // `bytes_per_second` (0: never).
   bool Below(double bytes_per_second) const {
     const double now = recent();
@@ -54,9 +52,7 @@ class LinkPace {
   bool told = false;
 
  private:
-  std::vector<double> first_;  // the baseline's steps
-  double baseline_ = 0;
-  std::deque<double> window_;  // the last kWindowSteps steps
+  PaceWindow rates_{/*after_baseline=*/false};
 };
 
 class LinkPaces {

@@ -1,21 +1,18 @@
 // StepPace keeps the wall times of a plan epoch's steps, to tell a lasting
 // slowdown (a worker whose machine got busy, a link that got slower) from
-// noise: the epoch's pace is the median of its first kBaselineSteps steps
-// after its first (which allocates and warms up), and it has slowed while
-// the median of its last kWindowSteps steps stays above kSlowdown times
+// noise: the epoch's pace is the median of its first PaceWindow::kCount
+// steps after its first (which allocates and warms up), and it has slowed
+// while the median of its last kCount steps stays above kSlowdown times
 // that. Not thread-safe (a RunningJob's, under the JobManager's lock).
 #ifndef SHARDLINE_SERVER_STEP_PACE_H_
 #define SHARDLINE_SERVER_STEP_PACE_H_
 
-#include <deque>
-#include <vector>
+#include "server/pace_window.h"
 
 namespace shardline::server {
 
 class StepPace {
  public:
-  static constexpr int kBaselineSteps = 5;
-  static constexpr int kWindowSteps = 5;
   static constexpr double kSlowdown = 1.3;
 
   // A new epoch.
@@ -24,15 +21,13 @@ class StepPace {
   void Note(double seconds);
 
   // 0 until known.
-  double baseline() const { return baseline_; }
-  double recent() const;
-  bool slowed() const { return baseline_ > 0 && recent() > kSlowdown * baseline_; }
+  double baseline() const { return seconds_.baseline(); }
+  double recent() const { return seconds_.recent(); }
+  bool slowed() const { return baseline() > 0 && recent() > kSlowdown * baseline(); }
 
  private:
   int noted_ = 0;
-  std::vector<double> first_;   // the baseline's steps
-  double baseline_ = 0;
-  std::deque<double> window_;  // the last kWindowSteps steps
+  PaceWindow seconds_{/*after_baseline=*/true};
 };
 
 }  // namespace shardline::server
