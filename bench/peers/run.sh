@@ -39,6 +39,11 @@ py=$venv/bin/python
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+# The machine, in every row: the peers' ratios depend on it (MKL is slower on
+# AMD CPUs than on Intel ones, docs/benchmarks.md).
+cpu=$(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
+torch_version=$("$py" -c 'import torch; print(torch.__version__)')
+echo "# $cpu, $(nproc) cores; $("$build/bin/shardline-train" --version 2>/dev/null | head -1); torch $torch_version" >&2
 text=/usr/share/common-licenses/GPL-3
 
 # spec NAME STEPS LR WARMUP: the benchmark's two models.
@@ -106,9 +111,9 @@ first_pid=$!
   --threads=$stage_threads --pipeline_rank=1 --pipeline_store="$work/store" > "$work/pipeline-torch.jsonl"
 wait $first_pid
 
-"$py" - "$work" "$json" <<'EOF'
+"$py" - "$work" "$json" "$cpu" "$torch_version" <<'EOF'
 import json, statistics, sys
-work, out = sys.argv[1], sys.argv[2]
+work, out, cpu, torch_version = sys.argv[1:5]
 rows = []
 for model in ("large", "addition"):
     def load(name):
@@ -156,5 +161,7 @@ for r in rows:
           f"{r['tokens_per_s']:8.0f} {r['shardline_speedup_median']:15.2f} {r['shardline_speedup_wall']:13.2f} "
           f"{r['max_rel_loss_diff']:13.1e}")
 if out:
+    for r in rows:
+        r["cpu"], r["torch"] = cpu, torch_version
     json.dump(rows, open(out, "w"), indent=1)
 EOF
