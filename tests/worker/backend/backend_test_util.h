@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -65,6 +66,11 @@ inline ::testing::AssertionResult AllNear(const std::vector<float>& actual,
 
 inline std::vector<double> AsDoubles(const std::vector<float>& v) {
   return std::vector<double>(v.begin(), v.end());
+}
+
+// Bit for bit (NaNs included).
+inline bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 // Backends to run a TEST_P suite over: the CPU backend always, CUDA when built.

@@ -21,6 +21,7 @@ using testing::AllNear;
 using testing::AsDoubles;
 using testing::Download;
 using testing::RandomVector;
+using testing::SameBits;
 using testing::Upload;
 
 struct GemmCase {
@@ -115,10 +116,6 @@ std::vector<float> RunCase(int threads, const GemmCase& c) {
   }
   EXPECT_TRUE(AllNear(got_written, want_written, 1e-4, 1e-4));
   return got;
-}
-
-bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 TEST(CpuGemmTest, EverySplitMatchesTheReferenceAndLeavesPaddingAlone) {

@@ -1,7 +1,6 @@
 // The CPU backend's own kernels: the attention kernel against the composed
 // attention it replaces (the oracle), and every threaded kernel giving the
 // same bits on one thread as on several.
-#include <cstring>
 #include <functional>
 #include <memory>
 #include <vector>
@@ -18,6 +17,7 @@ using testing::AllNear;
 using testing::AsDoubles;
 using testing::Download;
 using testing::RandomVector;
+using testing::SameBits;
 using testing::Upload;
 
 std::unique_ptr<CpuBackend> Cpu(int threads) {
@@ -64,10 +64,6 @@ TEST(CpuKernelsTest, AttentionKernelMatchesTheComposedAttention) {
     EXPECT_TRUE(AllNear(kernel.out, AsDoubles(oracle.out), 1e-6, 1e-5));
     EXPECT_TRUE(AllNear(kernel.dqkv, AsDoubles(oracle.dqkv), 1e-5, 1e-4));
   }
-}
-
-bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 // Every kernel the pool splits, at sizes that split, run by `backend`;
