@@ -26,6 +26,10 @@
 // d = 1 on the same total threads (vs_d1). --shard_optimizer runs those
 // rows with ZeRO-1; optimizer_state_mib is the most one position holds.
 //
+// --schedule=1f1b,zb measures every row with each schedule (zero_bubble:
+// 1 for zb's rows, whose analytic bound is the simulated schedule's share of
+// busy time, pipeline_schedule.h).
+//
 // --tensor_parallel=2 adds rows with each stage split over t ranks (one
 // replica; the embedding and head vocabulary-parallel where the spec's
 // default says so: common::VocabParallel): the bytes the tensor groups'
@@ -35,7 +39,7 @@
 // and the loss parts' all-gather; the gradient norm's doubles), the seconds
 // they take (synchronous: all exposed) and tokens/s next to t = 1 (vs_t1).
 //
-//   bench_pipeline [--stages=2,4] [--data_parallel=1,2] [--tensor_parallel=1,2] [--bucket_mib=N]
+//   bench_pipeline [--stages=2,4] [--schedule=1f1b,zb] [--data_parallel=1,2] [--tensor_parallel=1,2] [--bucket_mib=N]
 //                  [--shard_optimizer] [--steps=N] [--threads=N] [--device=cpu|cuda:N] [--json=FILE]
 #include <algorithm>
 #include <chrono>
@@ -66,6 +70,8 @@ ABSL_FLAG(bool, shard_optimizer, false, "ZeRO-1 in the d > 1 rows (parallel.shar
 ABSL_FLAG(std::string, data_parallel, "1", "replicas of each pipeline to measure (e.g. 1,2); d > 1 rows compare to d = 1");
 ABSL_FLAG(std::string, tensor_parallel, "1",
           "tensor ranks per stage to measure (e.g. 1,2), with one replica; t > 1 rows compare to t = 1");
+ABSL_FLAG(std::string, schedule, "1f1b",
+          "pipeline schedules to measure (parallel.schedule: gpipe, 1f1b, zb), e.g. 1f1b,zb");
 ABSL_FLAG(int, steps, 6, "timed steps per configuration (after one warm-up step)");
 ABSL_FLAG(int, threads, 0, "total compute threads (0: all cores), divided among the stages");
 ABSL_FLAG(std::string, json, "", "write the rows as JSON to this file");
@@ -79,7 +85,7 @@ using worker::runtime::StageStepResult;
 // The "default larger model" of the issues: d_model 512, 8 layers, context 128.
 // m = 4p micro-batches of two sequences per step, split among the d
 // replicas: the same global batch (and micro-batch size) for every d.
-shardline::v1::JobSpec Spec(int stages, int replicas, int tensor = 1) {
+shardline::v1::JobSpec Spec(int stages, int replicas, int tensor, const std::string& schedule) {
   auto spec = common::ParseJobSpec(R"({"name": "bench",
     "model": {"kind": "gpt", "vocab_size": 256, "context": 128, "d_model": 512, "n_heads": 8, "n_layers": 8},
     "data": {"kind": "text_bytes", "path": "/usr/share/common-licenses/GPL-3"},
@@ -87,6 +93,7 @@ shardline::v1::JobSpec Spec(int stages, int replicas, int tensor = 1) {
               "optimizer": {"kind": "adamw", "lr": 0.0003}}})");
   BENCH_CHECK_OK(spec.status());
   spec->mutable_parallel()->set_pipeline_stages(stages);
+  spec->mutable_parallel()->set_schedule(schedule);
   spec->mutable_parallel()->set_data_parallel(replicas);
   spec->mutable_parallel()->set_tensor_parallel(tensor);
   spec->mutable_parallel()->set_bucket_mib(absl::GetFlag(FLAGS_bucket_mib));
@@ -151,8 +158,9 @@ double TensorBytesAnalytic(const shardline::v1::JobSpec& spec, const std::vector
 // One row: p stages × d replicas × t tensor ranks sharing `total_threads`;
 // `d1` is the tokens/s of the same p with d = t = 1 in this run (0 for that
 // row itself).
-double Measure(int p, int d, int t, int total_threads, int steps, double d1, BenchReport& report) {
-  const shardline::v1::JobSpec spec = Spec(p, d, t);
+double Measure(int p, int d, int t, const std::string& schedule, int total_threads, int steps, double d1,
+               BenchReport& report) {
+  const shardline::v1::JobSpec spec = Spec(p, d, t, schedule);
   const auto config = worker::nn::ModelConfig::FromSpec(spec.model());
   const int stage_threads = std::max(1, total_threads / (p * d * t));
   const std::vector<int> cuts = Cuts(config.units(), p);
@@ -192,7 +200,13 @@ double Measure(int p, int d, int t, int total_threads, int steps, double d1, Ben
   const int staging_peak = grid.LinkPeakStagingSlots();
   const int m = spec.train().micro_batches();
   const double efficiency = busy / (p * d * t * wall);
-  const double bound = 1.0 - static_cast<double>(p - 1) / (m + p - 1);
+  // The schedule's share of busy time with unit costs for F, B and W (for
+  // 1F1B and GPipe 1 − (p−1)/(m+p−1)).
+  const auto kind = worker::runtime::ParseScheduleKind(schedule);
+  BENCH_CHECK_OK(kind.status());
+  const auto units = worker::runtime::SimulatedStepUnits(*kind, p, m);
+  BENCH_CHECK_OK(units.status());
+  const double bound = 3.0 * m / *units;
   // The trainer with the same spec (it sums the replicas' gradients as they do).
   const Reference reference = RunReference(spec, total_threads, steps);
   double loss_gap = 0;
@@ -205,6 +219,7 @@ double Measure(int p, int d, int t, int total_threads, int steps, double d1, Ben
                           {"tensor_parallel", static_cast<double>(t)},
                           {"vocab_parallel", common::VocabParallel(spec) ? 1.0 : 0.0},
                           {"micro_batches", static_cast<double>(m)},
+                          {"zero_bubble", *kind == worker::runtime::ScheduleKind::kZeroBubble ? 1.0 : 0.0},
                           {"threads_per_stage", static_cast<double>(stage_threads)},
                           {"bucket_mib", spec.parallel().bucket_mib()},
                           {"shard_optimizer", spec.parallel().shard_optimizer() ? 1.0 : 0.0},
@@ -287,6 +302,15 @@ int Main() {
     }
     tensor_ranks.push_back(t);
   }
+  std::vector<std::string> schedules;
+  for (absl::string_view s : absl::StrSplit(absl::GetFlag(FLAGS_schedule), ',', absl::SkipEmpty())) {
+    if (!worker::runtime::ParseScheduleKind(s).ok()) {
+      std::fprintf(stderr, "Error: bad --schedule entry '%s' (gpipe, 1f1b or zb)\n", std::string(s).c_str());
+      return 3;
+    }
+    schedules.emplace_back(s);
+  }
+  if (schedules.empty()) schedules.push_back("1f1b");
   for (absl::string_view s : absl::StrSplit(absl::GetFlag(FLAGS_stages), ',', absl::SkipEmpty())) {
     int p = 0;
     if (!absl::SimpleAtoi(s, &p) || p < 2 || p > 10) {
@@ -299,19 +323,21 @@ int Main() {
         return 3;
       }
     }
-    // d = t = 1 first, for the ratios (measured even when not asked for a row of its own).
-    const int steps = std::max(1, absl::GetFlag(FLAGS_steps));
-    BenchReport single;
-    const double d1 = Measure(p, 1, 1, threads, steps, 0, single);
-    for (int d : replicas) {
-      if (d == 1) {
-        report.Add(single.rows()[0]);
-      } else {
-        Measure(p, d, 1, threads, steps, d1, report);
+    for (const std::string& schedule : schedules) {
+      // d = t = 1 first, for the ratios (measured even when not asked for a row of its own).
+      const int steps = std::max(1, absl::GetFlag(FLAGS_steps));
+      BenchReport single;
+      const double d1 = Measure(p, 1, 1, schedule, threads, steps, 0, single);
+      for (int d : replicas) {
+        if (d == 1) {
+          report.Add(single.rows()[0]);
+        } else {
+          Measure(p, d, 1, schedule, threads, steps, d1, report);
+        }
       }
-    }
-    for (int t : tensor_ranks) {
-      if (t > 1) Measure(p, 1, t, threads, steps, d1, report);
+      for (int t : tensor_ranks) {
+        if (t > 1) Measure(p, 1, t, schedule, threads, steps, d1, report);
+      }
     }
   }
   BENCH_CHECK_OK(report.Publish(absl::GetFlag(FLAGS_json)));

@@ -87,7 +87,9 @@ PipelineGrid::PipelineGrid(const shardline::v1::JobSpec& spec, const std::vector
                                           bucket, d_, spec.parallel().shard_optimizer()));
         }
         worker::runtime::PipelineStageOptions options;
-        options.schedule = worker::runtime::ScheduleKind::kOneFOneB;
+        const auto schedule = worker::runtime::ParseScheduleKind(spec.parallel().schedule());
+        BENCH_CHECK_OK(schedule.status());
+        options.schedule = *schedule;
         options.stages = p_;
         options.stage = s;
         options.micro_batches = spec.train().micro_batches();

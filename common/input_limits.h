@@ -29,6 +29,9 @@ inline constexpr size_t kMaxQuotedBytes = 64;         // of bad input in an erro
 // and the most tokens in one micro-batch (its targets travel in one frame).
 inline constexpr int64_t kMaxTensorElements = int64_t{1} << 30;
 inline constexpr int64_t kMaxMicroBatchTokens = int64_t{1} << 22;
+// Pipeline stages × micro-batches of the zero-bubble schedule, which each
+// stage builds by simulating the whole pipeline (time ∝ stages × that).
+inline constexpr int64_t kMaxZeroBubbleStageMicroBatches = int64_t{1} << 20;
 // The most bytes of one checkpoint shard (a stage's weights and optimizer
 // state as one safetensors file).
 inline constexpr int64_t kMaxShardBytes = int64_t{16} << 30;

@@ -127,8 +127,9 @@ absl::Status ValidateParallel(shardline::v1::ParallelSpec& p, const shardline::v
                                    "] (the model has ", units, " units: embedding, ", model.n_layers(),
                                    " blocks, head)"));
   }
-  if (p.schedule() != "gpipe" && p.schedule() != "1f1b") {
-    return FieldError("parallel.schedule", absl::StrCat("is ", Quote(p.schedule()), ", must be 'gpipe' or '1f1b'"));
+  if (p.schedule() != "gpipe" && p.schedule() != "1f1b" && p.schedule() != "zb") {
+    return FieldError("parallel.schedule",
+                      absl::StrCat("is ", Quote(p.schedule()), ", must be 'gpipe', '1f1b' or 'zb'"));
   }
   RETURN_IF_ERROR(CheckRange("parallel.data_parallel", p.data_parallel(), 1, 1024));
   RETURN_IF_ERROR(CheckRange("parallel.tensor_parallel", p.tensor_parallel(), 1, 1024));
@@ -172,6 +173,12 @@ absl::Status ValidateSizes(const JobSpec& spec) {
                       absl::StrCat("/ (data_parallel × micro_batches) × model.context is ", tokens.value(),
                                    " tokens per micro-batch, at most ", kMaxMicroBatchTokens,
                                    ": use more micro_batches"));
+  }
+  const int64_t stage_micro_batches = int64_t{spec.parallel().pipeline_stages()} * spec.train().micro_batches();
+  if (spec.parallel().schedule() == "zb" && stage_micro_batches > kMaxZeroBubbleStageMicroBatches) {
+    return FieldError("train.micro_batches",
+                      absl::StrCat("× parallel.pipeline_stages is ", stage_micro_batches, ", at most ",
+                                   kMaxZeroBubbleStageMicroBatches, " with the 'zb' schedule"));
   }
   const CheckedInt64 activation = tokens * m.d_model();
   if (activation.value() > kMaxTensorElements) {

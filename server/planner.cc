@@ -87,7 +87,13 @@ absl::StatusOr<PipelinePlan> PlanPipeline(const shardline::v1::JobSpec& spec,
   // v), of which a ZeRO-1 replica keeps 1/d.
   const int64_t optimizer_copies = spec.train().optimizer().kind() == "adamw" ? 2 : 1;
   const int64_t optimizer_shards = spec.parallel().shard_optimizer() ? d : 1;
-  const bool one_f_one_b = spec.parallel().schedule() == "1f1b";
+  const std::string& schedule = spec.parallel().schedule();
+  // The zero-bubble schedule holds one micro-batch more than 1F1B, and each
+  // block keeps its linear layers' output gradients from a backward pass's
+  // input part to its weight part (BlockLayer): 2·C + 7·C/t floats a token.
+  const int64_t tp = std::max(1, spec.parallel().tensor_parallel());
+  const int64_t deferred_per_token =
+      schedule == "zb" ? (2 * spec.model().d_model() + 7 * spec.model().d_model() / tp) * 4 : 0;
 
   // Prefix sums, so that a range's cost is O(1) in the O(p·n²) search.
   // Bytes in checked int64 (the spec's numbers are bounded one by one, not
@@ -106,12 +112,14 @@ absl::StatusOr<PipelinePlan> PlanPipeline(const shardline::v1::JobSpec& spec,
     cost.flops_per_micro_batch = flops[b] - flops[a];
     const common::CheckedInt64 params = parameters[b] - parameters[a];
     const common::CheckedInt64 state = params * 4 * 2 + (params * 4 * optimizer_copies).DividedBy(optimizer_shards);
-    const int in_flight = one_f_one_b ? std::min(p - s, m) : m;
+    const int in_flight = schedule == "1f1b" ? std::min(p - s, m) : schedule == "zb" ? std::min(p - s + 1, m) : m;
+    const int blocks = std::max(0, std::min(b, n - 1) - std::max(a, 1));  // units 1 … n−2 are blocks
     // Plus, for each micro-batch in flight, the stage's input, its output
     // and the gradient of its output (ShardRuntime keeps all three per slot).
     const common::CheckedInt64 edges =
         static_cast<int64_t>(units[a].output_bytes_per_token + 2 * units[b - 1].output_bytes_per_token);
-    const common::CheckedInt64 memory = state + (saved_per_token[b] - saved_per_token[a] + edges) * token_count * in_flight;
+    const common::CheckedInt64 saved = saved_per_token[b] - saved_per_token[a] + edges + deferred_per_token * blocks;
+    const common::CheckedInt64 memory = state + saved * token_count * in_flight;
     cost.memory_bytes = memory.value();  // int64's largest when it overflowed: fits nowhere
     cost.shard_bytes = (params * 4 * (1 + optimizer_copies)).value();
     return cost;

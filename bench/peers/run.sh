@@ -5,9 +5,10 @@
 # micro-batches) and the default addition model. PyTorch runs twice: with its
 # fused attention (scaled_dot_product_attention) and eager (matmul, mask,
 # softmax). Then two-stage pipelines of the 25.5M model (8 micro-batches of 2
-# sequences, 1F1B, one thread per stage): bench_pipeline --stages=2 (stages
-# over gRPC on loopback) against torch.distributed.pipelining (two processes,
-# gloo). Prints a table (median step, wall time of the timed steps, tokens/s,
+# sequences, one thread per stage): bench_pipeline --stages=2 (stages over
+# gRPC on loopback), with 1F1B and with the zero-bubble schedule, against
+# torch.distributed.pipelining's 1F1B (two processes, gloo; its zero-bubble
+# schedules need several stages per rank). Prints a table (median step, wall time of the timed steps, tokens/s,
 # the largest loss difference from ours) and writes JSON.
 #
 #   bench/peers/run.sh [BUILD_DIR] [--threads=N] [--large_steps=N] [--addition_steps=N]
@@ -88,8 +89,8 @@ done
 # initial weights. Our losses from shardline-train on it (bench_pipeline's
 # max_loss_gap shows the pipeline's equal the trainer's).
 spec pipeline 1000 0.0003 0 > "$work/pipeline.json"
-echo "# pipeline: bench_pipeline --stages=2, torch.distributed.pipelining, $pipeline_steps steps each" >&2
-"$build/bin/bench_pipeline" --stages=2 --threads="$threads" --steps="$pipeline_steps" \
+echo "# pipeline: bench_pipeline --stages=2 (1f1b, zb), torch.distributed.pipelining, $pipeline_steps steps each" >&2
+"$build/bin/bench_pipeline" --stages=2 --schedule=1f1b,zb --threads="$threads" --steps="$pipeline_steps" \
   --json="$work/pipeline-bench.json" > /dev/null
 timeout 600 "$train" "$work/pipeline.json" --threads="$threads" --metrics_out="$work/pipeline-shardline.jsonl" \
   --out="$work/pipeline-out.safetensors" > /dev/null 2>&1 &
@@ -138,28 +139,42 @@ for model in ("large", "addition"):
         ref = rows[-3]
         row["shardline_speedup_median"] = (row["median_step_ms"] / ref["median_step_ms"])
         row["shardline_speedup_wall"] = row["wall_s"] / ref["wall_s"]
-# Pipelines: ours from bench_pipeline's row, theirs per step.
+# Pipelines: ours from bench_pipeline's rows (1F1B, then zero-bubble), theirs
+# per step; "ours x" is against our 1F1B row, and the zero-bubble row's own
+# ratio to PyTorch is printed under the table.
 bench = json.load(open(f"{work}/pipeline-bench.json"))
-row = bench[0] if isinstance(bench, list) else bench["rows"][0]
+bench_rows = bench if isinstance(bench, list) else bench["rows"]
 ours_losses = [json.loads(l)["loss"] for l in open(f"{work}/pipeline-shardline.jsonl") if '"eval"' not in l]
 theirs = [json.loads(l) for l in open(f"{work}/pipeline-torch.jsonl") if '"step"' in l]
 timed = [r["seconds"] for r in theirs[1:]]
-ours_row = {"model": "pipeline", "run": "shardline", "steps": int(row["timed_steps"]),
-            "median_step_ms": row["median_step_ms"], "wall_s": row["wall_s"], "tokens_per_s": row["tokens_per_s"],
-            "max_rel_loss_diff": row["max_loss_gap"], "shardline_speedup_median": 1.0, "shardline_speedup_wall": 1.0}
 median = statistics.median(timed)
 theirs_row = {"model": "pipeline", "run": "torch pipe", "steps": len(timed), "median_step_ms": median * 1e3,
               "wall_s": sum(timed), "tokens_per_s": theirs[0]["tokens"] * len(timed) / sum(timed),
-              "max_rel_loss_diff": max(abs(a["loss"] - b) / abs(b) for a, b in zip(theirs, ours_losses)),
-              "shardline_speedup_median": median * 1e3 / row["median_step_ms"],
-              "shardline_speedup_wall": (sum(timed) / len(timed)) / (row["wall_s"] / row["timed_steps"])}
-rows += [ours_row, theirs_row]
+              "max_rel_loss_diff": max(abs(a["loss"] - b) / abs(b) for a, b in zip(theirs, ours_losses))}
+ours_rows = []
+for row in bench_rows:
+    name = "shardline zb" if row["zero_bubble"] else "shardline"
+    ours_rows.append({"model": "pipeline", "run": name, "steps": int(row["timed_steps"]),
+                      "median_step_ms": row["median_step_ms"], "wall_s": row["wall_s"],
+                      "tokens_per_s": row["tokens_per_s"], "max_rel_loss_diff": row["max_loss_gap"],
+                      # PyTorch's step ÷ this row's.
+                      "torch_ratio_median": median * 1e3 / row["median_step_ms"],
+                      "torch_ratio_wall": (sum(timed) / len(timed)) / (row["wall_s"] / row["timed_steps"])})
+for r in ours_rows:
+    r["shardline_speedup_median"] = r["median_step_ms"] / ours_rows[0]["median_step_ms"]
+    r["shardline_speedup_wall"] = r["wall_s"] / ours_rows[0]["wall_s"]
+theirs_row["shardline_speedup_median"] = ours_rows[0]["torch_ratio_median"]
+theirs_row["shardline_speedup_wall"] = ours_rows[0]["torch_ratio_wall"]
+rows += ours_rows + [theirs_row]
 print(f"{'model':9} {'run':12} {'steps':>5} {'median_ms':>10} {'wall_s':>8} {'tok/s':>8} {'ours x (median)':>15} "
       f"{'ours x (wall)':>13} {'max loss diff':>13}")
 for r in rows:
     print(f"{r['model']:9} {r['run']:12} {r['steps']:5d} {r['median_step_ms']:10.1f} {r['wall_s']:8.2f} "
           f"{r['tokens_per_s']:8.0f} {r['shardline_speedup_median']:15.2f} {r['shardline_speedup_wall']:13.2f} "
           f"{r['max_rel_loss_diff']:13.1e}")
+for r in ours_rows[1:]:
+    print(f"pipeline: {r['run']} x torch pipe: {r['torch_ratio_median']:.2f} by median step, "
+          f"{r['torch_ratio_wall']:.2f} by wall time")
 if out:
     for r in rows:
         r["cpu"], r["torch"] = cpu, torch_version

@@ -43,6 +43,20 @@ TEST(JobSpecTest, ValidSpecGetsDefaults) {
   EXPECT_EQ(spec->train().log_every(), 10);
 }
 
+TEST(JobSpecTest, SchedulesAreNamedAndZeroBubbleIsBounded) {
+  std::string json = kValid;
+  json.insert(json.rfind('}'), R"(, "parallel": {"schedule": "zb", "pipeline_stages": 2})");
+  auto spec = ParseJobSpec(json);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->parallel().schedule(), "zb");
+  json = kValid;
+  json.insert(json.rfind('}'), R"(, "parallel": {"schedule": "zero-bubble"})");
+  ExpectInvalid(json, "parallel.schedule");
+  json = Edit(R"("global_batch": 8, "micro_batches": 4)", R"("global_batch": 1048576, "micro_batches": 1048576)");
+  json.insert(json.rfind('}'), R"(, "parallel": {"schedule": "zb", "pipeline_stages": 2})");
+  ExpectInvalid(json, "with the 'zb' schedule");
+}
+
 TEST(JobSpecTest, UnknownFieldIsNamed) {
   ExpectInvalid(Edit(R"("digits": 2)", R"("digits": 2, "digtis": 3)"), "digtis");
 }

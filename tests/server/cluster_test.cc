@@ -71,7 +71,8 @@ TEST_P(ClusterTest, DistributedTrainingEqualsTheReference) {
       EXPECT_EQ(stage.minor_faults_per_gib(), 0.0) << "nothing received: no figure per GiB";
     }
     const int64_t bound = c.schedule == "1f1b" ? std::min(c.stages - stage.stage(), c.micro_batches)
-                                               : c.micro_batches;
+                          : c.schedule == "zb"   ? std::min(c.stages - stage.stage() + 1, c.micro_batches)
+                                                 : c.micro_batches;
     EXPECT_EQ(stage.peak_slots(), bound) << "stage " << stage.stage();
   }
 
@@ -96,7 +97,8 @@ TEST_P(ClusterTest, DistributedTrainingEqualsTheReference) {
 INSTANTIATE_TEST_SUITE_P(Pipelines, ClusterTest,
                          ::testing::Values(Case{1, "1f1b", 2}, Case{2, "gpipe", 3}, Case{3, "1f1b", 4},
                                            Case{4, "1f1b", 5}, Case{4, "gpipe", 2}, Case{1, "1f1b", 2, 2},
-                                           Case{2, "1f1b", 3, 2}, Case{3, "gpipe", 2, 2}, Case{1, "1f1b", 1, 4}),
+                                           Case{2, "1f1b", 3, 2}, Case{3, "gpipe", 2, 2}, Case{1, "1f1b", 1, 4},
+                                           Case{3, "zb", 4}, Case{2, "zb", 3, 2}),
                          [](const ::testing::TestParamInfo<Case>& info) {
                            return absl::StrCat(info.param.stages, "stages_", info.param.replicas, "replicas_",
                                                info.param.schedule, "_m", info.param.micro_batches);

@@ -155,6 +155,21 @@ TEST(PlannerTest, OneFOneBNeedsLessMemoryThanGPipeOnTheFirstStage) {
   EXPECT_LT(one->stages[0].memory_bytes, gpipe->stages[0].memory_bytes);
 }
 
+// Zero-bubble holds one micro-batch more than 1F1B on every stage, and the
+// blocks' kept output gradients: more than 1F1B, less than GPipe (m = 8).
+TEST(PlannerTest, ZeroBubbleNeedsMoreMemoryThanOneFOneBAndLessThanGPipe) {
+  const std::vector<WorkerCapacity> w = {{"a", 1e11, 64 * kGiB}, {"b", 1e11, 64 * kGiB}};
+  auto one = PlanPipeline(Spec(8, 2, "1f1b"), w);
+  auto zb = PlanPipeline(Spec(8, 2, "zb"), w);
+  auto gpipe = PlanPipeline(Spec(8, 2, "gpipe"), w);
+  ASSERT_TRUE(one.ok() && zb.ok() && gpipe.ok());
+  ASSERT_EQ(one->stages[0].unit_end, zb->stages[0].unit_end) << "the same cut, for the comparison";
+  for (int s = 0; s < 2; ++s) {
+    EXPECT_GT(zb->stages[s].memory_bytes, one->stages[s].memory_bytes) << "stage " << s;
+    EXPECT_LT(zb->stages[s].memory_bytes, gpipe->stages[s].memory_bytes) << "stage " << s;
+  }
+}
+
 // ZeRO-1: a replica keeps 1/d of AdamW's m and v, so a stage's estimate
 // drops by about (1 − 1/d)·2 of its 4 floats per parameter.
 TEST(PlannerTest, AShardedOptimizerNeedsLessMemoryPerWorker) {

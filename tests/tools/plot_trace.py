@@ -13,7 +13,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
-COLOURS = {"forward": "#4c78a8", "backward": "#f58518", "receive": "#d0d0d0", "send": "#54a24b",
+COLOURS = {"forward": "#4c78a8", "backward": "#f58518", "weights": "#eeca3b", "receive": "#d0d0d0", "send": "#54a24b",
            "norm": "#b279a2", "reduce": "#e45756", "optimizer": "#72b7b2", "gather": "#9d755d",
            "flush": "#bab0ac"}
 

@@ -73,6 +73,7 @@ absl::Status BlockLayer::Forward(const MicroBatch& mb, DeviceSpan<const float> x
   const int64_t probs = mb.batch * heads() * mb.t * mb.t;
   RETURN_IF_ERROR(EnsureScratch(n, probs));
   ASSIGN_OR_RETURN(Saved * s, saved_.Acquire(mb.slot));
+  s->weights_pending = false;  // a recycled slot's, discarded between the two parts
   for (auto [buffer, floats] : {std::pair{&s->h1, nc}, {&s->stats1, 2 * static_cast<size_t>(n)},
                                 {&s->qkv, 3 * na}, {&s->probs, static_cast<size_t>(probs)},
                                 {&s->att, na}, {&s->r1, nc}, {&s->h2, nc},
@@ -110,12 +111,26 @@ absl::Status BlockLayer::Forward(const MicroBatch& mb, DeviceSpan<const float> x
 
 absl::Status BlockLayer::Backward(const MicroBatch& mb, DeviceSpan<const float> x,
                                   DeviceSpan<const float> dy, DeviceSpan<float> dx) {
+  return BackwardPass(mb, x, dy, dx, /*defer=*/false);
+}
+
+absl::Status BlockLayer::BackwardInput(const MicroBatch& mb, DeviceSpan<const float> x,
+                                       DeviceSpan<const float> dy, DeviceSpan<float> dx) {
+  return BackwardPass(mb, x, dy, dx, /*defer=*/true);
+}
+
+absl::Status BlockLayer::BackwardPass(const MicroBatch& mb, DeviceSpan<const float> x,
+                                      DeviceSpan<const float> dy, DeviceSpan<float> dx, bool defer) {
   const int64_t n = mb.rows(), c = config_.d_model;
   const size_t nc = static_cast<size_t>(n * c);
   const size_t na = static_cast<size_t>(n * attention_width()), nf = static_cast<size_t>(n * mlp_width());
   const AttentionShape attn{mb.batch, mb.t, heads(), config_.head_dim()};
   RETURN_IF_ERROR(EnsureScratch(n, mb.batch * heads() * mb.t * mb.t));
   ASSIGN_OR_RETURN(Saved * s, saved_.Find(mb.slot));
+  if (s->weights_pending) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(name_, ": micro-batch slot ", mb.slot, " already had its backward pass"));
+  }
   auto f32 = [](DeviceBuffer& b) { return b.span<float>(); };
   const LayerNormShape ln{n, c, 1e-5f};
   auto mean1 = f32(s->stats1).subspan(0, n), rstd1 = f32(s->stats1).subspan(n, n);
@@ -123,27 +138,64 @@ absl::Status BlockLayer::Backward(const MicroBatch& mb, DeviceSpan<const float> 
   DeviceSpan<float> dc = f32(tmp_c_).subspan(0, nc);
   DeviceSpan<float> dg = f32(tmp_4c_a_).subspan(0, nf), df = f32(tmp_4c_b_).subspan(0, nf);
   DeviceSpan<float> dqkv = f32(tmp_3c_).subspan(0, 3 * na);
+  if (defer) {  // the gradients BackwardWeights reads, kept in the slot
+    for (auto [buffer, floats] : {std::pair{&s->dy, nc}, {&s->df, nf}, {&s->dr1, nc}, {&s->dqkv, 3 * na}}) {
+      RETURN_IF_ERROR(EnsureFloats(backend_, *buffer, floats));
+    }
+    df = f32(s->df).subspan(0, nf);
+    dqkv = f32(s->dqkv).subspan(0, 3 * na);
+    RETURN_IF_ERROR(backend_.CopyOnDevice(dy.subspan(0, nc), f32(s->dy).subspan(0, nc)));
+  }
+  // Linear layer `l`'s backward pass, or its input part only.
+  auto linear_backward = [&](Linear& l, DeviceBuffer& input, DeviceSpan<const float> grad, DeviceSpan<float> out) {
+    return defer ? l.BackwardInput(backend_, grad, n, out) : l.Backward(backend_, f32(input), grad, n, out);
+  };
 
   // dx accumulates the residual stream's gradient: dy, then both branches.
   RETURN_IF_ERROR(backend_.CopyOnDevice(dy.subspan(0, nc), dx));
   // MLP branch.
-  RETURN_IF_ERROR(mlp_proj_.Backward(backend_, f32(s->g), dy, n, dg));
+  RETURN_IF_ERROR(linear_backward(mlp_proj_, s->g, dy, dg));
   RETURN_IF_ERROR(backend_.Fill(df, 0.0f));
   RETURN_IF_ERROR(backend_.GeluBackward(f32(s->f).subspan(0, nf), dg, df));
-  RETURN_IF_ERROR(fc_.Backward(backend_, f32(s->h2), df, n, dc));
+  RETURN_IF_ERROR(linear_backward(fc_, s->h2, df, dc));
   RETURN_IF_ERROR(tp_.AllReduce(dc));  // Megatron's f, backwards: the ranks' parts of ln2's output gradient
   RETURN_IF_ERROR(backend_.LayerNormBackward(ln, f32(s->r1), ln2_weight_.v(), mean2, rstd2, dc,
                                              dx, ln2_weight_.g(), ln2_bias_.g()));
   // Attention branch; dx now holds the full gradient of r1.
-  RETURN_IF_ERROR(proj_.Backward(backend_, f32(s->att), dx, n, dc));
+  if (defer) RETURN_IF_ERROR(backend_.CopyOnDevice(DeviceSpan<const float>(dx), f32(s->dr1).subspan(0, nc)));
+  RETURN_IF_ERROR(linear_backward(proj_, s->att, dx, dc));
   RETURN_IF_ERROR(backend_.Fill(dqkv, 0.0f));
   RETURN_IF_ERROR(AttentionBackward(backend_, attn, f32(s->qkv), f32(s->probs), dc, dqkv,
                                     f32(tmp_probs_)));
-  RETURN_IF_ERROR(qkv_.Backward(backend_, f32(s->h1), dqkv, n, dc));
+  RETURN_IF_ERROR(linear_backward(qkv_, s->h1, dqkv, dc));
   RETURN_IF_ERROR(tp_.AllReduce(dc));
   RETURN_IF_ERROR(backend_.LayerNormBackward(ln, x, ln1_weight_.v(), mean1, rstd1, dc, dx,
                                              ln1_weight_.g(), ln1_bias_.g()));
+  if (defer) {
+    s->rows = n;
+    s->weights_pending = true;
+    return absl::OkStatus();
+  }
   saved_.Release(mb.slot);
+  return absl::OkStatus();
+}
+
+absl::Status BlockLayer::BackwardWeights(int slot) {
+  ASSIGN_OR_RETURN(Saved * s, saved_.Find(slot));
+  if (!s->weights_pending) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(name_, ": micro-batch slot ", slot, " has no backward input part to finish"));
+  }
+  const int64_t n = s->rows;
+  const size_t nc = static_cast<size_t>(n * config_.d_model);
+  const size_t na = static_cast<size_t>(n * attention_width()), nf = static_cast<size_t>(n * mlp_width());
+  auto f32 = [](DeviceBuffer& b) { return b.span<float>(); };
+  RETURN_IF_ERROR(mlp_proj_.BackwardWeights(backend_, f32(s->g), f32(s->dy).subspan(0, nc), n));
+  RETURN_IF_ERROR(fc_.BackwardWeights(backend_, f32(s->h2), f32(s->df).subspan(0, nf), n));
+  RETURN_IF_ERROR(proj_.BackwardWeights(backend_, f32(s->att), f32(s->dr1).subspan(0, nc), n));
+  RETURN_IF_ERROR(qkv_.BackwardWeights(backend_, f32(s->h1), f32(s->dqkv).subspan(0, 3 * na), n));
+  s->weights_pending = false;
+  saved_.Release(slot);
   return absl::OkStatus();
 }
 

@@ -8,7 +8,9 @@
 // outputs in the forward pass and the two column-parallel input gradients
 // in the backward pass: four all-reduces of N·C floats per micro-batch.
 // Saved activations per slot (floats, N = batch·t tokens, C = width):
-// 4·N·C + 8·N·C/t + 4·N + batch·(heads/t)·t². Not thread-safe.
+// 4·N·C + 8·N·C/t + 4·N + batch·(heads/t)·t²; between BackwardInput and
+// BackwardWeights also the gradients the four linear layers' weight
+// gradients need, 2·N·C + 7·N·C/t. Not thread-safe.
 #ifndef SHARDLINE_WORKER_NN_BLOCK_LAYER_H_
 #define SHARDLINE_WORKER_NN_BLOCK_LAYER_H_
 
@@ -39,11 +41,20 @@ class BlockLayer final : public Layer {
                        DeviceSpan<float> y) override;
   absl::Status Backward(const MicroBatch& mb, DeviceSpan<const float> x,
                         DeviceSpan<const float> dy, DeviceSpan<float> dx) override;
+  // The four linear layers' weight and bias gradients wait for BackwardWeights.
+  absl::Status BackwardInput(const MicroBatch& mb, DeviceSpan<const float> x,
+                             DeviceSpan<const float> dy, DeviceSpan<float> dx) override;
+  absl::Status BackwardWeights(int slot) override;
   void Discard(int slot) override { saved_.Release(slot); }
 
  private:
   struct Saved {
     DeviceBuffer h1, stats1, qkv, probs, att, r1, h2, stats2, f, g;
+    // Kept by BackwardInput for BackwardWeights: the output gradients of
+    // mlp.proj (the block's dy), fc, attn.proj (r1's) and qkv.
+    DeviceBuffer dy, df, dr1, dqkv;
+    int64_t rows = 0;
+    bool weights_pending = false;
   };
 
   BlockLayer(Backend& backend, const ModelConfig& config, int index, const TensorParallel& tp)
@@ -53,6 +64,9 @@ class BlockLayer final : public Layer {
   int64_t attention_width() const { return config_.d_model / tp_.size; }
   int64_t mlp_width() const { return 4 * config_.d_model / tp_.size; }
   absl::Status EnsureScratch(int64_t rows, int64_t probs);
+  // Backward, or with `defer` BackwardInput.
+  absl::Status BackwardPass(const MicroBatch& mb, DeviceSpan<const float> x, DeviceSpan<const float> dy,
+                            DeviceSpan<float> dx, bool defer);
 
   Backend& backend_;
   const ModelConfig config_;

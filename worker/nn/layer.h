@@ -53,6 +53,17 @@ class Layer {
   // starts from its loss). Frees the slot.
   virtual absl::Status Backward(const MicroBatch& mb, DeviceSpan<const float> x,
                                 DeviceSpan<const float> dy, DeviceSpan<float> dx) = 0;
+  // Backward in two parts, for schedules that run the weight gradients later
+  // (zero-bubble): BackwardInput writes dx and the parameter gradients that
+  // are not deferred, keeping the slot (x and dy need not outlive the call);
+  // BackwardWeights adds the rest and frees it. Every gradient gets the same
+  // terms as from Backward, so the bits are the same. The default runs all of
+  // Backward in the first part.
+  virtual absl::Status BackwardInput(const MicroBatch& mb, DeviceSpan<const float> x,
+                                     DeviceSpan<const float> dy, DeviceSpan<float> dx) {
+    return Backward(mb, x, dy, dx);
+  }
+  virtual absl::Status BackwardWeights(int /*slot*/) { return absl::OkStatus(); }
   // Drops the slot's saved activations without a backward pass (evaluation).
   virtual void Discard(int slot) = 0;
 };

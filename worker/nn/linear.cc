@@ -43,6 +43,21 @@ absl::Status Linear::Forward(Backend& backend, DeviceSpan<const float> x, int64_
 
 absl::Status Linear::Backward(Backend& backend, DeviceSpan<const float> x,
                               DeviceSpan<const float> dy, int64_t rows, DeviceSpan<float> dx) {
+  RETURN_IF_ERROR(BackwardWeights(backend, x, dy, rows));
+  return dx.empty() ? absl::OkStatus() : BackwardInput(backend, dy, rows, dx);
+}
+
+absl::Status Linear::BackwardInput(Backend& backend, DeviceSpan<const float> dy, int64_t rows,
+                                   DeviceSpan<float> dx) {
+  GemmShape dxs;  // [rows × out] · [out × in]
+  dxs.m = rows;
+  dxs.n = in_;
+  dxs.k = out_;
+  return backend.Gemm(dxs, dy, weight_.v(), dx);
+}
+
+absl::Status Linear::BackwardWeights(Backend& backend, DeviceSpan<const float> x, DeviceSpan<const float> dy,
+                                     int64_t rows) {
   GemmShape dw;  // [out × rows] · [rows × in], accumulated
   dw.trans_a = true;
   dw.m = out_;
@@ -50,13 +65,7 @@ absl::Status Linear::Backward(Backend& backend, DeviceSpan<const float> x,
   dw.k = rows;
   dw.beta = 1.0f;
   RETURN_IF_ERROR(backend.Gemm(dw, dy, x, weight_.g()));
-  if (has_bias_) RETURN_IF_ERROR(backend.SumRows(dy, bias_.g(), rows, out_));
-  if (dx.empty()) return absl::OkStatus();
-  GemmShape dxs;  // [rows × out] · [out × in]
-  dxs.m = rows;
-  dxs.n = in_;
-  dxs.k = out_;
-  return backend.Gemm(dxs, dy, weight_.v(), dx);
+  return has_bias_ ? backend.SumRows(dy, bias_.g(), rows, out_) : absl::OkStatus();
 }
 
 void Linear::AppendParameters(std::vector<Parameter*>& out) {

@@ -45,6 +45,11 @@ class Linear {
   // dW += dyᵀ·x, db += Σ_rows dy, and dx = dy·W unless dx is empty.
   absl::Status Backward(Backend& backend, DeviceSpan<const float> x, DeviceSpan<const float> dy,
                         int64_t rows, DeviceSpan<float> dx);
+  // Backward's two parts, for a caller that runs them apart: dx = dy·W; and
+  // dW += dyᵀ·x, db += Σ_rows dy.
+  absl::Status BackwardInput(Backend& backend, DeviceSpan<const float> dy, int64_t rows, DeviceSpan<float> dx);
+  absl::Status BackwardWeights(Backend& backend, DeviceSpan<const float> x, DeviceSpan<const float> dy,
+                               int64_t rows);
 
   void AppendParameters(std::vector<Parameter*>& out);
   // The features held here.

@@ -192,7 +192,7 @@ absl::Status PipelineStage::Forward(int64_t step, int k, const std::vector<data:
   return sender_.Send(StageSender::Direction::kNext, std::move(out), std::move(edge.output_written));
 }
 
-absl::Status PipelineStage::Backward(int64_t step, int k, bool last, StageStepResult& result) {
+absl::Status PipelineStage::Backward(int64_t step, int k, bool last, bool defer_weights) {
   transport::StageMessage gradient;
   if (!runtime_.is_last()) {
     Doing(step, "receive", k, absl::StrCat("waits for GRADIENT of micro-batch ", k, " from stage ", options_.stage + 1));
@@ -203,14 +203,13 @@ absl::Status PipelineStage::Backward(int64_t step, int k, bool last, StageStepRe
     ASSIGN_OR_RETURN(int64_t tokens, runtime_.SlotTokens(k));
     grad_input = link_.OutgoingBuffer(Kind::kGradient, static_cast<size_t>(runtime_.InputElements(tokens)));
   }
-  Doing(step, "backward", k, absl::StrCat("backward of micro-batch ", k));
+  Doing(step, "backward", k, absl::StrCat("backward of micro-batch ", k, defer_weights ? " (input part)" : ""));
   RETURN_IF_ERROR(StartPass());
-  ShardRuntime::GradientsFinal gradients_final;
-  if (last && buckets_ != nullptr) {
-    gradients_final = [this](size_t first) { return buckets_->Ready(first); };
-  }
-  ASSIGN_OR_RETURN(ShardRuntime::EdgeTransfers edge,
-                   runtime_.BackwardAsync(k, gradient.values, grad_input.span(), gradients_final));
+  absl::StatusOr<ShardRuntime::EdgeTransfers> backward =
+      defer_weights ? runtime_.BackwardInputAsync(k, gradient.values, grad_input.span())
+                    : runtime_.BackwardAsync(k, gradient.values, grad_input.span(), GradientsFinal(last));
+  RETURN_IF_ERROR(backward.status());
+  ShardRuntime::EdgeTransfers edge = *std::move(backward);
   RETURN_IF_ERROR(EndPass());
   KeepUntilRead(std::move(edge.inputs_read), std::move(gradient));
   if (runtime_.is_first()) return absl::OkStatus();
@@ -223,6 +222,18 @@ absl::Status PipelineStage::Backward(int64_t step, int k, bool last, StageStepRe
   Doing(step, "send", k, absl::StrCat("sends GRADIENT of micro-batch ", k, " to stage ", options_.stage - 1));
   return sender_.Send(StageSender::Direction::kPrevious, std::move(out),
                       std::move(edge.output_written));
+}
+
+absl::Status PipelineStage::BackwardWeights(int64_t step, int k, bool last) {
+  Doing(step, "weights", k, absl::StrCat("weight gradients of micro-batch ", k));
+  RETURN_IF_ERROR(StartPass());
+  RETURN_IF_ERROR(runtime_.BackwardWeights(k, GradientsFinal(last)));
+  return EndPass();
+}
+
+ShardRuntime::GradientsFinal PipelineStage::GradientsFinal(bool last) {
+  if (!last || buckets_ == nullptr) return nullptr;
+  return [this](size_t first) { return buckets_->Ready(first); };
 }
 
 absl::StatusOr<double> PipelineStage::ReduceGradNorm(int64_t step) {
@@ -323,16 +334,28 @@ absl::StatusOr<StageStepResult> PipelineStage::RunStepImpl(int64_t step) {
   RETURN_IF_ERROR(runtime_.ZeroGrads());
   runtime_.ResetPeakSlots();
   absl::Status status = [&]() -> absl::Status {
+    using Type = PipelineAction::Type;
+    // The action that finishes the gradients.
     size_t last_backward = 0;
     for (size_t i = 0; i < schedule_.size(); ++i) {
-      if (schedule_[i].type == PipelineAction::Type::kBackward) last_backward = i;
+      if (schedule_[i].type == Type::kBackward || schedule_[i].type == Type::kBackwardWeights) last_backward = i;
     }
     for (size_t i = 0; i < schedule_.size(); ++i) {
       const PipelineAction& action = schedule_[i];
+      const int k = action.micro_batch;
       ReleaseUploads(/*wait=*/false);
-      RETURN_IF_ERROR(action.type == PipelineAction::Type::kForward
-                          ? Forward(step, action.micro_batch, batches, loss_scale, result)
-                          : Backward(step, action.micro_batch, i == last_backward, result));
+      switch (action.type) {
+        case Type::kForward:
+          RETURN_IF_ERROR(Forward(step, k, batches, loss_scale, result));
+          break;
+        case Type::kBackward:
+        case Type::kBackwardInput:
+          RETURN_IF_ERROR(Backward(step, k, i == last_backward, action.type == Type::kBackwardInput));
+          break;
+        case Type::kBackwardWeights:
+          RETURN_IF_ERROR(BackwardWeights(step, k, i == last_backward));
+          break;
+      }
     }
     return absl::OkStatus();
   }();

@@ -178,8 +178,13 @@ class PipelineStage {
                        float loss_scale, StageStepResult& result);
   absl::StatusOr<StageStepResult> RunStepImpl(int64_t step);
   // `last`: the step's last backward pass on this stage, which finishes
-  // the gradients.
-  absl::Status Backward(int64_t step, int k, bool last, StageStepResult& result);
+  // the gradients. `defer_weights`: its input part only (zero-bubble), the
+  // weight part being BackwardWeights.
+  absl::Status Backward(int64_t step, int k, bool last, bool defer_weights);
+  absl::Status BackwardWeights(int64_t step, int k, bool last);
+  // What tells the gradient buckets which gradients are final: on the pass
+  // that finishes them (`last`), with replicas; null otherwise.
+  ShardRuntime::GradientsFinal GradientsFinal(bool last);
   absl::StatusOr<double> ReduceGradNorm(int64_t step);
   absl::StatusOr<transport::StageMessage> Expect(absl::StatusOr<transport::StageMessage> message,
                                                  transport::StageMessage::Kind kind, int64_t step,

@@ -157,6 +157,7 @@ absl::StatusOr<ShardRuntime::EdgeTransfers> ShardRuntime::ForwardImpl(int slot, 
     return SizeError("output", output.size(), OutputElements(rows));
   }
   ASSIGN_OR_RETURN(Slot * s, slots_.Acquire(slot));
+  s->weights_pending = false;  // a recycled slot's, discarded between the two parts
   s->batch = in.batch;
   s->t = in.t;
   s->loss_scale = in.loss_scale;
@@ -274,10 +275,38 @@ absl::StatusOr<ShardRuntime::EdgeTransfers> ShardRuntime::BackwardAsync(
   return BackwardImpl(slot, grad_output, grad_input, /*wait=*/false, gradients_final);
 }
 
+absl::StatusOr<ShardRuntime::EdgeTransfers> ShardRuntime::BackwardInputAsync(
+    int slot, absl::Span<const float> grad_output, absl::Span<float> grad_input) {
+  return BackwardImpl(slot, grad_output, grad_input, /*wait=*/false, nullptr, /*defer_weights=*/true);
+}
+
+absl::Status ShardRuntime::BackwardWeights(int slot, const GradientsFinal& gradients_final) {
+  ASSIGN_OR_RETURN(Slot * s, slots_.Find(slot));
+  if (!s->weights_pending) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("micro-batch slot ", slot, " has no backward input part to finish"));
+  }
+  size_t first_parameter = gradients_final ? parameters().size() : 0;
+  for (size_t i = layers_.size(); i-- > 0;) {
+    RETURN_IF_ERROR(layers_[i]->BackwardWeights(slot));
+    if (gradients_final) {
+      first_parameter -= layers_[i]->parameters().size();
+      RETURN_IF_ERROR(gradients_final(first_parameter));
+    }
+  }
+  s->weights_pending = false;
+  MarkReleased(*s);
+  slots_.Release(slot);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<ShardRuntime::EdgeTransfers> ShardRuntime::BackwardImpl(
     int slot, absl::Span<const float> grad_output, absl::Span<float> grad_input, bool wait,
-    const GradientsFinal& gradients_final) {
+    const GradientsFinal& gradients_final, bool defer_weights) {
   ASSIGN_OR_RETURN(Slot * s, slots_.Find(slot));
+  if (s->weights_pending) {
+    return absl::FailedPreconditionError(absl::StrCat("micro-batch slot ", slot, " already had its backward pass"));
+  }
   const int64_t rows = s->batch * s->t;
   if (is_last() && !grad_output.empty()) {
     return absl::InvalidArgumentError("the last stage starts backward from its loss: no grad_output");
@@ -318,7 +347,8 @@ absl::StatusOr<ShardRuntime::EdgeTransfers> ShardRuntime::BackwardImpl(
         RETURN_IF_ERROR(nn::EnsureFloats(backend_, target, static_cast<size_t>(n)));
         dx = Prefix<float>(target, n);
       }
-      RETURN_IF_ERROR(layer.Backward(mb, Prefix<float>(s->acts[i], rows * layer.input_width()), dy, dx));
+      const DeviceSpan<const float> x = Prefix<float>(s->acts[i], rows * layer.input_width());
+      RETURN_IF_ERROR(defer_weights ? layer.BackwardInput(mb, x, dy, dx) : layer.Backward(mb, x, dy, dx));
       if (gradients_final) {
         first_parameter -= layer.parameters().size();
         RETURN_IF_ERROR(gradients_final(first_parameter));
@@ -338,6 +368,10 @@ absl::StatusOr<ShardRuntime::EdgeTransfers> ShardRuntime::BackwardImpl(
   if (!status.ok()) {
     (void)edge.inputs_read.Wait();  // grad_output must outlive its copy
     return status;
+  }
+  if (defer_weights) {
+    s->weights_pending = true;
+    return edge;
   }
   MarkReleased(*s);
   slots_.Release(slot);

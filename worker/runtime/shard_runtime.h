@@ -124,6 +124,15 @@ class ShardRuntime {
   absl::StatusOr<EdgeTransfers> BackwardAsync(int slot, absl::Span<const float> grad_output,
                                               absl::Span<float> grad_input,
                                               const GradientsFinal& gradients_final = nullptr);
+  // The backward pass in two parts (zero-bubble schedules): BackwardInputAsync
+  // is BackwardAsync running each layer's input part only
+  // (nn::Layer::BackwardInput) and keeping the slot; BackwardWeights adds the
+  // deferred weight gradients, layer by layer from the last, calling
+  // `gradients_final` as BackwardAsync does, and frees the slot. The
+  // gradients' bits are BackwardAsync's.
+  absl::StatusOr<EdgeTransfers> BackwardInputAsync(int slot, absl::Span<const float> grad_output,
+                                                   absl::Span<float> grad_input);
+  absl::Status BackwardWeights(int slot, const GradientsFinal& gradients_final = nullptr);
   // Tokens (batch·t) of a held slot; FAILED_PRECONDITION if it is not held.
   absl::StatusOr<int64_t> SlotTokens(int slot);
   // Frees a slot without a backward pass (evaluation).
@@ -193,6 +202,7 @@ class ShardRuntime {
     // Done once the work of the slot's last owner has run: copies into a
     // recycled slot may start then, alongside later work (a fresh slot: at once).
     HostTransfer released;
+    bool weights_pending = false;  // between BackwardInputAsync and BackwardWeights
   };
   // Host staging memory of one slot id. Ids are micro-batch indices, reused
   // step after step, while the store recycles a slot's storage at once (a
@@ -234,9 +244,10 @@ class ShardRuntime {
   // asynchronous ones, returned.
   absl::StatusOr<EdgeTransfers> ForwardImpl(int slot, const Inputs& inputs, absl::Span<float> output,
                                             bool wait);
+  // `defer_weights`: the input parts only (BackwardInputAsync).
   absl::StatusOr<EdgeTransfers> BackwardImpl(int slot, absl::Span<const float> grad_output,
                                              absl::Span<float> grad_input, bool wait,
-                                             const GradientsFinal& gradients_final);
+                                             const GradientsFinal& gradients_final, bool defer_weights = false);
   // One edge tensor between the host (at edge_dtype_) and the device (f32);
   // `narrow` is the device buffer a 16-bit tensor lands in (upload) or is
   // converted into (download). The transfer is done at once when `wait`; an

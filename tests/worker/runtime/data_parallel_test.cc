@@ -109,7 +109,8 @@ INSTANTIATE_TEST_SUITE_P(Grids, DataParallelTest,
                                            Case{{1}, 2, "gpipe", 2}, Case{{1, 3}, 2, "1f1b", 3},
                                            Case{{1, 2}, 2, "gpipe", 2}, Case{{}, 4, "1f1b", 2},
                                            Case{{}, 4, "gpipe", 1}, Case{{2}, 2, "1f1b", 3, 1.0 / 256},
-                                           Case{{1, 3}, 3, "gpipe", 2, 1.0 / 256}),
+                                           Case{{1, 3}, 3, "gpipe", 2, 1.0 / 256}, Case{{1, 3}, 2, "zb", 3},
+                                           Case{{2}, 2, "zb", 4, 1.0 / 256}),
                          [](const ::testing::TestParamInfo<Case>& info) { return Name(info.param); });
 
 // The same global batch with d = 1 (d·m micro-batches of the same size):

@@ -60,12 +60,73 @@ TEST(PipelineScheduleTest, OneFOneBHoldsAtMostStagesInFlight) {
   }
 }
 
+TEST(PipelineScheduleTest, ZeroBubbleSplitsBackwardAndFillsTheWaitsWithWeights) {
+  EXPECT_EQ(Schedule(ScheduleKind::kZeroBubble, 2, 0, 8),
+            "F0 F1 B0 F2 B1 W0 F3 B2 W1 F4 B3 W2 F5 B4 W3 F6 B5 W4 F7 B6 W5 W6 B7 W7");
+  EXPECT_EQ(Schedule(ScheduleKind::kZeroBubble, 2, 1, 8),
+            "F0 B0 F1 B1 W0 F2 B2 W1 F3 B3 W2 F4 B4 W3 F5 B5 W4 F6 B6 W5 F7 B7 W6 W7");
+  EXPECT_EQ(Schedule(ScheduleKind::kZeroBubble, 1, 0, 3), "F0 B0 F1 B1 W0 F2 B2 W1 W2");
+}
+
+TEST(PipelineScheduleTest, ZeroBubbleKeepsOneFOneBOrderAndHoldsOneMore) {
+  using Type = PipelineAction::Type;
+  for (int p = 1; p <= 6; ++p) {
+    for (int m = 1; m <= 12; ++m) {
+      for (int s = 0; s < p; ++s) {
+        auto zb = BuildSchedule(ScheduleKind::kZeroBubble, p, s, m);
+        auto one = BuildSchedule(ScheduleKind::kOneFOneB, p, s, m);
+        ASSERT_TRUE(zb.ok() && one.ok());
+        EXPECT_EQ(PeakHeldSlots(*zb), std::min(p - s + 1, m)) << p << " " << s << " " << m;
+        // Without the weight parts, 1F1B's order (the same messages in the
+        // same order on every link: no new way to deadlock).
+        std::vector<PipelineAction> without_w;
+        int next_w = 0;
+        std::vector<bool> input_done(m, false);
+        for (const auto& a : *zb) {
+          if (a.type == Type::kBackwardWeights) {
+            EXPECT_TRUE(input_done[a.micro_batch]);
+            EXPECT_EQ(a.micro_batch, next_w++);  // weight gradients in micro-batch order
+            continue;
+          }
+          if (a.type == Type::kBackwardInput) input_done[a.micro_batch] = true;
+          without_w.push_back(a.type == Type::kBackwardInput ? PipelineAction{Type::kBackward, a.micro_batch} : a);
+        }
+        EXPECT_EQ(next_w, m);
+        EXPECT_EQ(ScheduleString(without_w), ScheduleString(*one));
+      }
+    }
+  }
+}
+
+TEST(PipelineScheduleTest, SimulatedStepIsShorterWithZeroBubble) {
+  // Unit costs: F = 1, B = 2 (its parts 1 + 1).
+  EXPECT_EQ(*SimulatedStepUnits(ScheduleKind::kOneFOneB, 2, 8), 27);
+  EXPECT_EQ(*SimulatedStepUnits(ScheduleKind::kZeroBubble, 2, 8), 25);
+  EXPECT_EQ(*SimulatedStepUnits(ScheduleKind::kOneFOneB, 4, 8), 33);
+  EXPECT_EQ(*SimulatedStepUnits(ScheduleKind::kZeroBubble, 4, 8), 29);
+  EXPECT_EQ(*SimulatedStepUnits(ScheduleKind::kGPipe, 1, 4), 12);
+  for (int p = 1; p <= 6; ++p) {
+    for (int m = 1; m <= 12; ++m) {
+      auto zb = SimulatedStepUnits(ScheduleKind::kZeroBubble, p, m);
+      auto one = SimulatedStepUnits(ScheduleKind::kOneFOneB, p, m);
+      ASSERT_TRUE(zb.ok() && one.ok()) << zb.status() << one.status();
+      EXPECT_LE(*zb, *one) << p << " " << m;
+      EXPECT_GE(*zb, 3 * m + p - 1) << p << " " << m;  // the first stage's F0 reaches the last after p − 1
+    }
+  }
+}
+
 TEST(PipelineScheduleTest, BadArgumentsAndNames) {
   EXPECT_FALSE(BuildSchedule(ScheduleKind::kGPipe, 0, 0, 1).ok());
   EXPECT_FALSE(BuildSchedule(ScheduleKind::kGPipe, 2, 2, 1).ok());
   EXPECT_FALSE(BuildSchedule(ScheduleKind::kOneFOneB, 2, 0, 0).ok());
   EXPECT_EQ(*ParseScheduleKind("1f1b"), ScheduleKind::kOneFOneB);
+  EXPECT_EQ(*ParseScheduleKind("zb"), ScheduleKind::kZeroBubble);
   EXPECT_EQ(ParseScheduleKind("zero-bubble").status().code(), absl::StatusCode::kInvalidArgument);
+  // The zero-bubble schedule simulates the whole pipeline: bounded.
+  EXPECT_EQ(BuildSchedule(ScheduleKind::kZeroBubble, 1024, 0, 1 << 11).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(BuildSchedule(ScheduleKind::kZeroBubble, 2, 0, 1 << 19).ok());
 }
 
 }  // namespace

@@ -365,6 +365,54 @@ TEST_F(ShardRuntimeTest, GradientsFinalNamesEachLayersFirstParameterAsItsGradien
             absl::StatusCode::kAborted);
 }
 
+// The backward pass in two parts, the weight parts run later and after
+// other micro-batches' input parts, gives every gradient the bits of whole
+// backward passes; the slot is held until its weight part, which is where
+// the gradients become final; parts out of order are refused.
+TEST_F(ShardRuntimeTest, BackwardInTwoPartsGivesTheWholePassesBits) {
+  const float scale = static_cast<float>(1.0 / batch_.target_count());
+  auto whole = Make(0, config_.units());
+  auto split = Make(0, config_.units());
+  auto grads = [&](ShardRuntime& r) {
+    std::vector<std::vector<float>> out;
+    for (nn::Parameter* p : r.parameters()) {
+      std::vector<float> g(p->count());
+      EXPECT_TRUE(backend_->CopyToHost(DeviceSpan<const float>(p->g()), absl::Span<float>(g)).ok());
+      out.push_back(std::move(g));
+    }
+    return out;
+  };
+  ASSERT_TRUE(whole->ZeroGrads().ok() && split->ZeroGrads().ok());
+  for (int k = 0; k < 2; ++k) {
+    ASSERT_TRUE(whole->Forward(k, Inputs(batch_, scale)).ok());
+    ASSERT_TRUE(split->Forward(k, Inputs(batch_, scale)).ok());
+  }
+  for (int k = 0; k < 2; ++k) ASSERT_TRUE(whole->Backward(k, {}).ok());
+  ASSERT_TRUE(split->BackwardInputAsync(0, {}, {}).ok());
+  EXPECT_EQ(split->BackwardInputAsync(0, {}, {}).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(split->BackwardAsync(0, {}, {}).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(split->BackwardWeights(1).code(), absl::StatusCode::kFailedPrecondition) << "no input part yet";
+  ASSERT_TRUE(split->BackwardInputAsync(1, {}, {}).ok());
+  EXPECT_EQ(split->slots_held(), 2u) << "held until the weight parts";
+  std::vector<size_t> calls;
+  ASSERT_TRUE(split->BackwardWeights(0).ok());
+  ASSERT_TRUE(split->BackwardWeights(1, [&](size_t first) {
+    calls.push_back(first);
+    return absl::OkStatus();
+  }).ok());
+  EXPECT_EQ(split->slots_held(), 0u);
+  ASSERT_EQ(calls.size(), static_cast<size_t>(config_.units()));
+  EXPECT_EQ(calls.back(), 0u);
+  EXPECT_EQ(split->BackwardWeights(1).code(), absl::StatusCode::kFailedPrecondition) << "freed";
+  EXPECT_EQ(grads(*split), grads(*whole));
+  // A slot discarded between the parts is free for the next forward pass.
+  ASSERT_TRUE(split->Forward(0, Inputs(batch_, scale)).ok());
+  ASSERT_TRUE(split->BackwardInputAsync(0, {}, {}).ok());
+  split->Discard(0);
+  ASSERT_TRUE(split->Forward(0, Inputs(batch_, scale)).ok());
+  EXPECT_TRUE(split->Backward(0, {}).ok());
+}
+
 TEST_F(ShardRuntimeTest, CountsHeldMicroBatches) {
   auto runtime = Make(0, config_.units());
   for (int k = 0; k < 3; ++k) ASSERT_TRUE(runtime->Forward(k, Inputs(batch_, 0.1f)).ok());

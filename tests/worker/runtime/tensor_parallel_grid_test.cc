@@ -169,6 +169,25 @@ TEST(TensorParallelStageLayoutTest, ScatterGatherEdgesGiveTheSameBitsAsWholeTens
   }
 }
 
+// The zero-bubble schedule (each backward pass split into its input and
+// weight parts, the weight parts run later) gives 1F1B's bits on split
+// stages too: the tensor group's all-reduces stay in the input part, and
+// with replicas the gradient buckets start after the last weight part.
+TEST(TensorParallelScheduleTest, ZeroBubbleGivesOneFOneBsBits) {
+  for (const Case& c : {Case{2, 1, 2}, Case{2, 2, 2, true, true}}) {
+    SCOPED_TRACE(absl::StrCat("(", c.stages, ",", c.replicas, ",", c.tensor, ")"));
+    shardline::v1::JobSpec spec = GridSpec(c);
+    spec.mutable_train()->set_micro_batches(3);
+    spec.mutable_train()->set_global_batch(6 * c.replicas);
+    const GridRun one = RunGrid(spec, {2});
+    spec.mutable_parallel()->set_schedule("zb");
+    const GridRun zb = RunGrid(spec, {2});
+    ASSERT_EQ(one.losses.size(), static_cast<size_t>(kSteps));
+    EXPECT_EQ(zb.losses, one.losses);
+    EXPECT_TRUE(zb.weights == one.weights);
+  }
+}
+
 // Resharding: the checkpoint of a (2,1,2) grid with the vocabulary split
 // after 10 steps (each stage's shard in the global layout, the tensor ranks'
 // slices put together) loads into a (1,2,1) grid, a (1,1,4) one with the
