@@ -7,8 +7,9 @@
 # softmax). Then two-stage pipelines of the 25.5M model (8 micro-batches of 2
 # sequences, one thread per stage): bench_pipeline --stages=2 (stages over
 # gRPC on loopback), with 1F1B and with the zero-bubble schedule, against
-# torch.distributed.pipelining's 1F1B (two processes, gloo; its zero-bubble
-# schedules need several stages per rank). Prints a table (median step, wall time of the timed steps, tokens/s,
+# torch.distributed.pipelining (two processes, gloo) with 1F1B and with its
+# zero-bubble ScheduleZBVZeroBubble (which needs two stages per rank in a V:
+# four chunks of two blocks). Prints a table (median step, wall time of the timed steps, tokens/s,
 # the largest loss difference from ours) and writes JSON.
 #
 #   bench/peers/run.sh [BUILD_DIR] [--threads=N] [--large_steps=N] [--addition_steps=N]
@@ -105,12 +106,19 @@ done
 kill $train_pid 2>/dev/null || true
 wait $train_pid 2>/dev/null || true
 stage_threads=$(( threads / 2 > 0 ? threads / 2 : 1 ))
-"$py" "$here/torch_gpt.py" "$work/pipeline.json" --init="$work/large-init.safetensors" --steps=$((pipeline_steps + 1)) \
-  --threads=$stage_threads --pipeline_rank=0 --pipeline_store="$work/store" > /dev/null &
-first_pid=$!
-"$py" "$here/torch_gpt.py" "$work/pipeline.json" --init="$work/large-init.safetensors" --steps=$((pipeline_steps + 1)) \
-  --threads=$stage_threads --pipeline_rank=1 --pipeline_store="$work/store" > "$work/pipeline-torch.jsonl"
-wait $first_pid
+# The rank with the head prints the steps: rank 1 under 1F1B, rank 0 under ZBV.
+for schedule in 1f1b zbv; do
+  quiet=0 loud=1
+  [[ $schedule == zbv ]] && quiet=1 loud=0
+  rm -f "$work/store"
+  "$py" "$here/torch_gpt.py" "$work/pipeline.json" --init="$work/large-init.safetensors" --steps=$((pipeline_steps + 1)) \
+    --threads=$stage_threads --pipeline_rank=$quiet --pipeline_store="$work/store" --pipeline_schedule=$schedule > /dev/null &
+  quiet_pid=$!
+  "$py" "$here/torch_gpt.py" "$work/pipeline.json" --init="$work/large-init.safetensors" --steps=$((pipeline_steps + 1)) \
+    --threads=$stage_threads --pipeline_rank=$loud --pipeline_store="$work/store" --pipeline_schedule=$schedule \
+    > "$work/pipeline-torch-$schedule.jsonl"
+  wait $quiet_pid
+done
 
 "$py" - "$work" "$json" "$cpu" "$torch_version" <<'EOF'
 import json, statistics, sys
@@ -140,41 +148,40 @@ for model in ("large", "addition"):
         row["shardline_speedup_median"] = (row["median_step_ms"] / ref["median_step_ms"])
         row["shardline_speedup_wall"] = row["wall_s"] / ref["wall_s"]
 # Pipelines: ours from bench_pipeline's rows (1F1B, then zero-bubble), theirs
-# per step; "ours x" is against our 1F1B row, and the zero-bubble row's own
-# ratio to PyTorch is printed under the table.
+# (1F1B, then ZBV) per step.
 bench = json.load(open(f"{work}/pipeline-bench.json"))
 bench_rows = bench if isinstance(bench, list) else bench["rows"]
 ours_losses = [json.loads(l)["loss"] for l in open(f"{work}/pipeline-shardline.jsonl") if '"eval"' not in l]
-theirs = [json.loads(l) for l in open(f"{work}/pipeline-torch.jsonl") if '"step"' in l]
-timed = [r["seconds"] for r in theirs[1:]]
-median = statistics.median(timed)
-theirs_row = {"model": "pipeline", "run": "torch pipe", "steps": len(timed), "median_step_ms": median * 1e3,
-              "wall_s": sum(timed), "tokens_per_s": theirs[0]["tokens"] * len(timed) / sum(timed),
-              "max_rel_loss_diff": max(abs(a["loss"] - b) / abs(b) for a, b in zip(theirs, ours_losses))}
+def torch_row(schedule):
+    theirs = [json.loads(l) for l in open(f"{work}/pipeline-torch-{schedule}.jsonl") if '"step"' in l]
+    timed = [r["seconds"] for r in theirs[1:]]
+    return {"model": "pipeline", "run": f"torch {schedule}", "steps": len(timed),
+            "median_step_ms": statistics.median(timed) * 1e3, "wall_s": sum(timed),
+            "tokens_per_s": theirs[0]["tokens"] * len(timed) / sum(timed),
+            "max_rel_loss_diff": max(abs(a["loss"] - b) / abs(b) for a, b in zip(theirs, ours_losses))}
+theirs_rows = [torch_row("1f1b"), torch_row("zbv")]
 ours_rows = []
 for row in bench_rows:
-    name = "shardline zb" if row["zero_bubble"] else "shardline"
-    ours_rows.append({"model": "pipeline", "run": name, "steps": int(row["timed_steps"]),
-                      "median_step_ms": row["median_step_ms"], "wall_s": row["wall_s"],
-                      "tokens_per_s": row["tokens_per_s"], "max_rel_loss_diff": row["max_loss_gap"],
-                      # PyTorch's step ÷ this row's.
-                      "torch_ratio_median": median * 1e3 / row["median_step_ms"],
-                      "torch_ratio_wall": (sum(timed) / len(timed)) / (row["wall_s"] / row["timed_steps"])})
-for r in ours_rows:
+    ours_rows.append({"model": "pipeline", "run": "shardline zb" if row["zero_bubble"] else "shardline",
+                      "steps": int(row["timed_steps"]), "median_step_ms": row["median_step_ms"],
+                      "wall_s": row["wall_s"], "tokens_per_s": row["tokens_per_s"],
+                      "max_rel_loss_diff": row["max_loss_gap"]})
+# "ours x": each row's step ÷ our 1F1B row's; the ratios of our zero-bubble
+# row to each of PyTorch's are printed under the table.
+for r in ours_rows + theirs_rows:
     r["shardline_speedup_median"] = r["median_step_ms"] / ours_rows[0]["median_step_ms"]
-    r["shardline_speedup_wall"] = r["wall_s"] / ours_rows[0]["wall_s"]
-theirs_row["shardline_speedup_median"] = ours_rows[0]["torch_ratio_median"]
-theirs_row["shardline_speedup_wall"] = ours_rows[0]["torch_ratio_wall"]
-rows += ours_rows + [theirs_row]
+    r["shardline_speedup_wall"] = (r["wall_s"] / r["steps"]) / (ours_rows[0]["wall_s"] / ours_rows[0]["steps"])
+pipeline_ratios = [(o, t, t["median_step_ms"] / o["median_step_ms"],
+                    (t["wall_s"] / t["steps"]) / (o["wall_s"] / o["steps"])) for o in ours_rows for t in theirs_rows]
+rows += ours_rows + theirs_rows
 print(f"{'model':9} {'run':12} {'steps':>5} {'median_ms':>10} {'wall_s':>8} {'tok/s':>8} {'ours x (median)':>15} "
       f"{'ours x (wall)':>13} {'max loss diff':>13}")
 for r in rows:
     print(f"{r['model']:9} {r['run']:12} {r['steps']:5d} {r['median_step_ms']:10.1f} {r['wall_s']:8.2f} "
           f"{r['tokens_per_s']:8.0f} {r['shardline_speedup_median']:15.2f} {r['shardline_speedup_wall']:13.2f} "
           f"{r['max_rel_loss_diff']:13.1e}")
-for r in ours_rows[1:]:
-    print(f"pipeline: {r['run']} x torch pipe: {r['torch_ratio_median']:.2f} by median step, "
-          f"{r['torch_ratio_wall']:.2f} by wall time")
+for o, t, median, wall in pipeline_ratios:
+    print(f"pipeline: {o['run']} x {t['run']}: {median:.2f} by median step, {wall:.2f} by wall time")
 if out:
     for r in rows:
         r["cpu"], r["torch"] = cpu, torch_version

@@ -14,10 +14,14 @@ step seconds.
 
 With --pipeline_rank=R (R = 0, 1; --pipeline_store=FILE, the same for both
 processes, for the gloo rendezvous) it runs one of the two stages of
-torch.distributed.pipelining (1F1B, spec's micro-batches), cut as
-bench_pipeline cuts: the embedding and the first half of the blocks, then
-the rest and the head. Each process gets --threads threads; the last stage
-prints the lines.
+torch.distributed.pipelining (spec's micro-batches). --pipeline_schedule=1f1b
+(the default) cuts as bench_pipeline cuts: the embedding and the first half
+of the blocks on rank 0, the rest and the head on rank 1, which prints the
+lines. --pipeline_schedule=zbv runs PyTorch's zero-bubble schedule
+(ScheduleZBVZeroBubble), which needs two stages per rank in a V: four chunks
+of a quarter of the blocks each (the embedding with the first, the head with
+the last), chunks 0 and 3 on rank 0, which then prints the lines, 1 and 2 on
+rank 1. Each process gets --threads threads.
 
 Benchmarks only: never run by CI, never at runtime.
 """
@@ -165,29 +169,25 @@ class Gpt(torch.nn.Module):
         return self.lm_head(self.ln_f(x))
 
 
-class FirstStage(torch.nn.Module):
-    def __init__(self, gpt, blocks):
+class Chunk(torch.nn.Module):
+    """Blocks [begin, end) of the GPT, with the embedding when begin is 0 and
+    the head when end is the last block's."""
+
+    def __init__(self, gpt, begin, end):
         super().__init__()
-        self.tok_emb, self.pos_emb = gpt.tok_emb, gpt.pos_emb
-        self.blocks = torch.nn.ModuleList(gpt.blocks[:blocks])
-
-    def forward(self, ids):
-        x = self.tok_emb(ids) + self.pos_emb(torch.arange(ids.shape[1]))
-        for block in self.blocks:
-            x = block(x)
-        return x
-
-
-class LastStage(torch.nn.Module):
-    def __init__(self, gpt, blocks):
-        super().__init__()
-        self.blocks = torch.nn.ModuleList(gpt.blocks[blocks:])
-        self.ln_f, self.lm_head = gpt.ln_f, gpt.lm_head
+        self.first, self.last = begin == 0, end == len(gpt.blocks)
+        if self.first:
+            self.tok_emb, self.pos_emb = gpt.tok_emb, gpt.pos_emb
+        self.blocks = torch.nn.ModuleList(gpt.blocks[begin:end])
+        if self.last:
+            self.ln_f, self.lm_head = gpt.ln_f, gpt.lm_head
 
     def forward(self, x):
+        if self.first:
+            x = self.tok_emb(x) + self.pos_emb(torch.arange(x.shape[1]))
         for block in self.blocks:
             x = block(x)
-        return self.lm_head(self.ln_f(x))
+        return self.lm_head(self.ln_f(x)) if self.last else x
 
 
 def learning_rate(opt, step, total):
@@ -209,6 +209,7 @@ def main():
     parser.add_argument("--attention", choices=["fused", "eager"], default="fused")
     parser.add_argument("--pipeline_rank", type=int, default=-1)
     parser.add_argument("--pipeline_store", default="")
+    parser.add_argument("--pipeline_schedule", choices=["1f1b", "zbv"], default="1f1b")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     spec = json.load(open(args.spec))
@@ -230,17 +231,28 @@ def main():
     if rank >= 0:
         import torch.distributed as dist  # only the pipeline mode needs them
 
-        from torch.distributed.pipelining import PipelineStage, Schedule1F1B
+        from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleZBVZeroBubble
         dist.init_process_group("gloo", init_method=f"file://{args.pipeline_store}", rank=rank, world_size=2)
-        half = model_spec["n_layers"] // 2
-        model = FirstStage(model, half) if rank == 0 else LastStage(model, half)
-        stage = PipelineStage(model, rank, 2, torch.device("cpu"))
         loss_scale = [1.0]
 
         def loss_fn(logits, targets):
             return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-1,
                                    reduction="sum") * loss_scale[0]
-        schedule = Schedule1F1B(stage, n_microbatches=train["micro_batches"], loss_fn=loss_fn, scale_grads=False)
+        layers = model_spec["n_layers"]
+        if args.pipeline_schedule == "1f1b":
+            half = layers // 2
+            model = Chunk(model, 0, half) if rank == 0 else Chunk(model, half, layers)
+            stage = PipelineStage(model, rank, 2, torch.device("cpu"))
+            schedule = Schedule1F1B(stage, n_microbatches=train["micro_batches"], loss_fn=loss_fn,
+                                    scale_grads=False)
+        else:
+            quarter = layers // 4
+            chunks = [0, 3] if rank == 0 else [1, 2]
+            modules = [Chunk(model, c * quarter, layers if c == 3 else (c + 1) * quarter) for c in chunks]
+            stages = [PipelineStage(m, c, 4, torch.device("cpu")) for m, c in zip(modules, chunks)]
+            model = torch.nn.ModuleList(modules)
+            schedule = ScheduleZBVZeroBubble(stages, n_microbatches=train["micro_batches"], loss_fn=loss_fn,
+                                             scale_grads=False)
     opt = train["optimizer"]
     decay = [p for n, p in model.named_parameters() if n.endswith(".weight") and p.dim() == 2]
     no_decay = [p for n, p in model.named_parameters() if not (n.endswith(".weight") and p.dim() == 2)]
@@ -250,7 +262,9 @@ def main():
                                   eps=opt.get("eps", 1e-8))
     micro_batches = train["micro_batches"]
     per_micro = train["global_batch"] // micro_batches
-    if rank != 0:
+    # The process with the head reports: rank 1 under 1F1B, rank 0 under ZBV.
+    reports = rank < 0 or rank == (1 if args.pipeline_schedule == "1f1b" else 0)
+    if reports:
         print(json.dumps({"torch": torch.__version__, "threads": torch.get_num_threads(),
                           "mkl": torch.backends.mkl.is_available(), "attention": args.attention,
                           "pipeline": rank >= 0}), flush=True)
@@ -263,12 +277,19 @@ def main():
         loss_sum = 0.0
         if schedule is not None:
             loss_scale[0] = scale
-            if rank == 0:
-                schedule.step(torch.cat([i for i, _ in batches]))
+            ids = torch.cat([i for i, _ in batches])
+            targets = torch.cat([t for _, t in batches])
+            losses = []
+            if args.pipeline_schedule == "1f1b":
+                if rank == 0:
+                    schedule.step(ids)
+                else:
+                    schedule.step(target=targets, losses=losses)
+            elif rank == 0:  # the V's first and last stages
+                schedule.step(ids, target=targets, losses=losses)
             else:
-                losses = []
-                schedule.step(target=torch.cat([t for _, t in batches]), losses=losses)
-                loss_sum = sum(loss.item() for loss in losses)
+                schedule.step()
+            loss_sum = sum(loss.item() for loss in losses)
         else:
             for ids, targets in batches:
                 logits = model(ids)
@@ -280,7 +301,7 @@ def main():
             group["lr"] = learning_rate(opt, step, train["steps"])
         optimizer.step()
         seconds = time.perf_counter() - start
-        if rank == 0:
+        if not reports:
             continue
         print(json.dumps({"step": step, "loss": loss_sum, "seconds": seconds,
                           "tokens": sum(i.numel() for i, _ in batches)}), flush=True)
