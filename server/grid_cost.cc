@@ -206,7 +206,11 @@ absl::StatusOr<GridCost> EstimateGrid(const shardline::v1::JobSpec& spec, const 
   cost.slot_seconds = slot;
   // The fill and drain: one micro-batch's passes through every stage and
   // its activation and gradient over every hop (the slowest replica's),
-  // before and after which the other m − 1 follow one slot apart.
+  // before and after which the other m − 1 follow one slot apart. Under
+  // the zero-bubble schedule a pass's weight part (a third of its compute:
+  // forward, input and weight parts are each ~2·params FLOPs a token) runs
+  // beside the drain instead of on it, as pipeline_schedule's simulation has it.
+  const double on_fill = spec.parallel().schedule() == "zb" ? 2.0 / 3.0 : 1.0;
   for (int s = 0; s < p; ++s) {
     double stage = 0, hop = 0;
     for (int r = 0; r < d; ++r) {
@@ -216,7 +220,7 @@ absl::StatusOr<GridCost> EstimateGrid(const shardline::v1::JobSpec& spec, const 
         hop = std::max(hop, pc.hop_seconds);
       }
     }
-    cost.fill_seconds += stage + 2 * hop;
+    cost.fill_seconds += on_fill * stage + 2 * hop;
   }
   const double pipeline = (m - 1) * slot + cost.fill_seconds;
   // Each all-reduce a step: a stage's ranks (s, ·, k) exchange their

@@ -230,8 +230,12 @@ absl::StatusOr<PipelinePlan> PlanPipeline(const shardline::v1::JobSpec& spec,
   }
   double slot = 0;  // on the stages' own rates, whatever the cut balanced
   for (const StagePlan& stage : plan.stages) slot = std::max(slot, stage.seconds_per_micro_batch);
-  plan.predicted_step_seconds = (m + p - 1) * slot;
-  plan.bubble_fraction = static_cast<double>(p - 1) / (m + p - 1);
+  // m − 1 micro-batches one slot apart after one through every stage; the
+  // zero-bubble schedule keeps a third of that one's passes (their weight
+  // parts) off the fill and drain (grid_cost.cc).
+  const double slots = m - 1 + p * (schedule == "zb" ? 2.0 / 3.0 : 1.0);
+  plan.predicted_step_seconds = slots * slot;
+  plan.bubble_fraction = (slots - m) / slots;
   return plan;
 }
 

@@ -168,6 +168,11 @@ TEST(PlannerTest, ZeroBubbleNeedsMoreMemoryThanOneFOneBAndLessThanGPipe) {
     EXPECT_GT(zb->stages[s].memory_bytes, one->stages[s].memory_bytes) << "stage " << s;
     EXPECT_LT(zb->stages[s].memory_bytes, gpipe->stages[s].memory_bytes) << "stage " << s;
   }
+  // Its step: 25 slot-thirds against 1F1B's 27 (pipeline_schedule_test's
+  // simulation of 2 stages and 8 micro-batches), a 1/25 bubble.
+  const double slot = one->predicted_step_seconds / 9;
+  EXPECT_NEAR(zb->predicted_step_seconds, 25.0 / 3 * slot, 1e-9 * slot);
+  EXPECT_NEAR(zb->bubble_fraction, 1.0 / 25, 1e-12);
 }
 
 // ZeRO-1: a replica keeps 1/d of AdamW's m and v, so a stage's estimate
