@@ -77,6 +77,28 @@ TEST(PipelineFailureTest, AFailingStageStopsTheOthers) {
   EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 10.0);
 }
 
+// Under the zero-bubble schedule a step that fails midway has slots between
+// a backward pass's input part and its weight part: the failure frees them
+// on every stage, as it frees slots between forward and backward.
+TEST(PipelineFailureTest, AFailedZeroBubbleStepFreesSlotsBetweenTheirParts) {
+  auto spec = testing::TinySpec(4, 8);
+  spec.mutable_parallel()->set_schedule("zb");
+  auto pipeline = shardline::testing::LocalPipeline::Create(spec, {2});
+  ASSERT_TRUE(pipeline.ok());
+  ASSERT_TRUE((*pipeline)->RunStep(1).ok());
+  // Stage 1's forward of micro-batch 2 fails, after both stages have run
+  // the input parts of micro-batches 0 and 1 (stage 1: F0 B0 F1 B1 W0 F2).
+  std::vector<float> x(2 * 9 * 16);
+  ShardRuntime::Inputs in{2, 9, {}, {}, 1.0f, x};
+  std::vector<int32_t> targets(18, -1);
+  in.targets = targets;
+  ASSERT_TRUE((*pipeline)->runtime(1).Forward(2, in).ok());
+  auto result = (*pipeline)->RunStep(2);
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kAlreadyExists) << result.status();
+  EXPECT_EQ((*pipeline)->runtime(0).slots_held(), 0u);
+  EXPECT_EQ((*pipeline)->runtime(1).slots_held(), 0u);
+}
+
 // A neighbour at another wire precision (a mixed-up deployment) is refused
 // by name, not misread.
 TEST(PipelineFailureTest, ATensorAtAnotherWirePrecisionIsRefused) {
