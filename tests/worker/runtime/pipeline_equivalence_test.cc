@@ -1,5 +1,5 @@
 // The pipeline against the reference trainer (design brief §4): for 1 to 4
-// stages, even and uneven cuts, both schedules and micro-batch counts that
+// stages, even and uneven cuts, all three schedules and micro-batch counts that
 // are not multiples of the stage count, every step's loss and grad norm and
 // the final weights must equal shardline-train's bit for bit on the CPU
 // backend: each stage runs the trainer's arithmetic on its layers, in the
@@ -97,7 +97,7 @@ INSTANTIATE_TEST_SUITE_P(
 // pipeline computes exactly what it computes on the plain CPU backend: the
 // stages wait for each copy before sending, never overwrite what a copy still
 // reads, and keep received tensors until they have been read. Both wire
-// precisions (a 16-bit wire converts before the copy) and both schedules.
+// precisions (a 16-bit wire converts before the copy) and all three schedules.
 TEST(PipelineAsyncCopyTest, CopiesThatFinishLaterChangeNothing) {
   for (const char* wire : {"f32", "bf16"}) {
     for (const char* schedule : {"1f1b", "gpipe", "zb"}) {
@@ -151,40 +151,43 @@ class PipelineOnDeviceTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(PipelineOnDeviceTest, FourStagesMatchTheReferenceTrainerOnTheSameDevice) {
   if (GetParam() != "cpu" && CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device on this machine";
-  auto spec = testing::TinySpec(/*micro_batches=*/8, /*global_batch=*/64);
-  spec.mutable_model()->set_d_model(256);
-  spec.mutable_model()->set_n_heads(4);
-  spec.mutable_parallel()->set_pipeline_stages(4);
-  spec.mutable_parallel()->set_schedule("1f1b");
-  auto backend = CreateBackend(GetParam(), {1});
-  ASSERT_TRUE(backend.ok()) << backend.status();
-  auto reference = trainer::Trainer::Create(spec, **backend);
-  ASSERT_TRUE(reference.ok()) << reference.status();
-  auto pipeline = shardline::testing::LocalPipeline::Create(spec, {1, 2, 3}, absl::Seconds(60), GetParam());
-  ASSERT_TRUE(pipeline.ok()) << pipeline.status();
-  // On the CPU this is the trainer's arithmetic: the same bits. On CUDA the
-  // stages and the trainer run the same kernels on the same shapes, but each
-  // stage has a cuBLAS handle of its own, and cuBLAS promises reproducible
-  // results per handle configuration only; no GPU run has shown the bits yet,
-  // so there 1e-5 relative.
-  const double relative = GetParam() == "cpu" ? 0.0 : 1e-5;
-  for (int step = 1; step <= kSteps; ++step) {
-    auto want = (*reference)->TrainStep(step);
-    ASSERT_TRUE(want.ok()) << want.status();
-    auto got = (*pipeline)->RunStep(step);
-    ASSERT_TRUE(got.ok()) << got.status();
-    EXPECT_NEAR(got->back().loss, want->loss, relative * std::fabs(want->loss)) << "step " << step;
-  }
-  auto want_weights = (*reference)->runtime().ExportWeights();
-  auto got_weights = (*pipeline)->ExportWeights();
-  ASSERT_TRUE(want_weights.ok() && got_weights.ok());
-  ASSERT_EQ(got_weights->size(), want_weights->size());
-  for (const auto& [name, want] : *want_weights) {
-    const common::Tensor& got = got_weights->at(name);
-    const auto a = got.values<float>(), b = want.values<float>();
-    ASSERT_EQ(a.size(), b.size()) << name;
-    for (size_t i = 0; i < a.size(); ++i) {
-      ASSERT_NEAR(a[i], b[i], relative * std::fabs(b[i])) << name << "[" << i << "]";
+  for (const char* schedule : {"1f1b", "zb"}) {
+    SCOPED_TRACE(schedule);
+    auto spec = testing::TinySpec(/*micro_batches=*/8, /*global_batch=*/64);
+    spec.mutable_model()->set_d_model(256);
+    spec.mutable_model()->set_n_heads(4);
+    spec.mutable_parallel()->set_pipeline_stages(4);
+    spec.mutable_parallel()->set_schedule(schedule);
+    auto backend = CreateBackend(GetParam(), {1});
+    ASSERT_TRUE(backend.ok()) << backend.status();
+    auto reference = trainer::Trainer::Create(spec, **backend);
+    ASSERT_TRUE(reference.ok()) << reference.status();
+    auto pipeline = shardline::testing::LocalPipeline::Create(spec, {1, 2, 3}, absl::Seconds(60), GetParam());
+    ASSERT_TRUE(pipeline.ok()) << pipeline.status();
+    // On the CPU this is the trainer's arithmetic: the same bits. On CUDA the
+    // stages and the trainer run the same kernels on the same shapes, but each
+    // stage has a cuBLAS handle of its own, and cuBLAS promises reproducible
+    // results per handle configuration only; no GPU run has shown the bits yet,
+    // so there 1e-5 relative.
+    const double relative = GetParam() == "cpu" ? 0.0 : 1e-5;
+    for (int step = 1; step <= kSteps; ++step) {
+      auto want = (*reference)->TrainStep(step);
+      ASSERT_TRUE(want.ok()) << want.status();
+      auto got = (*pipeline)->RunStep(step);
+      ASSERT_TRUE(got.ok()) << got.status();
+      EXPECT_NEAR(got->back().loss, want->loss, relative * std::fabs(want->loss)) << "step " << step;
+    }
+    auto want_weights = (*reference)->runtime().ExportWeights();
+    auto got_weights = (*pipeline)->ExportWeights();
+    ASSERT_TRUE(want_weights.ok() && got_weights.ok());
+    ASSERT_EQ(got_weights->size(), want_weights->size());
+    for (const auto& [name, want] : *want_weights) {
+      const common::Tensor& got = got_weights->at(name);
+      const auto a = got.values<float>(), b = want.values<float>();
+      ASSERT_EQ(a.size(), b.size()) << name;
+      for (size_t i = 0; i < a.size(); ++i) {
+        ASSERT_NEAR(a[i], b[i], relative * std::fabs(b[i])) << name << "[" << i << "]";
+      }
     }
   }
 }
