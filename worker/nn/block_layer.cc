@@ -72,13 +72,21 @@ absl::Status BlockLayer::Forward(const MicroBatch& mb, DeviceSpan<const float> x
   const AttentionShape attn{mb.batch, mb.t, heads(), config_.head_dim()};
   const int64_t probs = mb.batch * heads() * mb.t * mb.t;
   RETURN_IF_ERROR(EnsureScratch(n, probs));
-  ASSIGN_OR_RETURN(Saved * s, saved_.Acquire(mb.slot));
-  s->weights_pending = false;  // a recycled slot's, discarded between the two parts
-  for (auto [buffer, floats] : {std::pair{&s->h1, nc}, {&s->stats1, 2 * static_cast<size_t>(n)},
+  if (pending_.holds(mb.slot)) {
+    return absl::AlreadyExistsError(absl::StrCat("micro-batch slot ", mb.slot, " is already held"));
+  }
+  ASSIGN_OR_RETURN(PassSaved * s, pass_.Acquire(mb.slot));
+  absl::StatusOr<LinearInputs*> acquired = inputs_.Acquire(mb.slot);
+  if (!acquired.ok()) {
+    pass_.Release(mb.slot);
+    return acquired.status();
+  }
+  LinearInputs* li = *acquired;
+  for (auto [buffer, floats] : {std::pair{&li->h1, nc}, {&s->stats1, 2 * static_cast<size_t>(n)},
                                 {&s->qkv, 3 * na}, {&s->probs, static_cast<size_t>(probs)},
-                                {&s->att, na}, {&s->r1, nc}, {&s->h2, nc},
+                                {&li->att, na}, {&s->r1, nc}, {&li->h2, nc},
                                 {&s->stats2, 2 * static_cast<size_t>(n)}, {&s->f, nf},
-                                {&s->g, nf}}) {
+                                {&li->g, nf}}) {
     RETURN_IF_ERROR(EnsureFloats(backend_, *buffer, floats));
   }
   auto f32 = [](DeviceBuffer& b) { return b.span<float>(); };
@@ -87,21 +95,21 @@ absl::Status BlockLayer::Forward(const MicroBatch& mb, DeviceSpan<const float> x
   auto mean2 = f32(s->stats2).subspan(0, n), rstd2 = f32(s->stats2).subspan(n, n);
   DeviceSpan<float> tmp = f32(tmp_c_);
 
-  RETURN_IF_ERROR(backend_.LayerNormForward(ln, x, ln1_weight_.v(), ln1_bias_.v(), f32(s->h1),
+  RETURN_IF_ERROR(backend_.LayerNormForward(ln, x, ln1_weight_.v(), ln1_bias_.v(), f32(li->h1),
                                             mean1, rstd1));
-  RETURN_IF_ERROR(qkv_.Forward(backend_, f32(s->h1), n, f32(s->qkv)));
-  RETURN_IF_ERROR(AttentionForward(backend_, attn, f32(s->qkv), f32(s->att), f32(s->probs)));
-  RETURN_IF_ERROR(proj_.Forward(backend_, f32(s->att), n, tmp));
+  RETURN_IF_ERROR(qkv_.Forward(backend_, f32(li->h1), n, f32(s->qkv)));
+  RETURN_IF_ERROR(AttentionForward(backend_, attn, f32(s->qkv), f32(li->att), f32(s->probs)));
+  RETURN_IF_ERROR(proj_.Forward(backend_, f32(li->att), n, tmp));
   if (tp_.split()) {  // Megatron's g: the ranks' parts summed, then the bias once
     RETURN_IF_ERROR(tp_.AllReduce(tmp.subspan(0, nc)));
     RETURN_IF_ERROR(proj_.AddBias(backend_, tmp, n));
   }
   RETURN_IF_ERROR(backend_.Add(x, tmp.subspan(0, nc), f32(s->r1)));
   RETURN_IF_ERROR(backend_.LayerNormForward(ln, f32(s->r1), ln2_weight_.v(), ln2_bias_.v(),
-                                            f32(s->h2), mean2, rstd2));
-  RETURN_IF_ERROR(fc_.Forward(backend_, f32(s->h2), n, f32(s->f)));
-  RETURN_IF_ERROR(backend_.GeluForward(f32(s->f).subspan(0, nf), f32(s->g)));
-  RETURN_IF_ERROR(mlp_proj_.Forward(backend_, f32(s->g), n, tmp));
+                                            f32(li->h2), mean2, rstd2));
+  RETURN_IF_ERROR(fc_.Forward(backend_, f32(li->h2), n, f32(s->f)));
+  RETURN_IF_ERROR(backend_.GeluForward(f32(s->f).subspan(0, nf), f32(li->g)));
+  RETURN_IF_ERROR(mlp_proj_.Forward(backend_, f32(li->g), n, tmp));
   if (tp_.split()) {
     RETURN_IF_ERROR(tp_.AllReduce(tmp.subspan(0, nc)));
     RETURN_IF_ERROR(mlp_proj_.AddBias(backend_, tmp, n));
@@ -126,10 +134,15 @@ absl::Status BlockLayer::BackwardPass(const MicroBatch& mb, DeviceSpan<const flo
   const size_t na = static_cast<size_t>(n * attention_width()), nf = static_cast<size_t>(n * mlp_width());
   const AttentionShape attn{mb.batch, mb.t, heads(), config_.head_dim()};
   RETURN_IF_ERROR(EnsureScratch(n, mb.batch * heads() * mb.t * mb.t));
-  ASSIGN_OR_RETURN(Saved * s, saved_.Find(mb.slot));
-  if (s->weights_pending) {
+  if (pending_.holds(mb.slot)) {
     return absl::FailedPreconditionError(
         absl::StrCat(name_, ": micro-batch slot ", mb.slot, " already had its backward pass"));
+  }
+  ASSIGN_OR_RETURN(PassSaved * s, pass_.Find(mb.slot));
+  ASSIGN_OR_RETURN(LinearInputs * li, inputs_.Find(mb.slot));
+  PendingGrads* pg = nullptr;
+  if (defer) {
+    ASSIGN_OR_RETURN(pg, pending_.Acquire(mb.slot));
   }
   auto f32 = [](DeviceBuffer& b) { return b.span<float>(); };
   const LayerNormShape ln{n, c, 1e-5f};
@@ -139,12 +152,13 @@ absl::Status BlockLayer::BackwardPass(const MicroBatch& mb, DeviceSpan<const flo
   DeviceSpan<float> dg = f32(tmp_4c_a_).subspan(0, nf), df = f32(tmp_4c_b_).subspan(0, nf);
   DeviceSpan<float> dqkv = f32(tmp_3c_).subspan(0, 3 * na);
   if (defer) {  // the gradients BackwardWeights reads, kept in the slot
-    for (auto [buffer, floats] : {std::pair{&s->dy, nc}, {&s->df, nf}, {&s->dr1, nc}, {&s->dqkv, 3 * na}}) {
+    for (auto [buffer, floats] : {std::pair{&pg->dy, nc}, {&pg->df, nf}, {&pg->dr1, nc}, {&pg->dqkv, 3 * na}}) {
       RETURN_IF_ERROR(EnsureFloats(backend_, *buffer, floats));
     }
-    df = f32(s->df).subspan(0, nf);
-    dqkv = f32(s->dqkv).subspan(0, 3 * na);
-    RETURN_IF_ERROR(backend_.CopyOnDevice(dy.subspan(0, nc), f32(s->dy).subspan(0, nc)));
+    pg->rows = n;
+    df = f32(pg->df).subspan(0, nf);
+    dqkv = f32(pg->dqkv).subspan(0, 3 * na);
+    RETURN_IF_ERROR(backend_.CopyOnDevice(dy.subspan(0, nc), f32(pg->dy).subspan(0, nc)));
   }
   // Linear layer `l`'s backward pass, or its input part only.
   auto linear_backward = [&](Linear& l, DeviceBuffer& input, DeviceSpan<const float> grad, DeviceSpan<float> out) {
@@ -154,49 +168,52 @@ absl::Status BlockLayer::BackwardPass(const MicroBatch& mb, DeviceSpan<const flo
   // dx accumulates the residual stream's gradient: dy, then both branches.
   RETURN_IF_ERROR(backend_.CopyOnDevice(dy.subspan(0, nc), dx));
   // MLP branch.
-  RETURN_IF_ERROR(linear_backward(mlp_proj_, s->g, dy, dg));
+  RETURN_IF_ERROR(linear_backward(mlp_proj_, li->g, dy, dg));
   RETURN_IF_ERROR(backend_.Fill(df, 0.0f));
   RETURN_IF_ERROR(backend_.GeluBackward(f32(s->f).subspan(0, nf), dg, df));
-  RETURN_IF_ERROR(linear_backward(fc_, s->h2, df, dc));
+  RETURN_IF_ERROR(linear_backward(fc_, li->h2, df, dc));
   RETURN_IF_ERROR(tp_.AllReduce(dc));  // Megatron's f, backwards: the ranks' parts of ln2's output gradient
   RETURN_IF_ERROR(backend_.LayerNormBackward(ln, f32(s->r1), ln2_weight_.v(), mean2, rstd2, dc,
                                              dx, ln2_weight_.g(), ln2_bias_.g()));
   // Attention branch; dx now holds the full gradient of r1.
-  if (defer) RETURN_IF_ERROR(backend_.CopyOnDevice(DeviceSpan<const float>(dx), f32(s->dr1).subspan(0, nc)));
-  RETURN_IF_ERROR(linear_backward(proj_, s->att, dx, dc));
+  if (defer) RETURN_IF_ERROR(backend_.CopyOnDevice(DeviceSpan<const float>(dx), f32(pg->dr1).subspan(0, nc)));
+  RETURN_IF_ERROR(linear_backward(proj_, li->att, dx, dc));
   RETURN_IF_ERROR(backend_.Fill(dqkv, 0.0f));
   RETURN_IF_ERROR(AttentionBackward(backend_, attn, f32(s->qkv), f32(s->probs), dc, dqkv,
                                     f32(tmp_probs_)));
-  RETURN_IF_ERROR(linear_backward(qkv_, s->h1, dqkv, dc));
+  RETURN_IF_ERROR(linear_backward(qkv_, li->h1, dqkv, dc));
   RETURN_IF_ERROR(tp_.AllReduce(dc));
   RETURN_IF_ERROR(backend_.LayerNormBackward(ln, x, ln1_weight_.v(), mean1, rstd1, dc, dx,
                                              ln1_weight_.g(), ln1_bias_.g()));
-  if (defer) {
-    s->rows = n;
-    s->weights_pending = true;
-    return absl::OkStatus();
-  }
-  saved_.Release(mb.slot);
+  pass_.Release(mb.slot);
+  if (!defer) inputs_.Release(mb.slot);
   return absl::OkStatus();
 }
 
 absl::Status BlockLayer::BackwardWeights(int slot) {
-  ASSIGN_OR_RETURN(Saved * s, saved_.Find(slot));
-  if (!s->weights_pending) {
+  if (!pending_.holds(slot)) {
     return absl::FailedPreconditionError(
         absl::StrCat(name_, ": micro-batch slot ", slot, " has no backward input part to finish"));
   }
-  const int64_t n = s->rows;
+  ASSIGN_OR_RETURN(PendingGrads * pg, pending_.Find(slot));
+  ASSIGN_OR_RETURN(LinearInputs * li, inputs_.Find(slot));
+  const int64_t n = pg->rows;
   const size_t nc = static_cast<size_t>(n * config_.d_model);
   const size_t na = static_cast<size_t>(n * attention_width()), nf = static_cast<size_t>(n * mlp_width());
   auto f32 = [](DeviceBuffer& b) { return b.span<float>(); };
-  RETURN_IF_ERROR(mlp_proj_.BackwardWeights(backend_, f32(s->g), f32(s->dy).subspan(0, nc), n));
-  RETURN_IF_ERROR(fc_.BackwardWeights(backend_, f32(s->h2), f32(s->df).subspan(0, nf), n));
-  RETURN_IF_ERROR(proj_.BackwardWeights(backend_, f32(s->att), f32(s->dr1).subspan(0, nc), n));
-  RETURN_IF_ERROR(qkv_.BackwardWeights(backend_, f32(s->h1), f32(s->dqkv).subspan(0, 3 * na), n));
-  s->weights_pending = false;
-  saved_.Release(slot);
+  RETURN_IF_ERROR(mlp_proj_.BackwardWeights(backend_, f32(li->g), f32(pg->dy).subspan(0, nc), n));
+  RETURN_IF_ERROR(fc_.BackwardWeights(backend_, f32(li->h2), f32(pg->df).subspan(0, nf), n));
+  RETURN_IF_ERROR(proj_.BackwardWeights(backend_, f32(li->att), f32(pg->dr1).subspan(0, nc), n));
+  RETURN_IF_ERROR(qkv_.BackwardWeights(backend_, f32(li->h1), f32(pg->dqkv).subspan(0, 3 * na), n));
+  pending_.Release(slot);
+  inputs_.Release(slot);
   return absl::OkStatus();
+}
+
+void BlockLayer::Discard(int slot) {
+  pass_.Release(slot);
+  inputs_.Release(slot);
+  pending_.Release(slot);
 }
 
 }  // namespace shardline::worker::nn

@@ -9,8 +9,8 @@
 // in the backward pass: four all-reduces of N·C floats per micro-batch.
 // Saved activations per slot (floats, N = batch·t tokens, C = width):
 // 4·N·C + 8·N·C/t + 4·N + batch·(heads/t)·t²; between BackwardInput and
-// BackwardWeights also the gradients the four linear layers' weight
-// gradients need, 2·N·C + 7·N·C/t. Not thread-safe.
+// BackwardWeights only the four linear layers' inputs, 2·N·C + 5·N·C/t, and
+// their output gradients, 2·N·C + 7·N·C/t. Not thread-safe.
 #ifndef SHARDLINE_WORKER_NN_BLOCK_LAYER_H_
 #define SHARDLINE_WORKER_NN_BLOCK_LAYER_H_
 
@@ -45,16 +45,24 @@ class BlockLayer final : public Layer {
   absl::Status BackwardInput(const MicroBatch& mb, DeviceSpan<const float> x,
                              DeviceSpan<const float> dy, DeviceSpan<float> dx) override;
   absl::Status BackwardWeights(int slot) override;
-  void Discard(int slot) override { saved_.Release(slot); }
+  void Discard(int slot) override;
 
  private:
-  struct Saved {
-    DeviceBuffer h1, stats1, qkv, probs, att, r1, h2, stats2, f, g;
-    // Kept by BackwardInput for BackwardWeights: the output gradients of
-    // mlp.proj (the block's dy), fc, attn.proj (r1's) and qkv.
+  // What a slot keeps, in three stores so that each part is freed as soon
+  // as it is no longer needed (and a recycled one is reused): the backward
+  // pass's input part reads PassSaved; the linear layers' weight gradients
+  // read LinearInputs; between BackwardInput and BackwardWeights the slot
+  // also keeps PendingGrads, the output gradients of mlp.proj (the block's
+  // dy), fc, attn.proj (r1's) and qkv.
+  struct PassSaved {
+    DeviceBuffer stats1, qkv, probs, r1, stats2, f;
+  };
+  struct LinearInputs {
+    DeviceBuffer h1, att, h2, g;
+  };
+  struct PendingGrads {
     DeviceBuffer dy, df, dr1, dqkv;
     int64_t rows = 0;
-    bool weights_pending = false;
   };
 
   BlockLayer(Backend& backend, const ModelConfig& config, int index, const TensorParallel& tp)
@@ -74,7 +82,9 @@ class BlockLayer final : public Layer {
   const std::string name_;
   Parameter ln1_weight_, ln1_bias_, ln2_weight_, ln2_bias_;
   Linear qkv_, proj_, fc_, mlp_proj_;
-  SlotStore<Saved> saved_;
+  SlotStore<PassSaved> pass_;
+  SlotStore<LinearInputs> inputs_;
+  SlotStore<PendingGrads> pending_;
   // Shared by every slot: temporaries of one Forward or Backward call.
   DeviceBuffer tmp_c_, tmp_4c_a_, tmp_4c_b_, tmp_3c_, tmp_probs_;
 };

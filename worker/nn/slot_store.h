@@ -53,6 +53,7 @@ class SlotStore {
     spare_.push_back(std::move(it->second));
     live_.erase(it);
   }
+  bool holds(int slot) const { return live_.count(slot) > 0; }
   size_t live() const { return live_.size(); }
 
  private:
