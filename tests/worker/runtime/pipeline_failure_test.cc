@@ -60,17 +60,24 @@ TEST(PipelineFailureTest, SilentNeighbourHitsTheDeadline) {
                         absl::StatusCode::kDeadlineExceeded);
 }
 
+// Holds slot `k` of the second stage's runtime (a 2-stage TinySpec(4, 8)
+// pipeline), so that the schedule's forward pass of micro-batch k fails there.
+void OccupySecondStageSlot(shardline::testing::LocalPipeline& pipeline, int k) {
+  std::vector<float> x(2 * 9 * 16);
+  ShardRuntime::Inputs in{2, 9, {}, {}, 1.0f, x};
+  std::vector<int32_t> targets(18, -1);
+  in.targets = targets;
+  ASSERT_TRUE(pipeline.runtime(1).Forward(k, in).ok());
+}
+
 TEST(PipelineFailureTest, AFailingStageStopsTheOthers) {
   auto spec = testing::TinySpec(4, 8);
   auto pipeline = shardline::testing::LocalPipeline::Create(spec, {2});
   ASSERT_TRUE(pipeline.ok());
   ASSERT_TRUE((*pipeline)->RunStep(1).ok());
   // Occupy a slot the schedule will use: stage 1's forward of micro-batch 0 fails.
-  std::vector<float> x(2 * 9 * 16);
-  ShardRuntime::Inputs in{2, 9, {}, {}, 1.0f, x};
-  std::vector<int32_t> targets(18, -1);
-  in.targets = targets;
-  ASSERT_TRUE((*pipeline)->runtime(1).Forward(0, in).ok());
+  OccupySecondStageSlot(**pipeline, 0);
+  if (HasFatalFailure()) return;
   const auto start = Clock::now();
   auto result = (*pipeline)->RunStep(2);
   EXPECT_EQ(result.status().code(), absl::StatusCode::kAlreadyExists) << result.status();
@@ -88,11 +95,8 @@ TEST(PipelineFailureTest, AFailedZeroBubbleStepFreesSlotsBetweenTheirParts) {
   ASSERT_TRUE((*pipeline)->RunStep(1).ok());
   // Stage 1's forward of micro-batch 2 fails, after both stages have run
   // the input parts of micro-batches 0 and 1 (stage 1: F0 B0 F1 B1 W0 F2).
-  std::vector<float> x(2 * 9 * 16);
-  ShardRuntime::Inputs in{2, 9, {}, {}, 1.0f, x};
-  std::vector<int32_t> targets(18, -1);
-  in.targets = targets;
-  ASSERT_TRUE((*pipeline)->runtime(1).Forward(2, in).ok());
+  OccupySecondStageSlot(**pipeline, 2);
+  if (HasFatalFailure()) return;
   auto result = (*pipeline)->RunStep(2);
   EXPECT_EQ(result.status().code(), absl::StatusCode::kAlreadyExists) << result.status();
   EXPECT_EQ((*pipeline)->runtime(0).slots_held(), 0u);
