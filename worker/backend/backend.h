@@ -41,6 +41,21 @@
 
 namespace shardline::worker {
 
+// One GEMM's shape and operands, for Backend::GemmPair.
+struct GemmCall {
+  GemmShape shape;
+  DeviceSpan<const float> a, b;
+  DeviceSpan<float> c;
+};
+
+// A validated GEMM as the implementations get it (leading dimensions filled in).
+struct GemmOperands {
+  GemmShape shape;
+  const float* a = nullptr;
+  const float* b = nullptr;
+  float* c = nullptr;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -137,6 +152,12 @@ class Backend {
   // ---- Dense algebra ----
   absl::Status Gemm(const GemmShape& shape, DeviceSpan<const float> a, DeviceSpan<const float> b,
                     DeviceSpan<float> c);
+  // Two independent GEMMs, each as Gemm: neither C may overlap the other
+  // call's A, B or C. A backend may run them at once (the CPU backend on an
+  // even number of threads gives each half of them: on two, each GEMM runs
+  // whole on one thread and no operand is packed twice). Each C gets the
+  // same bits on every run with the same thread count.
+  absl::Status GemmPair(const GemmCall& first, const GemmCall& second);
 
   // ---- Element-wise ----
   absl::Status Axpy(float alpha, DeviceSpan<const float> x, DeviceSpan<float> y);  // y += alpha·x
@@ -251,6 +272,8 @@ class Backend {
   virtual absl::Status FillImpl(float* x, size_t n, float value) = 0;
   virtual absl::Status GemmImpl(const GemmShape& shape, const float* a, const float* b,
                                 float* c) = 0;
+  // By default one GemmImpl after the other.
+  virtual absl::Status GemmPairImpl(const GemmOperands& first, const GemmOperands& second);
   virtual absl::Status AxpyImpl(float alpha, const float* x, float* y, size_t n) = 0;
   virtual absl::Status ScaleImpl(float* x, size_t n, float alpha) = 0;
   virtual absl::Status AddImpl(const float* a, const float* b, float* out, size_t n) = 0;

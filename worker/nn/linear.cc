@@ -41,30 +41,42 @@ absl::Status Linear::Forward(Backend& backend, DeviceSpan<const float> x, int64_
   return absl::OkStatus();
 }
 
+GemmCall Linear::InputGradient(DeviceSpan<const float> dy, int64_t rows, DeviceSpan<float> dx) const {
+  GemmCall dxs{{}, dy, weight_.v(), dx};  // [rows × out] · [out × in]
+  dxs.shape.m = rows;
+  dxs.shape.n = in_;
+  dxs.shape.k = out_;
+  return dxs;
+}
+
+GemmCall Linear::WeightGradient(DeviceSpan<const float> x, DeviceSpan<const float> dy, int64_t rows) const {
+  GemmCall dw{{}, dy, x, weight_.g()};  // [out × rows] · [rows × in], accumulated
+  dw.shape.trans_a = true;
+  dw.shape.m = out_;
+  dw.shape.n = in_;
+  dw.shape.k = rows;
+  dw.shape.beta = 1.0f;
+  return dw;
+}
+
 absl::Status Linear::Backward(Backend& backend, DeviceSpan<const float> x,
                               DeviceSpan<const float> dy, int64_t rows, DeviceSpan<float> dx) {
-  RETURN_IF_ERROR(BackwardWeights(backend, x, dy, rows));
-  return dx.empty() ? absl::OkStatus() : BackwardInput(backend, dy, rows, dx);
+  if (dx.empty()) return BackwardWeights(backend, x, dy, rows);
+  // The two gradients are independent: the backend may run them at once.
+  RETURN_IF_ERROR(backend.GemmPair(WeightGradient(x, dy, rows), InputGradient(dy, rows, dx)));
+  return has_bias_ ? backend.SumRows(dy, bias_.g(), rows, out_) : absl::OkStatus();
 }
 
 absl::Status Linear::BackwardInput(Backend& backend, DeviceSpan<const float> dy, int64_t rows,
                                    DeviceSpan<float> dx) {
-  GemmShape dxs;  // [rows × out] · [out × in]
-  dxs.m = rows;
-  dxs.n = in_;
-  dxs.k = out_;
-  return backend.Gemm(dxs, dy, weight_.v(), dx);
+  const GemmCall dxs = InputGradient(dy, rows, dx);
+  return backend.Gemm(dxs.shape, dxs.a, dxs.b, dxs.c);
 }
 
 absl::Status Linear::BackwardWeights(Backend& backend, DeviceSpan<const float> x, DeviceSpan<const float> dy,
                                      int64_t rows) {
-  GemmShape dw;  // [out × rows] · [rows × in], accumulated
-  dw.trans_a = true;
-  dw.m = out_;
-  dw.n = in_;
-  dw.k = rows;
-  dw.beta = 1.0f;
-  RETURN_IF_ERROR(backend.Gemm(dw, dy, x, weight_.g()));
+  const GemmCall dw = WeightGradient(x, dy, rows);
+  RETURN_IF_ERROR(backend.Gemm(dw.shape, dw.a, dw.b, dw.c));
   return has_bias_ ? backend.SumRows(dy, bias_.g(), rows, out_) : absl::OkStatus();
 }
 

@@ -42,7 +42,8 @@ class Linear {
                        DeviceSpan<float> y);
   // y += b (a row-parallel layer's, once its parts are summed).
   absl::Status AddBias(Backend& backend, DeviceSpan<float> y, int64_t rows);
-  // dW += dyᵀ·x, db += Σ_rows dy, and dx = dy·W unless dx is empty.
+  // dW += dyᵀ·x, db += Σ_rows dy, and dx = dy·W unless dx is empty (the two
+  // GEMMs as one Backend::GemmPair).
   absl::Status Backward(Backend& backend, DeviceSpan<const float> x, DeviceSpan<const float> dy,
                         int64_t rows, DeviceSpan<float> dx);
   // Backward's two parts, for a caller that runs them apart: dx = dy·W; and
@@ -57,6 +58,10 @@ class Linear {
   int64_t out() const { return out_; }
 
  private:
+  // The GEMMs of dx = dy·W and dW += dyᵀ·x.
+  GemmCall InputGradient(DeviceSpan<const float> dy, int64_t rows, DeviceSpan<float> dx) const;
+  GemmCall WeightGradient(DeviceSpan<const float> x, DeviceSpan<const float> dy, int64_t rows) const;
+
   int64_t in_ = 0;
   int64_t out_ = 0;
   bool row_parallel_ = false;

@@ -1,6 +1,8 @@
 // Bad arguments to a backend return a clear error and leave memory alone; the
 // backend keeps working afterwards. Run over every backend built.
+#include <algorithm>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -61,6 +63,42 @@ TEST_P(BackendErrorsTest, GemmRejectsBadDimensionsAndStrides) {
   s.batch = 1;
   s.m = int64_t{1} << 40;  // beyond what BLAS can index
   EXPECT_EQ(backend().Gemm(s, span, span, span).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_P(BackendErrorsTest, GemmPairRejectsOverlapsAndBadShapesAndLeavesBothCsUntouched) {
+  GemmShape s;
+  s.m = 4;
+  s.n = 4;
+  s.k = 4;
+  DeviceBuffer a = Upload(backend(), RandomVector(16, 1));
+  DeviceBuffer b = Upload(backend(), RandomVector(16, 2));
+  const auto c0 = RandomVector(32, 3);
+  DeviceBuffer c = Upload(backend(), c0);
+  auto cs = c.span<float>();
+  const DeviceSpan<const float> av = a.span<float>(), bv = b.span<float>();
+  auto expect_invalid = [&](const GemmCall& first, const GemmCall& second, const std::string& says) {
+    const absl::Status status = backend().GemmPair(first, second);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+    EXPECT_NE(status.message().find(says), std::string::npos) << status;
+    EXPECT_EQ(Download(backend(), c), c0);
+  };
+  // The two Cs share 4 elements; then the second reads what the first writes.
+  expect_invalid({s, av, bv, cs.subspan(0, 16)}, {s, av, bv, cs.subspan(12, 16)}, "overlaps");
+  expect_invalid({s, av, bv, cs.subspan(0, 16)}, {s, cs.subspan(0, 16), bv, cs.subspan(16, 16)}, "overlaps");
+  expect_invalid({s, cs.subspan(16, 16), bv, cs.subspan(0, 16)}, {s, av, bv, cs.subspan(16, 16)}, "overlaps");
+  // Each call is checked as Gemm checks it, and named.
+  GemmShape bad = s;
+  bad.k = -1;
+  expect_invalid({s, av, bv, cs.subspan(0, 16)}, {bad, av, bv, cs.subspan(16, 16)}, "GemmPair (second)");
+  expect_invalid({s, av.subspan(0, 15), bv, cs.subspan(0, 16)}, {s, av, bv, cs.subspan(16, 16)},
+                 "GemmPair (first): A has 15 elements, needs 16");
+  // Both reading the same A and B is fine; so is an empty second GEMM.
+  ASSERT_TRUE(RunAndSync(backend().GemmPair({s, av, bv, cs.subspan(0, 16)}, {s, av, bv, cs.subspan(16, 16)})).ok());
+  const std::vector<float> both = Download(backend(), c);
+  EXPECT_TRUE(std::equal(both.begin(), both.begin() + 16, both.begin() + 16));
+  GemmShape empty = s;
+  empty.m = 0;
+  EXPECT_TRUE(RunAndSync(backend().GemmPair({s, av, bv, cs.subspan(0, 16)}, {empty, av, bv, {}})).ok());
 }
 
 TEST_P(BackendErrorsTest, NullDataIsRejected) {

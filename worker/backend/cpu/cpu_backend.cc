@@ -92,6 +92,11 @@ absl::Status CpuBackend::GemmImpl(const GemmShape& s, const float* a, const floa
   return absl::OkStatus();
 }
 
+absl::Status CpuBackend::GemmPairImpl(const GemmOperands& first, const GemmOperands& second) {
+  cpu::GemmPair(*pool_, first, second);
+  return absl::OkStatus();
+}
+
 absl::Status CpuBackend::AxpyImpl(float alpha, const float* x, float* y, size_t n) {
   pool_->ParallelFor(n, kGrain, [&](size_t b, size_t e) { cpu::Axpy(alpha, x + b, y + b, e - b); });
   return absl::OkStatus();

@@ -47,6 +47,7 @@ class CpuBackend : public Backend {
   absl::Status CopyOnDeviceImpl(const void* src, void* dst, size_t bytes) override;
   absl::Status FillImpl(float* x, size_t n, float value) override;
   absl::Status GemmImpl(const GemmShape& shape, const float* a, const float* b, float* c) override;
+  absl::Status GemmPairImpl(const GemmOperands& first, const GemmOperands& second) override;
   absl::Status AxpyImpl(float alpha, const float* x, float* y, size_t n) override;
   absl::Status ScaleImpl(float* x, size_t n, float alpha) override;
   absl::Status AddImpl(const float* a, const float* b, float* out, size_t n) override;

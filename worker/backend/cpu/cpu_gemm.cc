@@ -87,28 +87,63 @@ int TakeOverBlasThreads() {
   return before;
 }
 
+namespace {
+
+// A batched GEMM cut into pieces of C for `threads` threads: each piece one
+// single-threaded call. A batch of at least as many items as threads is cut
+// into its items; otherwise every item's C is cut by Plan.
+class GemmPieces {
+ public:
+  GemmPieces(const GemmOperands& g, int threads) : g_(g) {
+    const GemmShape& s = g.shape;
+    cut_ = threads == 1 || s.batch >= threads ? Cut{s.m, s.n, 1, 1} : Plan(s.m, s.n, threads);
+    per_item_ = cut_.row_pieces * cut_.col_pieces;
+  }
+
+  int64_t count() const { return g_.shape.batch * per_item_; }
+
+  void Run(int64_t p) const {
+    const GemmShape& s = g_.shape;
+    const int64_t i = p / per_item_, row = (p % per_item_) / cut_.col_pieces, col = p % cut_.col_pieces;
+    const int64_t r0 = row * cut_.row_width, rows = std::min(cut_.row_width, s.m - r0);
+    const int64_t c0 = col * cut_.col_width, cols = std::min(cut_.col_width, s.n - c0);
+    const float* a = g_.a + i * s.stride_a + (s.trans_a ? r0 : r0 * s.lda);
+    const float* b = g_.b + i * s.stride_b + (s.trans_b ? c0 * s.ldb : c0);
+    Sgemm(s, rows, cols, a, b, g_.c + i * s.stride_c + r0 * s.ldc + c0);
+  }
+
+ private:
+  GemmOperands g_;
+  Cut cut_;
+  int64_t per_item_;
+};
+
+}  // namespace
+
 void Gemm(CpuThreadPool& pool, const GemmShape& s, const float* a, const float* b, float* c) {
+  const int threads = Macs(s) < kMinParallelMacs ? 1 : pool.threads();
+  const GemmPieces pieces({s, a, b, c}, threads);
+  if (threads == 1) {
+    for (int64_t p = 0; p < pieces.count(); ++p) pieces.Run(p);
+    return;
+  }
+  pool.Run(pieces.count(), [&](int64_t p) { pieces.Run(p); });
+}
+
+void GemmPair(CpuThreadPool& pool, const GemmOperands& first, const GemmOperands& second) {
   const int threads = pool.threads();
-  auto item = [&](int64_t i) {
-    Sgemm(s, s.m, s.n, a + i * s.stride_a, b + i * s.stride_b, c + i * s.stride_c);
-  };
-  if (threads == 1 || Macs(s) < kMinParallelMacs) {
-    for (int64_t i = 0; i < s.batch; ++i) item(i);
+  if (threads % 2 != 0 || std::min(Macs(first.shape), Macs(second.shape)) < kMinParallelMacs) {
+    Gemm(pool, first.shape, first.a, first.b, first.c);
+    Gemm(pool, second.shape, second.a, second.b, second.c);
     return;
   }
-  if (s.batch >= threads) {
-    pool.Run(s.batch, item);
-    return;
-  }
-  const Cut cut = Plan(s.m, s.n, threads);
-  const int64_t pieces = cut.row_pieces * cut.col_pieces;
-  pool.Run(s.batch * pieces, [&](int64_t p) {
-    const int64_t i = p / pieces, row = (p % pieces) / cut.col_pieces, col = p % cut.col_pieces;
-    const int64_t r0 = row * cut.row_width, rows = std::min(cut.row_width, s.m - r0);
-    const int64_t c0 = col * cut.col_width, cols = std::min(cut.col_width, s.n - c0);
-    const float* ai = a + i * s.stride_a + (s.trans_a ? r0 : r0 * s.lda);
-    const float* bi = b + i * s.stride_b + (s.trans_b ? c0 * s.ldb : c0);
-    Sgemm(s, rows, cols, ai, bi, c + i * s.stride_c + r0 * s.ldc + c0);
+  const GemmPieces one(first, threads / 2), two(second, threads / 2);
+  pool.Run(one.count() + two.count(), [&](int64_t p) {
+    if (p < one.count()) {
+      one.Run(p);
+    } else {
+      two.Run(p - one.count());
+    }
   });
 }
 

@@ -15,6 +15,12 @@
 // beyond that near-square pieces, so that the pieces together pack as few
 // elements of A and B as they can).
 //
+// A pair of independent GEMMs (a linear layer's input and weight gradients)
+// on two threads runs each whole on one thread, rather than both in halves:
+// neither thread packs the operand the other also reads, and the two take
+// the same multiply-adds. 4-9% faster than the halves on the large model's
+// backward shapes (docs/benchmarks.md).
+//
 // Determinism: a batch run item by item gives the same bits on any thread
 // count. A cut GEMM's element sums over k as OpenBLAS does for that piece's
 // shape, so results are the same bits for the same thread count (and for
@@ -22,6 +28,7 @@
 #ifndef SHARDLINE_WORKER_BACKEND_CPU_CPU_GEMM_H_
 #define SHARDLINE_WORKER_BACKEND_CPU_CPU_GEMM_H_
 
+#include "worker/backend/backend.h"
 #include "worker/backend/backend_types.h"
 #include "worker/backend/cpu/cpu_thread_pool.h"
 
@@ -35,6 +42,11 @@ int TakeOverBlasThreads();
 // C = alpha·op(A)·op(B) + beta·C for every item of the batch. With k = 0,
 // C = beta·C (BLAS libraries differ there).
 void Gemm(CpuThreadPool& pool, const GemmShape& shape, const float* a, const float* b, float* c);
+
+// Two independent GEMMs at once where the thread count is even, each on half
+// of the threads (each cut for that half, so on two threads each runs whole
+// on one); otherwise one Gemm after the other.
+void GemmPair(CpuThreadPool& pool, const GemmOperands& first, const GemmOperands& second);
 
 }  // namespace shardline::worker::cpu
 

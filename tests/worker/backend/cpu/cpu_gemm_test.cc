@@ -2,11 +2,13 @@
 // GEMM is cut (by rows, by columns, grids of both, ragged last pieces,
 // batches fewer or more than the threads, k = 0) against the float64 reference, with padded
 // leading dimensions so a part that read or wrote its neighbour's rows would
-// show; the same bits on every run; batches the same bits on any thread count.
+// show; the same bits on every run; batches the same bits on any thread count;
+// pairs of GEMMs run at once, each with the bits of its share of the threads.
 #include <cstring>
 #include <limits>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -79,23 +81,26 @@ size_t Extent(int64_t batch, int64_t stride, int64_t rows, int64_t ld) {
   return static_cast<size_t>(batch == 1 ? rows * ld : (batch - 1) * stride + rows * ld);
 }
 
-// Runs `c` on a backend of `threads` threads; checks it against the
-// reference and returns all of C (padding included, which must be untouched).
-std::vector<float> RunCase(int threads, const GemmCase& c) {
-  auto backend = CpuBackend::Create(threads);
-  EXPECT_TRUE(backend.ok()) << backend.status();
-  const GemmShape& s = c.shape;
-  const auto a = RandomVector(Extent(s.batch, s.stride_a, s.trans_a ? s.k : s.m, s.lda), 1);
-  const auto b = RandomVector(Extent(s.batch, s.stride_b, s.trans_b ? s.n : s.k, s.ldb), 2);
-  auto c0 = RandomVector(Extent(s.batch, s.stride_c, s.m, s.ldc), 3);
+// A case's operands: C starts random, or NaN where beta = 0.
+struct CaseData {
+  std::vector<float> a, b, c0;
+};
+
+CaseData MakeData(const GemmShape& s, uint64_t seed) {
+  CaseData d{RandomVector(Extent(s.batch, s.stride_a, s.trans_a ? s.k : s.m, s.lda), seed),
+             RandomVector(Extent(s.batch, s.stride_b, s.trans_b ? s.n : s.k, s.ldb), seed + 1),
+             RandomVector(Extent(s.batch, s.stride_c, s.m, s.ldc), seed + 2)};
   if (s.beta == 0.0f) {
-    for (float& x : c0) x = std::numeric_limits<float>::quiet_NaN();
+    for (float& x : d.c0) x = std::numeric_limits<float>::quiet_NaN();
   }
-  DeviceBuffer da = Upload(**backend, a), db = Upload(**backend, b), dc = Upload(**backend, c0);
-  EXPECT_TRUE((*backend)->Gemm(s, da.span<float>(), db.span<float>(), dc.span<float>()).ok());
-  std::vector<float> got = Download(**backend, dc);
-  std::vector<double> want = AsDoubles(c0);
-  reference::Gemm(s, AsDoubles(a), AsDoubles(b), want);
+  return d;
+}
+
+// `got` (all of C, padding included) against the reference; the padding
+// must be untouched.
+void ExpectReference(const GemmShape& s, const CaseData& d, const std::vector<float>& got) {
+  std::vector<double> want = AsDoubles(d.c0);
+  reference::Gemm(s, AsDoubles(d.a), AsDoubles(d.b), want);
   // The reference writes only C's m × n entries: the padding must still be
   // what it was (NaN compares unequal, so compare bits there).
   std::vector<bool> written(want.size(), false);
@@ -111,10 +116,44 @@ std::vector<float> RunCase(int threads, const GemmCase& c) {
       got_written.push_back(got[i]);
       want_written.push_back(want[i]);
     } else {
-      EXPECT_EQ(std::memcmp(&got[i], &c0[i], sizeof(float)), 0) << "padding at " << i << " changed";
+      EXPECT_EQ(std::memcmp(&got[i], &d.c0[i], sizeof(float)), 0) << "padding at " << i << " changed";
     }
   }
   EXPECT_TRUE(AllNear(got_written, want_written, 1e-4, 1e-4));
+}
+
+std::unique_ptr<CpuBackend> Backend(int threads) {
+  auto backend = CpuBackend::Create(threads);
+  EXPECT_TRUE(backend.ok()) << backend.status();
+  return std::move(*backend);
+}
+
+// Runs `c` on a backend of `threads` threads; checks it against the
+// reference and returns all of C.
+std::vector<float> RunCase(int threads, const GemmCase& c, uint64_t seed = 1) {
+  auto backend = Backend(threads);
+  const CaseData d = MakeData(c.shape, seed);
+  DeviceBuffer da = Upload(*backend, d.a), db = Upload(*backend, d.b), dc = Upload(*backend, d.c0);
+  EXPECT_TRUE(backend->Gemm(c.shape, da.span<float>(), db.span<float>(), dc.span<float>()).ok());
+  std::vector<float> got = Download(*backend, dc);
+  ExpectReference(c.shape, d, got);
+  return got;
+}
+
+// Runs `one` and `two` as one GemmPair; checks each against the reference
+// and returns both Cs.
+std::pair<std::vector<float>, std::vector<float>> RunPair(int threads, const GemmCase& one, const GemmCase& two) {
+  auto backend = Backend(threads);
+  const CaseData d1 = MakeData(one.shape, 1), d2 = MakeData(two.shape, 11);
+  DeviceBuffer a1 = Upload(*backend, d1.a), b1 = Upload(*backend, d1.b), c1 = Upload(*backend, d1.c0);
+  DeviceBuffer a2 = Upload(*backend, d2.a), b2 = Upload(*backend, d2.b), c2 = Upload(*backend, d2.c0);
+  EXPECT_TRUE(backend
+                  ->GemmPair({one.shape, a1.span<float>(), b1.span<float>(), c1.span<float>()},
+                             {two.shape, a2.span<float>(), b2.span<float>(), c2.span<float>()})
+                  .ok());
+  std::pair<std::vector<float>, std::vector<float>> got{Download(*backend, c1), Download(*backend, c2)};
+  ExpectReference(one.shape, d1, got.first);
+  ExpectReference(two.shape, d2, got.second);
   return got;
 }
 
@@ -135,6 +174,24 @@ TEST(CpuGemmTest, BatchesGiveTheSameBitsOnAnyThreadCount) {
     const std::vector<float> one = RunCase(1, c);
     EXPECT_TRUE(SameBits(one, RunCase(2, c)));
     EXPECT_TRUE(SameBits(one, RunCase(3, c)));
+  }
+}
+
+// A pair on an even thread count gives each GEMM half the threads, so each
+// C has the bits of that GEMM alone on half as many (on two: whole, on one
+// thread); on an odd count the two run one after the other, as Gemm.
+TEST(CpuGemmTest, PairsMatchTheReferenceAndEachGemmOnItsShareOfTheThreads) {
+  const std::vector<GemmCase> cases = Cases();
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const GemmCase& one = cases[i];
+    const GemmCase& two = cases[(i + 1) % cases.size()];
+    for (int threads : {1, 2, 3, 4, 6}) {
+      SCOPED_TRACE(::testing::Message() << one.name << " with " << two.name << ", " << threads << " threads");
+      const auto got = RunPair(threads, one, two);
+      const int share = threads % 2 == 0 ? threads / 2 : threads;
+      EXPECT_TRUE(SameBits(got.first, RunCase(share, one, 1)));
+      EXPECT_TRUE(SameBits(got.second, RunCase(share, two, 11)));
+    }
   }
 }
 
