@@ -140,18 +140,34 @@ void BenchKernels(Backend& backend, int reps, BenchReport& report) {
   const worker::AttentionShape attn{kBatch, kT, kHeads, kC / kHeads};
   const int64_t probs_n = kBatch * kHeads * kT * kT;
   DeviceBuffer probs = Filled(backend, probs_n, 0.0f), scratch = Filled(backend, probs_n, 0.0f);
-  const double attn_flops = 2.0 * 2 * kBatch * kHeads * kT * kT * (kC / kHeads);
   const std::string attn_shape = absl::StrCat("B", kBatch, " T", kT, " H", kHeads, " d", kC / kHeads);
   const worker::SoftmaxShape softmax{kBatch * kHeads, kT, 0.125f};
   AddOp(backend, reps, report, "causal_softmax_forward", attn_shape, 2.0 * probs_n * 4, 0, [&] {
     BENCH_CHECK_OK(backend.CausalSoftmaxForward(softmax, f(scratch), f(probs)));
   });
-  AddOp(backend, reps, report, "attention_forward", attn_shape, 0, attn_flops, [&] {
-    BENCH_CHECK_OK(worker::AttentionForward(backend, attn, f(x), f(y), f(probs)));
-  });
-  AddOp(backend, reps, report, "attention_backward", attn_shape, 0, 2 * attn_flops, [&] {
-    BENCH_CHECK_OK(worker::AttentionBackward(backend, attn, f(x), f(probs), f(dy), f(dx), f(scratch)));
-  });
+  // The backend's attention (the CPU's tiled kernel) and the composed one, at
+  // the large model's length and at a long one (the same tokens per call),
+  // where the CPU kernel keeps a log-sum-exp per query instead of the weights.
+  for (const worker::AttentionShape& a : {attn, worker::AttentionShape{1, 8 * kT, kHeads, kC / kHeads}}) {
+    const double flops = 2.0 * 2 * a.batch * a.heads * a.t * a.t * a.head_dim;  // the full t² products
+    const std::string shape = absl::StrCat("B", a.batch, " T", a.t, " H", a.heads, " d", a.head_dim);
+    const int64_t weights = a.batch * a.heads * a.t * a.t;
+    DeviceBuffer saved = Filled(backend, weights, 0.0f), attn_scratch = Filled(backend, weights, 0.0f);
+    for (bool composed : {false, true}) {
+      if (composed && !backend.has_attention_kernel()) continue;  // it is what the backend runs
+      const std::string suffix = composed ? "_composed" : "";
+      AddOp(backend, reps, report, "attention_forward" + suffix, shape, 0, flops, [&] {
+        BENCH_CHECK_OK(composed ? worker::ComposedAttentionForward(backend, a, f(x), f(y), f(saved))
+                                : worker::AttentionForward(backend, a, f(x), f(y), f(saved)));
+      });
+      AddOp(backend, reps, report, "attention_backward" + suffix, shape, 0, 2 * flops, [&] {
+        BENCH_CHECK_OK(composed ? worker::ComposedAttentionBackward(backend, a, f(x), f(y), f(saved), f(dy), f(dx),
+                                                                     f(attn_scratch))
+                                : worker::AttentionBackward(backend, a, f(x), f(y), f(saved), f(dy), f(dx),
+                                                            f(attn_scratch)));
+      });
+    }
+  }
 
   std::vector<int32_t> host_targets(kRows);
   for (int64_t i = 0; i < kRows; ++i) host_targets[i] = static_cast<int32_t>(i % kVocab);

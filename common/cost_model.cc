@@ -37,8 +37,16 @@ int64_t UnitRangeParameters(const shardline::v1::ModelSpec& model, int begin, in
   return parameters;
 }
 
+bool RecomputesAttentionWeights(const std::string& device, int64_t t) {
+  return device == "cpu" && t > kCpuAttentionKeyTile;
+}
+
+double AttentionSavedBytesPerToken(const shardline::v1::ModelSpec& model, int64_t t, bool recomputed) {
+  return 4.0 * model.n_heads() * (recomputed ? 1.0 : static_cast<double>(t));
+}
+
 std::vector<UnitCost> ModelUnitCosts(const shardline::v1::ModelSpec& model, int64_t t) {
-  const double c = model.d_model(), v = model.vocab_size(), h = model.n_heads();
+  const double c = model.d_model(), v = model.vocab_size();
   const double tt = static_cast<double>(t);
   std::vector<UnitCost> units;
   UnitCost embedding;
@@ -54,7 +62,7 @@ std::vector<UnitCost> ModelUnitCosts(const shardline::v1::ModelSpec& model, int6
     block.flops_per_token = 3 * (24 * c * c + 4 * tt * c);
     // Saved: h1, qkv (3C), att, r1, h2, fc (4C), gelu (4C) = 15C, the
     // LayerNorm statistics, and the attention weights (heads · t per token).
-    block.saved_bytes_per_token = 4 * (15 * c + 4 + h * tt);
+    block.saved_bytes_per_token = 4 * (15 * c + 4) + AttentionSavedBytesPerToken(model, t, false);
     block.output_bytes_per_token = 4 * c;
     units.push_back(block);
   }

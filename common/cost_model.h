@@ -6,6 +6,7 @@
 #define SHARDLINE_COMMON_COST_MODEL_H_
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "shardline/v1/job.pb.h"
@@ -19,8 +20,22 @@ struct UnitCost {
   double output_bytes_per_token = 0;  // what the unit sends on (f32 activations)
 };
 
-// One entry per unit, in order; `t` is the sequence length.
+// One entry per unit, in order; `t` is the sequence length. A block's saved
+// bytes count its attention weights (heads · t floats a token).
 std::vector<UnitCost> ModelUnitCosts(const shardline::v1::ModelSpec& model, int64_t t);
+
+// Sequences longer than this many keys make the CPU backend's attention keep
+// each query's log-sum-exp instead of its weights, and recompute them in the
+// backward pass (worker/backend/cpu/cpu_attention.cc).
+inline constexpr int64_t kCpuAttentionKeyTile = 256;
+
+// Whether a worker on `device` ("cpu", "cuda:0") keeps one float per head and
+// token for a block's attention rather than its heads · t weights.
+bool RecomputesAttentionWeights(const std::string& device, int64_t t);
+
+// The bytes a block keeps per token for its attention's backward pass: the
+// weights, or where recomputed the log-sum-exp.
+double AttentionSavedBytesPerToken(const shardline::v1::ModelSpec& model, int64_t t, bool recomputed);
 
 // The f32 parameters of units [begin, end) (a stage's, in the global
 // layout), clamped to the model's units.

@@ -111,6 +111,7 @@ absl::StatusOr<GridCost> EstimateGrid(const shardline::v1::JobSpec& spec, const 
     const WorkerRecord& first = at(s, 0, 0);
     WorkerCapacity c{first.name, cut_rate(first), first.capabilities.memory_bytes(),
                      first.capabilities.gemm_flops_spread()};
+    c.recomputes_attention = true;  // where every worker of the stage does
     double slowest_group_link = std::numeric_limits<double>::infinity();
     int tensor_shared = 1;
     for (int r = 0; r < d; ++r) {
@@ -120,6 +121,8 @@ absl::StatusOr<GridCost> EstimateGrid(const shardline::v1::JobSpec& spec, const 
         c.flops_per_second = std::min(c.flops_per_second, cut_rate(at(s, r, k)));
         c.memory_bytes = std::min(c.memory_bytes, caps.memory_bytes());
         c.flops_spread = std::max(c.flops_spread, caps.gemm_flops_spread());
+        c.recomputes_attention =
+            c.recomputes_attention && common::RecomputesAttentionWeights(caps.device(), spec.model().context());
         for (int j = 0; j < t; ++j) {
           if (j != k) slowest_group_link = std::min(slowest_group_link, link(at(s, r, k), at(s, r, j)).bytes_per_second);
         }

@@ -95,6 +95,11 @@ absl::StatusOr<PipelinePlan> PlanPipeline(const shardline::v1::JobSpec& spec,
   const int64_t deferred_per_token =
       schedule == "zb" ? (2 * spec.model().d_model() + 7 * spec.model().d_model() / tp) * 4 : 0;
 
+  const auto attention_kept_per_token =
+      static_cast<int64_t>(common::AttentionSavedBytesPerToken(spec.model(), t, false));
+  const auto attention_recomputed_per_token =
+      static_cast<int64_t>(common::AttentionSavedBytesPerToken(spec.model(), t, true));
+
   // Prefix sums, so that a range's cost is O(1) in the O(p·n²) search.
   // Bytes in checked int64 (the spec's numbers are bounded one by one, not
   // their products): a range whose memory overflows does not fit anywhere.
@@ -118,7 +123,11 @@ absl::StatusOr<PipelinePlan> PlanPipeline(const shardline::v1::JobSpec& spec,
     // and the gradient of its output (ShardRuntime keeps all three per slot).
     const common::CheckedInt64 edges =
         static_cast<int64_t>(units[a].output_bytes_per_token + 2 * units[b - 1].output_bytes_per_token);
-    const common::CheckedInt64 saved = saved_per_token[b] - saved_per_token[a] + edges + deferred_per_token * blocks;
+    // Blocks that recompute their attention weights keep a float a head instead.
+    const int64_t attention_dropped =
+        workers[s].recomputes_attention ? blocks * (attention_kept_per_token - attention_recomputed_per_token) : 0;
+    const common::CheckedInt64 saved =
+        saved_per_token[b] - saved_per_token[a] + edges + deferred_per_token * blocks - attention_dropped;
     const common::CheckedInt64 memory = state + saved * token_count * in_flight;
     cost.memory_bytes = memory.value();  // int64's largest when it overflowed: fits nowhere
     cost.shard_bytes = (params * 4 * (1 + optimizer_copies)).value();

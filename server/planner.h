@@ -24,6 +24,9 @@ struct WorkerCapacity {
   // group's slowest link; 0 without tensor parallelism). Reported per
   // stage (StagePlan::tensor_seconds); the cut balances compute alone.
   double tensor_seconds_per_byte = 0;
+  // Its blocks keep a log-sum-exp per head and token instead of the attention
+  // weights (common::RecomputesAttentionWeights: CPU workers, long sequences).
+  bool recomputes_attention = false;
 };
 
 // Rates closer than their probes' spread, and than this floor, are taken

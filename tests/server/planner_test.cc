@@ -195,6 +195,27 @@ TEST(PlannerTest, AShardedOptimizerNeedsLessMemoryPerWorker) {
               parameters * 4 * 1.5, 2.0);
 }
 
+// Long sequences on CPU workers: each block keeps a float per head and
+// token instead of its attention weights (common::RecomputesAttentionWeights).
+TEST(PlannerTest, WorkersThatRecomputeAttentionNeedLessMemoryForLongSequences) {
+  auto spec = Spec(8, 2);
+  spec.mutable_model()->set_context(1024);
+  std::vector<WorkerCapacity> w = {{"a", 1e11, 64 * kGiB}, {"b", 1e11, 64 * kGiB}};
+  auto kept = PlanPipeline(spec, w);
+  w[0].recomputes_attention = w[1].recomputes_attention = true;
+  auto recomputed = PlanPipeline(spec, w);
+  ASSERT_TRUE(kept.ok() && recomputed.ok());
+  ASSERT_EQ(kept->stages[0].unit_end, recomputed->stages[0].unit_end) << "the same cut, for the comparison";
+  // Stage 0 of 1F1B holds 2 micro-batches of 32 / 8 sequences × 1024 tokens;
+  // per block and token, 8 heads × (1024 − 1) floats fewer.
+  const int blocks = kept->stages[0].unit_end - 1;  // units 1 … are blocks
+  EXPECT_EQ(kept->stages[0].memory_bytes - recomputed->stages[0].memory_bytes,
+            int64_t{2} * 4 * 1024 * blocks * 8 * 1023 * 4);
+  EXPECT_TRUE(common::RecomputesAttentionWeights("cpu", 1024));
+  EXPECT_FALSE(common::RecomputesAttentionWeights("cpu", common::kCpuAttentionKeyTile));
+  EXPECT_FALSE(common::RecomputesAttentionWeights("cuda:0", 1024));
+}
+
 TEST(PlannerTest, BadRequests) {
   EXPECT_EQ(PlanPipeline(Spec(8, 3), {{"a", 1e11, kGiB}}).status().code(),
             absl::StatusCode::kInvalidArgument);

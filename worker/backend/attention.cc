@@ -75,57 +75,70 @@ GemmShape HeadBatched(const AttentionShape& s, bool trans_a, bool trans_b, int64
   return g;
 }
 
-// The operands' element counts, after checking the dimensions and the spans.
-absl::StatusOr<AttentionSizes> CheckForward(absl::string_view op, const AttentionShape& shape,
+// The operands' element counts, after checking the dimensions and the spans
+// (scratch only where the attention is composed).
+absl::StatusOr<AttentionSizes> CheckForward(absl::string_view op, const Backend& backend, const AttentionShape& shape,
                                             DeviceSpan<const float> qkv, DeviceSpan<float> out,
-                                            DeviceSpan<float> probs) {
+                                            DeviceSpan<float> saved, bool composed) {
   ASSIGN_OR_RETURN(AttentionSizes z, Sizes(op, shape));
   RETURN_IF_ERROR(CheckLength(op, "qkv", qkv, z.qkv));
   RETURN_IF_ERROR(CheckLength(op, "out", out, z.out));
-  RETURN_IF_ERROR(CheckLength(op, "probs", probs, z.probs));
+  const size_t saved_floats = composed ? z.probs : static_cast<size_t>(backend.AttentionKernelSavedFloats(shape));
+  RETURN_IF_ERROR(CheckLength(op, "saved", saved, saved_floats));
   return z;
 }
 
-absl::StatusOr<AttentionSizes> CheckBackward(absl::string_view op, const AttentionShape& shape,
-                                             DeviceSpan<const float> qkv, DeviceSpan<const float> probs,
+absl::StatusOr<AttentionSizes> CheckBackward(absl::string_view op, const Backend& backend,
+                                             const AttentionShape& shape, DeviceSpan<const float> qkv,
+                                             DeviceSpan<const float> out, DeviceSpan<const float> saved,
                                              DeviceSpan<const float> dout, DeviceSpan<float> dqkv,
-                                             DeviceSpan<float> scratch) {
+                                             DeviceSpan<float> scratch, bool composed) {
   ASSIGN_OR_RETURN(AttentionSizes z, Sizes(op, shape));
   RETURN_IF_ERROR(CheckLength(op, "qkv", qkv, z.qkv));
-  RETURN_IF_ERROR(CheckLength(op, "probs", probs, z.probs));
+  RETURN_IF_ERROR(CheckLength(op, "out", out, z.out));
+  const size_t saved_floats = composed ? z.probs : static_cast<size_t>(backend.AttentionKernelSavedFloats(shape));
+  RETURN_IF_ERROR(CheckLength(op, "saved", saved, saved_floats));
   RETURN_IF_ERROR(CheckLength(op, "dout", dout, z.out));
   RETURN_IF_ERROR(CheckLength(op, "dqkv", dqkv, z.qkv));
-  RETURN_IF_ERROR(CheckLength(op, "scratch", scratch, z.probs));
+  if (composed) RETURN_IF_ERROR(CheckLength(op, "scratch", scratch, z.probs));
   return z;
 }
 
 }  // namespace
 
+absl::StatusOr<int64_t> AttentionSavedFloats(const Backend& backend, const AttentionShape& shape) {
+  ASSIGN_OR_RETURN(AttentionSizes z, Sizes("AttentionSavedFloats", shape));
+  return backend.has_attention_kernel() ? backend.AttentionKernelSavedFloats(shape) : static_cast<int64_t>(z.probs);
+}
+
+absl::StatusOr<int64_t> AttentionScratchFloats(const Backend& backend, const AttentionShape& shape) {
+  ASSIGN_OR_RETURN(AttentionSizes z, Sizes("AttentionScratchFloats", shape));
+  return backend.has_attention_kernel() ? 0 : static_cast<int64_t>(z.probs);
+}
+
 absl::Status AttentionForward(Backend& backend, const AttentionShape& shape, DeviceSpan<const float> qkv,
-                              DeviceSpan<float> out, DeviceSpan<float> probs) {
-  if (!backend.has_attention_kernel()) return ComposedAttentionForward(backend, shape, qkv, out, probs);
-  RETURN_IF_ERROR(CheckForward("AttentionForward", shape, qkv, out, probs).status());
+                              DeviceSpan<float> out, DeviceSpan<float> saved) {
+  if (!backend.has_attention_kernel()) return ComposedAttentionForward(backend, shape, qkv, out, saved);
+  RETURN_IF_ERROR(CheckForward("AttentionForward", backend, shape, qkv, out, saved, false).status());
   if (shape.batch == 0) return absl::OkStatus();
-  return backend.AttentionForwardKernel(shape, qkv.data(), out.data(), probs.data());
+  return backend.AttentionForwardKernel(shape, qkv.data(), out.data(), saved.data());
 }
 
 absl::Status AttentionBackward(Backend& backend, const AttentionShape& shape, DeviceSpan<const float> qkv,
-                               DeviceSpan<const float> probs, DeviceSpan<const float> dout,
-                               DeviceSpan<float> dqkv, DeviceSpan<float> scratch) {
+                               DeviceSpan<const float> out, DeviceSpan<const float> saved,
+                               DeviceSpan<const float> dout, DeviceSpan<float> dqkv, DeviceSpan<float> scratch) {
   if (!backend.has_attention_kernel()) {
-    return ComposedAttentionBackward(backend, shape, qkv, probs, dout, dqkv, scratch);
+    return ComposedAttentionBackward(backend, shape, qkv, out, saved, dout, dqkv, scratch);
   }
-  RETURN_IF_ERROR(CheckBackward("AttentionBackward", shape, qkv, probs, dout, dqkv, scratch).status());
+  RETURN_IF_ERROR(
+      CheckBackward("AttentionBackward", backend, shape, qkv, out, saved, dout, dqkv, scratch, false).status());
   if (shape.batch == 0) return absl::OkStatus();
-  return backend.AttentionBackwardKernel(shape, qkv.data(), probs.data(), dout.data(), dqkv.data(),
-                                         scratch.data());
+  return backend.AttentionBackwardKernel(shape, qkv.data(), out.data(), saved.data(), dout.data(), dqkv.data());
 }
 
-absl::Status ComposedAttentionForward(Backend& backend, const AttentionShape& shape,
-                                      DeviceSpan<const float> qkv, DeviceSpan<float> out,
-                                      DeviceSpan<float> probs) {
-  constexpr absl::string_view op = "AttentionForward";
-  ASSIGN_OR_RETURN(AttentionSizes z, CheckForward(op, shape, qkv, out, probs));
+absl::Status ComposedAttentionForward(Backend& backend, const AttentionShape& shape, DeviceSpan<const float> qkv,
+                                      DeviceSpan<float> out, DeviceSpan<float> probs) {
+  ASSIGN_OR_RETURN(AttentionSizes z, CheckForward("AttentionForward", backend, shape, qkv, out, probs, true));
   const int64_t t = shape.t, d = shape.head_dim, c = z.c, tt = t * t;
 
   // scores = Q · Kᵀ, one [t × t] matrix per head, written into probs.
@@ -138,7 +151,7 @@ absl::Status ComposedAttentionForward(Backend& backend, const AttentionShape& sh
     RETURN_IF_ERROR(backend.Gemm(scores, qkv_b, qkv_b.subspan(c), probs_b));
   }
   const SoftmaxShape softmax{shape.batch * shape.heads, t, 1.0f / std::sqrt(static_cast<float>(d))};
-  RETURN_IF_ERROR(backend.CausalSoftmaxForward(softmax, probs, probs));
+  RETURN_IF_ERROR(backend.CausalSoftmaxForward(softmax, probs.subspan(0, z.probs), probs.subspan(0, z.probs)));
   for (int64_t b = 0; b < shape.batch; ++b) {
     DeviceSpan<const float> qkv_b = qkv.subspan(b * z.qkv_batch, z.qkv_batch);
     DeviceSpan<const float> probs_b = probs.subspan(b * z.probs_batch, z.probs_batch);
@@ -148,12 +161,12 @@ absl::Status ComposedAttentionForward(Backend& backend, const AttentionShape& sh
   return absl::OkStatus();
 }
 
-absl::Status ComposedAttentionBackward(Backend& backend, const AttentionShape& shape,
-                                       DeviceSpan<const float> qkv, DeviceSpan<const float> probs,
+absl::Status ComposedAttentionBackward(Backend& backend, const AttentionShape& shape, DeviceSpan<const float> qkv,
+                                       DeviceSpan<const float> out, DeviceSpan<const float> probs,
                                        DeviceSpan<const float> dout, DeviceSpan<float> dqkv,
                                        DeviceSpan<float> scratch) {
-  constexpr absl::string_view op = "AttentionBackward";
-  ASSIGN_OR_RETURN(AttentionSizes z, CheckBackward(op, shape, qkv, probs, dout, dqkv, scratch));
+  ASSIGN_OR_RETURN(AttentionSizes z,
+                   CheckBackward("AttentionBackward", backend, shape, qkv, out, probs, dout, dqkv, scratch, true));
   const int64_t t = shape.t, d = shape.head_dim, c = z.c, tt = t * t;
 
   // dP = dO · Vᵀ (into scratch); dV += Pᵀ · dO.
@@ -170,7 +183,8 @@ absl::Status ComposedAttentionBackward(Backend& backend, const AttentionShape& s
   }
   // dS = scale · P ⊙ (dP − rowsum(dP ⊙ P)), in place in scratch.
   const SoftmaxShape softmax{shape.batch * shape.heads, t, 1.0f / std::sqrt(static_cast<float>(d))};
-  RETURN_IF_ERROR(backend.CausalSoftmaxBackward(softmax, probs, scratch, scratch));
+  RETURN_IF_ERROR(backend.CausalSoftmaxBackward(softmax, probs.subspan(0, z.probs), scratch.subspan(0, z.probs),
+                                                scratch.subspan(0, z.probs)));
   // dQ += dS · K; dK += dSᵀ · Q.
   const GemmShape dq = HeadBatched(shape, false, false, t, d, t, t, tt, 3 * c, d, 3 * c, d, 1.0f);
   const GemmShape dk = HeadBatched(shape, true, false, t, d, t, t, tt, 3 * c, d, 3 * c, d, 1.0f);

@@ -484,7 +484,7 @@ absl::Status Backend::AttentionForwardKernel(const AttentionShape&, const float*
 }
 
 absl::Status Backend::AttentionBackwardKernel(const AttentionShape&, const float*, const float*, const float*,
-                                              float*, float*) {
+                                              const float*, float*) {
   return absl::UnimplementedError(absl::StrCat(name(), " has no attention kernel of its own"));
 }
 

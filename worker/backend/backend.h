@@ -243,11 +243,14 @@ class Backend {
   // attention from the operations above). Pointers as in attention.h;
   // batch > 0.
   virtual bool has_attention_kernel() const { return false; }
+  // Floats the kernel's forward pass keeps for its backward pass (`saved`).
+  virtual int64_t AttentionKernelSavedFloats(const AttentionShape& shape) const {
+    return shape.batch * shape.heads * shape.t * shape.t;
+  }
   virtual absl::Status AttentionForwardKernel(const AttentionShape& shape, const float* qkv, float* out,
-                                              float* probs);
-  virtual absl::Status AttentionBackwardKernel(const AttentionShape& shape, const float* qkv,
-                                               const float* probs, const float* dout, float* dqkv,
-                                               float* scratch);
+                                              float* saved);
+  virtual absl::Status AttentionBackwardKernel(const AttentionShape& shape, const float* qkv, const float* out,
+                                               const float* saved, const float* dout, float* dqkv);
 
   // ---- Precision conversion (round to nearest even) ----
   // dtype is kBF16 or kF16; dst/src hold the 16-bit patterns.

@@ -54,14 +54,15 @@ std::vector<Parameter*> BlockLayer::parameters() {
   return out;
 }
 
-absl::Status BlockLayer::EnsureScratch(int64_t rows, int64_t probs) {
+absl::Status BlockLayer::EnsureScratch(int64_t rows, const AttentionShape& attn) {
   const size_t c = static_cast<size_t>(config_.d_model), n = static_cast<size_t>(rows);
   const size_t a = static_cast<size_t>(attention_width()), f = static_cast<size_t>(mlp_width());
   RETURN_IF_ERROR(EnsureFloats(backend_, tmp_c_, n * c));
   RETURN_IF_ERROR(EnsureFloats(backend_, tmp_3c_, n * 3 * a));
   RETURN_IF_ERROR(EnsureFloats(backend_, tmp_4c_a_, n * f));
   RETURN_IF_ERROR(EnsureFloats(backend_, tmp_4c_b_, n * f));
-  return EnsureFloats(backend_, tmp_probs_, static_cast<size_t>(probs));
+  ASSIGN_OR_RETURN(const int64_t attention_scratch, AttentionScratchFloats(backend_, attn));
+  return EnsureFloats(backend_, tmp_attention_, static_cast<size_t>(attention_scratch));
 }
 
 absl::Status BlockLayer::Forward(const MicroBatch& mb, DeviceSpan<const float> x,
@@ -70,8 +71,8 @@ absl::Status BlockLayer::Forward(const MicroBatch& mb, DeviceSpan<const float> x
   const size_t nc = static_cast<size_t>(n * c);
   const size_t na = static_cast<size_t>(n * attention_width()), nf = static_cast<size_t>(n * mlp_width());
   const AttentionShape attn{mb.batch, mb.t, heads(), config_.head_dim()};
-  const int64_t probs = mb.batch * heads() * mb.t * mb.t;
-  RETURN_IF_ERROR(EnsureScratch(n, probs));
+  RETURN_IF_ERROR(EnsureScratch(n, attn));
+  ASSIGN_OR_RETURN(const int64_t attention_saved, AttentionSavedFloats(backend_, attn));
   if (pending_.holds(mb.slot)) {
     return absl::AlreadyExistsError(absl::StrCat("micro-batch slot ", mb.slot, " is already held"));
   }
@@ -83,7 +84,7 @@ absl::Status BlockLayer::Forward(const MicroBatch& mb, DeviceSpan<const float> x
   }
   LinearInputs* li = *acquired;
   for (auto [buffer, floats] : {std::pair{&li->h1, nc}, {&s->stats1, 2 * static_cast<size_t>(n)},
-                                {&s->qkv, 3 * na}, {&s->probs, static_cast<size_t>(probs)},
+                                {&s->qkv, 3 * na}, {&s->attention, static_cast<size_t>(attention_saved)},
                                 {&li->att, na}, {&s->r1, nc}, {&li->h2, nc},
                                 {&s->stats2, 2 * static_cast<size_t>(n)}, {&s->f, nf},
                                 {&li->g, nf}}) {
@@ -98,7 +99,7 @@ absl::Status BlockLayer::Forward(const MicroBatch& mb, DeviceSpan<const float> x
   RETURN_IF_ERROR(backend_.LayerNormForward(ln, x, ln1_weight_.v(), ln1_bias_.v(), f32(li->h1),
                                             mean1, rstd1));
   RETURN_IF_ERROR(qkv_.Forward(backend_, f32(li->h1), n, f32(s->qkv)));
-  RETURN_IF_ERROR(AttentionForward(backend_, attn, f32(s->qkv), f32(li->att), f32(s->probs)));
+  RETURN_IF_ERROR(AttentionForward(backend_, attn, f32(s->qkv), f32(li->att), f32(s->attention)));
   RETURN_IF_ERROR(proj_.Forward(backend_, f32(li->att), n, tmp));
   if (tp_.split()) {  // Megatron's g: the ranks' parts summed, then the bias once
     RETURN_IF_ERROR(tp_.AllReduce(tmp.subspan(0, nc)));
@@ -133,7 +134,7 @@ absl::Status BlockLayer::BackwardPass(const MicroBatch& mb, DeviceSpan<const flo
   const size_t nc = static_cast<size_t>(n * c);
   const size_t na = static_cast<size_t>(n * attention_width()), nf = static_cast<size_t>(n * mlp_width());
   const AttentionShape attn{mb.batch, mb.t, heads(), config_.head_dim()};
-  RETURN_IF_ERROR(EnsureScratch(n, mb.batch * heads() * mb.t * mb.t));
+  RETURN_IF_ERROR(EnsureScratch(n, attn));
   if (pending_.holds(mb.slot)) {
     return absl::FailedPreconditionError(
         absl::StrCat(name_, ": micro-batch slot ", mb.slot, " already had its backward pass"));
@@ -179,8 +180,8 @@ absl::Status BlockLayer::BackwardPass(const MicroBatch& mb, DeviceSpan<const flo
   if (defer) RETURN_IF_ERROR(backend_.CopyOnDevice(DeviceSpan<const float>(dx), f32(pg->dr1).subspan(0, nc)));
   RETURN_IF_ERROR(linear_backward(proj_, li->att, dx, dc));
   RETURN_IF_ERROR(backend_.Fill(dqkv, 0.0f));
-  RETURN_IF_ERROR(AttentionBackward(backend_, attn, f32(s->qkv), f32(s->probs), dc, dqkv,
-                                    f32(tmp_probs_)));
+  RETURN_IF_ERROR(AttentionBackward(backend_, attn, f32(s->qkv), f32(li->att), f32(s->attention), dc, dqkv,
+                                    f32(tmp_attention_)));
   RETURN_IF_ERROR(linear_backward(qkv_, li->h1, dqkv, dc));
   RETURN_IF_ERROR(tp_.AllReduce(dc));
   RETURN_IF_ERROR(backend_.LayerNormBackward(ln, x, ln1_weight_.v(), mean1, rstd1, dc, dx,

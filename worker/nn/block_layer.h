@@ -55,7 +55,7 @@ class BlockLayer final : public Layer {
   // also keeps PendingGrads, the output gradients of mlp.proj (the block's
   // dy), fc, attn.proj (r1's) and qkv.
   struct PassSaved {
-    DeviceBuffer stats1, qkv, probs, r1, stats2, f;
+    DeviceBuffer stats1, qkv, attention, r1, stats2, f;  // attention: what it keeps (attention.h)
   };
   struct LinearInputs {
     DeviceBuffer h1, att, h2, g;
@@ -71,7 +71,7 @@ class BlockLayer final : public Layer {
   int64_t heads() const { return config_.heads / tp_.size; }
   int64_t attention_width() const { return config_.d_model / tp_.size; }
   int64_t mlp_width() const { return 4 * config_.d_model / tp_.size; }
-  absl::Status EnsureScratch(int64_t rows, int64_t probs);
+  absl::Status EnsureScratch(int64_t rows, const AttentionShape& attn);
   // Backward, or with `defer` BackwardInput.
   absl::Status BackwardPass(const MicroBatch& mb, DeviceSpan<const float> x, DeviceSpan<const float> dy,
                             DeviceSpan<float> dx, bool defer);
@@ -85,8 +85,9 @@ class BlockLayer final : public Layer {
   SlotStore<PassSaved> pass_;
   SlotStore<LinearInputs> inputs_;
   SlotStore<PendingGrads> pending_;
-  // Shared by every slot: temporaries of one Forward or Backward call.
-  DeviceBuffer tmp_c_, tmp_4c_a_, tmp_4c_b_, tmp_3c_, tmp_probs_;
+  // Shared by every slot: temporaries of one Forward or Backward call
+  // (tmp_attention_: the composed attention's backward scratch; none on the CPU).
+  DeviceBuffer tmp_c_, tmp_4c_a_, tmp_4c_b_, tmp_3c_, tmp_attention_;
 };
 
 }  // namespace shardline::worker::nn

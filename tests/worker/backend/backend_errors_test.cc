@@ -256,13 +256,24 @@ TEST_P(BackendErrorsTest, ConversionRejectsNonHalfDtypes) {
 }
 
 TEST_P(BackendErrorsTest, AttentionRejectsBadShapesAndShortBuffers) {
-  DeviceBuffer buf = Upload(backend(), RandomVector(1000, 1));
+  DeviceBuffer buf = Upload(backend(), RandomVector(5000, 1));
   auto span = buf.span<float>();
   EXPECT_EQ(AttentionForward(backend(), AttentionShape{1, 4, 0, 4}, span, span, span).code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(AttentionForward(backend(), AttentionShape{2, 8, 2, 8}, span, span.subspan(0, 10), span)
-                .code(),
+  EXPECT_EQ(AttentionSavedFloats(backend(), AttentionShape{1, 4, 0, 4}).status().code(),
             absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(AttentionScratchFloats(backend(), AttentionShape{-1, 4, 1, 4}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  const AttentionShape shape{2, 8, 2, 8};  // qkv 768, out 256, weights 256 floats
+  auto status = AttentionForward(backend(), shape, span, span.subspan(0, 10), span);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("out has 10 elements, needs 256"), std::string::npos) << status;
+  status = AttentionBackward(backend(), shape, span, span, span.subspan(0, 255), span, span, span);
+  EXPECT_NE(status.message().find("saved has 255 elements, needs 256"), std::string::npos) << status;
+  if (!backend().has_attention_kernel()) {  // the composed version's scratch: the weights' size
+    status = AttentionBackward(backend(), shape, span, span, span, span, span, span.subspan(0, 200));
+    EXPECT_NE(status.message().find("scratch has 200 elements, needs 256"), std::string::npos) << status;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, BackendErrorsTest,

@@ -127,17 +127,16 @@ TEST_P(GradientCheckTest, CausalSoftmaxBackward) {
 
 TEST_P(GradientCheckTest, AttentionBackward) {
   const AttentionShape shape{2, 6, 3, 4};
-  const size_t qkv_n = 2 * 6 * 3 * 12, out_n = 2 * 6 * 12, probs_n = 2 * 3 * 6 * 6;
+  const size_t qkv_n = 2 * 6 * 3 * 12, out_n = 2 * 6 * 12;
   const auto qkv = RandomVector(qkv_n, 1, -1.5f, 1.5f), w = RandomVector(out_n, 2);
   DeviceBuffer dq = Upload(backend(), qkv), dout = Upload(backend(), w);
   auto out = backend().AllocateZeros(out_n);
-  auto probs = backend().AllocateZeros(probs_n);
-  auto scratch = backend().AllocateZeros(probs_n);
+  auto saved = backend().AllocateZeros(static_cast<size_t>(*AttentionSavedFloats(backend(), shape)));
+  auto scratch = backend().AllocateZeros(static_cast<size_t>(*AttentionScratchFloats(backend(), shape)));
   DeviceBuffer dqkv = Upload(backend(), std::vector<float>(qkv_n, -1.0f));
-  ASSERT_TRUE(out.ok() && probs.ok() && scratch.ok());
-  ASSERT_TRUE(AttentionForward(backend(), shape, dq.span<float>(), out->span<float>(),
-                               probs->span<float>()).ok());
-  ASSERT_TRUE(AttentionBackward(backend(), shape, dq.span<float>(), probs->span<float>(),
+  ASSERT_TRUE(out.ok() && saved.ok() && scratch.ok());
+  ASSERT_TRUE(AttentionForward(backend(), shape, dq.span<float>(), out->span<float>(), saved->span<float>()).ok());
+  ASSERT_TRUE(AttentionBackward(backend(), shape, dq.span<float>(), out->span<float>(), saved->span<float>(),
                                 dout.span<float>(), dqkv.span<float>(), scratch->span<float>())
                   .ok());
   const auto wd = AsDoubles(w);

@@ -5,10 +5,12 @@
 // is a central difference at steps ε = 1e-2 and 2ε, Richardson-extrapolated,
 // on the f32 model. Tolerance: |fd − analytic| ≤ 1e-5 + 2e-3·|analytic| (a
 // gradient 1% off fails it).
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <vector>
 
+#include "common/cost_model.h"
 #include "common/rng.h"
 #include "gtest/gtest.h"
 #include "tests/worker/nn/nn_test_util.h"
@@ -115,39 +117,44 @@ TEST(ModelGradientTest, WholeModelFromTokensToLoss) {
   CheckParameters(*backend, **runtime, loss);
 }
 
+// One block at a short length and at one past the CPU attention's key tile,
+// where it keeps a log-sum-exp per query and recomputes the weights.
 TEST(ModelGradientTest, OneBlockInputAndParameters) {
-  auto backend = testing::CpuBackend();
-  const auto spec = testing::TinySpec();
-  const nn::ModelConfig config = nn::ModelConfig::FromSpec(spec.model());
-  auto runtime = ShardRuntime::Create(*backend, config, 1, 2, 5,
-                                      nn::OptimizerConfig::FromSpec(spec.train()));
-  ASSERT_TRUE(runtime.ok()) << runtime.status();
-  EXPECT_FALSE((*runtime)->is_first());
-  EXPECT_FALSE((*runtime)->is_last());
-  const int64_t batch = 3, t = 7, n = batch * t * config.d_model;
-  std::vector<float> x = UnitDirection(n, 11), w = UnitDirection(n, 12);
-  for (float& v : x) v *= 20.0f;  // O(1) activations
-  std::vector<float> y(n);
-  auto loss_of = [&](const std::vector<float>& input) {
-    ShardRuntime::Inputs in{batch, t, {}, {}, 1.0f, input};
-    EXPECT_TRUE((*runtime)->Forward(0, in, absl::Span<float>(y)).ok());
-    (*runtime)->Discard(0);
-    return Dot(w, y);
-  };
-  ASSERT_TRUE((*runtime)->ZeroGrads().ok());
-  ShardRuntime::Inputs in{batch, t, {}, {}, 1.0f, x};
-  ASSERT_TRUE((*runtime)->Forward(0, in, absl::Span<float>(y)).ok());
-  std::vector<float> dx(n);
-  ASSERT_TRUE((*runtime)->Backward(0, w, absl::Span<float>(dx)).ok());
+  for (const int64_t t : {int64_t{7}, common::kCpuAttentionKeyTile + 45}) {
+    SCOPED_TRACE(::testing::Message() << "t = " << t);
+    auto backend = testing::CpuBackend();
+    auto spec = testing::TinySpec();
+    spec.mutable_model()->set_context(std::max<int64_t>(spec.model().context(), t));
+    const nn::ModelConfig config = nn::ModelConfig::FromSpec(spec.model());
+    auto runtime = ShardRuntime::Create(*backend, config, 1, 2, 5, nn::OptimizerConfig::FromSpec(spec.train()));
+    ASSERT_TRUE(runtime.ok()) << runtime.status();
+    EXPECT_FALSE((*runtime)->is_first());
+    EXPECT_FALSE((*runtime)->is_last());
+    const int64_t batch = 3, n = batch * t * config.d_model;
+    std::vector<float> x = UnitDirection(n, 11), w = UnitDirection(n, 12);
+    for (float& v : x) v *= std::sqrt(static_cast<float>(n));  // O(1) activations
+    std::vector<float> y(n);
+    auto loss_of = [&](const std::vector<float>& input) {
+      ShardRuntime::Inputs in{batch, t, {}, {}, 1.0f, input};
+      EXPECT_TRUE((*runtime)->Forward(0, in, absl::Span<float>(y)).ok());
+      (*runtime)->Discard(0);
+      return Dot(w, y);
+    };
+    ASSERT_TRUE((*runtime)->ZeroGrads().ok());
+    ShardRuntime::Inputs in{batch, t, {}, {}, 1.0f, x};
+    ASSERT_TRUE((*runtime)->Forward(0, in, absl::Span<float>(y)).ok());
+    std::vector<float> dx(n);
+    ASSERT_TRUE((*runtime)->Backward(0, w, absl::Span<float>(dx)).ok());
 
-  const std::vector<float> d = CheckDirection(dx, 13);
-  auto input_loss_at = [&](double step) {
-    std::vector<float> moved(x);
-    for (int64_t i = 0; i < n; ++i) moved[i] += static_cast<float>(step * kEps) * d[i];
-    return loss_of(moved);
-  };
-  ExpectClose(CentralDerivative(input_loss_at), Dot(dx, d), "block input");
-  CheckParameters(*backend, **runtime, [&] { return loss_of(x); });
+    const std::vector<float> d = CheckDirection(dx, 13);
+    auto input_loss_at = [&](double step) {
+      std::vector<float> moved(x);
+      for (int64_t i = 0; i < n; ++i) moved[i] += static_cast<float>(step * kEps) * d[i];
+      return loss_of(moved);
+    };
+    ExpectClose(CentralDerivative(input_loss_at), Dot(dx, d), "block input");
+    CheckParameters(*backend, **runtime, [&] { return loss_of(x); });
+  }
 }
 
 }  // namespace

@@ -185,18 +185,21 @@ absl::Status CpuBackend::CausalSoftmaxBackwardImpl(const SoftmaxShape& shape, co
   return absl::OkStatus();
 }
 
+int64_t CpuBackend::AttentionKernelSavedFloats(const AttentionShape& shape) const {
+  return cpu::CausalAttentionSavedFloats(shape);
+}
+
 absl::Status CpuBackend::AttentionForwardKernel(const AttentionShape& shape, const float* qkv, float* out,
-                                               float* probs) {
+                                               float* saved) {
   pool_->Run(shape.batch * shape.heads,
-             [&](int64_t part) { cpu::CausalAttentionForward(shape, part, qkv, out, probs); });
+             [&](int64_t part) { cpu::CausalAttentionForward(shape, part, qkv, out, saved); });
   return absl::OkStatus();
 }
 
-absl::Status CpuBackend::AttentionBackwardKernel(const AttentionShape& shape, const float* qkv,
-                                                const float* probs, const float* dout, float* dqkv,
-                                                float* scratch) {
+absl::Status CpuBackend::AttentionBackwardKernel(const AttentionShape& shape, const float* qkv, const float* out,
+                                                const float* saved, const float* dout, float* dqkv) {
   pool_->Run(shape.batch * shape.heads, [&](int64_t part) {
-    cpu::CausalAttentionBackward(shape, part, qkv, probs, dout, dqkv, scratch);
+    cpu::CausalAttentionBackward(shape, part, qkv, out, saved, dout, dqkv);
   });
   return absl::OkStatus();
 }

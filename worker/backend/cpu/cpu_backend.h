@@ -36,10 +36,11 @@ class CpuBackend : public Backend {
   absl::Status Synchronize() override { return absl::OkStatus(); }
   absl::StatusOr<int64_t> MemoryAvailable() override;
   bool has_attention_kernel() const override { return true; }
+  int64_t AttentionKernelSavedFloats(const AttentionShape& shape) const override;
   absl::Status AttentionForwardKernel(const AttentionShape& shape, const float* qkv, float* out,
-                                      float* probs) override;
-  absl::Status AttentionBackwardKernel(const AttentionShape& shape, const float* qkv, const float* probs,
-                                       const float* dout, float* dqkv, float* scratch) override;
+                                      float* saved) override;
+  absl::Status AttentionBackwardKernel(const AttentionShape& shape, const float* qkv, const float* out,
+                                       const float* saved, const float* dout, float* dqkv) override;
 
  protected:
   absl::Status CopyToDeviceImpl(const void* src, void* dst, size_t bytes) override;

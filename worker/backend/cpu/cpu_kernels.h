@@ -47,12 +47,16 @@ void CausalSoftmaxBackward(const SoftmaxShape& shape, const float* probs, const 
                            float* dscores);
 
 // Causal attention of one (sequence, head) part, part = b·heads + h, as
-// attention.h computes it (cpu_attention.cc). Calls BLAS: the caller decides
-// its threads.
-void CausalAttentionForward(const AttentionShape& shape, int64_t part, const float* qkv, float* out,
-                            float* probs);
-void CausalAttentionBackward(const AttentionShape& shape, int64_t part, const float* qkv, const float* probs,
-                             const float* dout, float* dqkv, float* scratch);
+// attention.h computes it, in tiles (cpu_attention.cc). `saved` holds
+// CausalAttentionSavedFloats: the weights [batch, heads, t, t] for
+// sequences of at most kAttentionKeyTile keys, else each query's
+// log-sum-exp [batch, heads, t] (the backward pass recomputes the weights
+// from it). Calls BLAS: the caller decides its threads.
+inline constexpr int64_t kAttentionKeyTile = 256;
+int64_t CausalAttentionSavedFloats(const AttentionShape& shape);
+void CausalAttentionForward(const AttentionShape& shape, int64_t part, const float* qkv, float* out, float* saved);
+void CausalAttentionBackward(const AttentionShape& shape, int64_t part, const float* qkv, const float* out,
+                             const float* saved, const float* dout, float* dqkv);
 
 // Embedding and loss (cpu_lookup.cc). CheckTargets: INVALID_ARGUMENT, as the
 // loss kernels report it, where a target lies outside [-∞, classes) (below
