@@ -1,6 +1,7 @@
 // The pipeline against the reference trainer (design brief §4): for 1 to 4
-// stages, even and uneven cuts, all three schedules and micro-batch counts that
-// are not multiples of the stage count, every step's loss and grad norm and
+// stages, even and uneven cuts, all three schedules, micro-batch counts that
+// are not multiples of the stage count and sequences long enough for the
+// attention to recompute its weights, every step's loss and grad norm and
 // the final weights must equal shardline-train's bit for bit on the CPU
 // backend: each stage runs the trainer's arithmetic on its layers, in the
 // same order (micro-batches in index order, the grad norm's terms added in
@@ -9,6 +10,7 @@
 // networked workers reuse both.
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -29,12 +31,31 @@ struct Case {
   std::vector<int> cuts;  // first unit of stages 1..p−1; the tiny model has 4 units
   std::string schedule;
   int micro_batches;
+  // Text of 300-byte sequences: longer than the CPU attention's key tile, so
+  // the blocks keep a log-sum-exp and recompute the weights.
+  bool long_sequences = false;
 };
 
 std::string Name(const Case& c) {
   std::string cuts;
   for (int cut : c.cuts) absl::StrAppend(&cuts, "_", cut);
-  return absl::StrCat(c.cuts.size() + 1, "stages", cuts, "_", c.schedule, "_m", c.micro_batches);
+  return absl::StrCat(c.cuts.size() + 1, "stages", cuts, "_", c.schedule, "_m", c.micro_batches,
+                      c.long_sequences ? "_long" : "");
+}
+
+// A corpus of 300-byte windows for the long-sequence cases.
+void UseLongSequences(shardline::v1::JobSpec& spec) {
+  const std::string path = ::testing::TempDir() + "/long_corpus.txt";
+  {
+    std::ofstream file(path);
+    for (int i = 0; i < 400; ++i) file << "the quick brown fox jumps over the lazy dog " << i << "\n";
+  }
+  spec.mutable_model()->set_vocab_size(256);
+  spec.mutable_model()->set_context(300);
+  spec.mutable_data()->Clear();
+  spec.mutable_data()->set_kind("text_bytes");
+  spec.mutable_data()->set_path(path);
+  spec.mutable_data()->set_val_fraction(0.1);
 }
 
 class PipelineEquivalenceTest : public ::testing::TestWithParam<Case> {};
@@ -45,6 +66,7 @@ TEST_P(PipelineEquivalenceTest, LossesAndWeightsMatchTheReferenceTrainer) {
   spec.mutable_parallel()->set_pipeline_stages(static_cast<int>(c.cuts.size()) + 1);
   spec.mutable_parallel()->set_schedule(c.schedule);
   spec.mutable_train()->mutable_optimizer()->set_grad_clip(1.0);  // exercises the norm reduction
+  if (c.long_sequences) UseLongSequences(spec);
 
   auto backend = testing::CpuBackend();
   auto reference = trainer::Trainer::Create(spec, *backend);
@@ -90,7 +112,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{{3}, "1f1b", 5}, Case{{1, 3}, "1f1b", 4}, Case{{1, 2}, "gpipe", 2},
                       Case{{1, 2, 3}, "1f1b", 5}, Case{{1, 2, 3}, "gpipe", 3},
                       Case{{1, 2, 3}, "1f1b", 1}, Case{{}, "zb", 3}, Case{{2}, "zb", 4},
-                      Case{{1, 3}, "zb", 5}, Case{{1, 2, 3}, "zb", 6}, Case{{1, 2, 3}, "zb", 1}),
+                      Case{{1, 3}, "zb", 5}, Case{{1, 2, 3}, "zb", 6}, Case{{1, 2, 3}, "zb", 1},
+                      Case{{2}, "1f1b", 3, true}, Case{{1, 3}, "zb", 3, true}),
     [](const ::testing::TestParamInfo<Case>& info) { return Name(info.param); });
 
 // On a backend whose copies to the host finish later, as a GPU's do, the
