@@ -76,19 +76,6 @@ Cut Plan(int64_t m, int64_t n, int threads) {
   return best;
 }
 
-}  // namespace
-
-int TakeOverBlasThreads() {
-  static const int before = [] {
-    const int threads = openblas_get_num_threads();
-    openblas_set_num_threads(1);
-    return std::max(1, threads);
-  }();
-  return before;
-}
-
-namespace {
-
 // A batched GEMM cut into pieces of C for `threads` threads: each piece one
 // single-threaded call. A batch of at least as many items as threads is cut
 // into its items; otherwise every item's C is cut by Plan.
@@ -119,6 +106,15 @@ class GemmPieces {
 };
 
 }  // namespace
+
+int TakeOverBlasThreads() {
+  static const int before = [] {
+    const int threads = openblas_get_num_threads();
+    openblas_set_num_threads(1);
+    return std::max(1, threads);
+  }();
+  return before;
+}
 
 void Gemm(CpuThreadPool& pool, const GemmShape& s, const float* a, const float* b, float* c) {
   const int threads = Macs(s) < kMinParallelMacs ? 1 : pool.threads();
