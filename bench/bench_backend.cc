@@ -173,16 +173,21 @@ void BenchKernels(Backend& backend, int reps, BenchReport& report) {
   for (int64_t i = 0; i < kRows; ++i) host_targets[i] = static_cast<int32_t>(i % kVocab);
   DeviceBuffer targets = std::move(backend.Allocate(kRows * sizeof(int32_t))).value();
   BENCH_CHECK_OK(backend.CopyToDevice(absl::Span<const int32_t>(host_targets), targets.span<int32_t>()));
-  const worker::CrossEntropyShape ce{kRows, kVocab};
-  const double logits_bytes = static_cast<double>(kRows) * kVocab * 4;
-  AddOp(backend, reps, report, "cross_entropy_forward", absl::StrCat(kRows, "x", kVocab),
-        logits_bytes, 0, [&] {
-          BENCH_CHECK_OK(backend.CrossEntropyForward(ce, f(x), targets.span<int32_t>(), f(y)));
-        });
-  AddOp(backend, reps, report, "cross_entropy_backward", absl::StrCat(kRows, "x", kVocab),
-        3 * logits_bytes, 0, [&] {
-          BENCH_CHECK_OK(backend.CrossEntropyBackward(ce, f(x), targets.span<int32_t>(), 1.0f, f(dx)));
-        });
+  // The large model's vocabulary, and GPT-2's (256 rows of 50,304 logits).
+  for (const worker::CrossEntropyShape& ce : {worker::CrossEntropyShape{kRows, kVocab},
+                                              worker::CrossEntropyShape{256, 50304}}) {
+    const bool large = ce.vocab != kVocab;
+    DeviceBuffer big_logits = Filled(backend, large ? ce.rows * ce.vocab : 1, 0.1f);
+    DeviceBuffer big_grads = Filled(backend, large ? ce.rows * ce.vocab : 1, 0.0f);
+    auto logits = large ? f(big_logits) : f(x);
+    auto grads = large ? f(big_grads) : f(dx);
+    const double logits_bytes = static_cast<double>(ce.rows) * ce.vocab * 4;
+    const auto ce_targets = targets.span<int32_t>().subspan(0, static_cast<size_t>(ce.rows));
+    AddOp(backend, reps, report, "cross_entropy_forward", absl::StrCat(ce.rows, "x", ce.vocab), logits_bytes, 0,
+          [&] { BENCH_CHECK_OK(backend.CrossEntropyForward(ce, logits, ce_targets, f(y))); });
+    AddOp(backend, reps, report, "cross_entropy_backward", absl::StrCat(ce.rows, "x", ce.vocab), 3 * logits_bytes,
+          0, [&] { BENCH_CHECK_OK(backend.CrossEntropyBackward(ce, logits, ce_targets, 1.0f, grads)); });
+  }
   const worker::EmbeddingShape emb{kRows, kVocab, kC};
   AddOp(backend, reps, report, "embedding_backward", act, 3.0 * kN * 4, 0, [&] {
     BENCH_CHECK_OK(backend.EmbeddingBackward(emb, targets.span<int32_t>(), f(dy), f(dx)));
