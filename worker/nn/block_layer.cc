@@ -5,12 +5,12 @@
 
 namespace shardline::worker::nn {
 
-absl::StatusOr<std::unique_ptr<BlockLayer>> BlockLayer::Create(Backend& backend,
-                                                               const ModelConfig& config,
-                                                               int index, uint64_t seed,
-                                                               const TensorParallel& tp) {
+absl::StatusOr<std::unique_ptr<BlockLayer>> BlockLayer::Create(Backend& backend, const ModelConfig& config,
+                                                               int index, uint64_t seed, const TensorParallel& tp,
+                                                               std::shared_ptr<Scratch> scratch) {
   RETURN_IF_ERROR(tp.Check(config.heads, config.d_model));
   std::unique_ptr<BlockLayer> layer(new BlockLayer(backend, config, index, tp));
+  layer->scratch_ = scratch != nullptr ? std::move(scratch) : std::make_shared<Scratch>();
   const std::string& p = layer->name_;
   const int64_t c = config.d_model;
   // Megatron's splits (whole when unsplit): qkv by heads, its q, k and v
@@ -57,12 +57,12 @@ std::vector<Parameter*> BlockLayer::parameters() {
 absl::Status BlockLayer::EnsureScratch(int64_t rows, const AttentionShape& attn) {
   const size_t c = static_cast<size_t>(config_.d_model), n = static_cast<size_t>(rows);
   const size_t a = static_cast<size_t>(attention_width()), f = static_cast<size_t>(mlp_width());
-  RETURN_IF_ERROR(EnsureFloats(backend_, tmp_c_, n * c));
-  RETURN_IF_ERROR(EnsureFloats(backend_, tmp_3c_, n * 3 * a));
-  RETURN_IF_ERROR(EnsureFloats(backend_, tmp_4c_a_, n * f));
-  RETURN_IF_ERROR(EnsureFloats(backend_, tmp_4c_b_, n * f));
+  RETURN_IF_ERROR(EnsureFloats(backend_, scratch_->c, n * c));
+  RETURN_IF_ERROR(EnsureFloats(backend_, scratch_->three_c, n * 3 * a));
+  RETURN_IF_ERROR(EnsureFloats(backend_, scratch_->mlp_a, n * f));
+  RETURN_IF_ERROR(EnsureFloats(backend_, scratch_->mlp_b, n * f));
   ASSIGN_OR_RETURN(const int64_t attention_scratch, AttentionScratchFloats(backend_, attn));
-  return EnsureFloats(backend_, tmp_attention_, static_cast<size_t>(attention_scratch));
+  return EnsureFloats(backend_, scratch_->attention, static_cast<size_t>(attention_scratch));
 }
 
 absl::Status BlockLayer::Forward(const MicroBatch& mb, DeviceSpan<const float> x,
@@ -94,7 +94,7 @@ absl::Status BlockLayer::Forward(const MicroBatch& mb, DeviceSpan<const float> x
   const LayerNormShape ln{n, c, 1e-5f};
   auto mean1 = f32(s->stats1).subspan(0, n), rstd1 = f32(s->stats1).subspan(n, n);
   auto mean2 = f32(s->stats2).subspan(0, n), rstd2 = f32(s->stats2).subspan(n, n);
-  DeviceSpan<float> tmp = f32(tmp_c_);
+  DeviceSpan<float> tmp = f32(scratch_->c);
 
   RETURN_IF_ERROR(backend_.LayerNormForward(ln, x, ln1_weight_.v(), ln1_bias_.v(), f32(li->h1),
                                             mean1, rstd1));
@@ -149,9 +149,9 @@ absl::Status BlockLayer::BackwardPass(const MicroBatch& mb, DeviceSpan<const flo
   const LayerNormShape ln{n, c, 1e-5f};
   auto mean1 = f32(s->stats1).subspan(0, n), rstd1 = f32(s->stats1).subspan(n, n);
   auto mean2 = f32(s->stats2).subspan(0, n), rstd2 = f32(s->stats2).subspan(n, n);
-  DeviceSpan<float> dc = f32(tmp_c_).subspan(0, nc);
-  DeviceSpan<float> dg = f32(tmp_4c_a_).subspan(0, nf), df = f32(tmp_4c_b_).subspan(0, nf);
-  DeviceSpan<float> dqkv = f32(tmp_3c_).subspan(0, 3 * na);
+  DeviceSpan<float> dc = f32(scratch_->c).subspan(0, nc);
+  DeviceSpan<float> dg = f32(scratch_->mlp_a).subspan(0, nf), df = f32(scratch_->mlp_b).subspan(0, nf);
+  DeviceSpan<float> dqkv = f32(scratch_->three_c).subspan(0, 3 * na);
   if (defer) {  // the gradients BackwardWeights reads, kept in the slot
     for (auto [buffer, floats] : {std::pair{&pg->dy, nc}, {&pg->df, nf}, {&pg->dr1, nc}, {&pg->dqkv, 3 * na}}) {
       RETURN_IF_ERROR(EnsureFloats(backend_, *buffer, floats));
@@ -181,7 +181,7 @@ absl::Status BlockLayer::BackwardPass(const MicroBatch& mb, DeviceSpan<const flo
   RETURN_IF_ERROR(linear_backward(proj_, li->att, dx, dc));
   RETURN_IF_ERROR(backend_.Fill(dqkv, 0.0f));
   RETURN_IF_ERROR(AttentionBackward(backend_, attn, f32(s->qkv), f32(li->att), f32(s->attention), dc, dqkv,
-                                    f32(tmp_attention_)));
+                                    f32(scratch_->attention)));
   RETURN_IF_ERROR(linear_backward(qkv_, li->h1, dqkv, dc));
   RETURN_IF_ERROR(tp_.AllReduce(dc));
   RETURN_IF_ERROR(backend_.LayerNormBackward(ln, x, ln1_weight_.v(), mean1, rstd1, dc, dx,
