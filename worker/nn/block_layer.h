@@ -31,7 +31,7 @@ class BlockLayer final : public Layer {
   // `tp` must divide the heads and 4·d_model (TensorParallel::Check).
   // The temporaries of one Forward or Backward call (contents dead when it
   // returns). A stage's blocks run one at a time on one thread, so they
-  // share one set (BuildLayers): 12 MB of each block's 15 on the large model.
+  // share one set (BuildLayers): 12 MB a block on the large model.
   // attention: the composed attention's backward scratch (none on the CPU).
   struct Scratch {
     DeviceBuffer c, three_c, mlp_a, mlp_b, attention;
