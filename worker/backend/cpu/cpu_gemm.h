@@ -18,8 +18,8 @@
 // A pair of independent GEMMs (a linear layer's input and weight gradients)
 // on two threads runs each whole on one thread, rather than both in halves:
 // neither thread packs the operand the other also reads, and the two take
-// the same multiply-adds. 4-9% faster than the halves on the large model's
-// backward shapes (docs/benchmarks.md).
+// the same multiply-adds: 2.5-7% faster (medians) than the halves on the
+// large model's backward shapes (docs/benchmarks.md).
 //
 // Determinism: a batch run item by item gives the same bits on any thread
 // count. A cut GEMM's element sums over k as OpenBLAS does for that piece's
