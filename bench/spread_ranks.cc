@@ -123,7 +123,17 @@ std::vector<SpreadResult> RunRank(int r, const SpreadConfig& config, worker::tra
     result.tcp_s = tcp[tcp.size() / 2];
     results.push_back(result);
   }
-  barrier();  // nobody goes while another still calls
+  barrier();
+  // Nobody leaves the group (which aborts its streams, cutting a frame of the
+  // barrier still on its way to a peer) until every rank has finished it: a
+  // token twice round the TCP ring, the first pass collecting "done", the
+  // second telling everyone.
+  for (int round = 0; round < 2; ++round) {
+    char token = 1;
+    if (r == 0 && ::send(to_next, &token, 1, 0) != 1) std::abort();
+    if (::recv(from_previous, &token, 1, MSG_WAITALL) != 1) std::abort();
+    if (r != 0 && ::send(to_next, &token, 1, 0) != 1) std::abort();
+  }
   collective->reset();
   ::close(to_next);
   ::close(from_previous);
