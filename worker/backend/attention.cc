@@ -5,9 +5,12 @@
 #include "absl/strings/str_cat.h"
 #include "common/dtype.h"
 #include "common/status_macros.h"
+#include "worker/backend/backend_checks.h"
 
 namespace shardline::worker {
 namespace {
+
+using backend_checks::CheckSpan;
 
 // Element counts of the operands, after checking the dimensions.
 struct AttentionSizes {
@@ -43,16 +46,6 @@ absl::StatusOr<AttentionSizes> Sizes(absl::string_view op, const AttentionShape&
   return sizes;
 }
 
-template <typename T>
-absl::Status CheckLength(absl::string_view op, absl::string_view name, DeviceSpan<T> span,
-                         size_t needed) {
-  if (span.size() < needed || (needed > 0 && span.data() == nullptr)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(op, ": ", name, " has ", span.size(), " elements, needs ", needed));
-  }
-  return absl::OkStatus();
-}
-
 // One GEMM per sequence, batched over heads. Operands are addressed by
 // (element offset of the head-0 matrix, row stride, stride between heads).
 GemmShape HeadBatched(const AttentionShape& s, bool trans_a, bool trans_b, int64_t m, int64_t n,
@@ -81,10 +74,10 @@ absl::StatusOr<AttentionSizes> CheckForward(absl::string_view op, const Backend&
                                             DeviceSpan<const float> qkv, DeviceSpan<float> out,
                                             DeviceSpan<float> saved, bool composed) {
   ASSIGN_OR_RETURN(AttentionSizes z, Sizes(op, shape));
-  RETURN_IF_ERROR(CheckLength(op, "qkv", qkv, z.qkv));
-  RETURN_IF_ERROR(CheckLength(op, "out", out, z.out));
+  RETURN_IF_ERROR(CheckSpan(op, "qkv", qkv, z.qkv));
+  RETURN_IF_ERROR(CheckSpan(op, "out", out, z.out));
   const size_t saved_floats = composed ? z.probs : static_cast<size_t>(backend.AttentionKernelSavedFloats(shape));
-  RETURN_IF_ERROR(CheckLength(op, "saved", saved, saved_floats));
+  RETURN_IF_ERROR(CheckSpan(op, "saved", saved, saved_floats));
   return z;
 }
 
@@ -94,13 +87,13 @@ absl::StatusOr<AttentionSizes> CheckBackward(absl::string_view op, const Backend
                                              DeviceSpan<const float> dout, DeviceSpan<float> dqkv,
                                              DeviceSpan<float> scratch, bool composed) {
   ASSIGN_OR_RETURN(AttentionSizes z, Sizes(op, shape));
-  RETURN_IF_ERROR(CheckLength(op, "qkv", qkv, z.qkv));
-  RETURN_IF_ERROR(CheckLength(op, "out", out, z.out));
+  RETURN_IF_ERROR(CheckSpan(op, "qkv", qkv, z.qkv));
+  RETURN_IF_ERROR(CheckSpan(op, "out", out, z.out));
   const size_t saved_floats = composed ? z.probs : static_cast<size_t>(backend.AttentionKernelSavedFloats(shape));
-  RETURN_IF_ERROR(CheckLength(op, "saved", saved, saved_floats));
-  RETURN_IF_ERROR(CheckLength(op, "dout", dout, z.out));
-  RETURN_IF_ERROR(CheckLength(op, "dqkv", dqkv, z.qkv));
-  if (composed) RETURN_IF_ERROR(CheckLength(op, "scratch", scratch, z.probs));
+  RETURN_IF_ERROR(CheckSpan(op, "saved", saved, saved_floats));
+  RETURN_IF_ERROR(CheckSpan(op, "dout", dout, z.out));
+  RETURN_IF_ERROR(CheckSpan(op, "dqkv", dqkv, z.qkv));
+  if (composed) RETURN_IF_ERROR(CheckSpan(op, "scratch", scratch, z.probs));
   return z;
 }
 

@@ -1,6 +1,7 @@
 // Backend's host memory and copies between the host and the device: the
 // checks before each copy, and the defaults for backends that run work as it
-// is queued (the CPU). The compute operations' checks are in backend.cc.
+// is queued (the CPU). The compute operations' checks are in backend.cc
+// (GEMMs: backend_gemm.cc).
 #include "worker/backend/backend.h"
 
 #include <algorithm>
