@@ -124,16 +124,9 @@ std::vector<SpreadResult> RunRank(int r, const SpreadConfig& config, worker::tra
     results.push_back(result);
   }
   barrier();
-  // Nobody leaves the group (which aborts its streams, cutting a frame of the
-  // barrier still on its way to a peer) until every rank has finished it: a
-  // token twice round the TCP ring, the first pass collecting "done", the
-  // second telling everyone.
-  for (int round = 0; round < 2; ++round) {
-    char token = 1;
-    if (r == 0 && ::send(to_next, &token, 1, 0) != 1) std::abort();
-    if (::recv(from_previous, &token, 1, MSG_WAITALL) != 1) std::abort();
-    if (r != 0 && ::send(to_next, &token, 1, 0) != 1) std::abort();
-  }
+  // In order: a peer still waiting for this rank's part of the final
+  // barrier gets it (destroying the collective alone would abort its streams).
+  (*collective)->Leave();
   collective->reset();
   ::close(to_next);
   ::close(from_previous);

@@ -4,7 +4,9 @@
 // gradient buckets' chunks size its staging slots); with tensor
 // parallelism, its stage's tensor-parallel group in this replica (the
 // all-reduces of a micro-batch's activations). Either may be absent.
-// Closing both interrupts any call in flight.
+// Closing both interrupts any call in flight; a position whose job ran to
+// its end leaves both in order (GrpcCollective::Leave), so that a peer
+// still waiting for its last frames gets them.
 #ifndef SHARDLINE_WORKER_GRPC_JOB_GROUPS_H_
 #define SHARDLINE_WORKER_GRPC_JOB_GROUPS_H_
 
@@ -25,6 +27,10 @@ struct JobGroups {
   void Close(const std::string& why) {
     if (replicas != nullptr) replicas->Close(why);
     if (tensor != nullptr) tensor->Close(why);
+  }
+  void Leave() {
+    if (replicas != nullptr) replicas->Leave();
+    if (tensor != nullptr) tensor->Leave();
   }
 };
 

@@ -80,7 +80,7 @@ absl::StatusOr<std::unique_ptr<GrpcCollective>> GrpcCollective::Create(Backend& 
 }
 
 GrpcCollective::~GrpcCollective() {
-  Close("this rank left its collective group");
+  if (!left_) Close("this rank left its collective group");
   connectors_.clear();
   for (int q = rank() + 1; q < size(); ++q) options_.service->ForgetPeer(options_.job_id, options_.group, rank(), q);
 }
@@ -90,6 +90,29 @@ void GrpcCollective::Close(const std::string& reason) {
   for (const auto& stream : streams_) {
     if (stream != nullptr) stream->Abort(reason);
   }
+}
+
+void GrpcCollective::Leave(absl::Duration drain) {
+  if (left_) return;
+  left_ = true;
+  bool failed = false;
+  {
+    absl::MutexLock lock(&mu_);
+    failed = !failed_.ok();
+    if (!failed) failed_ = absl::UnavailableError(absl::StrCat(Describe(), " has left its group"));
+  }
+  if (failed) return Close(absl::StrCat(Describe(), " left its group after a failure"));
+  drain = std::min(drain, options_.exchange.timeout);
+  for (const auto& stream : streams_) {
+    if (stream != nullptr) (void)stream->AwaitSent(drain);
+  }
+  // Close, not Abort: a served stream's call stays up until the peer that
+  // dialled it half-closes (having read our frames); a dialled one
+  // half-closes when its connector goes (UpstreamExchangeCall::Shutdown).
+  for (const auto& stream : streams_) {
+    if (stream != nullptr) stream->Close(absl::StrCat("rank ", rank(), " left group '", options_.group, "'"));
+  }
+  connectors_.clear();
 }
 
 transport::WirePace GrpcCollective::PaceFrom(int peer) {

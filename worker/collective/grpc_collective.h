@@ -17,6 +17,11 @@
 // and sticks. Memory stays bounded whatever the peers' speeds (the streams'
 // credits and queues). Not thread-safe (one thread per rank); Close() from
 // any thread.
+//
+// Ending: a rank whose calls are all done leaves with Leave(), in order, so
+// that a peer still waiting for this rank's last frames gets them. Destroyed
+// without leaving (a rank that failed or is cancelled) it aborts its streams,
+// and its peers' waits fail at once, not at their timeout.
 #ifndef SHARDLINE_WORKER_COLLECTIVE_GRPC_COLLECTIVE_H_
 #define SHARDLINE_WORKER_COLLECTIVE_GRPC_COLLECTIVE_H_
 
@@ -77,6 +82,13 @@ class GrpcCollective final : public Collective {
   absl::Status AllReduceSumHostInt8(absl::Span<float> data, absl::Span<float> residual) override;
   absl::Status ReduceScatterSumHostInt8(absl::Span<float> data, absl::Span<float> residual) override;
   void Close(const std::string& reason) override;
+  // Leaves the group once this rank's calls are done: waits (up to `drain`)
+  // until every frame it queued is written, then ends its streams in order
+  // (its dialled streams half-close and wait, up to the same bound, for the
+  // peer to end them), so that each peer reads every frame before it sees
+  // the end. Later calls fail with UNAVAILABLE; once failed or closed, it
+  // only closes.
+  void Leave(absl::Duration drain = absl::Seconds(5));
 
   uint64_t BytesReceived() override;
   transport::WirePace PaceFrom(int peer) override;
@@ -121,6 +133,7 @@ class GrpcCollective final : public Collective {
   std::vector<std::shared_ptr<transport::StagingPool>> receive_pools_;
   uint64_t next_sequence_ = 0;
   std::vector<float> own_;  // this rank's own chunk on the host, reused
+  bool left_ = false;  // Leave ran: the destructor aborts nothing
   absl::Mutex mu_;
   absl::Status failed_ ABSL_GUARDED_BY(mu_);  // sticky
 };

@@ -2,7 +2,8 @@
 // group, rank or epoch; frames that are stale, out of order, of the wrong
 // chunk, size or dtype, or not collective frames at all; and a peer that
 // vanishes in the middle of a reduction. Each gets a clear status within the
-// deadline: no hang, no crash.
+// deadline: no hang, no crash. And a rank that leaves right after its last
+// call still delivers that call's frames.
 #include "worker/collective/grpc_collective.h"
 
 #include <atomic>
@@ -188,6 +189,37 @@ TEST(GrpcCollectiveTest, APeerThatVanishesMidReductionFailsTheCallPromptly) {
   EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
   EXPECT_TRUE(absl::StrContains(status.message(), "from rank 1")) << status;
   EXPECT_LT(took, absl::Seconds(30)) << "waited out the timeout instead of seeing the peer go";
+}
+
+// The root of a broadcast returns once its message is queued and leaves at
+// once, while the other rank has not even started the call: the message is
+// thousands of frames (1000-byte chunks), most of them still queued when
+// Leave starts. Destroying the collective instead would abort the streams
+// and cut them (the peer's call fails UNAVAILABLE; checked by hand). Both
+// directions: the rank that leaves dialled the stream (rank 1) or serves it.
+TEST(GrpcCollectiveTest, ARankThatLeavesRightAfterItsLastCallStillDeliversIt) {
+  for (int root : {1, 0}) {
+    SCOPED_TRACE(absl::StrCat("root ", root));
+    auto ranks = testing::MakeRanks("grpc", "cpu", 2, absl::Seconds(60));
+    ASSERT_NE(ranks, nullptr);
+    testing::RunRanks(*ranks, [](int, Collective& c, Backend& backend) {  // both streams connected
+      DeviceBuffer buffer = worker::testing::Upload(backend, std::vector<float>(10, 1.0f));
+      EXPECT_TRUE(c.AllReduceSum(buffer.span<float>()).ok());
+    });
+    std::vector<float> values(1 << 20);
+    for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i % 1000) + 0.5f;
+    const int other = 1 - root;
+    DeviceBuffer sent = worker::testing::Upload(*ranks->backends[root], values);
+    DeviceBuffer received = worker::testing::Upload(*ranks->backends[other], std::vector<float>(values.size()));
+    auto& leaving = static_cast<GrpcCollective&>(*ranks->handles[root]);
+    ASSERT_TRUE(leaving.Broadcast(sent.span<float>(), root).ok());
+    leaving.Leave();
+    EXPECT_EQ(leaving.AllReduceSum(sent.span<float>()).code(), absl::StatusCode::kUnavailable);
+    ranks->handles[root].reset();
+    const absl::Status status = ranks->handles[other]->Broadcast(received.span<float>(), root);
+    ASSERT_TRUE(status.ok()) << status;
+    EXPECT_EQ(worker::testing::Download(*ranks->backends[other], received), values);
+  }
 }
 
 }  // namespace
