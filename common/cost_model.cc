@@ -38,11 +38,17 @@ int64_t UnitRangeParameters(const shardline::v1::ModelSpec& model, int begin, in
 }
 
 bool RecomputesAttentionWeights(const std::string& device, int64_t t) {
-  return device == "cpu" && t > kCpuAttentionKeyTile;
+  return HasAttentionKernel(device) && t > kCpuAttentionKeyTile;
 }
+
+bool HasAttentionKernel(const std::string& device) { return device == "cpu"; }
 
 double AttentionSavedBytesPerToken(const shardline::v1::ModelSpec& model, int64_t t, bool recomputed) {
   return 4.0 * model.n_heads() * (recomputed ? 1.0 : static_cast<double>(t));
+}
+
+double AttentionScratchBytesPerToken(const shardline::v1::ModelSpec& model, int64_t t) {
+  return AttentionSavedBytesPerToken(model, t, false);
 }
 
 std::vector<UnitCost> ModelUnitCosts(const shardline::v1::ModelSpec& model, int64_t t) {
@@ -64,6 +70,9 @@ std::vector<UnitCost> ModelUnitCosts(const shardline::v1::ModelSpec& model, int6
     // LayerNorm statistics, and the attention weights (heads · t per token).
     block.saved_bytes_per_token = 4 * (15 * c + 4) + AttentionSavedBytesPerToken(model, t, false);
     block.output_bytes_per_token = 4 * c;
+    // The backward pass's temporaries (BlockLayer::Scratch): C, 3C and
+    // twice 4C floats (a tensor rank's are narrower but for the C).
+    block.scratch_bytes_per_token = 4 * 12 * c;
     units.push_back(block);
   }
   UnitCost head;
@@ -71,6 +80,7 @@ std::vector<UnitCost> ModelUnitCosts(const shardline::v1::ModelSpec& model, int6
   head.flops_per_token = 3 * 2 * v * c;
   head.saved_bytes_per_token = 4 * (c + 2 + 2 * v);  // normed input, stats, logits, losses
   head.output_bytes_per_token = 0;
+  head.scratch_bytes_per_token = 4 * (v + c);  // the backward pass's logit and input gradients
   units.push_back(head);
   return units;
 }

@@ -18,10 +18,17 @@ struct UnitCost {
   int64_t parameters = 0;             // f32 parameters
   double saved_bytes_per_token = 0;   // activations kept from forward to backward
   double output_bytes_per_token = 0;  // what the unit sends on (f32 activations)
+  // One pass's temporaries, per token of the micro-batch in the pass: held
+  // once per stage whatever is in flight, and a stage's blocks share one
+  // set (BlockLayer::Scratch), so a stage counts a block's once.
+  double scratch_bytes_per_token = 0;
 };
 
 // One entry per unit, in order; `t` is the sequence length. A block's saved
-// bytes count its attention weights (heads · t floats a token).
+// bytes count its attention weights (heads · t floats a token); its scratch
+// does not count the composed attention's backward scratch (the weights'
+// size again, AttentionScratchBytesPerToken), which only backends without
+// an attention kernel need.
 std::vector<UnitCost> ModelUnitCosts(const shardline::v1::ModelSpec& model, int64_t t);
 
 // Sequences longer than this many keys make the CPU backend's attention keep
@@ -33,9 +40,17 @@ inline constexpr int64_t kCpuAttentionKeyTile = 256;
 // token for a block's attention rather than its heads · t weights.
 bool RecomputesAttentionWeights(const std::string& device, int64_t t);
 
+// Whether a worker on `device` runs attention as one kernel (the CPU
+// backend); others compose it from GEMMs and keep a backward scratch of the
+// weights' size (worker/backend/attention.h AttentionScratchFloats).
+bool HasAttentionKernel(const std::string& device);
+
 // The bytes a block keeps per token for its attention's backward pass: the
 // weights, or where recomputed the log-sum-exp.
 double AttentionSavedBytesPerToken(const shardline::v1::ModelSpec& model, int64_t t, bool recomputed);
+
+// The composed attention's backward scratch per token: the weights' size.
+double AttentionScratchBytesPerToken(const shardline::v1::ModelSpec& model, int64_t t);
 
 // The f32 parameters of units [begin, end) (a stage's, in the global
 // layout), clamped to the model's units.

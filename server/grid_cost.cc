@@ -123,6 +123,7 @@ absl::StatusOr<GridCost> EstimateGrid(const shardline::v1::JobSpec& spec, const 
         c.flops_spread = std::max(c.flops_spread, caps.gemm_flops_spread());
         c.recomputes_attention =
             c.recomputes_attention && common::RecomputesAttentionWeights(caps.device(), spec.model().context());
+        c.composes_attention = c.composes_attention || !common::HasAttentionKernel(caps.device());
         for (int j = 0; j < t; ++j) {
           if (j != k) slowest_group_link = std::min(slowest_group_link, link(at(s, r, k), at(s, r, j)).bytes_per_second);
         }

@@ -99,6 +99,10 @@ absl::StatusOr<PipelinePlan> PlanPipeline(const shardline::v1::JobSpec& spec,
       static_cast<int64_t>(common::AttentionSavedBytesPerToken(spec.model(), t, false));
   const auto attention_recomputed_per_token =
       static_cast<int64_t>(common::AttentionSavedBytesPerToken(spec.model(), t, true));
+  const auto attention_scratch_per_token =
+      static_cast<int64_t>(common::AttentionScratchBytesPerToken(spec.model(), t));
+  const auto block_scratch_per_token = n > 2 ? static_cast<int64_t>(units[1].scratch_bytes_per_token) : 0;
+  const auto head_scratch_per_token = static_cast<int64_t>(units[n - 1].scratch_bytes_per_token);
 
   // Prefix sums, so that a range's cost is O(1) in the O(p·n²) search.
   // Bytes in checked int64 (the spec's numbers are bounded one by one, not
@@ -128,7 +132,14 @@ absl::StatusOr<PipelinePlan> PlanPipeline(const shardline::v1::JobSpec& spec,
         workers[s].recomputes_attention ? blocks * (attention_kept_per_token - attention_recomputed_per_token) : 0;
     const common::CheckedInt64 saved =
         saved_per_token[b] - saved_per_token[a] + edges + deferred_per_token * blocks - attention_dropped;
-    const common::CheckedInt64 memory = state + saved * token_count * in_flight;
+    // One pass's temporaries, once whatever is in flight: the blocks' shared
+    // set (with the composed attention's backward scratch) and the head's.
+    int64_t scratch = b == n ? head_scratch_per_token : 0;
+    if (blocks > 0) {
+      scratch += block_scratch_per_token + (workers[s].composes_attention ? attention_scratch_per_token : 0);
+    }
+    const common::CheckedInt64 memory =
+        state + saved * token_count * in_flight + common::CheckedInt64(scratch) * token_count;
     cost.memory_bytes = memory.value();  // int64's largest when it overflowed: fits nowhere
     cost.shard_bytes = (params * 4 * (1 + optimizer_copies)).value();
     return cost;

@@ -27,6 +27,9 @@ struct WorkerCapacity {
   // Its blocks keep a log-sum-exp per head and token instead of the attention
   // weights (common::RecomputesAttentionWeights: CPU workers, long sequences).
   bool recomputes_attention = false;
+  // Its blocks compose attention from GEMMs (no attention kernel: CUDA) and
+  // hold a backward scratch of the weights' size, once per stage.
+  bool composes_attention = false;
 };
 
 // Rates closer than their probes' spread, and than this floor, are taken

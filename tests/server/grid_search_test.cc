@@ -260,5 +260,19 @@ TEST(GridSearchTest, AGridThatCannotFitIsRefusedNamingThePosition) {
   EXPECT_TRUE(absl::StrContains(cost.status().message(), "on worker tiny")) << cost.status();
 }
 
+// A stage with a worker whose backend composes attention (CUDA) counts the
+// backward scratch of the weights' size, once: 8 heads × 128 keys a token of
+// one micro-batch (32 / (8 × 2 replicas) = 2 sequences × 128 tokens).
+TEST(GridSearchTest, AStageWithACudaWorkerCountsTheComposedAttentionsScratch) {
+  const auto spec = Spec(1, 2, 1);
+  std::vector<WorkerRecord> grid = {Worker("a"), Worker("b")};
+  for (WorkerRecord& w : grid) w.capabilities.set_device("cpu");
+  auto cpu = EstimateGrid(spec, grid, LinksFrom(nullptr));
+  grid[1].capabilities.set_device("cuda:0");
+  auto mixed = EstimateGrid(spec, grid, LinksFrom(nullptr));
+  ASSERT_TRUE(cpu.ok() && mixed.ok());
+  EXPECT_EQ(mixed->plan.stages[0].memory_bytes - cpu->plan.stages[0].memory_bytes, int64_t{2} * 128 * 8 * 128 * 4);
+}
+
 }  // namespace
 }  // namespace shardline::server

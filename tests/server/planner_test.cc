@@ -216,6 +216,43 @@ TEST(PlannerTest, WorkersThatRecomputeAttentionNeedLessMemoryForLongSequences) {
   EXPECT_FALSE(common::RecomputesAttentionWeights("cuda:0", 1024));
 }
 
+// One pass's temporaries are held once per stage, whatever is in flight:
+// the blocks' shared set, the head's logit gradient, and on workers that
+// compose attention (CUDA) its backward scratch of the weights' size.
+TEST(PlannerTest, APassTemporariesCountOncePerStage) {
+  auto spec = Spec(8, 2);
+  std::vector<WorkerCapacity> w = {{"a", 1e11, 64 * kGiB}, {"b", 1e11, 64 * kGiB}};
+  auto kernel = PlanPipeline(spec, w);
+  w[0].composes_attention = w[1].composes_attention = true;
+  auto composed = PlanPipeline(spec, w);
+  ASSERT_TRUE(kernel.ok() && composed.ok());
+  ASSERT_EQ(kernel->stages[0].unit_end, composed->stages[0].unit_end) << "the same cut, for the comparison";
+  // A micro-batch: 32 / 8 sequences × 128 tokens; 8 heads × 128 floats a
+  // token, once per stage (stage 0 of 1F1B holds 2 micro-batches: not twice).
+  const int64_t tokens = 4 * 128;
+  for (int s = 0; s < 2; ++s) {
+    EXPECT_EQ(composed->stages[s].memory_bytes - kernel->stages[s].memory_bytes, tokens * 8 * 128 * 4) << s;
+  }
+  // The blocks' set (12 C floats a token) and the head's logit and input
+  // gradients (vocabulary + C).
+  const auto units = common::ModelUnitCosts(spec.model(), 128);
+  EXPECT_EQ(units.back().scratch_bytes_per_token, 4 * (256 + 512));
+  EXPECT_EQ(units[1].scratch_bytes_per_token, 4 * 12 * 512);
+  // A one-stage pipeline of one block: parameters and state, what one
+  // micro-batch keeps (1F1B holds min(1, 8) = 1 in flight), and one set of
+  // each temporary; the embedding has none.
+  auto one = Spec(1, 1);
+  auto single = PlanPipeline(one, {{"a", 1e11, 64 * kGiB}});
+  ASSERT_TRUE(single.ok()) << single.status();
+  const auto u = common::ModelUnitCosts(one.model(), 128);
+  double parameters = 0, saved = 0;
+  for (const auto& unit : u) parameters += unit.parameters, saved += unit.saved_bytes_per_token;
+  const double edges = u[0].output_bytes_per_token + 2 * u.back().output_bytes_per_token;
+  const double want = parameters * 4 * 4 + (saved + edges) * tokens +
+                      (u[1].scratch_bytes_per_token + u.back().scratch_bytes_per_token) * tokens;
+  EXPECT_EQ(static_cast<double>(single->stages[0].memory_bytes), want);
+}
+
 TEST(PlannerTest, BadRequests) {
   EXPECT_EQ(PlanPipeline(Spec(8, 3), {{"a", 1e11, kGiB}}).status().code(),
             absl::StatusCode::kInvalidArgument);
