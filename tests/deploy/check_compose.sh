@@ -54,6 +54,20 @@ if command -v ip6tables-save >/dev/null && ip6tables-save >"$work/ip6tables.befo
 links_before=$(ip -o link show | awk -F': ' '{print $2}' | sort)
 dockerd_pid=""
 
+# The rules as they were: the tables the dump holds are restored; those it
+# lacks did not exist before (iptables-save lists every table that does), so
+# everything in them now is dockerd's: its chains go and the built-in chains'
+# policies are ACCEPT again (dockerd sets FORWARD to DROP).
+restore_firewall() {
+  local tool=$1 before=$2 table chain
+  "$tool-restore" <"$before"
+  for table in $("$tool-save" | sed -n 's/^\*//p'); do
+    grep -qx "\*$table" "$before" && continue
+    "$tool" -t "$table" -F && "$tool" -t "$table" -X
+    for chain in $("$tool" -t "$table" -S | awk '$1 == "-P" {print $2}'); do "$tool" -t "$table" -P "$chain" ACCEPT; done
+  done
+}
+
 cleanup() {
   local status=$?
   set +e
@@ -79,8 +93,8 @@ cleanup() {
       ip link del "$link" 2>/dev/null
     fi
   done
-  iptables-restore <"$work/iptables.before"
-  [[ -n $have_ip6 ]] && ip6tables-restore <"$work/ip6tables.before"
+  restore_firewall iptables "$work/iptables.before"
+  [[ -n $have_ip6 ]] && restore_firewall ip6tables "$work/ip6tables.before"
   sysctl -qw net.ipv4.ip_forward="$ip_forward"
   rm -rf "$exec_root" "$work/data"
   exit $status
