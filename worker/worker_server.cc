@@ -411,15 +411,14 @@ void WorkerServer::RunJob(shardline::v1::Assignment a) {
     status = RunStageJob(a, worker_id(), *backend_, **link, groups.replicas.get(), groups.tensor.get(), reporter,
                          state_cache_, job_cancelled_, job_stop_after_, data_access, &activity_);
     activity_.End();
-    {
-      absl::MutexLock lock(&mu_);
-      link_ = nullptr;
-      groups_ = nullptr;
-    }
     // Done: the peers get our last frames (the final all-reduce's) before
-    // our streams end. Failed or cancelled: the groups' destruction aborts
-    // the streams, so the peers fail at once.
+    // our streams end (bounded; a shutdown's Close still cuts it short).
+    // Failed or cancelled: the groups' destruction aborts the streams, so
+    // the peers fail at once.
     if (status.ok()) groups.Leave();
+    absl::MutexLock lock(&mu_);
+    link_ = nullptr;
+    groups_ = nullptr;
   }
   if (status.ok()) {
     LOG(INFO) << "job " << a.job_id() << ": stage " << a.stage() << " done";
