@@ -47,10 +47,6 @@ double AttentionSavedBytesPerToken(const shardline::v1::ModelSpec& model, int64_
   return 4.0 * model.n_heads() * (recomputed ? 1.0 : static_cast<double>(t));
 }
 
-double AttentionScratchBytesPerToken(const shardline::v1::ModelSpec& model, int64_t t) {
-  return AttentionSavedBytesPerToken(model, t, false);
-}
-
 std::vector<UnitCost> ModelUnitCosts(const shardline::v1::ModelSpec& model, int64_t t) {
   const double c = model.d_model(), v = model.vocab_size();
   const double tt = static_cast<double>(t);

@@ -27,8 +27,8 @@ struct UnitCost {
 // One entry per unit, in order; `t` is the sequence length. A block's saved
 // bytes count its attention weights (heads · t floats a token); its scratch
 // does not count the composed attention's backward scratch (the weights'
-// size again, AttentionScratchBytesPerToken), which only backends without
-// an attention kernel need.
+// size again, AttentionSavedBytesPerToken unrecomputed), which only
+// backends without an attention kernel need.
 std::vector<UnitCost> ModelUnitCosts(const shardline::v1::ModelSpec& model, int64_t t);
 
 // Sequences longer than this many keys make the CPU backend's attention keep
@@ -48,9 +48,6 @@ bool HasAttentionKernel(const std::string& device);
 // The bytes a block keeps per token for its attention's backward pass: the
 // weights, or where recomputed the log-sum-exp.
 double AttentionSavedBytesPerToken(const shardline::v1::ModelSpec& model, int64_t t, bool recomputed);
-
-// The composed attention's backward scratch per token: the weights' size.
-double AttentionScratchBytesPerToken(const shardline::v1::ModelSpec& model, int64_t t);
 
 // The f32 parameters of units [begin, end) (a stage's, in the global
 // layout), clamped to the model's units.

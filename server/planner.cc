@@ -99,8 +99,6 @@ absl::StatusOr<PipelinePlan> PlanPipeline(const shardline::v1::JobSpec& spec,
       static_cast<int64_t>(common::AttentionSavedBytesPerToken(spec.model(), t, false));
   const auto attention_recomputed_per_token =
       static_cast<int64_t>(common::AttentionSavedBytesPerToken(spec.model(), t, true));
-  const auto attention_scratch_per_token =
-      static_cast<int64_t>(common::AttentionScratchBytesPerToken(spec.model(), t));
   const auto block_scratch_per_token = n > 2 ? static_cast<int64_t>(units[1].scratch_bytes_per_token) : 0;
   const auto head_scratch_per_token = static_cast<int64_t>(units[n - 1].scratch_bytes_per_token);
 
@@ -136,7 +134,8 @@ absl::StatusOr<PipelinePlan> PlanPipeline(const shardline::v1::JobSpec& spec,
     // set (with the composed attention's backward scratch) and the head's.
     int64_t scratch = b == n ? head_scratch_per_token : 0;
     if (blocks > 0) {
-      scratch += block_scratch_per_token + (workers[s].composes_attention ? attention_scratch_per_token : 0);
+      // The composed attention's backward scratch is the weights' size.
+      scratch += block_scratch_per_token + (workers[s].composes_attention ? attention_kept_per_token : 0);
     }
     const common::CheckedInt64 memory =
         state + saved * token_count * in_flight + common::CheckedInt64(scratch) * token_count;

@@ -197,19 +197,34 @@ TEST(PlannerTest, AShardedOptimizerNeedsLessMemoryPerWorker) {
 
 // Long sequences on CPU workers: each block keeps a float per head and
 // token instead of its attention weights (common::RecomputesAttentionWeights).
+// `spec` planned on two equal roomy workers, without and with `flag` set on
+// both; an error unless both plans make the same cut (for comparing them).
+struct PlansWithoutAndWith {
+  PipelinePlan without, with;
+};
+absl::StatusOr<PlansWithoutAndWith> PlanWithoutAndWith(const shardline::v1::JobSpec& spec,
+                                                       bool WorkerCapacity::*flag) {
+  std::vector<WorkerCapacity> w = {{"a", 1e11, 64 * kGiB}, {"b", 1e11, 64 * kGiB}};
+  absl::StatusOr<PipelinePlan> without = PlanPipeline(spec, w);
+  w[0].*flag = w[1].*flag = true;
+  absl::StatusOr<PipelinePlan> with = PlanPipeline(spec, w);
+  if (!without.ok()) return without.status();
+  if (!with.ok()) return with.status();
+  if (without->stages[0].unit_end != with->stages[0].unit_end) {
+    return absl::FailedPreconditionError("the two plans cut apart");
+  }
+  return PlansWithoutAndWith{*std::move(without), *std::move(with)};
+}
+
 TEST(PlannerTest, WorkersThatRecomputeAttentionNeedLessMemoryForLongSequences) {
   auto spec = Spec(8, 2);
   spec.mutable_model()->set_context(1024);
-  std::vector<WorkerCapacity> w = {{"a", 1e11, 64 * kGiB}, {"b", 1e11, 64 * kGiB}};
-  auto kept = PlanPipeline(spec, w);
-  w[0].recomputes_attention = w[1].recomputes_attention = true;
-  auto recomputed = PlanPipeline(spec, w);
-  ASSERT_TRUE(kept.ok() && recomputed.ok());
-  ASSERT_EQ(kept->stages[0].unit_end, recomputed->stages[0].unit_end) << "the same cut, for the comparison";
+  auto plans = PlanWithoutAndWith(spec, &WorkerCapacity::recomputes_attention);
+  ASSERT_TRUE(plans.ok()) << plans.status();
   // Stage 0 of 1F1B holds 2 micro-batches of 32 / 8 sequences × 1024 tokens;
   // per block and token, 8 heads × (1024 − 1) floats fewer.
-  const int blocks = kept->stages[0].unit_end - 1;  // units 1 … are blocks
-  EXPECT_EQ(kept->stages[0].memory_bytes - recomputed->stages[0].memory_bytes,
+  const int blocks = plans->without.stages[0].unit_end - 1;  // units 1 … are blocks
+  EXPECT_EQ(plans->without.stages[0].memory_bytes - plans->with.stages[0].memory_bytes,
             int64_t{2} * 4 * 1024 * blocks * 8 * 1023 * 4);
   EXPECT_TRUE(common::RecomputesAttentionWeights("cpu", 1024));
   EXPECT_FALSE(common::RecomputesAttentionWeights("cpu", common::kCpuAttentionKeyTile));
@@ -221,17 +236,14 @@ TEST(PlannerTest, WorkersThatRecomputeAttentionNeedLessMemoryForLongSequences) {
 // compose attention (CUDA) its backward scratch of the weights' size.
 TEST(PlannerTest, APassTemporariesCountOncePerStage) {
   auto spec = Spec(8, 2);
-  std::vector<WorkerCapacity> w = {{"a", 1e11, 64 * kGiB}, {"b", 1e11, 64 * kGiB}};
-  auto kernel = PlanPipeline(spec, w);
-  w[0].composes_attention = w[1].composes_attention = true;
-  auto composed = PlanPipeline(spec, w);
-  ASSERT_TRUE(kernel.ok() && composed.ok());
-  ASSERT_EQ(kernel->stages[0].unit_end, composed->stages[0].unit_end) << "the same cut, for the comparison";
+  auto plans = PlanWithoutAndWith(spec, &WorkerCapacity::composes_attention);
+  ASSERT_TRUE(plans.ok()) << plans.status();
   // A micro-batch: 32 / 8 sequences × 128 tokens; 8 heads × 128 floats a
   // token, once per stage (stage 0 of 1F1B holds 2 micro-batches: not twice).
   const int64_t tokens = 4 * 128;
   for (int s = 0; s < 2; ++s) {
-    EXPECT_EQ(composed->stages[s].memory_bytes - kernel->stages[s].memory_bytes, tokens * 8 * 128 * 4) << s;
+    EXPECT_EQ(plans->with.stages[s].memory_bytes - plans->without.stages[s].memory_bytes, tokens * 8 * 128 * 4)
+        << s;
   }
   // The blocks' set (12 C floats a token) and the head's logit and input
   // gradients (vocabulary + C).
