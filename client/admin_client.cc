@@ -77,6 +77,14 @@ absl::StatusOr<shardline::v1::JobStatus> AdminClient::Cancel(const std::string& 
       [&](auto* response) { return stub_->CancelJob(context.get(), request, response); });
 }
 
+absl::StatusOr<shardline::v1::DeleteJobResponse> AdminClient::Delete(const std::string& job_id) {
+  shardline::v1::GetJobRequest request;
+  request.set_job_id(job_id);
+  auto context = Context();
+  return Unary<shardline::v1::DeleteJobResponse>(
+      [&](auto* response) { return stub_->DeleteJob(context.get(), request, response); });
+}
+
 absl::StatusOr<shardline::v1::JobStatus> AdminClient::Replan(const std::string& job_id) {
   shardline::v1::GetJobRequest request;
   request.set_job_id(job_id);

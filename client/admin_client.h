@@ -29,6 +29,8 @@ class AdminClient {
   absl::StatusOr<shardline::v1::JobStatus> Get(const std::string& job_id);
   absl::StatusOr<shardline::v1::ListJobsResponse> ListJobs();
   absl::StatusOr<shardline::v1::JobStatus> Cancel(const std::string& job_id);
+  // Forgets an ended job: its record, checkpoint, trace and metrics.
+  absl::StatusOr<shardline::v1::DeleteJobResponse> Delete(const std::string& job_id);
   // Moves a running job to the best layout now, from a step a little ahead.
   absl::StatusOr<shardline::v1::JobStatus> Replan(const std::string& job_id);
   absl::StatusOr<shardline::v1::ListWorkersResponse> ListWorkers();

@@ -33,10 +33,10 @@ _shardctl() {
     return
   fi
   case $command in
-    "") words="get describe plan submit watch cancel replan drain undrain probe export health trace completion" ;;
+    "") words="get describe plan submit watch cancel replan delete drain undrain probe export health trace completion" ;;
     get) [[ $arguments -eq 0 ]] && words="workers jobs links" ;;
     describe) if [[ $arguments -eq 0 ]]; then words="job"; elif [[ $arguments -eq 1 ]]; then words=$(_shardctl_list jobs); fi ;;
-    watch|cancel|replan|export|trace) [[ $arguments -eq 0 ]] && words=$(_shardctl_list jobs) ;;
+    watch|cancel|replan|delete|export|trace) [[ $arguments -eq 0 ]] && words=$(_shardctl_list jobs) ;;
     drain|undrain) [[ $arguments -eq 0 ]] && words=$(_shardctl_list workers) ;;
     probe) words=$(_shardctl_list workers) ;;
     completion) [[ $arguments -eq 0 ]] && words="bash" ;;

@@ -3,7 +3,7 @@
 //   shardctl [--coordinator=HOST:PORT] [-o table|json] COMMAND ...
 //     get workers | get jobs | get links | describe job ID | plan SPEC [--explain] | submit SPEC
 //     probe [WORKER...]
-//     watch ID | cancel ID | replan ID | drain WORKER | undrain WORKER | export ID -o FILE
+//     watch ID | cancel ID | replan ID | delete ID | drain WORKER | undrain WORKER | export ID -o FILE
 //     health [ADDRESS [SERVICE]] | trace ID [--steps=A:B] -o FILE | completion bash
 //     (get workers -w: watch)
 //
@@ -19,8 +19,10 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "client/admin_client.h"
@@ -118,6 +120,11 @@ int Probe(AdminClient& admin, const std::vector<std::string>& workers) {
 
 std::string StatusLine(const shardline::v1::JobStatus& s) { return ProgressLine(s) + "\n"; }
 
+std::string DeletedLine(const shardline::v1::DeleteJobResponse& r) {
+  return absl::StrFormat("deleted %s (%s; %.1f MB of checkpoint freed)\n", r.job_id(),
+                         absl::AsciiStrToLower(shardline::v1::JobState_Name(r.state())), r.freed_bytes() / 1e6);
+}
+
 int Watch(AdminClient& admin, const std::string& job_id) {
   const bool tty = isatty(fileno(stdout));
   absl::StatusOr<shardline::v1::JobStatus> last = admin.Watch(job_id, [&](const auto& status) {
@@ -206,6 +213,7 @@ int Run(const std::vector<std::string>& args) {
   if (command == "watch" && args.size() == 2) return Watch(admin, args[1]);
   if (command == "cancel" && args.size() == 2) return Print(admin.Cancel(args[1]), &StatusLine);
   if (command == "replan" && args.size() == 2) return Print(admin.Replan(args[1]), &StatusLine);
+  if (command == "delete" && args.size() == 2) return Print(admin.Delete(args[1]), &DeletedLine);
   if ((command == "drain" || command == "undrain") && args.size() == 2) {
     return Print(admin.Drain(args[1], command == "undrain"), &WorkerTable);
   }

@@ -114,6 +114,34 @@ Histogram& MetricsRegistry::GetHistogram(absl::string_view name, absl::string_vi
   return *s.histogram;
 }
 
+int MetricsRegistry::RemoveSeries(absl::string_view name, absl::string_view value) {
+  // A value's quotes are escaped, so `name="value"` between label
+  // boundaries is that label and nothing else.
+  const std::string pair = absl::StrCat(name, "=\"", Escape(value), "\"");
+  absl::MutexLock lock(&mu_);
+  int removed = 0;
+  for (auto family = families_.begin(); family != families_.end();) {
+    auto& series = family->second.series;
+    for (auto it = series.begin(); it != series.end();) {
+      const std::string& text = it->first;
+      size_t at = text.find(pair);
+      while (at != std::string::npos &&
+             !((text[at - 1] == '{' || text[at - 1] == ',') &&
+               (text[at + pair.size()] == ',' || text[at + pair.size()] == '}'))) {
+        at = text.find(pair, at + 1);
+      }
+      if (at == std::string::npos) {
+        ++it;
+      } else {
+        it = series.erase(it);
+        ++removed;
+      }
+    }
+    family = series.empty() ? families_.erase(family) : std::next(family);
+  }
+  return removed;
+}
+
 void MetricsRegistry::AddRefresh(std::function<void()> refresh) {
   absl::MutexLock lock(&mu_);
   refreshes_.push_back(std::move(refresh));

@@ -73,6 +73,11 @@ class MetricsRegistry {
   Histogram& GetHistogram(absl::string_view name, absl::string_view help, const std::vector<double>& upper_bounds,
                           const MetricLabels& labels = {});
 
+  // Removes every series that has label `name` with `value` (a deleted
+  // job's); returns how many. References to them dangle from then on:
+  // callers that keep one must not remove its series.
+  int RemoveSeries(absl::string_view name, absl::string_view value);
+
   // `refresh` runs (without the registry's lock) before each Exposition,
   // to set gauges from state kept elsewhere.
   void AddRefresh(std::function<void()> refresh);

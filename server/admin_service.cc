@@ -129,6 +129,14 @@ grpc::ServerUnaryReactor* AdminService::ReplanJob(grpc::CallbackServerContext* c
   return Reply(context, jobs_.Replan(request->job_id(), "asked by an operator"), response);
 }
 
+grpc::ServerUnaryReactor* AdminService::DeleteJob(grpc::CallbackServerContext* context,
+                                                  const shardline::v1::GetJobRequest* request,
+                                                  shardline::v1::DeleteJobResponse* response) {
+  if (absl::Status s = Authorize(context, AdminRole::kAdmin); !s.ok()) return Done(context, s);
+  if (absl::Status s = ValidateRequest(*request); !s.ok()) return Done(context, s);
+  return Reply(context, jobs_.Delete(request->job_id()), response);
+}
+
 grpc::ServerUnaryReactor* AdminService::ListWorkers(grpc::CallbackServerContext* context,
                                                     const shardline::v1::ListWorkersRequest* request,
                                                     shardline::v1::ListWorkersResponse* response) {

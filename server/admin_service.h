@@ -2,8 +2,8 @@
 // (shardctl, shardline-local): jobs, workers, plans, weight export. It
 // translates between RPCs and the JobManager / WorkerRegistry / WeightStore.
 // With AdminTokens every call needs a bearer token of the role it asks for
-// (admin: SubmitJob, CancelJob, ReplanJob, DrainWorker, ExportWeights, ProbeLinks;
-// viewer: the rest); without, the service is open (a coordinator on loopback, or one
+// (admin: SubmitJob, CancelJob, ReplanJob, DeleteJob, DrainWorker, ExportWeights,
+// ProbeLinks; viewer: the rest); without, the service is open (a coordinator on loopback, or one
 // run with --insecure). Thread-safe.
 #ifndef SHARDLINE_SERVER_ADMIN_SERVICE_H_
 #define SHARDLINE_SERVER_ADMIN_SERVICE_H_
@@ -39,6 +39,9 @@ class AdminService final : public shardline::v1::Admin::CallbackService {
   grpc::ServerUnaryReactor* ReplanJob(grpc::CallbackServerContext* context,
                                       const shardline::v1::GetJobRequest* request,
                                       shardline::v1::JobStatus* response) override;
+  grpc::ServerUnaryReactor* DeleteJob(grpc::CallbackServerContext* context,
+                                      const shardline::v1::GetJobRequest* request,
+                                      shardline::v1::DeleteJobResponse* response) override;
   grpc::ServerUnaryReactor* ListWorkers(grpc::CallbackServerContext* context,
                                         const shardline::v1::ListWorkersRequest* request,
                                         shardline::v1::ListWorkersResponse* response) override;

@@ -24,6 +24,7 @@ CoordinatorMetrics::CoordinatorMetrics(common::MetricsRegistry& registry, Worker
                      {{"version", std::string(common::Version())}, {"daemon", "coordinator"}})
       .Set(1);
   jobs_.SetStepObserver([this](const shardline::v1::JobStatus& status) { OnStep(status); });
+  jobs_.SetDeleteObserver([this](const std::string& job_id) { registry_.RemoveSeries("job_id", job_id); });
   registry_.AddRefresh([this] { Refresh(); });
 }
 

@@ -2,7 +2,8 @@
 // jobs and workers by state; at each step a job completes, its steps,
 // tokens, step time (the slowest position's) and each position's busy and
 // bubble fractions (the share of its step it computed, and the rest: waits
-// on neighbours, collectives and the schedule's bubble). Names and labels
+// on neighbours, collectives and the schedule's bubble); a deleted job's
+// series go with it. Names and labels
 // are listed in docs/operations.md ("Metrics").
 #ifndef SHARDLINE_SERVER_COORDINATOR_METRICS_H_
 #define SHARDLINE_SERVER_COORDINATOR_METRICS_H_

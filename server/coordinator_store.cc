@@ -133,6 +133,16 @@ absl::Status CoordinatorStore::SaveJob(const shardline::v1::JobSpec& spec, const
   return absl::OkStatus();
 }
 
+absl::Status CoordinatorStore::DeleteJob(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  Statement remove(db_, "DELETE FROM jobs WHERE id = ?1");
+  if (!remove.ok()) return Error("preparing a job deletion");
+  remove.Bind(1, job_id);
+  if (sqlite3_step(remove.get()) != SQLITE_DONE) return Error("deleting a job");
+  if (sqlite3_changes(db_) == 0) return absl::NotFoundError(absl::StrCat("no saved job '", job_id, "'"));
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<CoordinatorStore::StoredJob>> CoordinatorStore::LoadJobs() {
   absl::MutexLock lock(&mu_);
   Statement select(db_, "SELECT id, spec, status FROM jobs ORDER BY seq");

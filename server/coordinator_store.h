@@ -49,6 +49,8 @@ class CoordinatorStore {
   // Inserts or replaces a job's record (by status.job_id()); a new job goes
   // after every earlier one.
   absl::Status SaveJob(const shardline::v1::JobSpec& spec, const shardline::v1::JobStatus& status);
+  // Removes a job's record; NOT_FOUND when there is none.
+  absl::Status DeleteJob(const std::string& job_id);
   // Every job, in submission order.
   absl::StatusOr<std::vector<StoredJob>> LoadJobs();
 

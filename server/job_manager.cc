@@ -125,6 +125,31 @@ absl::StatusOr<shardline::v1::JobStatus> JobManager::Cancel(const std::string& j
   return job->status();
 }
 
+absl::StatusOr<shardline::v1::DeleteJobResponse> JobManager::Delete(const std::string& job_id) {
+  shardline::v1::DeleteJobResponse out;
+  {
+    absl::MutexLock lock(&mu_);
+    ASSIGN_OR_RETURN(RunningJob * job, Find(job_id));
+    if (!job->ended()) {
+      return absl::FailedPreconditionError(absl::StrCat("job ", job_id, " is ", JobState_Name(job->status().state()),
+                                                        "; cancel it first"));
+    }
+    out.set_job_id(job_id);
+    out.set_state(job->status().state());
+  }
+  // An ended job never runs again, so its checkpoint can go outside the
+  // jobs' lock (the store moves it aside at once and removes it after).
+  ASSIGN_OR_RETURN(const int64_t freed, weights_.DeleteJob(job_id));
+  out.set_freed_bytes(freed);
+  absl::MutexLock lock(&mu_);
+  RETURN_IF_ERROR(store_.DeleteJob(job_id));  // NOT_FOUND: another deletion took it meanwhile
+  jobs_.erase(job_id);
+  order_.erase(std::remove(order_.begin(), order_.end(), job_id), order_.end());
+  if (delete_observer_) delete_observer_(job_id);
+  LOG(INFO) << "job " << job_id << " deleted by an operator (" << freed << " bytes of checkpoint freed)";
+  return out;
+}
+
 absl::StatusOr<shardline::v1::PlanResponse> JobManager::Plan(shardline::v1::JobSpec spec) {
   RETURN_IF_ERROR(common::ValidateJobSpec(spec));
   return PreviewGrid(spec, registry_.Idle(), LinksFrom(&links_));

@@ -60,6 +60,10 @@ class JobManager {
   // not call back into the manager (metrics only). Set before serving.
   using StepObserver = std::function<void(const shardline::v1::JobStatus& status)>;
   void SetStepObserver(StepObserver observer) { step_observer_ = std::move(observer); }
+  // Told of each job deleted (its id), under the manager's lock like the
+  // step observer. Set before serving.
+  using DeleteObserver = std::function<void(const std::string& job_id)>;
+  void SetDeleteObserver(DeleteObserver observer) { delete_observer_ = std::move(observer); }
   // Whether a job whose steps slow down for long moves to a faster layout
   // by itself (default; coordinator flag --replan_on_slowdown). ReplanJob
   // works either way. Set before serving.
@@ -81,6 +85,11 @@ class JobManager {
   absl::StatusOr<shardline::v1::GetTraceResponse> Trace(const std::string& job_id, int64_t first, int64_t last);
   // FAILED_PRECONDITION for a job that has already ended.
   absl::StatusOr<shardline::v1::JobStatus> Cancel(const std::string& job_id);
+  // Forgets an ended job: its checkpoint (WeightStore::DeleteJob, first:
+  // a coordinator killed midway still lists the job, and deleting it again
+  // finishes), then its record, its trace and (the delete observer) its
+  // metrics. FAILED_PRECONDITION for a job that has not ended.
+  absl::StatusOr<shardline::v1::DeleteJobResponse> Delete(const std::string& job_id);
   // The plan the spec would get on the idle workers now.
   absl::StatusOr<shardline::v1::PlanResponse> Plan(shardline::v1::JobSpec spec);
   // Which worker runs which stage of a job (names, for messages).
@@ -136,6 +145,7 @@ class JobManager {
 
  private:
   StepObserver step_observer_;
+  DeleteObserver delete_observer_;
   bool auto_replan_ = true;
   absl::StatusOr<RunningJob*> Find(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

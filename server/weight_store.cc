@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <set>
 
 #include "absl/strings/match.h"
@@ -22,6 +23,9 @@ namespace shardline::server {
 namespace {
 
 namespace fs = std::filesystem;
+
+// Where DeleteJob moves a job's directory before removing it.
+constexpr char kDeletedDir[] = ".deleted";
 
 absl::StatusOr<std::pair<int64_t, int>> ReadManifest(const std::string& path) {
   ASSIGN_OR_RETURN(std::string text, common::ReadFile(path));
@@ -75,6 +79,9 @@ absl::StatusOr<std::unique_ptr<WeightStore>> WeightStore::Open(const std::string
   if (error) return absl::InternalError(absl::StrCat("cannot create ", root, ": ", error.message()));
   ASSIGN_OR_RETURN(std::unique_ptr<ShardUploads> uploads, ShardUploads::Open((fs::path(root) / ".uploads").string()));
   std::unique_ptr<WeightStore> store(new WeightStore(root, std::move(uploads)));
+  // What a deletion moved aside and had not removed when the process ended.
+  fs::remove_all(fs::path(root) / kDeletedDir, error);
+  if (error) return absl::InternalError(absl::StrCat("cannot empty ", root, "/", kDeletedDir, ": ", error.message()));
   absl::MutexLock lock(&store->mu_);
   for (const auto& entry : fs::directory_iterator(root, error)) {
     const std::string job_id = entry.path().filename().string();
@@ -205,6 +212,37 @@ absl::Status WeightStore::Commit(const std::string& job_id, Job& job, int64_t st
     it = job.shard_count.erase(it);
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> WeightStore::DeleteJob(const std::string& job_id) {
+  RETURN_IF_ERROR(ValidateJobId(job_id));
+  if (job_id[0] == '.') {
+    return absl::InvalidArgumentError(absl::StrCat("'", job_id, "' is the store's own directory, not a job's"));
+  }
+  constexpr uint64_t kNever = std::numeric_limits<uint64_t>::max();
+  uploads_->Drop(job_id, kNever);
+  const fs::path dir = fs::path(root_) / job_id, trash = fs::path(root_) / kDeletedDir, aside = trash / job_id;
+  int64_t bytes = 0;
+  std::error_code error;
+  {
+    absl::MutexLock lock(&mu_);
+    Job& job = jobs_[job_id];
+    job = Job{};
+    job.min_epoch = kNever;
+    if (!fs::exists(dir, error)) return 0;
+    for (const auto& entry : fs::recursive_directory_iterator(dir, error)) {
+      std::error_code ignored;
+      if (entry.is_regular_file(ignored)) bytes += static_cast<int64_t>(entry.file_size(ignored));
+    }
+    fs::create_directories(trash, error);
+    fs::rename(dir, aside, error);
+    if (error) return absl::InternalError(absl::StrCat("cannot move ", dir.string(), " aside: ", error.message()));
+    RETURN_IF_ERROR(FsyncDir(root_));
+  }
+  // Outside the lock: other jobs' shards and reads go on meanwhile.
+  fs::remove_all(aside, error);
+  if (error) return absl::InternalError(absl::StrCat("cannot remove ", aside.string(), ": ", error.message()));
+  return bytes;
 }
 
 void WeightStore::DropUncommitted(const std::string& job_id, uint64_t epoch) {

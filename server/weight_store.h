@@ -76,6 +76,14 @@ class WeightStore {
   // `epoch` (the fence only rises).
   void DropUncommitted(const std::string& job_id, uint64_t epoch);
 
+  // Removes a job's checkpoint (everything under `<root>/<job>/`, and its
+  // uploads) and returns the bytes of the files removed (0 for a job with
+  // none). The directory is first moved under `<root>/.deleted/`, which Open
+  // empties, so a coordinator killed midway leaves no half-deleted
+  // checkpoint behind. Shards and uploads of the job are refused from then
+  // on (the fence rises to the end). INVALID_ARGUMENT for a malformed id.
+  absl::StatusOr<int64_t> DeleteJob(const std::string& job_id);
+
   // The committed step of a job; NOT_FOUND before the first commit.
   absl::StatusOr<int64_t> CommittedStep(const std::string& job_id);
   // The committed version's weights (no optimizer state) as one file's

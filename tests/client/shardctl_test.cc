@@ -267,6 +267,10 @@ TEST_F(ShardctlTest, CancelStopsARunningJobAndWatchThenFails) {
   EXPECT_NE(replanned.out.find("re-planning after step "), std::string::npos) << replanned.out;
   const CtlRun twice = cluster().Ctl({"replan", id});
   EXPECT_EQ(twice.ended, kFailed) << "one re-plan at a time: " << twice.out << twice.err;
+  // A running job cannot be deleted.
+  const CtlRun running = cluster().Ctl({"delete", id});
+  EXPECT_EQ(running.ended, kFailed) << running.out << running.err;
+  EXPECT_NE(running.err.find("cancel it first"), std::string::npos) << running.err;
   const CtlRun cancelled = cluster().Ctl({"cancel", id});
   ASSERT_EQ(cancelled.ended, kOk) << cancelled.err;
   EXPECT_TRUE(absl::StartsWith(cancelled.out, id + " CANCELLED [")) << cancelled.out;
@@ -281,6 +285,12 @@ TEST_F(ShardctlTest, CancelStopsARunningJobAndWatchThenFails) {
   EXPECT_EQ(again.out, "");
   EXPECT_TRUE(absl::StartsWith(again.err, "Error: ")) << again.err;
   EXPECT_EQ(cluster().Ctl({"replan", id}).ended, kFailed) << "an ended job does not re-plan";
+  // An ended job can be deleted, once: it is gone from the coordinator.
+  const CtlRun deleted = cluster().Ctl({"delete", id});
+  ASSERT_EQ(deleted.ended, kOk) << deleted.err;
+  EXPECT_TRUE(absl::StartsWith(deleted.out, "deleted " + id + " (cancelled; ")) << deleted.out;
+  EXPECT_EQ(cluster().Ctl({"describe", "job", id}).ended, kInvalid) << "no such job now";
+  EXPECT_EQ(cluster().Ctl({"delete", id}).ended, kInvalid);
   // The workers are free again.
   const CtlRun workers = cluster().Ctl({"-o", "json", "get", "workers"});
   const auto listed = FromJson<shardline::v1::ListWorkersResponse>(workers.out);

@@ -134,6 +134,9 @@ TEST_F(TlsTest, TokensAreCheckedOnEveryCallWithTheirRoles) {
   const CtlRun viewer_replans = Ctl({"replan", "job-1"}, kViewerToken);
   EXPECT_NE(viewer_replans.err.find("viewer's; this call needs an admin's"), std::string::npos)
       << viewer_replans.err;
+  const CtlRun viewer_deletes = Ctl({"delete", "job-1"}, kViewerToken);
+  EXPECT_NE(viewer_deletes.err.find("viewer's; this call needs an admin's"), std::string::npos)
+      << viewer_deletes.err;
   const std::string log = common::ReadFile(cluster_->dir() + "/coordinator0.log").value_or("");
   EXPECT_EQ(log.find(kAdminToken), std::string::npos) << "a token in the log";
   EXPECT_EQ(log.find(kViewerToken), std::string::npos) << "a token in the log";

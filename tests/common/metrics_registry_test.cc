@@ -52,6 +52,28 @@ TEST(MetricsRegistryTest, ExposesEveryKindSortedWithHelpTypeAndEscapedLabels) {
             "d_plain_seconds_count 1\n");
 }
 
+TEST(MetricsRegistryTest, RemovingALabelsValueTakesExactlyTheSeriesThatHaveIt) {
+  MetricsRegistry registry;
+  registry.GetCounter("steps_total", "steps", {{"job_id", "job-1"}}).Add(3);
+  registry.GetCounter("steps_total", "steps", {{"job_id", "job-12"}}).Add(4);  // a longer value
+  registry.GetGauge("busy", "busy", {{"job_id", "job-1"}, {"stage", "0"}}).Set(0.5);
+  registry.GetGauge("busy", "busy", {{"stage", "job-1"}, {"job_id", "job-2"}}).Set(0.25);  // another label
+  registry.GetGauge("only_one", "a family left empty", {{"job_id", "job-1"}}).Set(1);
+  registry.GetGauge("odd", "a value that quotes the pair", {{"note", "job_id=\"job-1\""}}).Set(2);
+  EXPECT_EQ(registry.RemoveSeries("job_id", "job-1"), 3);
+  EXPECT_EQ(registry.RemoveSeries("job_id", "job-1"), 0);
+  EXPECT_EQ(registry.Exposition(),
+            "# HELP busy busy\n"
+            "# TYPE busy gauge\n"
+            "busy{stage=\"job-1\",job_id=\"job-2\"} 0.25\n"
+            "# HELP odd a value that quotes the pair\n"
+            "# TYPE odd gauge\n"
+            "odd{note=\"job_id=\\\"job-1\\\"\"} 2\n"
+            "# HELP steps_total steps\n"
+            "# TYPE steps_total counter\n"
+            "steps_total{job_id=\"job-12\"} 4\n");
+}
+
 TEST(MetricsRegistryTest, RefreshesRunBeforeEachExpositionAndCountersAddUpAcrossThreads) {
   MetricsRegistry registry;
   int refreshes = 0;

@@ -28,6 +28,9 @@ TEST_F(CoordinatorServiceTest, UnknownJobsAreNotFound) {
   shardline::v1::JobStatus status;
   EXPECT_EQ(admin_stub_->GetJob(&c1, request, &status).error_code(), StatusCode::NOT_FOUND);
   EXPECT_EQ(admin_stub_->CancelJob(&c2, request, &status).error_code(), StatusCode::NOT_FOUND);
+  grpc::ClientContext c5;
+  shardline::v1::DeleteJobResponse deleted;
+  EXPECT_EQ(admin_stub_->DeleteJob(&c5, request, &deleted).error_code(), StatusCode::NOT_FOUND);
   auto reader = admin_stub_->ExportWeights(&c3, request);
   shardline::v1::ExportChunk chunk;
   while (reader->Read(&chunk)) {

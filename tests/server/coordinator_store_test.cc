@@ -2,6 +2,7 @@
 
 #include <filesystem>
 
+#include "absl/strings/str_cat.h"
 #include "common/file_util.h"
 #include "gtest/gtest.h"
 
@@ -66,6 +67,31 @@ TEST(CoordinatorStoreTest, JobsComeBackInSubmissionOrderWithTheirLastStatus) {
   EXPECT_EQ((*jobs)[1].status.job_id(), "job-10");
   EXPECT_EQ((*jobs)[1].status.step(), 3);
   EXPECT_EQ((*jobs)[1].spec.name(), "second");
+}
+
+TEST(CoordinatorStoreTest, ADeletedJobStaysDeletedAndItsNumberIsNotHandedOutAgain) {
+  const std::string path = FreshPath("delete");
+  shardline::v1::JobSpec spec;
+  {
+    auto store = CoordinatorStore::Open(path);
+    ASSERT_TRUE(store.ok()) << store.status();
+    for (int i = 0; i < 3; ++i) {
+      const int64_t number = *(*store)->TakeJobNumber();
+      ASSERT_TRUE((*store)->SaveJob(spec, Status(absl::StrCat("job-", number), shardline::v1::SUCCEEDED, 1)).ok());
+    }
+    ASSERT_TRUE((*store)->DeleteJob("job-2").ok());
+    const absl::Status again = (*store)->DeleteJob("job-2");
+    EXPECT_EQ(again.code(), absl::StatusCode::kNotFound) << again;
+    EXPECT_EQ((*store)->DeleteJob("job-9").code(), absl::StatusCode::kNotFound);
+  }
+  auto store = CoordinatorStore::Open(path);
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto jobs = (*store)->LoadJobs();
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  ASSERT_EQ(jobs->size(), 2u);
+  EXPECT_EQ((*jobs)[0].status.job_id(), "job-1");
+  EXPECT_EQ((*jobs)[1].status.job_id(), "job-3");
+  EXPECT_EQ(*(*store)->TakeJobNumber(), 4);
 }
 
 TEST(CoordinatorStoreTest, ASecondCoordinatorOnTheSameStateIsRefused) {

@@ -1,5 +1,9 @@
 // The job manager across coordinator restarts (CoordinatorStore under it):
 // earlier jobs served, ids never reused, running jobs resumed.
+#include <filesystem>
+#include <string>
+#include <vector>
+
 #include "tests/server/job_manager_fixture.h"
 
 namespace shardline::server {
@@ -18,16 +22,22 @@ class JobManagerRestartTest : public JobManagerTest {
     }
     for (int stage = 0; stage < 2; ++stage) ASSERT_TRUE(SendShard(job, stage, 2, to).ok());
   }
+  // Submits a 2-stage, 2-step job and runs it to SUCCEEDED; its status as it started.
+  JobStatus RunToSuccess() {
+    absl::StatusOr<JobStatus> submitted = jobs_->Submit(Spec(2, 2));
+    EXPECT_TRUE(submitted.ok()) << submitted.status();
+    if (!submitted.ok()) return {};
+    const JobStatus started = *jobs_->Get(submitted->job_id());
+    RunSteps(started, 1, 2);
+    EXPECT_EQ(jobs_->Get(started.job_id())->state(), shardline::v1::SUCCEEDED);
+    return started;
+  }
 };
 
 TEST_F(JobManagerRestartTest, ARestartedCoordinatorServesEarlierJobsAndNeverReusesAnId) {
   const std::string old_worker = AddWorker("w0");
   AddWorker("w1");
-  auto done = jobs_->Submit(Spec(2, 2));
-  ASSERT_TRUE(done.ok());
-  done = jobs_->Get(done->job_id());
-  RunSteps(*done, 1, 2);
-  ASSERT_EQ(jobs_->Get("job-1")->state(), shardline::v1::SUCCEEDED);
+  ASSERT_EQ(RunToSuccess().job_id(), "job-1");
   auto cancelled = jobs_->Submit(Spec(2, 2));
   ASSERT_TRUE(cancelled.ok());
   ASSERT_TRUE(jobs_->Cancel(cancelled->job_id()).ok());
@@ -49,6 +59,51 @@ TEST_F(JobManagerRestartTest, ARestartedCoordinatorServesEarlierJobsAndNeverReus
   EXPECT_TRUE(absl::IsNotFound(registry_->Heartbeat(old_worker)));
   const std::string again = AddWorker("w0");
   EXPECT_NE(again, old_worker);
+}
+
+TEST_F(JobManagerRestartTest, ADeletedJobLosesItsCheckpointAndStaysGoneAcrossARestart) {
+  std::vector<std::string> observed;
+  jobs_->SetDeleteObserver([&observed](const std::string& id) { observed.push_back(id); });
+  AddWorker("w0");
+  AddWorker("w1");
+  const JobStatus done = RunToSuccess();
+  ASSERT_EQ(done.job_id(), "job-1");
+  auto running = jobs_->Submit(Spec(2, 4));
+  ASSERT_TRUE(running.ok());
+  ASSERT_EQ(jobs_->Get("job-2")->state(), shardline::v1::RUNNING);
+
+  // A job that has not ended is refused, and keeps running.
+  auto refused = jobs_->Delete("job-2");
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition) << refused.status();
+  EXPECT_NE(refused.status().message().find("cancel it first"), std::string::npos) << refused.status();
+  EXPECT_EQ(jobs_->Get("job-2")->state(), shardline::v1::RUNNING);
+
+  int64_t bytes = 0;
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(dir_ + "/job-1")) {
+    if (entry.is_regular_file()) bytes += static_cast<int64_t>(entry.file_size());
+  }
+  ASSERT_GT(bytes, 0);
+  auto deleted = jobs_->Delete("job-1");
+  ASSERT_TRUE(deleted.ok()) << deleted.status();
+  EXPECT_EQ(deleted->job_id(), "job-1");
+  EXPECT_EQ(deleted->state(), shardline::v1::SUCCEEDED);
+  EXPECT_EQ(deleted->freed_bytes(), bytes);
+  EXPECT_EQ(observed, std::vector<std::string>{"job-1"});
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/job-1"));
+  EXPECT_EQ(jobs_->Get("job-1").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(weights_->ExportWeights("job-1", {}).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(jobs_->Delete("job-1").status().code(), absl::StatusCode::kNotFound);
+  ASSERT_EQ(jobs_->List().size(), 1u);
+  EXPECT_EQ(jobs_->List()[0].job_id(), "job-2");
+  // A shard of it that comes late is refused and stores nothing.
+  EXPECT_EQ(SendShard(done, 0, 2, 3).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/job-1"));
+
+  Open();
+  EXPECT_EQ(jobs_->Get("job-1").status().code(), absl::StatusCode::kNotFound);
+  ASSERT_EQ(jobs_->List().size(), 1u);
+  EXPECT_EQ(jobs_->List()[0].job_id(), "job-2");
+  EXPECT_EQ(jobs_->Submit(Spec(2, 2))->job_id(), "job-3");
 }
 
 TEST_F(JobManagerRestartTest, AJobRunningAtARestartResumesFromItsCommittedStepAtANewEpoch) {

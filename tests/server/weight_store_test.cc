@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <vector>
 
+#include "common/file_util.h"
 #include "common/shard_digest.h"
 #include "gtest/gtest.h"
 
@@ -106,6 +107,63 @@ TEST_F(WeightStoreTest, ARestartedStoreServesTheCommittedVersion) {
   EXPECT_EQ(*(*reopened)->CommittedStep("j"), 7);
   EXPECT_EQ(*common::SerializeSafetensors(*(*reopened)->ExportWeights("j", {})), before);
   EXPECT_TRUE((*reopened)->Report(Shard("j", 1, 8)).ok());
+}
+
+int64_t BytesUnder(const std::string& dir) {
+  int64_t bytes = 0;
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(dir)) {
+    if (entry.is_regular_file()) bytes += static_cast<int64_t>(entry.file_size());
+  }
+  return bytes;
+}
+
+TEST_F(WeightStoreTest, ADeletedJobLosesItsCheckpointAndTakesNoMoreShards) {
+  for (const std::string job : {"j", "k"}) {
+    ASSERT_TRUE(store_->Report(Shard(job, 0, 3)).ok());
+    ASSERT_TRUE(*store_->Report(Shard(job, 1, 3)));
+  }
+  ASSERT_TRUE(store_->Report(Shard("j", 0, 4)).ok());  // pending
+  const int64_t bytes = BytesUnder(root_ + "/j");
+  ASSERT_GT(bytes, 0);
+  auto freed = store_->DeleteJob("j");
+  ASSERT_TRUE(freed.ok()) << freed.status();
+  EXPECT_EQ(*freed, bytes);
+  EXPECT_FALSE(std::filesystem::exists(root_ + "/j"));
+  EXPECT_FALSE(std::filesystem::exists(root_ + "/.deleted/j"));
+  EXPECT_EQ(store_->CommittedStep("j").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(store_->ExportWeights("j", {}).status().code(), absl::StatusCode::kNotFound);
+  // A shard still on its way (any epoch) is refused: the directory stays gone.
+  ShardReport late = Shard("j", 1, 4);
+  late.key.epoch = 1000;
+  EXPECT_EQ(store_->Report(late).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(store_->BeginUpload(late.key, 8, 0).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_FALSE(std::filesystem::exists(root_ + "/j"));
+  // Nothing left to free; a malformed id is refused.
+  EXPECT_EQ(*store_->DeleteJob("j"), 0);
+  EXPECT_EQ(store_->DeleteJob("../k").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(store_->DeleteJob(".uploads").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(std::filesystem::exists(root_ + "/.uploads"));
+
+  // The other job is untouched, before and after a restart.
+  EXPECT_EQ(*store_->CommittedStep("k"), 3);
+  store_.reset();
+  auto reopened = WeightStore::Open(root_);
+  ASSERT_TRUE(reopened.ok()) << reopened.status();
+  EXPECT_EQ(*(*reopened)->CommittedStep("k"), 3);
+  EXPECT_EQ((*reopened)->CommittedStep("j").status().code(), absl::StatusCode::kNotFound);
+}
+
+// A coordinator killed after moving a checkpoint aside: reopening removes it.
+TEST_F(WeightStoreTest, ADeletionCutShortIsFinishedByTheNextOpen) {
+  ASSERT_TRUE(store_->Report(Shard("k", 0, 2)).ok());
+  ASSERT_TRUE(*store_->Report(Shard("k", 1, 2)));
+  store_.reset();
+  std::filesystem::create_directories(root_ + "/.deleted/j/step-5");
+  ASSERT_TRUE(common::WriteFileAtomically(root_ + "/.deleted/j/step-5/shard-0.safetensors", "x").ok());
+  auto reopened = WeightStore::Open(root_);
+  ASSERT_TRUE(reopened.ok()) << reopened.status();
+  EXPECT_FALSE(std::filesystem::exists(root_ + "/.deleted"));
+  EXPECT_EQ(*(*reopened)->CommittedStep("k"), 2);
 }
 
 TEST_F(WeightStoreTest, MalformedReportsAreRefused) {

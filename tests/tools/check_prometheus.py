@@ -144,6 +144,19 @@ def check_tensor_parallel_bytes(ctl, address, spec, path, metrics_ports):
                for n in ("w0", "w1")}
     assert all(v > 0 for v in seconds.values()), seconds
     print("tensor-parallel job %s: collective bytes %s, seconds %s" % (job, after, seconds))
+    return job
+
+
+def check_delete_drops_the_series(ctl, address, job, kept, port):
+    """shardctl delete: the job's series leave the coordinator's scrape, the
+    other job's stay."""
+    r = subprocess.run([ctl, "--coordinator=" + address, "delete", job], capture_output=True, timeout=60, text=True)
+    assert r.returncode == 0 and r.stdout.startswith("deleted %s (succeeded; " % job), (r.stdout, r.stderr)
+    c = scrape(port)
+    assert 'job_id="%s"' % job not in c, c
+    assert sample(c, "shardline_job_steps_total", {"job_id": kept}) == 4, c
+    assert sample(c, "shardline_jobs", {"state": "succeeded"}) == 1, c
+    print("deleted %s: its series are gone, %s's remain" % (job, kept))
 
 
 def main():
@@ -274,7 +287,8 @@ def run(bin_dir, source_dir, workdir, daemons, promtool, prometheus):
             assert float(tokens_seen[0]["value"][1]) == tokens, tokens_seen
             print("prometheus on port %d: up == 1 for %s; shardline_job_tokens_total %s"
                   % (port, sorted(up), tokens_seen[0]["value"][1]))
-            check_tensor_parallel_bytes(ctl, address, spec, path, metrics_ports)
+            kept = check_tensor_parallel_bytes(ctl, address, spec, path, metrics_ports)
+            check_delete_drops_the_series(ctl, address, job, kept, metrics_ports["coordinator"])
             return
         time.sleep(0.5)
     raise SystemExit("prometheus did not see every target up with tokens: up=%s" % up)
