@@ -32,6 +32,22 @@ std::string Table(const std::vector<std::vector<std::string>>& rows) {
   return out;
 }
 
+absl::Time TimeOf(double unix_seconds) { return absl::UnixEpoch() + absl::Seconds(unix_seconds); }
+
+// As kubectl's AGE: the largest unit, whole (45s, 12m, 3h, 5d).
+std::string Age(absl::Duration d) {
+  const int64_t seconds = std::max<int64_t>(0, absl::ToInt64Seconds(d));
+  if (seconds < 60) return absl::StrCat(seconds, "s");
+  if (seconds < 3600) return absl::StrCat(seconds / 60, "m");
+  if (seconds < 86400) return absl::StrCat(seconds / 3600, "h");
+  return absl::StrCat(seconds / 86400, "d");
+}
+
+// "2026-12-05 17:30:02 UTC", or "-" for a time not reached.
+std::string When(double unix_seconds) {
+  return unix_seconds > 0 ? absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", TimeOf(unix_seconds), absl::UTCTimeZone()) : "-";
+}
+
 }  // namespace
 
 std::string ProgressLine(const shardline::v1::JobStatus& s) {
@@ -62,12 +78,13 @@ std::string ProgressLine(const shardline::v1::JobStatus& s) {
   return line;
 }
 
-std::string JobsTable(const shardline::v1::ListJobsResponse& jobs) {
-  std::vector<std::vector<std::string>> rows = {{"JOB", "NAME", "STATE", "STEP", "LOSS", "TOK/S", "MESSAGE"}};
+std::string JobsTable(const shardline::v1::ListJobsResponse& jobs, absl::Time now) {
+  std::vector<std::vector<std::string>> rows = {{"JOB", "NAME", "STATE", "STEP", "LOSS", "TOK/S", "AGE", "MESSAGE"}};
   for (const auto& j : jobs.jobs()) {
     rows.push_back({j.job_id(), j.name(), JobState_Name(j.state()),
                     absl::StrCat(j.step(), "/", j.total_steps()), absl::StrFormat("%.4f", j.loss()),
-                    Rate(j.tokens_per_s()), j.message()});
+                    Rate(j.tokens_per_s()), j.submitted_at() > 0 ? Age(now - TimeOf(j.submitted_at())) : "-",
+                    j.message()});
   }
   return Table(rows);
 }
@@ -192,6 +209,8 @@ std::string DescribeJob(const shardline::v1::JobStatus& s) {
     if (!s.critical_path().empty()) absl::StrAppend(&out, "Paced by:   ", s.critical_path(), "\n");
   }
   if (!s.message().empty()) absl::StrAppend(&out, "Message:    ", s.message(), "\n");
+  absl::StrAppend(&out, "Submitted:  ", When(s.submitted_at()), "\nStarted:    ", When(s.started_at()), "\n");
+  if (s.ended_at() > 0) absl::StrAppend(&out, "Ended:      ", When(s.ended_at()), "\n");
   if (s.stages_size() > 0) {
     bool replicas = false, tensor = false;
     for (const auto& st : s.stages()) {

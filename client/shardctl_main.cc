@@ -198,7 +198,11 @@ int Run(const std::vector<std::string>& args) {
     if (absl::GetFlag(FLAGS_w) || absl::GetFlag(FLAGS_watch)) return WatchWorkers(admin);
     return Print(admin.ListWorkers(), &WorkersTable);
   }
-  if (command == "get" && args.size() == 2 && args[1] == "jobs") return Print(admin.ListJobs(), &JobsTable);
+  if (command == "get" && args.size() == 2 && args[1] == "jobs") {
+    return Print(admin.ListJobs(), +[](const shardline::v1::ListJobsResponse& jobs) {
+      return JobsTable(jobs, absl::Now());
+    });
+  }
   if (command == "get" && args.size() == 2 && args[1] == "links") return Print(admin.ListLinks(), &LinksTable);
   if (command == "probe") return Probe(admin, {args.begin() + 1, args.end()});
   if (command == "describe" && args.size() == 3 && args[1] == "job") {

@@ -16,6 +16,7 @@
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/time.h"
 #include "common/file_util.h"
 #include "common/init.h"
 #include "common/metrics_http_server.h"
@@ -39,6 +40,9 @@ ABSL_FLAG(int64_t, lease_ms, 3000, "a worker silent for this long is lost");
 ABSL_FLAG(bool, replan_on_slowdown, true,
           "move a job whose steps slow down for long to a clearly faster layout, at a step boundary "
           "(docs/operations.md, Re-planning during a job); shardctl replan works either way");
+ABSL_FLAG(absl::Duration, delete_ended_jobs_after, absl::InfiniteDuration(),
+          "delete a job this long after it ended (e.g. 168h): its record, checkpoint, trace and metrics, as "
+          "shardctl delete does; inf: keep ended jobs until an operator deletes them");
 ABSL_FLAG(std::string, port_file, "", "write the bound port here once serving (for launchers)");
 ABSL_FLAG(std::string, metrics_listen, "",
           "serve Prometheus metrics at http://HOST:PORT/metrics (port 0: any free port); empty: none");
@@ -53,6 +57,10 @@ int Run() {
   using namespace shardline::server;
   if (absl::GetFlag(FLAGS_state_dir).empty()) {
     std::fprintf(stderr, "Error: --state_dir is required\n");
+    return 3;
+  }
+  if (absl::GetFlag(FLAGS_delete_ended_jobs_after) < absl::ZeroDuration()) {
+    std::fprintf(stderr, "Error: --delete_ended_jobs_after must not be negative\n");
     return 3;
   }
   if (absl::GetFlag(FLAGS_lease_ms) < 100) {
@@ -107,6 +115,7 @@ int Run() {
   });
   coordinator.set_jobs(&jobs);
   jobs.SetAutoReplan(absl::GetFlag(FLAGS_replan_on_slowdown));
+  jobs.SetEndedJobLifetime(absl::GetFlag(FLAGS_delete_ended_jobs_after));
   if (absl::Status s = jobs.Recover(); !s.ok()) {
     std::fprintf(stderr, "Error: %s\n", std::string(s.message()).c_str());
     return 3;

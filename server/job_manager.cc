@@ -30,7 +30,11 @@ absl::Status JobManager::Recover() {
     s.status.set_committed_step(committed.ok() ? *committed : -1);
     RunningJob& job = jobs_.try_emplace(id, std::move(s.spec), std::move(s.status)).first->second;
     order_.push_back(id);
-    if (job.ended()) continue;
+    const bool untimed = job.FillMissingTimes(registry_.Now());
+    if (job.ended()) {
+      if (untimed) Save(job);
+      continue;
+    }
     LOG(INFO) << "job " << id << ": " << job.status().message();
     // Its workers have a lease to notice and a backoff to register again;
     // then it may re-plan onto fewer stages.
@@ -48,7 +52,7 @@ absl::StatusOr<shardline::v1::JobStatus> JobManager::Submit(shardline::v1::JobSp
   absl::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(const int64_t number, store_.TakeJobNumber());
   const std::string id = absl::StrCat("job-", number);
-  RunningJob job(id, std::move(spec));
+  RunningJob job(id, std::move(spec), registry_.Now());
   // Acknowledged only once durable.
   RETURN_IF_ERROR(store_.SaveJob(job.spec(), job.status()));
   jobs_.emplace(id, std::move(job));
@@ -208,7 +212,7 @@ void JobManager::ScheduleLocked() {
       continue;
     }
     std::vector<shardline::v1::Assignment> assignments = std::move(placement->assignments);
-    job.Start(*epoch, *std::move(placement));
+    job.Start(*epoch, *std::move(placement), registry_.Now());
     Save(job);
     for (size_t position = 0; position < assignments.size(); ++position) {
       const std::string& worker = job.workers()[position];
@@ -299,7 +303,7 @@ void JobManager::Fence(RunningJob& job) {
 void JobManager::End(RunningJob& job, JobState state, const std::string& message) {
   if (job.running()) ReleaseWorkers(job, /*cancel=*/state != shardline::v1::SUCCEEDED);
   if (state != shardline::v1::SUCCEEDED) Fence(job);
-  job.End(state, message);
+  job.End(state, message, registry_.Now());
   Save(job);
   ScheduleLocked();
 }
@@ -344,6 +348,16 @@ void JobManager::Requeue(RunningJob& job, const std::string& why) {
 }
 
 void JobManager::Tick() {
+  for (const std::string& id : CheckJobs()) {
+    absl::StatusOr<shardline::v1::DeleteJobResponse> deleted = Delete(id);
+    if (!deleted.ok() && !absl::IsNotFound(deleted.status())) {
+      LOG(ERROR) << "job " << id << " ended over " << ended_job_lifetime_ << " ago and could not be deleted: "
+                 << deleted.status();
+    }
+  }
+}
+
+std::vector<std::string> JobManager::CheckJobs() {
   absl::MutexLock lock(&mu_);
   const absl::Time now = registry_.Now();
   for (auto& [id, job] : jobs_) {
@@ -368,6 +382,17 @@ void JobManager::Tick() {
     }
   }
   ScheduleLocked();  // a recovering job's grace may be over
+  // Ended jobs past their time to be kept.
+  std::vector<std::string> expired;
+  if (ended_job_lifetime_ == absl::InfiniteDuration()) return expired;
+  for (const std::string& id : order_) {
+    const RunningJob& job = jobs_.at(id);
+    const double ended_at = job.status().ended_at();
+    if (job.ended() && ended_at > 0 && now - (absl::UnixEpoch() + absl::Seconds(ended_at)) >= ended_job_lifetime_) {
+      expired.push_back(id);
+    }
+  }
+  return expired;
 }
 
 absl::Status JobManager::Watch(const std::string& job_id,

@@ -131,9 +131,15 @@ class JobManager {
   // re-planning, or ending before it could stop.
   absl::StatusOr<shardline::v1::JobStatus> Replan(const std::string& job_id, const std::string& why);
   // Fails jobs whose stages reported a broken link and whose lost worker, if
-  // any, has not been identified within a lease, and places waiting jobs
-  // whose grace is over (called by the lease reaper).
+  // any, has not been identified within a lease, places waiting jobs
+  // whose grace is over, and deletes jobs that ended longer ago than the
+  // ended-job lifetime (called by the lease reaper).
   void Tick();
+  // How long an ended job is kept before Tick deletes it (Delete: record,
+  // checkpoint, trace, metrics); infinite (the default): until an operator
+  // deletes it (coordinator flag --delete_ended_jobs_after). Set before
+  // serving.
+  void SetEndedJobLifetime(absl::Duration lifetime) { ended_job_lifetime_ = lifetime; }
   // Plans and assigns pending jobs that now have enough idle workers.
   void Schedule();
   // Streams to `mailbox` the job's status as each of its last kRecentSteps
@@ -147,6 +153,10 @@ class JobManager {
   StepObserver step_observer_;
   DeleteObserver delete_observer_;
   bool auto_replan_ = true;
+  absl::Duration ended_job_lifetime_ = absl::InfiniteDuration();
+  // Tick's work that takes the jobs' lock; returns the ids of the jobs
+  // to delete after it.
+  std::vector<std::string> CheckJobs();
   absl::StatusOr<RunningJob*> Find(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends the job; a running one's workers are told to stop (unless it

@@ -6,8 +6,16 @@
 
 namespace shardline::server {
 
-RunningJob::RunningJob(const std::string& id, shardline::v1::JobSpec spec) : spec_(std::move(spec)) {
+namespace {
+
+double UnixSeconds(absl::Time t) { return absl::ToDoubleSeconds(t - absl::UnixEpoch()); }
+
+}  // namespace
+
+RunningJob::RunningJob(const std::string& id, shardline::v1::JobSpec spec, absl::Time submitted)
+    : spec_(std::move(spec)) {
   status_.set_job_id(id);
+  status_.set_submitted_at(UnixSeconds(submitted));
   status_.set_name(spec_.name());
   status_.set_state(shardline::v1::PENDING);
   status_.set_total_steps(spec_.train().steps());
@@ -79,8 +87,16 @@ void RunningJob::Wait(const std::string& why) {
   Publish();
 }
 
-void RunningJob::Start(uint64_t epoch, GridPlacement placement) {
+bool RunningJob::FillMissingTimes(absl::Time now) {
+  const bool missing = status_.submitted_at() == 0 || (ended() && status_.ended_at() == 0);
+  if (status_.submitted_at() == 0) status_.set_submitted_at(UnixSeconds(now));
+  if (ended() && status_.ended_at() == 0) status_.set_ended_at(UnixSeconds(now));
+  return missing;
+}
+
+void RunningJob::Start(uint64_t epoch, GridPlacement placement, absl::Time now) {
   status_.set_state(shardline::v1::RUNNING);
+  if (status_.started_at() == 0) status_.set_started_at(UnixSeconds(now));
   status_.set_plan_epoch(epoch);
   const int asked = spec_.parallel().pipeline_stages();
   status_.set_message(placement.stages < asked
@@ -111,10 +127,11 @@ void RunningJob::Start(uint64_t epoch, GridPlacement placement) {
   Publish();
 }
 
-void RunningJob::End(shardline::v1::JobState state, const std::string& message) {
+void RunningJob::End(shardline::v1::JobState state, const std::string& message, absl::Time now) {
   if (ended()) return;
   status_.set_state(state);
   status_.set_message(message);
+  status_.set_ended_at(UnixSeconds(now));
   Publish();
 }
 

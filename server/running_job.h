@@ -38,8 +38,8 @@ class RunningJob {
   // Watchers get the statuses of this many last completed steps first.
   static constexpr size_t kRecentSteps = 256;
 
-  // PENDING.
-  RunningJob(const std::string& id, shardline::v1::JobSpec spec);
+  // PENDING, submitted at `submitted`.
+  RunningJob(const std::string& id, shardline::v1::JobSpec spec, absl::Time submitted);
   // As saved (CoordinatorStore): an ended job as it ended; one that had
   // not ended RECOVERING, to resume from its committed step.
   RunningJob(shardline::v1::JobSpec spec, shardline::v1::JobStatus saved);
@@ -73,8 +73,9 @@ class RunningJob {
 
   // Still waiting, for `why` (watchers hear of a change only).
   void Wait(const std::string& why);
-  // RUNNING at `epoch` on `placement`.
-  void Start(uint64_t epoch, GridPlacement placement);
+  // RUNNING at `epoch` on `placement` from `now` (the job's start time,
+  // the first time).
+  void Start(uint64_t epoch, GridPlacement placement, absl::Time now);
   // The step a (re)start runs first: one after the committed version.
   int64_t first_step() const { return std::max<int64_t>(status_.committed_step(), 0) + 1; }
   // A running job lost a position (`why` names the worker): RECOVERING,
@@ -117,8 +118,11 @@ class RunningJob {
   // (never for a fresh job). A restored one gets `at`.
   absl::Time shrink_after() const { return shrink_after_; }
   void AllowShrinkAt(absl::Time at) { shrink_after_ = at; }
-  // The job's new state; no further change once it has ended.
-  void End(shardline::v1::JobState state, const std::string& message);
+  // The job's new state, ended at `now`; no further change once it has ended.
+  void End(shardline::v1::JobState state, const std::string& message, absl::Time now);
+  // A job saved by a coordinator that kept no times: `now` as when it was
+  // submitted and, if it has ended, ended. True if it lacked them.
+  bool FillMissingTimes(absl::Time now);
 
   // The position of (stage, replica, tensor rank), if `worker_id` (any,
   // when empty) holds it at `epoch`: FAILED_PRECONDITION for a stale epoch

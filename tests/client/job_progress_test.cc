@@ -1,9 +1,12 @@
 #include "client/job_progress.h"
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/time.h"
 #include "gtest/gtest.h"
 
 namespace shardline::client {
@@ -66,6 +69,40 @@ TEST(JobProgressTest, DescribeShowsOneAlignedRowPerStage) {
             "0.054 (1.500)");
   EXPECT_EQ(text.find("Now:"), std::string::npos) << "nothing from heartbeats: no section";
   EXPECT_EQ(text.find("STATE FROM"), std::string::npos) << "not a restart: no column";
+}
+
+// AGE as kubectl shows it, from when the job was submitted; describe gives
+// the three times in UTC.
+TEST(JobProgressTest, JobsShowTheirAgeAndDescribeTheirTimes) {
+  const absl::Time now = absl::FromUnixSeconds(1'800'000'000);
+  shardline::v1::ListJobsResponse jobs;
+  const std::vector<std::pair<int64_t, std::string>> ages = {
+      {0, "0s"}, {59, "59s"}, {60, "1m"}, {3599, "59m"}, {3600, "1h"}, {86399, "23h"}, {3 * 86400 + 5, "3d"}};
+  for (const auto& [seconds, age] : ages) {
+    shardline::v1::JobStatus* j = jobs.add_jobs();
+    j->set_job_id(absl::StrCat("job-", seconds));
+    j->set_submitted_at(1'800'000'000.0 - static_cast<double>(seconds));
+  }
+  jobs.add_jobs()->set_job_id("job-old");  // saved by a coordinator that kept no times
+  const std::vector<std::string> lines = absl::StrSplit(JobsTable(jobs, now), '\n');
+  ASSERT_EQ(lines.size(), ages.size() + 3) << "header, rows, the last newline";
+  const size_t column = lines[0].find("AGE");
+  ASSERT_NE(column, std::string::npos) << lines[0];
+  for (size_t i = 0; i < ages.size(); ++i) {
+    EXPECT_EQ(lines[i + 1].substr(column, ages[i].second.size() + 1), ages[i].second + " ") << lines[i + 1];
+  }
+  EXPECT_EQ(lines[ages.size() + 1].substr(column, 2), "- ") << lines[ages.size() + 1];
+
+  shardline::v1::JobStatus s = Running();
+  s.set_submitted_at(1'800'000'000.0);
+  s.set_started_at(1'800'000'042.5);
+  std::string text = DescribeJob(s);
+  EXPECT_NE(text.find("Submitted:  2027-01-15 08:00:00 UTC\nStarted:    2027-01-15 08:00:42 UTC\n"), std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("Ended:"), std::string::npos) << text;
+  s.set_ended_at(1'800'003'600.0);
+  text = DescribeJob(s);
+  EXPECT_NE(text.find("Ended:      2027-01-15 09:00:00 UTC\n"), std::string::npos) << text;
 }
 
 // After a restart, where each position's state came from.

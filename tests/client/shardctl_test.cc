@@ -23,6 +23,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "client/child_process.h"
 #include "common/file_util.h"
 #include "common/safetensors.h"
@@ -225,9 +227,17 @@ TEST_F(ShardctlTest, ASubmittedJobIsWatchedDescribedListedAndExported) {
   bool found = false;
   const auto jobs = FromJson<shardline::v1::ListJobsResponse>(listed_json.out);
   for (const auto& j : jobs.jobs()) {
-    found |= j.job_id() == job.job_id() && j.state() == shardline::v1::SUCCEEDED;
+    if (j.job_id() != job.job_id()) continue;
+    found = j.state() == shardline::v1::SUCCEEDED;
+    // Submitted, started and ended in that order, by the coordinator's clock (this machine's).
+    EXPECT_GT(j.submitted_at(), 0) << listed_json.out;
+    EXPECT_LE(j.submitted_at(), j.started_at()) << listed_json.out;
+    EXPECT_LE(j.started_at(), j.ended_at()) << listed_json.out;
+    EXPECT_LE(j.ended_at(), absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch())) << listed_json.out;
   }
   EXPECT_TRUE(found) << listed_json.out;
+  EXPECT_TRUE(absl::StrContains(listed.lines().front(), " AGE ")) << listed.out;
+  EXPECT_TRUE(absl::StrContains(described.out, "\nEnded:      ")) << described.out;
 
   // export: the committed weights, exactly what shardline-train makes of the spec.
   const std::string file = cluster().dir() + "/exported.safetensors";

@@ -106,6 +106,69 @@ TEST_F(JobManagerRestartTest, ADeletedJobLosesItsCheckpointAndStaysGoneAcrossARe
   EXPECT_EQ(jobs_->Submit(Spec(2, 2))->job_id(), "job-3");
 }
 
+double Seconds(absl::Time t) { return absl::ToDoubleSeconds(t - absl::UnixEpoch()); }
+
+TEST_F(JobManagerRestartTest, AJobKeepsWhenItWasSubmittedStartedAndEndedAcrossARestart) {
+  AddWorker("w0");
+  const absl::Time submitted = now_;
+  const JobStatus job = *jobs_->Submit(Spec(2, 2));
+  EXPECT_EQ(job.submitted_at(), Seconds(submitted));
+  EXPECT_EQ(job.started_at(), 0) << "pending: it waits for a second worker";
+  now_ += absl::Seconds(5);
+  AddWorker("w1");
+  const JobStatus started = *jobs_->Get(job.job_id());
+  ASSERT_EQ(started.state(), shardline::v1::RUNNING);
+  EXPECT_EQ(started.started_at(), Seconds(submitted + absl::Seconds(5)));
+  EXPECT_EQ(started.ended_at(), 0);
+  auto mailbox = std::make_shared<StreamMailbox<JobStatus>>(StreamMailbox<JobStatus>::kUnlimited);
+  ASSERT_TRUE(jobs_->Watch(job.job_id(), mailbox).ok());
+  now_ += absl::Seconds(10);
+  RunSteps(started, 1, 2);
+  const JobStatus ended = *jobs_->Get(job.job_id());
+  ASSERT_EQ(ended.state(), shardline::v1::SUCCEEDED);
+  EXPECT_EQ(ended.ended_at(), Seconds(submitted + absl::Seconds(15)));
+  const std::vector<JobStatus> watched = testing::Drain(*mailbox);
+  ASSERT_FALSE(watched.empty());
+  EXPECT_EQ(watched.back().state(), shardline::v1::SUCCEEDED);
+  EXPECT_EQ(watched.back().ended_at(), ended.ended_at()) << "a watcher's last status has the end time";
+
+  now_ += absl::Seconds(30);
+  Open();
+  const JobStatus restored = *jobs_->Get(job.job_id());
+  EXPECT_EQ(restored.submitted_at(), ended.submitted_at());
+  EXPECT_EQ(restored.started_at(), ended.started_at());
+  EXPECT_EQ(restored.ended_at(), ended.ended_at());
+}
+
+TEST_F(JobManagerRestartTest, AnEndedJobIsDeletedOnceItHasBeenKeptForItsLifetime) {
+  jobs_->SetEndedJobLifetime(absl::Hours(1));
+  AddWorker("w0");
+  AddWorker("w1");
+  const absl::Time start = now_;
+  ASSERT_EQ(RunToSuccess().job_id(), "job-1");
+  now_ += absl::Minutes(30);
+  const JobStatus cancelled = *jobs_->Submit(Spec(2, 2));
+  ASSERT_TRUE(jobs_->Cancel(cancelled.job_id()).ok());
+  const JobStatus running = *jobs_->Submit(Spec(2, 100));
+  ASSERT_EQ(jobs_->Get(running.job_id())->state(), shardline::v1::RUNNING);
+
+  now_ = start + absl::Minutes(59);
+  jobs_->Tick();
+  EXPECT_EQ(jobs_->List().size(), 3u);
+  now_ = start + absl::Minutes(60);
+  jobs_->Tick();
+  EXPECT_EQ(jobs_->Get("job-1").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/job-1")) << "its checkpoint went with it";
+  EXPECT_EQ(jobs_->List().size(), 2u);
+  now_ = start + absl::Minutes(90);
+  jobs_->Tick();
+  EXPECT_EQ(jobs_->Get(cancelled.job_id()).status().code(), absl::StatusCode::kNotFound);
+  now_ = start + absl::Hours(5);
+  jobs_->Tick();
+  ASSERT_EQ(jobs_->List().size(), 1u) << "a running job is never deleted";
+  EXPECT_EQ(jobs_->List()[0].job_id(), running.job_id());
+}
+
 TEST_F(JobManagerRestartTest, AJobRunningAtARestartResumesFromItsCommittedStepAtANewEpoch) {
   AddWorker("w0");
   AddWorker("w1");
