@@ -1,6 +1,8 @@
 #include "client/job_progress.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -43,6 +45,12 @@ std::string Age(absl::Duration d) {
   return absl::StrCat(seconds / 86400, "d");
 }
 
+// Disk use in decimal units: "305.2 MB", "12.1 GB"; "-" for none.
+std::string Size(int64_t bytes) {
+  if (bytes <= 0) return "-";
+  return bytes >= 1'000'000'000 ? absl::StrFormat("%.1f GB", bytes / 1e9) : absl::StrFormat("%.1f MB", bytes / 1e6);
+}
+
 // "2026-12-05 17:30:02 UTC", or "-" for a time not reached.
 std::string When(double unix_seconds) {
   return unix_seconds > 0 ? absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", TimeOf(unix_seconds), absl::UTCTimeZone()) : "-";
@@ -79,12 +87,13 @@ std::string ProgressLine(const shardline::v1::JobStatus& s) {
 }
 
 std::string JobsTable(const shardline::v1::ListJobsResponse& jobs, absl::Time now) {
-  std::vector<std::vector<std::string>> rows = {{"JOB", "NAME", "STATE", "STEP", "LOSS", "TOK/S", "AGE", "MESSAGE"}};
+  std::vector<std::vector<std::string>> rows = {
+      {"JOB", "NAME", "STATE", "STEP", "LOSS", "TOK/S", "CHECKPOINT", "AGE", "MESSAGE"}};
   for (const auto& j : jobs.jobs()) {
     rows.push_back({j.job_id(), j.name(), JobState_Name(j.state()),
                     absl::StrCat(j.step(), "/", j.total_steps()), absl::StrFormat("%.4f", j.loss()),
-                    Rate(j.tokens_per_s()), j.submitted_at() > 0 ? Age(now - TimeOf(j.submitted_at())) : "-",
-                    j.message()});
+                    Rate(j.tokens_per_s()), Size(j.checkpoint_bytes()),
+                    j.submitted_at() > 0 ? Age(now - TimeOf(j.submitted_at())) : "-", j.message()});
   }
   return Table(rows);
 }
@@ -196,7 +205,10 @@ std::string DescribeJob(const shardline::v1::JobStatus& s) {
       "Grad norm:  %.4f\nTokens/s:   %.1f\nPlan epoch: %d\nCommitted:  %s\n",
       s.job_id(), s.name(), JobState_Name(s.state()), s.step(), s.total_steps(), s.loss(), s.lr(),
       s.grad_norm(), s.tokens_per_s(), s.plan_epoch(),
-      s.committed_step() >= 0 ? absl::StrCat("step ", s.committed_step()) : "none");
+      s.committed_step() >= 0
+          ? absl::StrCat("step ", s.committed_step(),
+                         s.checkpoint_bytes() > 0 ? absl::StrCat(" (", Size(s.checkpoint_bytes()), ")") : "")
+          : "none");
   if (s.predicted_step_seconds() > 0) {
     // The plan's prediction against the last step as it went.
     absl::StrAppendFormat(&out, "Step time:  %s, predicted %.3f s%s\n",

@@ -12,7 +12,8 @@ namespace shardline::client {
 
 // "job-1 RUNNING [########------------] 120/1500  loss 0.1234  16.2k tok/s  busy 45% 52% 60%"
 std::string ProgressLine(const shardline::v1::JobStatus& status);
-// JOB NAME STATE STEP LOSS TOK/S AGE (since it was submitted, as of `now`) MESSAGE.
+// JOB NAME STATE STEP LOSS TOK/S CHECKPOINT (its files at the coordinator)
+// AGE (since it was submitted, as of `now`) MESSAGE.
 std::string JobsTable(const shardline::v1::ListJobsResponse& jobs, absl::Time now);
 std::string WorkersTable(const shardline::v1::ListWorkersResponse& workers);
 // One worker as WorkersTable shows it (drain, undrain).

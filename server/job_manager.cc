@@ -26,8 +26,9 @@ absl::Status JobManager::Recover() {
     const std::string id = s.status.job_id();
     // The weights are the truth for what was committed (the record may
     // predate the last commit).
-    absl::StatusOr<int64_t> committed = weights_.CommittedStep(id);
-    s.status.set_committed_step(committed.ok() ? *committed : -1);
+    absl::StatusOr<WeightStore::Version> committed = weights_.CommittedVersion(id);
+    s.status.set_committed_step(committed.ok() ? committed->step : -1);
+    s.status.set_checkpoint_bytes(committed.ok() ? committed->bytes : 0);
     RunningJob& job = jobs_.try_emplace(id, std::move(s.spec), std::move(s.status)).first->second;
     order_.push_back(id);
     const bool untimed = job.FillMissingTimes(registry_.Now());
@@ -296,8 +297,8 @@ void JobManager::ReleaseWorkers(const RunningJob& job, bool cancel) {
 void JobManager::Fence(RunningJob& job) {
   const std::string& id = job.status().job_id();
   weights_.DropUncommitted(id, job.status().plan_epoch() + 1);
-  absl::StatusOr<int64_t> committed = weights_.CommittedStep(id);
-  if (committed.ok() && *committed > job.status().committed_step()) job.Commit(*committed);
+  absl::StatusOr<WeightStore::Version> committed = weights_.CommittedVersion(id);
+  if (committed.ok() && committed->step > job.status().committed_step()) job.Commit(committed->step, committed->bytes);
 }
 
 void JobManager::End(RunningJob& job, JobState state, const std::string& message) {

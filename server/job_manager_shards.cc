@@ -68,7 +68,8 @@ absl::StatusOr<bool> JobManager::CompleteShard(const shardline::v1::ShardHeader&
   // A job that moved on since (a new epoch) took its committed step from
   // the WeightStore then (Fence).
   if (job->running() && h.step() > job->status().committed_step()) {
-    job->Commit(h.step());
+    const absl::StatusOr<WeightStore::Version> version = weights_.CommittedVersion(h.job_id());
+    job->Commit(h.step(), version.ok() && version->step == h.step() ? version->bytes : 0);
     Save(*job);
     MaybeSucceed(*job);
     ReplanIfDue(*job);

@@ -247,8 +247,9 @@ void RunningJob::CompleteStep(int64_t step) {
   Publish();
 }
 
-void RunningJob::Commit(int64_t step) {
+void RunningJob::Commit(int64_t step, int64_t bytes) {
   status_.set_committed_step(step);
+  status_.set_checkpoint_bytes(bytes);
   Publish();
 }
 

@@ -140,8 +140,8 @@ class RunningJob {
   // it. FAILED_PRECONDITION, naming the stage, when the replicas' shard
   // digests disagree at a checkpoint (the job should fail).
   absl::Status AddReport(int position, const shardline::v1::ReportStepRequest& report);
-  // The weights of `step` are committed.
-  void Commit(int64_t step);
+  // The weights of `step` are committed, in files of `bytes` bytes.
+  void Commit(int64_t step, int64_t bytes);
   // What the positions did in their recent steps (AddReport keeps it).
   const JobTrace& trace() const { return trace_; }
   // Every step run and the last one's weights committed.

@@ -97,6 +97,7 @@ absl::StatusOr<std::unique_ptr<WeightStore>> WeightStore::Open(const std::string
                                                 " of step ", job.committed_step, " is missing"));
       }
     }
+    job.committed_bytes = store->VersionBytes(job_id, job.committed_step, job.committed_shards);
   }
   if (error) return absl::InternalError(absl::StrCat("cannot list ", root, ": ", error.message()));
   return store;
@@ -203,6 +204,7 @@ absl::Status WeightStore::Commit(const std::string& job_id, Job& job, int64_t st
   job.committed_step = step;
   job.committed_shards = job.shard_count[step];
   job.committed_digests = job.arrived[step];
+  job.committed_bytes = VersionBytes(job_id, step, job.committed_shards);
   // Older versions and steps that can no longer complete are obsolete.
   std::error_code ignored;
   if (previous >= 0) fs::remove_all(StepDir(job_id, previous), ignored);
@@ -274,9 +276,24 @@ absl::StatusOr<const WeightStore::Job*> WeightStore::Committed(const std::string
 }
 
 absl::StatusOr<int64_t> WeightStore::CommittedStep(const std::string& job_id) {
+  ASSIGN_OR_RETURN(const Version version, CommittedVersion(job_id));
+  return version.step;
+}
+
+absl::StatusOr<WeightStore::Version> WeightStore::CommittedVersion(const std::string& job_id) {
   absl::ReaderMutexLock lock(&mu_);
   ASSIGN_OR_RETURN(const Job* job, Committed(job_id));
-  return job->committed_step;
+  return Version{job->committed_step, job->committed_bytes};
+}
+
+int64_t WeightStore::VersionBytes(const std::string& job_id, int64_t step, int shards) const {
+  int64_t bytes = 0;
+  for (int s = 0; s < shards; ++s) {
+    std::error_code ignored;
+    const uintmax_t size = fs::file_size(ShardPath(job_id, step, s), ignored);
+    if (!ignored) bytes += static_cast<int64_t>(size);
+  }
+  return bytes;
 }
 
 absl::StatusOr<common::SafetensorsContents> WeightStore::ExportWeights(

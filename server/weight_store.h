@@ -86,6 +86,13 @@ class WeightStore {
 
   // The committed step of a job; NOT_FOUND before the first commit.
   absl::StatusOr<int64_t> CommittedStep(const std::string& job_id);
+  // And the bytes its files take on disk (the shards, optimizer state
+  // included).
+  struct Version {
+    int64_t step = -1;
+    int64_t bytes = 0;
+  };
+  absl::StatusOr<Version> CommittedVersion(const std::string& job_id);
   // The committed version's weights (no optimizer state) as one file's
   // contents, tensors by global name, with `metadata` added.
   absl::StatusOr<common::SafetensorsContents> ExportWeights(
@@ -102,6 +109,7 @@ class WeightStore {
   struct Job {
     int64_t committed_step = -1;
     int committed_shards = 0;
+    int64_t committed_bytes = 0;                    // of its shard files
     std::map<int, uint64_t> committed_digests;      // known ones (a restart forgets them)
     std::map<int64_t, int> shard_count;             // pending steps: how many shards make them
     std::map<int64_t, std::map<int, uint64_t>> arrived;  // pending steps: digests of the shards stored
@@ -115,6 +123,8 @@ class WeightStore {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string StepDir(const std::string& job_id, int64_t step) const;
   std::string ShardPath(const std::string& job_id, int64_t step, int shard) const;
+  // The bytes of the shard files of `step` (0 for files that cannot be read).
+  int64_t VersionBytes(const std::string& job_id, int64_t step, int shards) const;
   absl::Status Commit(const std::string& job_id, Job& job, int64_t step)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<const Job*> Committed(const std::string& job_id) ABSL_SHARED_LOCKS_REQUIRED(mu_);

@@ -53,8 +53,13 @@ TEST(JobProgressTest, TheProgressLineShowsTheBarLossRateAndBusyStages) {
 }
 
 TEST(JobProgressTest, DescribeShowsOneAlignedRowPerStage) {
-  const std::string text = DescribeJob(Running());
-  EXPECT_NE(text.find("Committed:  step 200"), std::string::npos) << text;
+  std::string text = DescribeJob(Running());
+  EXPECT_NE(text.find("Committed:  step 200\n"), std::string::npos) << text;
+  shardline::v1::JobStatus sized = Running();
+  sized.set_checkpoint_bytes(305'240'000);
+  EXPECT_NE(DescribeJob(sized).find("Committed:  step 200 (305.2 MB)\n"), std::string::npos) << DescribeJob(sized);
+  sized.set_checkpoint_bytes(12'100'000'000);
+  EXPECT_NE(DescribeJob(sized).find("Committed:  step 200 (12.1 GB)\n"), std::string::npos) << DescribeJob(sized);
   const std::vector<std::string> lines = absl::StrSplit(text, '\n');
   size_t header = 0;
   while (header < lines.size() && lines[header].rfind("STAGE", 0) != 0) ++header;
@@ -84,6 +89,7 @@ TEST(JobProgressTest, JobsShowTheirAgeAndDescribeTheirTimes) {
     j->set_submitted_at(1'800'000'000.0 - static_cast<double>(seconds));
   }
   jobs.add_jobs()->set_job_id("job-old");  // saved by a coordinator that kept no times
+  jobs.mutable_jobs(0)->set_checkpoint_bytes(4'500'000);
   const std::vector<std::string> lines = absl::StrSplit(JobsTable(jobs, now), '\n');
   ASSERT_EQ(lines.size(), ages.size() + 3) << "header, rows, the last newline";
   const size_t column = lines[0].find("AGE");
@@ -92,6 +98,10 @@ TEST(JobProgressTest, JobsShowTheirAgeAndDescribeTheirTimes) {
     EXPECT_EQ(lines[i + 1].substr(column, ages[i].second.size() + 1), ages[i].second + " ") << lines[i + 1];
   }
   EXPECT_EQ(lines[ages.size() + 1].substr(column, 2), "- ") << lines[ages.size() + 1];
+  const size_t size_column = lines[0].find("CHECKPOINT");
+  ASSERT_NE(size_column, std::string::npos) << lines[0];
+  EXPECT_EQ(lines[1].substr(size_column, 7), "4.5 MB ") << lines[1];
+  EXPECT_EQ(lines[2].substr(size_column, 2), "- ") << "nothing committed: " << lines[2];
 
   shardline::v1::JobStatus s = Running();
   s.set_submitted_at(1'800'000'000.0);

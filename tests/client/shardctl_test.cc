@@ -195,7 +195,7 @@ TEST_F(ShardctlTest, ASubmittedJobIsWatchedDescribedListedAndExported) {
   EXPECT_NE(described.out.find("State:      SUCCEEDED\n"), std::string::npos) << described.out;
   EXPECT_NE(described.out.find(absl::StrCat("Step:       ", kSteps, "/", kSteps, "\n")), std::string::npos)
       << described.out;
-  EXPECT_NE(described.out.find(absl::StrCat("Committed:  step ", kSteps, "\n")), std::string::npos) << described.out;
+  EXPECT_NE(described.out.find(absl::StrCat("Committed:  step ", kSteps, " (")), std::string::npos) << described.out;
   EXPECT_NE(described.out.find("Stages:\nSTAGE"), std::string::npos) << described.out;
   // The last step as measured beside the plan's prediction.
   EXPECT_NE(described.out.find("Step time:  "), std::string::npos) << described.out;
@@ -207,6 +207,7 @@ TEST_F(ShardctlTest, ASubmittedJobIsWatchedDescribedListedAndExported) {
   EXPECT_EQ(status.state(), shardline::v1::SUCCEEDED);
   EXPECT_EQ(status.step(), kSteps);
   EXPECT_EQ(status.committed_step(), kSteps);
+  EXPECT_GT(status.checkpoint_bytes(), 0) << "the committed version's files";
   ASSERT_EQ(status.stages_size(), 2);
   EXPECT_GT(status.step_seconds(), 0);
   EXPECT_GT(status.predicted_step_seconds(), 0);

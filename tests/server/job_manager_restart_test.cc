@@ -78,11 +78,16 @@ TEST_F(JobManagerRestartTest, ADeletedJobLosesItsCheckpointAndStaysGoneAcrossARe
   EXPECT_NE(refused.status().message().find("cancel it first"), std::string::npos) << refused.status();
   EXPECT_EQ(jobs_->Get("job-2")->state(), shardline::v1::RUNNING);
 
-  int64_t bytes = 0;
-  for (const auto& entry : std::filesystem::recursive_directory_iterator(dir_ + "/job-1")) {
-    if (entry.is_regular_file()) bytes += static_cast<int64_t>(entry.file_size());
-  }
+  auto bytes_under = [](const std::string& dir) {
+    int64_t bytes = 0;
+    for (const auto& entry : std::filesystem::recursive_directory_iterator(dir)) {
+      if (entry.is_regular_file()) bytes += static_cast<int64_t>(entry.file_size());
+    }
+    return bytes;
+  };
+  const int64_t bytes = bytes_under(dir_ + "/job-1");
   ASSERT_GT(bytes, 0);
+  EXPECT_EQ(jobs_->Get("job-1")->checkpoint_bytes(), bytes_under(dir_ + "/job-1/step-2"));
   auto deleted = jobs_->Delete("job-1");
   ASSERT_TRUE(deleted.ok()) << deleted.status();
   EXPECT_EQ(deleted->job_id(), "job-1");

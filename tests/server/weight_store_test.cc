@@ -125,6 +125,8 @@ TEST_F(WeightStoreTest, ADeletedJobLosesItsCheckpointAndTakesNoMoreShards) {
   ASSERT_TRUE(store_->Report(Shard("j", 0, 4)).ok());  // pending
   const int64_t bytes = BytesUnder(root_ + "/j");
   ASSERT_GT(bytes, 0);
+  // The committed version's size is its shard files'.
+  EXPECT_EQ(store_->CommittedVersion("j")->bytes, BytesUnder(root_ + "/j/step-3"));
   auto freed = store_->DeleteJob("j");
   ASSERT_TRUE(freed.ok()) << freed.status();
   EXPECT_EQ(*freed, bytes);
@@ -150,6 +152,7 @@ TEST_F(WeightStoreTest, ADeletedJobLosesItsCheckpointAndTakesNoMoreShards) {
   auto reopened = WeightStore::Open(root_);
   ASSERT_TRUE(reopened.ok()) << reopened.status();
   EXPECT_EQ(*(*reopened)->CommittedStep("k"), 3);
+  EXPECT_EQ((*reopened)->CommittedVersion("k")->bytes, BytesUnder(root_ + "/k/step-3")) << "counted again on open";
   EXPECT_EQ((*reopened)->CommittedStep("j").status().code(), absl::StatusCode::kNotFound);
 }
 
