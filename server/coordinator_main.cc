@@ -40,6 +40,9 @@ ABSL_FLAG(int64_t, lease_ms, 3000, "a worker silent for this long is lost");
 ABSL_FLAG(bool, replan_on_slowdown, true,
           "move a job whose steps slow down for long to a clearly faster layout, at a step boundary "
           "(docs/operations.md, Re-planning during a job); shardctl replan works either way");
+ABSL_FLAG(bool, grow_back, true,
+          "move a job re-planned onto fewer pipeline stages after a loss back onto its spec's stages, at a "
+          "step boundary, once enough workers are idle (docs/operations.md, What survives what)");
 ABSL_FLAG(absl::Duration, delete_ended_jobs_after, absl::InfiniteDuration(),
           "delete a job this long after it ended (e.g. 168h): its record, checkpoint, trace and metrics, as "
           "shardctl delete does; inf: keep ended jobs until an operator deletes them");
@@ -115,6 +118,7 @@ int Run() {
   });
   coordinator.set_jobs(&jobs);
   jobs.SetAutoReplan(absl::GetFlag(FLAGS_replan_on_slowdown));
+  jobs.SetGrowBack(absl::GetFlag(FLAGS_grow_back));
   jobs.SetEndedJobLifetime(absl::GetFlag(FLAGS_delete_ended_jobs_after));
   if (absl::Status s = jobs.Recover(); !s.ok()) {
     std::fprintf(stderr, "Error: %s\n", std::string(s.message()).c_str());

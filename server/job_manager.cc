@@ -272,7 +272,7 @@ absl::StatusOr<bool> JobManager::ReportStep(const shardline::v1::ReportStepReque
   } else {
     if (job->status().step() > before && step_observer_) step_observer_(job->status());
     MaybeSucceed(*job);
-    if (job->running() && job->status().step() > before) MaybePlanReplan(*job);
+    if (job->running() && job->status().step() > before && !MaybeGrowBack(*job)) MaybePlanReplan(*job);
   }
   return !job->running();
 }

@@ -68,6 +68,10 @@ class JobManager {
   // by itself (default; coordinator flag --replan_on_slowdown). ReplanJob
   // works either way. Set before serving.
   void SetAutoReplan(bool on) { auto_replan_ = on; }
+  // Whether a job re-planned onto fewer pipeline stages after a loss moves
+  // back onto its spec's stages once enough workers are idle (default;
+  // coordinator flag --grow_back). Set before serving.
+  void SetGrowBack(bool on) { grow_back_ = on; }
 
   // Loads the saved jobs (once, before serving): ended ones as they ended,
   // the others RECOVERING, to run from their committed step at a new epoch
@@ -153,6 +157,7 @@ class JobManager {
   StepObserver step_observer_;
   DeleteObserver delete_observer_;
   bool auto_replan_ = true;
+  bool grow_back_ = true;
   absl::Duration ended_job_lifetime_ = absl::InfiniteDuration();
   // Tick's work that takes the jobs' lock; returns the ids of the jobs
   // to delete after it.
@@ -197,6 +202,14 @@ class JobManager {
   // cost so far to weigh one, the new layout's predicted gain to make it).
   static constexpr double kReplanMinSavingSeconds = 5.0;
   void MaybePlanReplan(RunningJob& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Growing back (job_manager_replan.cc): after each completed step, a job
+  // running on fewer pipeline stages than its spec's (it lost workers and
+  // no standby came) is told to stop a little ahead, checkpointed, as for
+  // a slowdown, once the idle workers and its own could hold the spec's
+  // grid (checked every kReplanCheckSteps steps) and no other job waits
+  // for workers; it then restarts on the spec's stages at a new epoch, no
+  // step lost. True if it was told to.
+  bool MaybeGrowBack(RunningJob& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // What `position`'s report says of the wires it receives on: a link that
   // slowed during the epoch goes into the link table (LinkTable::Observe),
   // so that the re-plan's advice sees it.

@@ -1,4 +1,5 @@
-// JobManager's re-planning on a slowdown (job_manager.h).
+// JobManager's re-planning on a slowdown, and growing a job that lost
+// stages back onto its spec's (job_manager.h).
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -7,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
+#include "server/grid_placement.h"
 #include "server/job_manager.h"
 #include "server/replan_advice.h"
 
@@ -64,6 +66,44 @@ void JobManager::MaybePlanReplan(RunningJob& job) {
   }
   LOG(WARNING) << "job " << job.status().job_id() << ": " << slowed << ": moving to it after step " << stop;
   StopForReplan(job, stop, slowed);
+}
+
+bool JobManager::MaybeGrowBack(RunningJob& job) {
+  const int p = job.spec().parallel().pipeline_stages();
+  if (!grow_back_ || job.stages() >= p || job.replan_step() > 0) return false;
+  const int64_t step = job.status().step();
+  if (job.replan_checked_at() > 0 && step < job.replan_checked_at() + kReplanCheckSteps) return false;
+  const int64_t stop = ReplanStop(job);
+  if (stop + kReplanMinRemaining > job.status().total_steps()) return false;
+  // Jobs waiting for workers get the idle ones first.
+  for (const auto& [id, other] : jobs_) {
+    if (other.waiting()) return false;
+  }
+  const std::vector<WorkerRecord> idle = registry_.Idle();
+  const size_t needed = static_cast<size_t>(p) * static_cast<size_t>(job.replicas() * job.tensor_ranks());
+  if (idle.empty() || job.workers().size() + idle.size() < needed) return false;
+  job.set_replan_checked_at(step);
+  // The spec's grid must fit in their memory: the worker that came back
+  // may not be the one that left.
+  std::vector<WorkerRecord> candidates;
+  for (const std::string& id : job.workers()) {
+    absl::StatusOr<WorkerRecord> w = registry_.Get(id);
+    if (!w.ok() || w->lost) return false;  // failover will move the job
+    candidates.push_back(*std::move(w));
+  }
+  candidates.insert(candidates.end(), idle.begin(), idle.end());
+  absl::StatusOr<GridPlacement> placement =
+      PlaceGrid(job.spec(), job.status().job_id(), stop + 1, p, candidates, {}, {}, LinksFrom(&links_));
+  if (!placement.ok()) {
+    LOG(INFO) << "job " << job.status().job_id() << " stays on " << job.stages() << " of its spec's " << p
+              << " pipeline stages: " << placement.status().message();
+    return false;
+  }
+  const std::string why = absl::StrCat(idle.size(), idle.size() == 1 ? " worker is" : " workers are",
+                                       " idle: back onto the spec's ", p, " pipeline stages from ", job.stages());
+  LOG(WARNING) << "job " << job.status().job_id() << ": " << why << ", after step " << stop;
+  StopForReplan(job, stop, why);
+  return true;
 }
 
 void JobManager::NoteWirePaces(RunningJob& job, int position, const shardline::v1::ReportStepRequest& r) {

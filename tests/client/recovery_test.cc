@@ -273,6 +273,59 @@ TEST(RecoveryTest, ADrainedWorkersJobMovesToTheStandbyAndEndsBitForBit) {
   EXPECT_EQ(cluster->Ctl({"drain", "nobody"}).ended, "exited with status 3") << "no such worker";
 }
 
+// A 3-stage job whose worker is drained with no standby re-plans onto two
+// stages a lease later; once the worker is undrained the job moves back
+// onto three at a step boundary, and ends with the reference's weights bit
+// for bit (both moves are restarts from a committed step).
+TEST(RecoveryTest, AJobThatLostAStageGrowsBackWhenAWorkerReturnsAndEndsBitForBit) {
+  const std::string dir = TempDir("grow");
+  const std::string spec_path = WriteSpec(dir, "grown", 300, 3);
+  auto reference = TrainReference(dir, spec_path);
+  ASSERT_TRUE(reference.ok()) << reference.status();
+  auto cluster = testing::ProcessCluster::Start("grow-cluster", {3, "", 3000});
+  ASSERT_NE(cluster, nullptr);
+  AdminClient admin(cluster->address());
+  auto spec = common::LoadJobSpec(spec_path);
+  ASSERT_TRUE(spec.ok());
+  auto job = admin.Submit(*spec);
+  ASSERT_TRUE(job.ok()) << job.status();
+  const shardline::v1::JobStatus running = WaitFor(
+      admin, job->job_id(), 60, [](const auto& s) { return s.step() >= 12 && s.committed_step() >= 10; });
+  ASSERT_EQ(running.state(), shardline::v1::RUNNING) << running.message();
+  const std::string victim = running.stages(1).worker();
+  ASSERT_EQ(cluster->Ctl({"drain", victim}).ended, "exited with status 0");
+  const shardline::v1::JobStatus shrunk = WaitFor(admin, job->job_id(), 60, [&](const auto& s) {
+    return s.state() != shardline::v1::RECOVERING && s.plan_epoch() != running.plan_epoch();
+  });
+  ASSERT_EQ(shrunk.state(), shardline::v1::RUNNING) << shrunk.message();
+  ASSERT_EQ(shrunk.stages_size(), 2) << shrunk.message();
+  EXPECT_NE(shrunk.message().find("re-planned onto 2 of the spec's 3 pipeline stages"), std::string::npos)
+      << shrunk.message();
+  ASSERT_EQ(cluster->Ctl({"undrain", victim}).ended, "exited with status 0");
+  const shardline::v1::JobStatus grown = WaitFor(admin, job->job_id(), 60, [&](const auto& s) {
+    return s.plan_epoch() != shrunk.plan_epoch() && s.state() != shardline::v1::RECOVERING;
+  });
+  ASSERT_EQ(grown.state(), shardline::v1::RUNNING) << grown.message();
+  EXPECT_EQ(grown.stages_size(), 3);
+  EXPECT_NE(grown.message().find("1 worker is idle: back onto the spec's 3 pipeline stages from 2"),
+            std::string::npos)
+      << grown.message();
+  bool returned = false;
+  for (const auto& stage : grown.stages()) returned |= stage.worker() == victim;
+  EXPECT_TRUE(returned) << "the undrained worker holds a stage again";
+  const shardline::v1::JobStatus after = WaitFor(admin, job->job_id(), 120, [](const auto& s) {
+    return s.state() == shardline::v1::SUCCEEDED || s.state() == shardline::v1::FAILED ||
+           s.state() == shardline::v1::CANCELLED;
+  });
+  ASSERT_EQ(after.state(), shardline::v1::SUCCEEDED) << after.message();
+  EXPECT_EQ(after.plan_epoch(), grown.plan_epoch()) << "no further move";
+  auto exported = admin.Export(job->job_id());
+  ASSERT_TRUE(exported.ok()) << exported.status();
+  auto weights = common::ParseSafetensors(*exported);
+  ASSERT_TRUE(weights.ok()) << weights.status();
+  ExpectSameWeights(*reference, *weights);
+}
+
 // Runs `spec_path` on a fresh cluster of `workers` with `worker_flags`,
 // watching it: each step's loss as the coordinator completed it (a step
 // seen twice, or going back, fails the test), and the exported weights.

@@ -6,6 +6,9 @@
 // and a job placed "in_order", keep their plan. A link that slows (the
 // receiving end's wire paces) goes into the link table, and the job moves
 // off it.
+#include <algorithm>
+#include <set>
+
 #include "server/link_pace.h"
 #include "server/step_pace.h"
 #include "tests/server/job_manager_fixture.h"
@@ -261,6 +264,83 @@ TEST_F(ReplanTest, AJobThatBeganOnALinkSlowerThanItsProbeMovesOffIt) {
   EXPECT_GT(stop, 0) << "no re-plan: " << jobs_->Get(job.job_id())->message();
   EXPECT_NE(jobs_->Get(job.job_id())->message().find("a link it uses slowed"), std::string::npos)
       << jobs_->Get(job.job_id())->message();
+}
+
+// A job that lost a stage and re-planned onto fewer moves back onto its
+// spec's stages once a worker is idle again: told to stop a little ahead,
+// at a checkpoint, as for a slowdown; not while another job waits for
+// workers, and not with growing back turned off.
+TEST_F(ReplanTest, AJobThatLostAStageGrowsBackOntoItsSpecsStagesWhenAWorkerIsIdleAgain) {
+  AddWorker("a");
+  AddWorker("b");
+  AddWorker("c");
+  const JobStatus job = *jobs_->Submit(Spec(3, 100));
+  NoteAssignments();
+  for (int stage = 0; stage < 3; ++stage) ASSERT_TRUE(jobs_->ReportStep(Report(job, stage, 1)).ok());
+  for (int stage = 0; stage < 3; ++stage) ASSERT_TRUE(SendShard(job, stage, 3, 1).ok());
+  // c dies; nobody replaces it within the grace: two stages.
+  for (int i = 0; i < 10 && jobs_->Get(job.job_id())->stages_size() != 2; ++i) {
+    now_ += absl::Milliseconds(20);
+    ASSERT_TRUE(registry_->Heartbeat(stage_workers_[0]).ok());
+    ASSERT_TRUE(registry_->Heartbeat(stage_workers_[1]).ok());
+    jobs_->WorkersLost(registry_->ExpireLeases());
+    jobs_->Tick();
+  }
+  const JobStatus shrunk = *jobs_->Get(job.job_id());
+  ASSERT_EQ(shrunk.state(), shardline::v1::RUNNING) << shrunk.message();
+  ASSERT_EQ(shrunk.stages_size(), 2) << shrunk.message();
+  NoteAssignments();  // the new plan's, delivered last
+  delivered_.clear();
+  auto report_step = [&](const JobStatus& at, int stages, int64_t step) {
+    for (int stage = 0; stage < stages; ++stage) ASSERT_TRUE(jobs_->ReportStep(Report(at, stage, step)).ok());
+  };
+  auto stop_told = [&] {
+    int64_t stop = 0;
+    for (const auto& [w, a] : delivered_) stop = std::max<int64_t>(stop, a.stop_after_step());
+    return stop;
+  };
+  report_step(shrunk, 2, 2);
+  // A worker comes back while another job waits for four: that job comes first.
+  const JobStatus other = *jobs_->Submit(Spec(4, 100));
+  AddWorker("d");
+  EXPECT_EQ(jobs_->Get(other.job_id())->state(), shardline::v1::PENDING);
+  report_step(shrunk, 2, 3);
+  EXPECT_EQ(stop_told(), 0) << jobs_->Get(job.job_id())->message();
+  ASSERT_TRUE(jobs_->Cancel(other.job_id()).ok());
+  // Turned off, it stays on two stages.
+  jobs_->SetGrowBack(false);
+  report_step(shrunk, 2, 4);
+  EXPECT_EQ(stop_told(), 0) << jobs_->Get(job.job_id())->message();
+  jobs_->SetGrowBack(true);
+  report_step(shrunk, 2, 5);
+  const int64_t stop = stop_told();
+  ASSERT_EQ(stop, 7) << "two steps ahead: " << jobs_->Get(job.job_id())->message();
+  EXPECT_NE(jobs_->Get(job.job_id())->message().find(
+                "re-planning after step 7: 1 worker is idle: back onto the spec's 3 pipeline stages from 2"),
+            std::string::npos)
+      << jobs_->Get(job.job_id())->message();
+  report_step(shrunk, 2, 6);
+  report_step(shrunk, 2, 7);
+  EXPECT_EQ(jobs_->Get(job.job_id())->plan_epoch(), shrunk.plan_epoch()) << "nothing moves before the commit";
+  ASSERT_TRUE(SendShard(shrunk, 0, 2, 7).ok());
+  ASSERT_TRUE(SendShard(shrunk, 1, 2, 7).ok());
+  const JobStatus grown = *jobs_->Get(job.job_id());
+  ASSERT_EQ(grown.state(), shardline::v1::RUNNING) << grown.message();
+  EXPECT_GT(grown.plan_epoch(), shrunk.plan_epoch());
+  EXPECT_EQ(grown.stages_size(), 3);
+  EXPECT_NE(grown.message().find("re-planned from step 8"), std::string::npos) << grown.message();
+  std::set<std::string> names;
+  for (const auto& stage : grown.stages()) names.insert(stage.worker());
+  EXPECT_EQ(names, (std::set<std::string>{"a", "b", "d"}));
+  int fresh = 0;
+  for (const auto& [w, a] : delivered_) {
+    if (a.plan_epoch() != grown.plan_epoch() || a.cancel()) continue;
+    ++fresh;
+    EXPECT_EQ(a.first_step(), 8) << "no step lost, none run twice";
+    EXPECT_EQ(a.stages(), 3);
+    EXPECT_EQ(a.spec().parallel().pipeline_stages(), 3);
+  }
+  EXPECT_EQ(fresh, 3);
 }
 
 }  // namespace
