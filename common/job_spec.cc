@@ -201,6 +201,15 @@ bool VocabParallel(const JobSpec& spec) {
   return vocab % t == 0 && vocab >= kVocabRowsPerRank * t;
 }
 
+JobSpec FoldReplicas(const JobSpec& spec, int replicas) {
+  JobSpec folded = spec;
+  const int d = std::max(1, spec.parallel().data_parallel());
+  if (replicas < 1 || d % replicas != 0) return folded;
+  folded.mutable_parallel()->set_data_parallel(replicas);
+  folded.mutable_train()->set_micro_batches(spec.train().micro_batches() * (d / replicas));
+  return folded;
+}
+
 absl::Status ValidateJobSpec(JobSpec& spec) {
   if (spec.name().empty()) spec.set_name("job");
   RETURN_IF_ERROR(CheckLength("job spec: name", spec.name(), kMaxNameBytes));

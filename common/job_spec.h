@@ -35,6 +35,14 @@ int PipelineUnits(const shardline::v1::ModelSpec& model);
 // the split adds cost). Never with t = 1.
 bool VocabParallel(const shardline::v1::JobSpec& spec);
 
+// The spec a grid of `replicas` data-parallel replicas runs in place of the
+// spec's d (`replicas` must divide d): each replica runs d / replicas of the
+// spec's replicas' micro-batch groups one after the other, so
+// micro_batches is m · d / replicas, and global micro-batch r · m + k is the
+// same batch as in the spec. The gradients stay the spec's only where each
+// group is summed apart (runtime::PipelineStageOptions::groups).
+shardline::v1::JobSpec FoldReplicas(const shardline::v1::JobSpec& spec, int replicas);
+
 }  // namespace shardline::common
 
 #endif  // SHARDLINE_COMMON_JOB_SPEC_H_

@@ -4,6 +4,8 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/job_spec.h"
 #include "common/cost_model.h"
 #include "common/status_macros.h"
 #include "server/grid_search.h"
@@ -66,8 +68,16 @@ absl::StatusOr<GridPlacement> PlaceGrid(const shardline::v1::JobSpec& job_spec, 
                                         int64_t first_step, int stages,
                                         const std::vector<WorkerRecord>& idle,
                                         const std::vector<std::string>& previous,
-                                        const std::vector<int>& previous_cut, const LinkLookup& links) {
-  const int p = stages, d = job_spec.parallel().data_parallel();
+                                        const std::vector<int>& previous_cut, const LinkLookup& links,
+                                        int replicas) {
+  const int asked = std::max(1, job_spec.parallel().data_parallel());
+  if (replicas == 0) replicas = asked;
+  if (replicas < 1 || replicas > asked || asked % replicas != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot plan ", replicas, " replicas for a spec of ", asked, ": they must divide it"));
+  }
+  const int groups = asked / replicas;
+  const int p = stages, d = replicas;
   const int t = std::max(1, job_spec.parallel().tensor_parallel());
   if (p < 1 || p > job_spec.parallel().pipeline_stages()) {
     return absl::InvalidArgumentError(absl::StrCat("cannot plan ", p, " stages for a spec of ",
@@ -77,12 +87,24 @@ absl::StatusOr<GridPlacement> PlaceGrid(const shardline::v1::JobSpec& job_spec, 
   if (static_cast<int>(idle.size()) < n) {
     return absl::FailedPreconditionError(absl::StrCat("placing ", n, " positions on ", idle.size(), " workers"));
   }
-  shardline::v1::JobSpec spec = job_spec;
+  shardline::v1::JobSpec spec = common::FoldReplicas(job_spec, d);
   spec.mutable_parallel()->set_pipeline_stages(p);
   ASSIGN_OR_RETURN(const std::vector<WorkerRecord> grid, ChooseGrid(spec, idle, previous, links, previous_cut));
   ASSIGN_OR_RETURN(GridCost cost, EstimateGrid(spec, grid, links, previous_cut));
   const PipelinePlan& plan = cost.plan;
   auto at = [&](int s, int r, int k) -> const WorkerRecord& { return grid[static_cast<size_t>((r * p + s) * t + k)]; };
+  // Each earlier group's gradients wait on the host for the sum
+  // (runtime::GradientBuckets::Hold): a float a parameter each.
+  for (size_t i = 0; i < grid.size() && groups > 1; ++i) {
+    const StagePlan& sp = plan.stages[(i / static_cast<size_t>(t)) % static_cast<size_t>(p)];
+    const int64_t need = cost.positions[i].memory_bytes + int64_t{groups - 1} * sp.parameters / t * 4;
+    if (need > grid[i].capabilities.memory_bytes()) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "units [%d, %d) on worker %s need %.2f GiB running %d replicas' micro-batch groups, it has %.2f GiB",
+          sp.unit_begin, sp.unit_end, grid[i].name, need / 1073741824.0, groups,
+          grid[i].capabilities.memory_bytes() / 1073741824.0));
+    }
+  }
   // Whether the edge between stages s and s + 1 of replica r carries parts
   // of tensors (scatter/gather): across hosts it crosses a wire t times
   // less (docs/benchmarks.md, bench_stage_layout); within one, no layout
@@ -130,6 +152,7 @@ absl::StatusOr<GridPlacement> PlaceGrid(const shardline::v1::JobSpec& job_spec, 
         a.set_first_step(first_step);
         a.set_replica(r);
         a.set_replicas(d);
+        if (groups > 1) a.set_replica_groups(groups);
         if (d > 1) {
           for (int q = 0; q < d; ++q) a.add_replica_addresses(at(s, q, k).capabilities.listen_address());
         }

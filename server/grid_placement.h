@@ -59,12 +59,19 @@ absl::StatusOr<shardline::v1::PlanResponse> PreviewGrid(const shardline::v1::Job
 // nearly as fast as the best (PlanPipeline): they hold that position's
 // state in memory. A position starting after step 1 is told its twins'
 // addresses (state_peers).
+//
+// `replicas` (0: the spec's d) places a grid of fewer replicas, a divisor
+// d′ of d, for a job that lost workers: each runs d / d′ of the spec's
+// replicas' micro-batch groups (Assignment.replica_groups; the assignments'
+// spec is common::FoldReplicas'), planned as the spec d′ replicas of m·d/d′
+// micro-batches would be, plus the host copies of the groups' gradients
+// each position keeps (FAILED_PRECONDITION where they do not fit).
 absl::StatusOr<GridPlacement> PlaceGrid(const shardline::v1::JobSpec& spec, const std::string& job_id,
                                         int64_t first_step, int stages,
                                         const std::vector<WorkerRecord>& idle,
                                         const std::vector<std::string>& previous = {},
                                         const std::vector<int>& previous_cut = {},
-                                        const LinkLookup& links = LinksFrom(nullptr));
+                                        const LinkLookup& links = LinksFrom(nullptr), int replicas = 0);
 
 }  // namespace shardline::server
 

@@ -183,13 +183,20 @@ void JobManager::ScheduleLocked() {
     const std::string want = d > 1 || t > 1
                                  ? absl::StrCat("waiting for ", p * d * t, " idle workers (", grid, "; ", n, " now)")
                                  : absl::StrCat("waiting for ", p, " idle workers (", n, " now)");
-    // A job that lost workers re-plans onto fewer stages of the same d
-    // replicas (and t tensor ranks) when no replacement came within its
-    // grace (fewer replicas would change the arithmetic: see the
-    // determinism contract).
-    int stages = p;
+    // A job that lost workers re-plans when no replacement came within
+    // its grace: onto fewer stages of the same d replicas (and t tensor
+    // ranks), or, with fewer than d · t workers, onto fewer replicas (the
+    // largest divisor d′ of d they can hold), each running d / d′ of the
+    // spec's replicas' micro-batch groups, summed apart: the same bits.
+    int stages = p, replicas = d;
     if (n < p * d * t) {
-      stages = registry_.Now() >= job.shrink_after() ? std::min(p - 1, n / (d * t)) : 0;
+      const bool grace_over = registry_.Now() >= job.shrink_after();
+      stages = grace_over ? std::min(p - 1, n / (d * t)) : 0;
+      for (int fewer = d - 1; grace_over && stages < 1 && fewer >= 1; --fewer) {
+        if (d % fewer != 0 || n < fewer * t) continue;
+        replicas = fewer;
+        stages = std::min(p, n / (fewer * t));
+      }
       if (stages < 1) {
         job.Wait(absl::StrCat(resume, want));
         continue;
@@ -197,9 +204,9 @@ void JobManager::ScheduleLocked() {
     }
     absl::StatusOr<GridPlacement> placement =
         PlaceGrid(job.spec(), id, job.first_step(), stages, idle, job.previous_workers(), job.previous_cut(),
-                  LinksFrom(&links_));
-    if (!placement.ok() && stages < p) {
-      job.Wait(absl::StrCat(resume, "cannot re-plan onto ", stages * d * t, " workers (",
+                  LinksFrom(&links_), replicas);
+    if (!placement.ok() && (stages < p || replicas < d)) {
+      job.Wait(absl::StrCat(resume, "cannot re-plan onto ", stages * replicas * t, " workers (",
                             placement.status().message(), "); ", want));
       continue;
     }
@@ -231,6 +238,11 @@ absl::StatusOr<bool> JobManager::ReportStep(const shardline::v1::ReportStepReque
   if (!job->running()) return true;
   ASSIGN_OR_RETURN(const int position,
                    job->CheckSender(r.plan_epoch(), r.stage(), r.replica(), r.tensor_rank(), r.worker_id()));
+  if (r.group_losses_size() != 0 && r.group_losses_size() != job->replica_groups()) {
+    return absl::InvalidArgumentError(absl::StrCat("group_losses has ", r.group_losses_size(), " entries; ",
+                                                   job->PositionLabel(position), " runs ", job->replica_groups(),
+                                                   " of the spec's replicas"));
+  }
   if (!r.error().empty()) {
     const std::string message = absl::StrCat(job->PositionName(position), " failed at step ", r.step(), ": ",
                                              r.error());

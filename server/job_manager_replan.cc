@@ -47,7 +47,7 @@ void JobManager::MaybePlanReplan(RunningJob& job) {
   for (const auto& stage : job.status().stages()) {
     if (stage.replica() == 0 && stage.tensor_rank() == 0) cut.push_back(stage.unit_begin());
   }
-  absl::StatusOr<ReplanAdvice> advice = AdviseReplan(job.spec(), grid, cut, registry_.Idle(), LinksFrom(&links_));
+  absl::StatusOr<ReplanAdvice> advice = AdviseReplan(job.running_spec(), grid, cut, registry_.Idle(), LinksFrom(&links_));
   if (!advice.ok()) {
     LOG(WARNING) << "job " << job.status().job_id() << ": cannot weigh a re-plan: " << advice.status();
     return;
@@ -69,8 +69,8 @@ void JobManager::MaybePlanReplan(RunningJob& job) {
 }
 
 bool JobManager::MaybeGrowBack(RunningJob& job) {
-  const int p = job.spec().parallel().pipeline_stages();
-  if (!grow_back_ || job.stages() >= p || job.replan_step() > 0) return false;
+  const int p = job.spec().parallel().pipeline_stages(), d = std::max(1, job.spec().parallel().data_parallel());
+  if (!grow_back_ || (job.stages() >= p && job.replicas() >= d) || job.replan_step() > 0) return false;
   const int64_t step = job.status().step();
   if (job.replan_checked_at() > 0 && step < job.replan_checked_at() + kReplanCheckSteps) return false;
   const int64_t stop = ReplanStop(job);
@@ -80,7 +80,7 @@ bool JobManager::MaybeGrowBack(RunningJob& job) {
     if (other.waiting()) return false;
   }
   const std::vector<WorkerRecord> idle = registry_.Idle();
-  const size_t needed = static_cast<size_t>(p) * static_cast<size_t>(job.replicas() * job.tensor_ranks());
+  const size_t needed = static_cast<size_t>(p) * static_cast<size_t>(d * job.tensor_ranks());
   if (idle.empty() || job.workers().size() + idle.size() < needed) return false;
   job.set_replan_checked_at(step);
   // The spec's grid must fit in their memory: the worker that came back
@@ -94,13 +94,22 @@ bool JobManager::MaybeGrowBack(RunningJob& job) {
   candidates.insert(candidates.end(), idle.begin(), idle.end());
   absl::StatusOr<GridPlacement> placement =
       PlaceGrid(job.spec(), job.status().job_id(), stop + 1, p, candidates, {}, {}, LinksFrom(&links_));
+  // What differs from the spec: "3 pipeline stages", "4 replicas", "2
+  // pipeline stages × 4 replicas".
+  const bool stages_differ = job.stages() != p, replicas_differ = job.replicas() != d;
+  auto grid = [&](int stages, int replicas) {
+    const std::string s = absl::StrCat(stages, " pipeline stages"), r = absl::StrCat(replicas, " replicas");
+    if (stages_differ && replicas_differ) return absl::StrCat(s, " × ", r);
+    return stages_differ ? s : r;
+  };
   if (!placement.ok()) {
-    LOG(INFO) << "job " << job.status().job_id() << " stays on " << job.stages() << " of its spec's " << p
-              << " pipeline stages: " << placement.status().message();
+    LOG(INFO) << "job " << job.status().job_id() << " stays on " << grid(job.stages(), job.replicas())
+              << " (the spec's " << grid(p, d) << " do not fit: " << placement.status().message() << ")";
     return false;
   }
   const std::string why = absl::StrCat(idle.size(), idle.size() == 1 ? " worker is" : " workers are",
-                                       " idle: back onto the spec's ", p, " pipeline stages from ", job.stages());
+                                       " idle: back onto the spec's ", grid(p, d), " from ",
+                                       grid(job.stages(), job.replicas()));
   LOG(WARNING) << "job " << job.status().job_id() << ": " << why << ", after step " << stop;
   StopForReplan(job, stop, why);
   return true;

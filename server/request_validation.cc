@@ -96,6 +96,9 @@ absl::Status ValidateRequest(const shardline::v1::ReportStepRequest& r) {
   for (const shardline::v1::TraceEvent& event : r.trace()) {
     RETURN_IF_ERROR(CheckLength("trace.name", event.name(), kMaxNameBytes));
   }
+  if (r.group_losses_size() > kMaxIndex) {
+    return Bad("group_losses", absl::StrCat("has ", r.group_losses_size(), " entries, at most ", kMaxIndex));
+  }
   // One a neighbour: two stage-link neighbours and the stage's replicas.
   if (r.wire_paces_size() > kMaxIndex + 2) {
     return Bad("wire_paces", absl::StrCat("has ", r.wire_paces_size(), " entries, at most ", kMaxIndex + 2));

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/job_spec.h"
 
 namespace shardline::server {
 
@@ -72,6 +73,12 @@ void RunningJob::RememberPlacement() {
   }
 }
 
+shardline::v1::JobSpec RunningJob::running_spec() const {
+  shardline::v1::JobSpec spec = common::FoldReplicas(spec_, replicas_);
+  spec.mutable_parallel()->set_pipeline_stages(stages_);
+  return spec;
+}
+
 bool RunningJob::ended() const {
   const shardline::v1::JobState s = status_.state();
   return s == shardline::v1::SUCCEEDED || s == shardline::v1::FAILED || s == shardline::v1::CANCELLED;
@@ -99,9 +106,18 @@ void RunningJob::Start(uint64_t epoch, GridPlacement placement, absl::Time now) 
   if (status_.started_at() == 0) status_.set_started_at(UnixSeconds(now));
   status_.set_plan_epoch(epoch);
   const int asked = spec_.parallel().pipeline_stages();
-  status_.set_message(placement.stages < asked
-                          ? absl::StrCat("re-planned onto ", placement.stages, " of the spec's ", asked,
-                                         " pipeline stages from step ", first_step(), " (", resume_reason_, ")")
+  const int asked_replicas = std::max(1, spec_.parallel().data_parallel());
+  std::string onto;
+  if (placement.replicas < asked_replicas) {
+    absl::StrAppend(&onto, placement.replicas, " of the spec's ", asked_replicas,
+                    " replicas, each running the micro-batches of ", asked_replicas / placement.replicas, ",");
+  }
+  if (placement.stages < asked) {
+    absl::StrAppend(&onto, onto.empty() ? "" : " on ", placement.stages, " of the spec's ", asked,
+                    " pipeline stages");
+  }
+  status_.set_message(!onto.empty()
+                          ? absl::StrCat("re-planned onto ", onto, " from step ", first_step(), " (", resume_reason_, ")")
                       : replanned_ ? absl::StrCat("re-planned from step ", first_step(), " (", replan_reason_, ")")
                                    : "");
   replanned_ = false;
@@ -229,9 +245,13 @@ void RunningJob::CompleteStep(int64_t step) {
   }
   // The step's loss and tokens: the replicas' last stages', in rank order
   // (tensor rank 0's: every rank computes them).
+  // A replica standing for several of the spec's gives each one's loss:
+  // added one by one, as the spec's replicas' would be.
   for (int r = 0; r < replicas_; ++r) {
-    loss += reports_[PositionOf(p - 1, r, 0)].at(step).loss();
-    tokens += reports_[PositionOf(p - 1, r, 0)].at(step).tokens();
+    const shardline::v1::ReportStepRequest& rep = reports_[PositionOf(p - 1, r, 0)].at(step);
+    if (rep.group_losses_size() == 0) loss += rep.loss();
+    for (double group_loss : rep.group_losses()) loss += group_loss;
+    tokens += rep.tokens();
   }
   const shardline::v1::ReportStepRequest& last = reports_[PositionOf(p - 1, 0, 0)].at(step);
   status_.set_step(step);

@@ -56,7 +56,13 @@ class RunningJob {
   double flops_per_step(int position) const { return flops_per_step_[static_cast<size_t>(position)]; }
   double optimizer_parameters(int position) const { return optimizer_parameters_[static_cast<size_t>(position)]; }
   int stages() const { return stages_; }
-  int replicas() const { return replicas_; }
+  int replicas() const { return replicas_; }  // the plan's: fewer than the spec's where it shrank
+  // How many of the spec's replicas each of the plan's stands for
+  // (Assignment.replica_groups): 1 unless it shrank to fewer replicas.
+  // The spec as the plan runs it: its stages, and its replicas folded
+  // (common::FoldReplicas), as the assignments carry it.
+  shardline::v1::JobSpec running_spec() const;
+  int replica_groups() const { return std::max(1, spec_.parallel().data_parallel()) / std::max(1, replicas_); }
   int tensor_ranks() const { return tensor_ranks_; }
   struct Position {
     int stage = 0;

@@ -51,7 +51,9 @@ absl::StatusOr<JobGroups> CreateJobGroups(const shardline::v1::Assignment& a, Ba
   };
   const bool split = a.tensor_size() > 1;
   JobGroups groups;
-  if (a.replicas() > 1) {
+  // A replica standing for several of the spec's sums their groups' parts
+  // even alone: in a group of one.
+  if (a.replicas() > 1 || a.replica_groups() > 1) {
     // Slots for the largest chunk of a bucket, or of all the stage's
     // gradients when they fill less than one.
     const int64_t parameters = common::UnitRangeParameters(a.spec().model(), a.unit_begin(), a.unit_end());
@@ -60,7 +62,10 @@ absl::StatusOr<JobGroups> CreateJobGroups(const shardline::v1::Assignment& a, Ba
     ASSIGN_OR_RETURN(groups.replicas,
                      group(split ? absl::StrCat("stage-", a.stage(), ".tensor-", a.tensor_rank())
                                  : absl::StrCat("stage-", a.stage()),
-                           a.replica(), a.replica_addresses(),
+                           a.replica(),
+                           a.replicas() > 1 ? std::vector<std::string>(a.replica_addresses().begin(),
+                                                                       a.replica_addresses().end())
+                                            : std::vector<std::string>{""},
                            runtime::GradientBuckets::LargestChunkBytes(bucket, a.replicas(),
                                                                       a.spec().parallel().shard_optimizer())));
   }

@@ -22,7 +22,7 @@
 namespace shardline::worker {
 
 struct JobGroups {
-  std::unique_ptr<collective::GrpcCollective> replicas;  // null with one replica
+  std::unique_ptr<collective::GrpcCollective> replicas;  // null with one replica of its own
   std::unique_ptr<collective::GrpcCollective> tensor;    // null with one tensor rank
   void Close(const std::string& why) {
     if (replicas != nullptr) replicas->Close(why);

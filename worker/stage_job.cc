@@ -124,6 +124,14 @@ absl::Status RunStageJob(const shardline::v1::Assignment& a, const std::string& 
     options.split_previous = a.gather_from_previous();
     options.split_next = a.scatter_to_next();
     options.int8_reduce = a.int8_reduce();
+    options.groups = std::max(1, a.replica_groups());
+    if (options.groups > 1) {
+      LOG(INFO) << "job " << a.job_id() << " stage " << a.stage() << " replica " << a.replica() << " runs "
+                << options.groups << " of the spec's replicas' micro-batch groups (the grid has "
+                << std::max(1, a.replicas()) << " replicas)"
+                << (a.int8_reduce() ? "; its gradient sums stay f32" : "")
+                << (*schedule == runtime::ScheduleKind::kZeroBubble ? "; 1F1B's order (the same bits as zb)" : "");
+    }
     auto created = runtime::PipelineStage::Create(*runtime, data.get(), link, options, replicas, tensor_group);
     status = created.status();
     if (created.ok()) stage = std::move(*created);
@@ -209,6 +217,7 @@ absl::Status RunStageJob(const shardline::v1::Assignment& a, const std::string& 
     }
     shardline::v1::ReportStepRequest r = Report(a, worker_id, step);
     r.set_loss(result->loss);
+    for (double loss : result->group_losses) r.add_group_losses(loss);
     r.set_grad_norm(result->grad_norm);
     r.set_lr(result->lr);
     r.set_tokens(result->tokens);

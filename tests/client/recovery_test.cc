@@ -83,6 +83,33 @@ void ExpectSameWeights(const common::SafetensorsContents& want, const common::Sa
   }
 }
 
+// Submits `spec_path` and waits until the job runs past its first
+// checkpoint (step 12, step 10 committed): its status then.
+void SubmitPastACheckpoint(AdminClient& admin, const std::string& spec_path, shardline::v1::JobStatus* running) {
+  auto spec = common::LoadJobSpec(spec_path);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  auto job = admin.Submit(*spec);
+  ASSERT_TRUE(job.ok()) << job.status();
+  *running = WaitFor(admin, job->job_id(), 60, [](const auto& s) { return s.step() >= 12 && s.committed_step() >= 10; });
+  ASSERT_EQ(running->state(), shardline::v1::RUNNING) << running->message();
+}
+
+// Waits for the job to end: it must succeed, with `reference`'s weights
+// bit for bit. Its last status.
+void ExpectSucceedsWith(AdminClient& admin, const std::string& job_id, const common::SafetensorsContents& reference,
+                        shardline::v1::JobStatus* ended) {
+  *ended = WaitFor(admin, job_id, 120, [](const auto& s) {
+    return s.state() == shardline::v1::SUCCEEDED || s.state() == shardline::v1::FAILED ||
+           s.state() == shardline::v1::CANCELLED;
+  });
+  ASSERT_EQ(ended->state(), shardline::v1::SUCCEEDED) << ended->message();
+  auto exported = admin.Export(job_id);
+  ASSERT_TRUE(exported.ok()) << exported.status();
+  auto weights = common::ParseSafetensors(*exported);
+  ASSERT_TRUE(weights.ok()) << weights.status();
+  ExpectSameWeights(reference, *weights);
+}
+
 TEST(RecoveryTest, AKilledCoordinatorRestartedOnItsStateResumesTheJobBitForBit) {
   const std::string dir = TempDir("recovery-coordinator");
   constexpr int kSteps = 120;
@@ -153,8 +180,8 @@ TEST(RecoveryTest, AKilledCoordinatorRestartedOnItsStateResumesTheJobBitForBit) 
 // micro-batch),
 // with a standby registered or not: the job restarts from its committed
 // step on the survivors and the standby, or without one a lease later on
-// the survivors with one stage fewer per replica, and ends with
-// `reference`'s weights bit for bit.
+// the survivors with one stage fewer per replica (one stage: fewer
+// replicas), and ends with `reference`'s weights bit for bit.
 void ExpectAKilledWorkerRecovers(const std::string& spec_path, int stages, int replicas, int victim, bool standby,
                                  const common::SafetensorsContents& reference, std::mt19937& random) {
   const int kill_step = std::uniform_int_distribution<int>(12, 60)(random);
@@ -187,7 +214,9 @@ void ExpectAKilledWorkerRecovers(const std::string& spec_path, int stages, int r
   });
   ASSERT_EQ(after.state(), shardline::v1::SUCCEEDED) << after.message();
   EXPECT_GT(after.plan_epoch(), checkpointed.plan_epoch());
-  EXPECT_EQ(after.stages_size(), (standby ? stages : stages - 1) * replicas);
+  // Without a standby: one stage fewer per replica, or with one stage,
+  // half the replicas, each running two replicas' micro-batch groups.
+  EXPECT_EQ(after.stages_size(), standby ? stages * replicas : stages > 1 ? (stages - 1) * replicas : replicas / 2);
   for (const auto& stage : after.stages()) EXPECT_NE(stage.worker(), killed);
   auto exported = admin.Export(job->job_id());
   ASSERT_TRUE(exported.ok()) << exported.status();
@@ -197,10 +226,11 @@ void ExpectAKilledWorkerRecovers(const std::string& spec_path, int stages, int r
 }
 
 // Every position of a p × d grid killed in turn, each with and without a
-// standby (a bounded loop of runs; the moments are random, the seed logged).
-void ExpectEveryKilledPositionRecovers(const std::string& name, int stages, int replicas) {
+// standby (a bounded loop of runs; the moments are random, the seed logged),
+// on a spec of `steps`.
+void ExpectEveryKilledPositionRecovers(const std::string& name, int stages, int replicas, int steps = 200) {
   const std::string dir = TempDir(name);
-  const std::string spec_path = WriteSpec(dir, name, 200, stages, replicas);
+  const std::string spec_path = WriteSpec(dir, name, steps, stages, replicas);
   auto reference = TrainReference(dir, spec_path);
   ASSERT_TRUE(reference.ok()) << reference.status();
   const unsigned seed = std::random_device()();
@@ -222,6 +252,10 @@ TEST(RecoveryTest, AnyKilledWorkerOfAGridEndsBitForBitWithOrWithoutAStandby) {
   ExpectEveryKilledPositionRecovers("kill-grid", 2, 2);
 }
 
+TEST(RecoveryTest, AnyKilledReplicaOfADataParallelJobEndsBitForBitWithOrWithoutAStandby) {
+  ExpectEveryKilledPositionRecovers("kill-dp", 1, 2, 1000);  // a step takes a millisecond
+}
+
 // shardctl drain of a busy worker: its job moves off it at once, onto the
 // standby, and ends with the reference's weights; the worker stays
 // registered, drained, until undrained.
@@ -233,30 +267,18 @@ TEST(RecoveryTest, ADrainedWorkersJobMovesToTheStandbyAndEndsBitForBit) {
   auto cluster = testing::ProcessCluster::Start("drain-cluster", {3, "", 3000});
   ASSERT_NE(cluster, nullptr);
   AdminClient admin(cluster->address());
-  auto spec = common::LoadJobSpec(spec_path);
-  ASSERT_TRUE(spec.ok());
-  auto job = admin.Submit(*spec);
-  ASSERT_TRUE(job.ok()) << job.status();
-  const shardline::v1::JobStatus running = WaitFor(
-      admin, job->job_id(), 60, [](const auto& s) { return s.step() >= 12 && s.committed_step() >= 10; });
-  ASSERT_EQ(running.state(), shardline::v1::RUNNING) << running.message();
+  shardline::v1::JobStatus running;
+  ASSERT_NO_FATAL_FAILURE(SubmitPastACheckpoint(admin, spec_path, &running));
+  const std::string job_id = running.job_id();
   const std::string victim = running.stages(1).worker();
   const testing::CtlRun drain = cluster->Ctl({"drain", victim});
   ASSERT_EQ(drain.ended, "exited with status 0") << drain.err;
   EXPECT_NE(drain.out.find("drained"), std::string::npos) << drain.out;
 
-  const shardline::v1::JobStatus after = WaitFor(admin, job->job_id(), 120, [](const auto& s) {
-    return s.state() == shardline::v1::SUCCEEDED || s.state() == shardline::v1::FAILED ||
-           s.state() == shardline::v1::CANCELLED;
-  });
-  ASSERT_EQ(after.state(), shardline::v1::SUCCEEDED) << after.message();
+  shardline::v1::JobStatus after;
+  ASSERT_NO_FATAL_FAILURE(ExpectSucceedsWith(admin, job_id, *reference, &after));
   EXPECT_GT(after.plan_epoch(), running.plan_epoch());
   for (const auto& stage : after.stages()) EXPECT_NE(stage.worker(), victim);
-  auto exported = admin.Export(job->job_id());
-  ASSERT_TRUE(exported.ok()) << exported.status();
-  auto weights = common::ParseSafetensors(*exported);
-  ASSERT_TRUE(weights.ok()) << weights.status();
-  ExpectSameWeights(*reference, *weights);
 
   const testing::CtlRun workers = cluster->Ctl({"get", "workers"});
   bool listed = false;
@@ -279,22 +301,18 @@ TEST(RecoveryTest, ADrainedWorkersJobMovesToTheStandbyAndEndsBitForBit) {
 // for bit (both moves are restarts from a committed step).
 TEST(RecoveryTest, AJobThatLostAStageGrowsBackWhenAWorkerReturnsAndEndsBitForBit) {
   const std::string dir = TempDir("grow");
-  const std::string spec_path = WriteSpec(dir, "grown", 300, 3);
+  const std::string spec_path = WriteSpec(dir, "grown", 600, 3);
   auto reference = TrainReference(dir, spec_path);
   ASSERT_TRUE(reference.ok()) << reference.status();
   auto cluster = testing::ProcessCluster::Start("grow-cluster", {3, "", 3000});
   ASSERT_NE(cluster, nullptr);
   AdminClient admin(cluster->address());
-  auto spec = common::LoadJobSpec(spec_path);
-  ASSERT_TRUE(spec.ok());
-  auto job = admin.Submit(*spec);
-  ASSERT_TRUE(job.ok()) << job.status();
-  const shardline::v1::JobStatus running = WaitFor(
-      admin, job->job_id(), 60, [](const auto& s) { return s.step() >= 12 && s.committed_step() >= 10; });
-  ASSERT_EQ(running.state(), shardline::v1::RUNNING) << running.message();
+  shardline::v1::JobStatus running;
+  ASSERT_NO_FATAL_FAILURE(SubmitPastACheckpoint(admin, spec_path, &running));
+  const std::string job_id = running.job_id();
   const std::string victim = running.stages(1).worker();
   ASSERT_EQ(cluster->Ctl({"drain", victim}).ended, "exited with status 0");
-  const shardline::v1::JobStatus shrunk = WaitFor(admin, job->job_id(), 60, [&](const auto& s) {
+  const shardline::v1::JobStatus shrunk = WaitFor(admin, job_id, 60, [&](const auto& s) {
     return s.state() != shardline::v1::RECOVERING && s.plan_epoch() != running.plan_epoch();
   });
   ASSERT_EQ(shrunk.state(), shardline::v1::RUNNING) << shrunk.message();
@@ -302,7 +320,7 @@ TEST(RecoveryTest, AJobThatLostAStageGrowsBackWhenAWorkerReturnsAndEndsBitForBit
   EXPECT_NE(shrunk.message().find("re-planned onto 2 of the spec's 3 pipeline stages"), std::string::npos)
       << shrunk.message();
   ASSERT_EQ(cluster->Ctl({"undrain", victim}).ended, "exited with status 0");
-  const shardline::v1::JobStatus grown = WaitFor(admin, job->job_id(), 60, [&](const auto& s) {
+  const shardline::v1::JobStatus grown = WaitFor(admin, job_id, 60, [&](const auto& s) {
     return s.plan_epoch() != shrunk.plan_epoch() && s.state() != shardline::v1::RECOVERING;
   });
   ASSERT_EQ(grown.state(), shardline::v1::RUNNING) << grown.message();
@@ -313,17 +331,54 @@ TEST(RecoveryTest, AJobThatLostAStageGrowsBackWhenAWorkerReturnsAndEndsBitForBit
   bool returned = false;
   for (const auto& stage : grown.stages()) returned |= stage.worker() == victim;
   EXPECT_TRUE(returned) << "the undrained worker holds a stage again";
-  const shardline::v1::JobStatus after = WaitFor(admin, job->job_id(), 120, [](const auto& s) {
-    return s.state() == shardline::v1::SUCCEEDED || s.state() == shardline::v1::FAILED ||
-           s.state() == shardline::v1::CANCELLED;
-  });
-  ASSERT_EQ(after.state(), shardline::v1::SUCCEEDED) << after.message();
+  shardline::v1::JobStatus after;
+  ASSERT_NO_FATAL_FAILURE(ExpectSucceedsWith(admin, job_id, *reference, &after));
   EXPECT_EQ(after.plan_epoch(), grown.plan_epoch()) << "no further move";
-  auto exported = admin.Export(job->job_id());
-  ASSERT_TRUE(exported.ok()) << exported.status();
-  auto weights = common::ParseSafetensors(*exported);
-  ASSERT_TRUE(weights.ok()) << weights.status();
-  ExpectSameWeights(*reference, *weights);
+}
+
+// A data-parallel job (one stage, two replicas) whose worker is drained
+// with no standby runs on the other alone a lease later, that replica
+// running both replicas' micro-batch groups, summed apart; undrained, the
+// worker gets its replica back at a step boundary; the job ends with the
+// reference's weights bit for bit.
+TEST(RecoveryTest, ADataParallelJobThatLostAReplicaRunsOnFewerAndGrowsBackBitForBit) {
+  const std::string dir = TempDir("fold");
+  const std::string spec_path = WriteSpec(dir, "folded", 2000, 1, 2);
+  auto reference = TrainReference(dir, spec_path);
+  ASSERT_TRUE(reference.ok()) << reference.status();
+  auto cluster = testing::ProcessCluster::Start("fold-cluster", {2, "", 3000});
+  ASSERT_NE(cluster, nullptr);
+  AdminClient admin(cluster->address());
+  shardline::v1::JobStatus running;
+  ASSERT_NO_FATAL_FAILURE(SubmitPastACheckpoint(admin, spec_path, &running));
+  const std::string job_id = running.job_id();
+  ASSERT_EQ(running.stages_size(), 2);
+  const std::string victim = running.stages(1).worker();
+  ASSERT_EQ(cluster->Ctl({"drain", victim}).ended, "exited with status 0");
+  const shardline::v1::JobStatus folded = WaitFor(admin, job_id, 60, [&](const auto& s) {
+    return s.state() != shardline::v1::RECOVERING && s.plan_epoch() != running.plan_epoch();
+  });
+  ASSERT_EQ(folded.state(), shardline::v1::RUNNING) << folded.message();
+  ASSERT_EQ(folded.stages_size(), 1) << folded.message();
+  EXPECT_NE(folded.stages(0).worker(), victim);
+  EXPECT_NE(folded.message().find("re-planned onto 1 of the spec's 2 replicas, each running the micro-batches of 2"),
+            std::string::npos)
+      << folded.message();
+  // A few steps on one replica, then the worker comes back.
+  const shardline::v1::JobStatus on_one = WaitFor(admin, job_id, 60, [&](const auto& s) {
+    return s.plan_epoch() != folded.plan_epoch() || s.step() >= folded.step() + 5;
+  });
+  ASSERT_EQ(on_one.plan_epoch(), folded.plan_epoch()) << on_one.message();
+  ASSERT_EQ(cluster->Ctl({"undrain", victim}).ended, "exited with status 0");
+  const shardline::v1::JobStatus grown = WaitFor(admin, job_id, 60, [&](const auto& s) {
+    return s.plan_epoch() != folded.plan_epoch() && s.state() != shardline::v1::RECOVERING;
+  });
+  ASSERT_EQ(grown.state(), shardline::v1::RUNNING) << grown.message();
+  EXPECT_EQ(grown.stages_size(), 2);
+  EXPECT_NE(grown.message().find("1 worker is idle: back onto the spec's 2 replicas from 1"), std::string::npos)
+      << grown.message();
+  shardline::v1::JobStatus after;
+  ASSERT_NO_FATAL_FAILURE(ExpectSucceedsWith(admin, job_id, *reference, &after));
 }
 
 // Runs `spec_path` on a fresh cluster of `workers` with `worker_flags`,

@@ -3,16 +3,25 @@
 #include <algorithm>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "common/dtype.h"
+#include "common/job_spec.h"
 #include "common/status_macros.h"
 #include "worker/backend/backend_factory.h"
 
 namespace shardline::testing {
 
-absl::StatusOr<std::unique_ptr<LocalGrid>> LocalGrid::Create(const shardline::v1::JobSpec& spec,
+absl::StatusOr<std::unique_ptr<LocalGrid>> LocalGrid::Create(const shardline::v1::JobSpec& spec_asked,
                                                              const std::vector<int>& cuts,
-                                                             absl::Duration timeout) {
+                                                             absl::Duration timeout, int folded_replicas) {
   std::unique_ptr<LocalGrid> grid(new LocalGrid());
+  const int asked = std::max(1, spec_asked.parallel().data_parallel());
+  if (folded_replicas == 0) folded_replicas = asked;
+  if (folded_replicas < 1 || asked % folded_replicas != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(folded_replicas, " replicas do not divide ", asked));
+  }
+  const shardline::v1::JobSpec spec = common::FoldReplicas(spec_asked, folded_replicas);
+  const int groups = asked / folded_replicas;
   const int replicas = spec.parallel().data_parallel();
   const int tensor_ranks = std::max(1, spec.parallel().tensor_parallel());
   const size_t stages = cuts.size() + 1;
@@ -41,7 +50,7 @@ absl::StatusOr<std::unique_ptr<LocalGrid>> LocalGrid::Create(const shardline::v1
     for (int k = 0; k < tensor_ranks; ++k) {
       ASSIGN_OR_RETURN(auto pipeline,
                        LocalPipeline::Create(spec, cuts, timeout, [] { return worker::CreateBackend("cpu", {1}); }, r,
-                                             data_groups[k], k, tensor_groups[r]));
+                                             data_groups[k], k, tensor_groups[r], groups));
       grid->positions_.back().push_back(std::move(pipeline));
     }
   }
@@ -62,7 +71,9 @@ absl::StatusOr<LocalGrid::Step> LocalGrid::RunStep(int64_t step) {
   Step out;
   for (auto& result : results) RETURN_IF_ERROR(result.status());
   for (int r = 0; r < d; ++r) {
-    out.loss += results[r * t]->back().loss;
+    const worker::runtime::StageStepResult& last = results[r * t]->back();
+    if (last.group_losses.empty()) out.loss += last.loss;
+    for (double group_loss : last.group_losses) out.loss += group_loss;
     out.results.push_back(*results[r * t]);
   }
   return out;

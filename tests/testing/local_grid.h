@@ -26,16 +26,20 @@ class LocalGrid {
   // One step of the whole grid.
   struct Step {
     std::vector<std::vector<worker::runtime::StageStepResult>> results;  // [replica][stage], tensor rank 0's
-    // The step's loss: the replicas' last-stage losses added in rank order,
-    // as the coordinator adds them (tensor rank 0's: every rank has it).
+    // The step's loss: the replicas' last-stage losses added in rank order
+    // (a replica's groups' one by one), as the coordinator adds them
+    // (tensor rank 0's: every rank has it).
     double loss = 0.0;
   };
 
   // `cuts` as for LocalPipeline; every stage of every position gets a CPU
-  // backend of its own.
+  // backend of its own. With `replicas` (a divisor of the spec's d; 0: d)
+  // the grid has that many replicas, each running d / replicas of the
+  // spec's (common::FoldReplicas), and the same bits.
   static absl::StatusOr<std::unique_ptr<LocalGrid>> Create(const shardline::v1::JobSpec& spec,
                                                            const std::vector<int>& cuts,
-                                                           absl::Duration timeout = absl::Seconds(30));
+                                                           absl::Duration timeout = absl::Seconds(30),
+                                                           int replicas = 0);
 
   // Runs one step on every stage of every position concurrently; the first
   // error (by replica, tensor rank, then stage) once all have returned.

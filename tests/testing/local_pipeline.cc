@@ -33,10 +33,11 @@ absl::StatusOr<std::unique_ptr<LocalPipeline>> LocalPipeline::Create(
     const shardline::v1::JobSpec& spec, const std::vector<int>& cuts, absl::Duration link_timeout,
     const BackendMaker& make_backend, int replica,
     const std::vector<worker::collective::InProcessGroup*>& groups, int tensor_rank,
-    const std::vector<worker::collective::InProcessGroup*>& tensor_groups) {
+    const std::vector<worker::collective::InProcessGroup*>& tensor_groups, int micro_batch_groups) {
   const int replicas = spec.parallel().data_parallel();
+  const bool summed = replicas > 1 || micro_batch_groups > 1;
   const int tensor_size = std::max(1, spec.parallel().tensor_parallel());
-  if (replicas > 1 && groups.size() != cuts.size() + 1) {
+  if (summed && groups.size() != cuts.size() + 1) {
     return absl::InvalidArgumentError("a data-parallel replica needs one group per stage");
   }
   if (tensor_size > 1 && tensor_groups.size() != cuts.size() + 1) {
@@ -70,8 +71,9 @@ absl::StatusOr<std::unique_ptr<LocalPipeline>> LocalPipeline::Create(
     const bool split = tensor_size > 1 && spec.parallel().stage_link_layout() == "scatter_gather";
     options.split_previous = split && s > 0;
     options.split_next = split && s + 1 < stages;
+    options.groups = micro_batch_groups;
     worker::collective::Collective* group = nullptr;
-    if (replicas > 1) {
+    if (summed) {
       pipeline->replica_groups_.push_back(groups[s]->Rank(replica, *backend));
       group = pipeline->replica_groups_.back().get();
     }

@@ -41,12 +41,15 @@ class LocalPipeline {
   // Replica `replica` of spec.parallel().data_parallel() (LocalGrid): stage
   // s joins `groups[s]`, its data-parallel group, as rank `replica`; with
   // spec.parallel().tensor_parallel() = t > 1, this is the pipeline of
-  // tensor rank `tensor_rank`, stage s split over `tensor_groups[s]`.
+  // tensor rank `tensor_rank`, stage s split over `tensor_groups[s]`. With
+  // `micro_batch_groups` > 1 the replica stands for that many of a larger
+  // grid's (spec is common::FoldReplicas' spec; PipelineStageOptions::groups),
+  // and joins its group even as its only rank.
   static absl::StatusOr<std::unique_ptr<LocalPipeline>> Create(
       const shardline::v1::JobSpec& spec, const std::vector<int>& cuts, absl::Duration link_timeout,
       const BackendMaker& make_backend, int replica,
       const std::vector<worker::collective::InProcessGroup*>& groups, int tensor_rank = 0,
-      const std::vector<worker::collective::InProcessGroup*>& tensor_groups = {});
+      const std::vector<worker::collective::InProcessGroup*>& tensor_groups = {}, int micro_batch_groups = 1);
 
   // Runs one step on every stage concurrently; the results by stage, or the
   // first error (with its stage) once every stage has returned.

@@ -36,6 +36,22 @@ absl::Status Collective::AllReduceSumHostInt8(absl::Span<float> data, absl::Span
   return AllGatherHost(data);
 }
 
+absl::Status Collective::AllReduceSumHostParts(absl::Span<float> data, absl::Span<const float* const> held) {
+  if (held.empty()) return AllReduceSumHost(data);
+  if (size() > 1) return absl::UnimplementedError("this collective sums one part per rank");
+  for (size_t i = 0; i < data.size(); ++i) {  // AddInRankOrder's order per element
+    float sum = held[0][i];
+    for (size_t p = 1; p < held.size(); ++p) sum += held[p][i];
+    data[i] = sum + data[i];
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Collective::ReduceScatterSumHostParts(absl::Span<float> data, absl::Span<const float* const> held) {
+  if (held.empty()) return ReduceScatterSumHost(data);
+  return AllReduceSumHostParts(data, held);  // one rank: its chunk is the whole buffer
+}
+
 Chunk ChunkOf(size_t n, int ranks, int rank) {
   const size_t d = static_cast<size_t>(ranks), r = static_cast<size_t>(rank);
   // n · r / d without overflow for any n below 2^64 / d.

@@ -68,6 +68,17 @@ class Collective {
   // for collectives whose values cross no wire.
   virtual absl::Status AllReduceSumHostInt8(absl::Span<float> data, absl::Span<float> residual);
   virtual absl::Status ReduceScatterSumHostInt8(absl::Span<float> data, absl::Span<float> residual);
+  // The sums on host memory where each rank stands for several ranks of a
+  // larger group (a replica running several replicas' micro-batch groups
+  // after the grid shrank): this rank's parts are `held` (each
+  // data.size() floats, read only) and then `data`, in that order, and
+  // every rank of the group brings as many. The sum adds every rank's
+  // parts in (rank, part) order, so it has the bits of the larger group's
+  // sum: ((x₀ + x₁) + x₂) + … over all of them. With `held` empty, the
+  // plain calls. In a group of one the parts are added here. The defaults
+  // do no more than that (UNIMPLEMENTED otherwise).
+  virtual absl::Status AllReduceSumHostParts(absl::Span<float> data, absl::Span<const float* const> held);
+  virtual absl::Status ReduceScatterSumHostParts(absl::Span<float> data, absl::Span<const float* const> held);
 
   // Fails this rank's calls, now and later, and those of the ranks waiting
   // for it, with UNAVAILABLE `reason` (the step has failed; no hang).

@@ -201,19 +201,32 @@ transport::HostBuffer GrpcCollective::HostChunk(size_t elements) {
   return transport::HostBuffer(std::vector<float>(elements));
 }
 
-absl::StatusOr<transport::HostBuffer> GrpcCollective::ReduceScatter(const CallBuffer& data, uint64_t sequence,
-                                                                    Residual residual) {
+absl::StatusOr<transport::HostBuffer> GrpcCollective::ReduceScatter(const CallBuffer& data, Held held,
+                                                                    uint64_t sequence, Residual residual) {
   const int d = size(), r = rank();
-  // Every other rank's chunk to it, nearest ranks after ours first.
+  const size_t parts = held.size() + 1;  // every rank's
+  // Every other rank's chunk to it (of each part, in order), nearest ranks
+  // after ours first.
   for (int i = 1; i < d; ++i) {
     const int q = (r + i) % d;
-    ASSIGN_OR_RETURN(auto message, Outgoing(sequence, q, data, ChunkOf(data.size(), d, q), residual));
+    const Chunk chunk = ChunkOf(data.size(), d, q);
+    for (const float* part : held) {
+      auto message = std::make_shared<StageMessage>();
+      message->kind = StageMessage::Kind::kCollective;
+      message->sequence = sequence;
+      message->micro_batch = q;
+      message->values = HostChunk(chunk.size());
+      std::copy(part + chunk.begin, part + chunk.end, message->values.begin());
+      RETURN_IF_ERROR(Send(q, std::move(message)));
+    }
+    ASSIGN_OR_RETURN(auto message, Outgoing(sequence, q, data, chunk, residual));
     RETURN_IF_ERROR(Send(q, std::move(message)));
   }
-  // Our chunk: the d parts added in rank order (ours where it falls), as
-  // they come; one received part held at a time. Our part is read in place
-  // from host memory (copied once from a device), and rank 0's part, when
-  // received, becomes the running sum as it is.
+  // Our chunk: the d · parts parts added in (rank, part) order (ours where
+  // they fall), as they come; one received part held at a time. Our own
+  // parts are read in place from host memory (`data` copied once from a
+  // device), and rank 0's first part, when received, becomes the running
+  // sum as it is.
   const Chunk own = ChunkOf(data.size(), d, r);
   const float* mine = data.host_data() != nullptr ? data.host_data() + own.begin : nullptr;
   if (mine == nullptr) {
@@ -223,20 +236,22 @@ absl::StatusOr<transport::HostBuffer> GrpcCollective::ReduceScatter(const CallBu
   }
   transport::HostBuffer sum;
   for (int q = 0; q < d; ++q) {
-    StageMessage received;
-    const float* part = mine;
-    if (q != r) {
-      ASSIGN_OR_RETURN(received, Expect(q, sequence, r, own.size()));
-      part = received.values.data();
-    }
-    // AddInRankOrder, one part at a time: ((x₀ + x₁) + x₂) + …
-    if (q == 0 && q != r) {
-      sum = std::move(received.values);
-    } else if (q == 0) {
-      sum = HostChunk(own.size());
-      std::copy(part, part + own.size(), sum.begin());
-    } else {
-      for (size_t i = 0; i < own.size(); ++i) sum[i] += part[i];
+    for (size_t h = 0; h < parts; ++h) {
+      StageMessage received;
+      const float* part = h + 1 < parts ? held[h] + own.begin : mine;
+      if (q != r) {
+        ASSIGN_OR_RETURN(received, Expect(q, sequence, r, own.size()));
+        part = received.values.data();
+      }
+      // AddInRankOrder, one part at a time: ((x₀ + x₁) + x₂) + …
+      if (q == 0 && h == 0 && q != r) {
+        sum = std::move(received.values);
+      } else if (q == 0 && h == 0) {
+        sum = HostChunk(own.size());
+        std::copy(part, part + own.size(), sum.begin());
+      } else {
+        for (size_t i = 0; i < own.size(); ++i) sum[i] += part[i];
+      }
     }
   }
   RETURN_IF_ERROR(data.Write(own.begin, absl::Span<const float>(sum)));
@@ -262,12 +277,22 @@ absl::Status GrpcCollective::AllGather(DeviceSpan<float> data) { return AllGathe
 
 absl::Status GrpcCollective::AllReduceSum(DeviceSpan<float> data) { return AllReduce(OnDevice(data)); }
 
-absl::Status GrpcCollective::ReduceScatterOnly(const CallBuffer& data, Residual residual) {
+absl::Status GrpcCollective::ReduceScatterOnly(const CallBuffer& data, Residual residual, Held held) {
   return Run([&]() -> absl::Status {
     const uint64_t sequence = next_sequence_++;
     if (size() == 1) return absl::OkStatus();
-    return ReduceScatter(data, sequence, residual).status();
+    return ReduceScatter(data, held, sequence, residual).status();
   });
+}
+
+absl::Status GrpcCollective::AllReduceSumHostParts(absl::Span<float> data, absl::Span<const float* const> held) {
+  if (size() == 1) return Collective::AllReduceSumHostParts(data, held);
+  return AllReduce(CallBuffer::OnHost(data), std::nullopt, held);
+}
+
+absl::Status GrpcCollective::ReduceScatterSumHostParts(absl::Span<float> data, absl::Span<const float* const> held) {
+  if (size() == 1) return Collective::ReduceScatterSumHostParts(data, held);
+  return ReduceScatterOnly(CallBuffer::OnHost(data), std::nullopt, held);
 }
 
 absl::Status GrpcCollective::ReduceScatterSumHostInt8(absl::Span<float> data, absl::Span<float> residual) {
@@ -289,14 +314,14 @@ absl::Status GrpcCollective::AllGatherOnly(const CallBuffer& data) {
   });
 }
 
-absl::Status GrpcCollective::AllReduce(const CallBuffer& data, Residual residual) {
+absl::Status GrpcCollective::AllReduce(const CallBuffer& data, Residual residual, Held held) {
   // A reduce-scatter, then an all-gather of the summed chunks straight from
   // the host copy of the sum (over 8-bit blocks: the sum as they decode,
   // here as at the other ranks).
   return Run([&]() -> absl::Status {
     const uint64_t scatter = next_sequence_++, gather = next_sequence_++;
     if (size() == 1) return absl::OkStatus();
-    ASSIGN_OR_RETURN(transport::HostBuffer sum, ReduceScatter(data, scatter, residual));
+    ASSIGN_OR_RETURN(transport::HostBuffer sum, ReduceScatter(data, held, scatter, residual));
     auto mine = std::make_shared<StageMessage>();
     mine->kind = StageMessage::Kind::kCollective;
     mine->sequence = gather;

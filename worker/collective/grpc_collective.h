@@ -81,6 +81,10 @@ class GrpcCollective final : public Collective {
   // (StageMessage::int8_blocks).
   absl::Status AllReduceSumHostInt8(absl::Span<float> data, absl::Span<float> residual) override;
   absl::Status ReduceScatterSumHostInt8(absl::Span<float> data, absl::Span<float> residual) override;
+  // Each held part goes to a chunk's owner as a frame of its own, before
+  // the rank's `data` (the owner adds them in that order).
+  absl::Status AllReduceSumHostParts(absl::Span<float> data, absl::Span<const float* const> held) override;
+  absl::Status ReduceScatterSumHostParts(absl::Span<float> data, absl::Span<const float* const> held) override;
   void Close(const std::string& reason) override;
   // Leaves the group once this rank's calls are done: waits (up to `drain`)
   // until every frame it queued is written, then ends its streams in order
@@ -100,13 +104,16 @@ class GrpcCollective final : public Collective {
   CallBuffer OnDevice(DeviceSpan<float> data) { return CallBuffer::OnDevice(backend_, data); }
   // The operations on either kind of memory; with a residual (host
   // memory only), over 8-bit blocks with error feedback.
+  // `held`: this rank's parts before `data` (AllReduceSumHostParts).
   using Residual = std::optional<absl::Span<float>>;
-  absl::Status AllReduce(const CallBuffer& data, Residual residual = std::nullopt);
-  absl::Status ReduceScatterOnly(const CallBuffer& data, Residual residual = std::nullopt);
+  using Held = absl::Span<const float* const>;
+  absl::Status AllReduce(const CallBuffer& data, Residual residual = std::nullopt, Held held = {});
+  absl::Status ReduceScatterOnly(const CallBuffer& data, Residual residual = std::nullopt, Held held = {});
   absl::Status AllGatherOnly(const CallBuffer& data);
   // The reduce-scatter of call `sequence`: this rank's chunk of the sum, on
   // the host (also written to `data`).
-  absl::StatusOr<transport::HostBuffer> ReduceScatter(const CallBuffer& data, uint64_t sequence, Residual residual);
+  absl::StatusOr<transport::HostBuffer> ReduceScatter(const CallBuffer& data, Held held, uint64_t sequence,
+                                                      Residual residual);
   // Host memory for a chunk of `elements`: a staging slot when one is free.
   transport::HostBuffer HostChunk(size_t elements);
   // Sends `mine` (this rank's chunk) to every peer and writes theirs into `data`.

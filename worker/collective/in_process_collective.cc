@@ -43,11 +43,19 @@ class InProcessCollective final : public Collective {
   absl::Status AllGatherHost(absl::Span<float> data) override {
     return Run(InProcessGroup::Op::kAllGather, CallBuffer::OnHost(data), 0);
   }
+  absl::Status AllReduceSumHostParts(absl::Span<float> data, absl::Span<const float* const> held) override {
+    return Run(InProcessGroup::Op::kAllReduceSum, CallBuffer::OnHost(data), 0, held);
+  }
+  absl::Status ReduceScatterSumHostParts(absl::Span<float> data, absl::Span<const float* const> held) override {
+    return Run(InProcessGroup::Op::kReduceScatterSum, CallBuffer::OnHost(data), 0, held);
+  }
   void Close(const std::string& reason) override { group_.Close(reason); }
 
  private:
   CallBuffer OnDevice(DeviceSpan<float> data) { return CallBuffer::OnDevice(backend_, data); }
-  absl::Status Run(InProcessGroup::Op op, const CallBuffer& data, int root);
+  // `held`: the rank's parts before `data` (AllReduceSumHostParts).
+  absl::Status Run(InProcessGroup::Op op, const CallBuffer& data, int root,
+                   absl::Span<const float* const> held = {});
 
   InProcessGroup& group_;
   const int rank_;
@@ -55,14 +63,19 @@ class InProcessCollective final : public Collective {
   uint64_t next_sequence_ = 0;
 };
 
-absl::Status InProcessCollective::Run(InProcessGroup::Op op, const CallBuffer& data, int root) {
+absl::Status InProcessCollective::Run(InProcessGroup::Op op, const CallBuffer& data, int root,
+                                     absl::Span<const float* const> held) {
   const uint64_t sequence = next_sequence_++;
-  auto values = std::make_shared<std::vector<float>>(data.size());
-  RETURN_IF_ERROR(data.Read(0, absl::Span<float>(*values)));
+  const size_t n = data.size();
+  // The held parts, then the buffer, end to end.
+  auto values = std::make_shared<std::vector<float>>(n * (held.size() + 1));
+  for (size_t h = 0; h < held.size(); ++h) std::copy(held[h], held[h] + n, values->begin() + h * n);
+  RETURN_IF_ERROR(data.Read(0, absl::Span<float>(values->data() + held.size() * n, n)));
   InProcessGroup::Contribution mine;
   mine.op = op;
   mine.elements = data.size();
   mine.root = root;
+  mine.parts = static_cast<int>(held.size()) + 1;
   mine.values = values;
   ASSIGN_OR_RETURN(const std::vector<InProcessGroup::Contribution> all, group_.Meet(rank_, sequence, mine));
   const int d = size();
@@ -76,8 +89,10 @@ absl::Status InProcessCollective::Run(InProcessGroup::Op op, const CallBuffer& d
   switch (op) {
     case InProcessGroup::Op::kAllReduceSum:
     case InProcessGroup::Op::kReduceScatterSum: {
-      std::vector<const float*> parts;
-      for (const auto& c : all) parts.push_back(c.values->data());
+      std::vector<const float*> parts;  // in (rank, part) order
+      for (const auto& c : all) {
+        for (int h = 0; h < c.parts; ++h) parts.push_back(c.values->data() + static_cast<size_t>(h) * n);
+      }
       const Chunk whole{0, data.size()};
       const Chunk own = op == InProcessGroup::Op::kAllReduceSum ? whole : ChunkOf(data.size(), d, rank_);
       std::vector<float> sum(own.size());
@@ -157,11 +172,12 @@ absl::StatusOr<std::vector<InProcessGroup::Contribution>> InProcessGroup::Meet(i
     const Contribution& first = call.ranks[0];
     for (int r = 1; r < size_ && call.failure.ok(); ++r) {
       const Contribution& other = call.ranks[static_cast<size_t>(r)];
-      if (other.op != first.op || other.elements != first.elements || other.root != first.root) {
+      if (other.op != first.op || other.elements != first.elements || other.root != first.root ||
+          other.parts != first.parts) {
         call.failure = absl::FailedPreconditionError(absl::StrCat(
             "collective call ", sequence, " does not match: rank 0 called ", OpName(first.op), " of ",
-            first.elements, " floats (root ", first.root, "), rank ", r, " ", OpName(other.op), " of ",
-            other.elements, " floats (root ", other.root, ")"));
+            first.parts, " × ", first.elements, " floats (root ", first.root, "), rank ", r, " ",
+            OpName(other.op), " of ", other.parts, " × ", other.elements, " floats (root ", other.root, ")"));
       }
     }
   }

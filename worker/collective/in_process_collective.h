@@ -44,6 +44,7 @@ class InProcessGroup {
     Op op = Op::kAllReduceSum;
     size_t elements = 0;
     int root = 0;
+    int parts = 1;  // AllReduceSumHostParts: the rank's parts, end to end in `values`
     std::shared_ptr<const std::vector<float>> values;  // the rank's host copy
   };
   struct Call {

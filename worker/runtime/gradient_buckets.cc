@@ -36,8 +36,10 @@ absl::StatusOr<std::unique_ptr<GradientBuckets>> GradientBuckets::Create(Backend
     ASSIGN_OR_RETURN(void* host, backend.AllocateHostStaging(b->layout_.host_floats * sizeof(float)));
     b->host_ = static_cast<float*>(host);
     std::fill(b->host_, b->host_ + b->layout_.host_floats, 0.0f);  // the chunks' padding stays zero
-    if (options.int8 && group.size() > 1) b->residual_.assign(b->layout_.host_floats, 0.0f);
+    if (options.int8 && group.size() > 1 && options.groups <= 1) b->residual_.assign(b->layout_.host_floats, 0.0f);
   }
+  if (options.groups < 1) return absl::InvalidArgumentError(absl::StrCat(options.groups, " micro-batch groups"));
+  b->held_.assign(static_cast<size_t>(options.groups - 1), std::vector<float>(b->layout_.host_floats, 0.0f));
   b->copies_.resize(b->layout_.buckets.size());
   // The rank's own elements of each parameter, as ascending runs, and
   // where each own piece sits in them (the share's state lies end to end).
@@ -105,7 +107,9 @@ void GradientBuckets::Reduce() {
         const absl::Span<float> residual(residual_.data() + bucket.host_begin, bucket.host_size);
         status = shard_ ? group_.ReduceScatterSumHostInt8(host, residual) : group_.AllReduceSumHostInt8(host, residual);
       } else {
-        status = shard_ ? group_.ReduceScatterSumHost(host) : group_.AllReduceSumHost(host);
+        std::vector<const float*> held;  // the earlier groups' parts of the bucket
+        for (const std::vector<float>& part : held_) held.push_back(part.data() + bucket.host_begin);
+        status = shard_ ? group_.ReduceScatterSumHostParts(host, held) : group_.AllReduceSumHostParts(host, held);
       }
     }
     if (!status.ok()) {
@@ -131,6 +135,21 @@ absl::Status GradientBuckets::Ready(size_t first) {
     }
     absl::MutexLock lock(&mu_);
     queue_.push_back(next_);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GradientBuckets::Hold(int group) {
+  if (group < 0 || static_cast<size_t>(group) >= held_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("group ", group, " is not one held before the last of ",
+                                                   held_.size() + 1));
+  }
+  for (const BucketLayout::Bucket& bucket : layout_.buckets) {
+    for (const BucketLayout::Piece& piece : bucket.pieces) {
+      RETURN_IF_ERROR(backend_.CopyToHost(
+          DeviceSpan<const float>(gradients_[piece.parameter].subspan(piece.offset, piece.size)),
+          absl::Span<float>(held_[group].data() + piece.host_offset, piece.size)));
+    }
   }
   return absl::OkStatus();
 }

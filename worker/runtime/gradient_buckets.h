@@ -17,6 +17,13 @@
 // weights to the others (GatherParameters). The same wire bytes as the
 // all-reduce; the optimizer state is the rank's share only.
 //
+// A rank that stands for several replicas of the spec (GradientBucketsOptions
+// ::groups: the grid shrank to fewer replicas, each running several
+// replicas' micro-batch groups) keeps each earlier group's gradients on the
+// host (Hold, at the end of that group's backward passes) and sums them
+// with the last group's as parts of the collective call
+// (Collective::AllReduceSumHostParts): the bits of the spec's replicas.
+//
 // Every rank cuts the same buckets and starts them in the same order, so the
 // ranks' collective calls match; the sums are element-wise in rank order, so
 // the bits depend neither on the bucket size nor on the timing. The host
@@ -50,6 +57,9 @@ struct GradientBucketsOptions {
   // host from step to step.
   bool int8 = false;
   size_t piece_elements = kNormPieceElements;  // others for tests
+  // The micro-batch groups the rank runs a step, each of one of the spec's
+  // replicas (above); > 1 sums over f32, whatever `int8` says.
+  int groups = 1;
 };
 
 class GradientBuckets {
@@ -67,6 +77,10 @@ class GradientBuckets {
   // queued: starts the buckets that are complete now. Within a step `first`
   // only decreases.
   absl::Status Ready(size_t first);
+  // With groups: the step's group `group` (0-based, before the last) has
+  // its gradients complete: copies them to the host, to be summed as its
+  // part. The caller then zeroes the gradients for the next group.
+  absl::Status Hold(int group);
   // Starts the buckets still waiting, waits for every sum and writes the
   // sums into the gradients (sharded: of the rank's own pieces). The next
   // Ready begins the next step.
@@ -134,6 +148,7 @@ class GradientBuckets {
   std::vector<std::vector<size_t>> share_offset_;  // [bucket][piece]: an own piece's place in its share
   float* host_ = nullptr;                         // the host copy (AllocateHostStaging)
   std::vector<float> residual_;                   // int8: error feedback, laid out as the host copy
+  std::vector<std::vector<float>> held_;          // groups: each earlier group's gradients, as host_
   std::vector<std::vector<HostTransfer>> copies_;  // by bucket: to the host, this step
   size_t next_ = 0;                               // the next bucket to start, this step
   double last_reduce_seconds_ = 0, last_exposed_seconds_ = 0;

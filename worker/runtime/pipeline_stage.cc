@@ -29,6 +29,40 @@ double Since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
+// Where each of `groups` consecutive groups of the micro-batches but the
+// last has its gradients complete: the index of its last action that adds
+// to them (a backward pass, or either part of one). GPipe and 1F1B add them
+// in micro-batch order, so no later group's comes before it; zero-bubble
+// runs a later micro-batch's input part (which adds the gradients that are
+// not deferred) before an earlier one's weight part, so it has no such
+// point (INTERNAL: the caller runs 1F1B's order instead).
+absl::StatusOr<std::vector<size_t>> GroupEnds(const std::vector<PipelineAction>& schedule, int micro_batches,
+                                              int groups) {
+  using Type = PipelineAction::Type;
+  const int per = micro_batches / groups;
+  std::vector<size_t> ends(static_cast<size_t>(groups - 1), 0);
+  std::vector<bool> seen(static_cast<size_t>(groups), false);
+  for (size_t i = 0; i < schedule.size(); ++i) {
+    if (schedule[i].type == Type::kForward) continue;
+    const int g = schedule[i].micro_batch / per;
+    seen[static_cast<size_t>(g)] = true;
+    if (g + 1 < groups) ends[static_cast<size_t>(g)] = i;
+    for (int earlier = 0; earlier < g; ++earlier) {
+      if (!seen[static_cast<size_t>(earlier)]) {
+        return absl::InternalError(absl::StrCat("the schedule adds micro-batch ", schedule[i].micro_batch,
+                                                "'s gradients before group ", earlier, "'s"));
+      }
+    }
+    for (int later = g + 1; later < groups; ++later) {
+      if (seen[static_cast<size_t>(later)]) {
+        return absl::InternalError(absl::StrCat("the schedule adds micro-batch ", schedule[i].micro_batch,
+                                                "'s gradients after a later group's"));
+      }
+    }
+  }
+  return ends;
+}
+
 }  // namespace
 
 int64_t MicroBatchTokens(const shardline::v1::JobSpec& spec) {
@@ -61,7 +95,13 @@ absl::StatusOr<std::unique_ptr<PipelineStage>> PipelineStage::Create(
         "replica ", options.replica, " of ", options.replicas, " with ", options.micro_batches,
         " micro-batches: replicas × micro_batches must divide global_batch (", options.global_batch, ")"));
   }
-  if (options.replicas > 1 &&
+  if (options.groups < 1 || options.micro_batches % options.groups != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(options.micro_batches, " micro-batches do not make ",
+                                                   options.groups, " groups of the same size"));
+  }
+  // The gradients are summed: over replicas, or over a replica's groups.
+  const bool summed = options.replicas > 1 || options.groups > 1;
+  if (summed &&
       (replica_group == nullptr || replica_group->size() != options.replicas ||
        replica_group->rank() != options.replica)) {
     return absl::InvalidArgumentError(absl::StrCat("replica ", options.replica, " of ", options.replicas,
@@ -75,22 +115,30 @@ absl::StatusOr<std::unique_ptr<PipelineStage>> PipelineStage::Create(
   }
   RETURN_IF_ERROR(runtime.set_edge_dtype(options.wire));
   RETURN_IF_ERROR(runtime.SplitEdges(options.split_previous, options.split_next));
+  // Zero-bubble has no point between two groups where one's gradients are
+  // complete and the next's not begun (GroupEnds): with groups, every stage
+  // runs 1F1B's order, whose bits zero-bubble has.
+  const ScheduleKind kind =
+      options.groups > 1 && options.schedule == ScheduleKind::kZeroBubble ? ScheduleKind::kOneFOneB : options.schedule;
   ASSIGN_OR_RETURN(std::vector<PipelineAction> schedule,
-                   BuildSchedule(options.schedule, options.stages, options.stage,
-                                 options.micro_batches));
+                   BuildSchedule(kind, options.stages, options.stage, options.micro_batches));
   std::unique_ptr<GradientBuckets> buckets;
-  if (options.replicas > 1) {
+  if (summed) {
     GradientBucketsOptions bucket_options;
     bucket_options.bucket_bytes = options.bucket_bytes;
     bucket_options.shard = options.shard_optimizer;
     bucket_options.int8 = options.int8_reduce;
+    bucket_options.groups = options.groups;
     ASSIGN_OR_RETURN(buckets,
                      GradientBuckets::Create(runtime.backend(), runtime.Gradients(), *replica_group, bucket_options));
   }
-  return std::unique_ptr<PipelineStage>(new PipelineStage(runtime, data, link, options,
-                                                          options.replicas > 1 ? replica_group : nullptr,
-                                                          options.tensor_size > 1 ? tensor_group : nullptr,
-                                                          std::move(schedule), std::move(buckets)));
+  ASSIGN_OR_RETURN(std::vector<size_t> group_ends, GroupEnds(schedule, options.micro_batches, options.groups));
+  std::unique_ptr<PipelineStage> stage(new PipelineStage(runtime, data, link, options,
+                                                         summed ? replica_group : nullptr,
+                                                         options.tensor_size > 1 ? tensor_group : nullptr,
+                                                         std::move(schedule), std::move(buckets)));
+  stage->group_ends_ = std::move(group_ends);
+  return stage;
 }
 
 absl::StatusOr<transport::StageMessage> PipelineStage::Expect(absl::StatusOr<transport::StageMessage> message,
@@ -356,6 +404,14 @@ absl::StatusOr<StageStepResult> PipelineStage::RunStepImpl(int64_t step) {
           RETURN_IF_ERROR(BackwardWeights(step, k, i == last_backward));
           break;
       }
+      // A group's gradients are complete: kept apart, and the next group's
+      // start from zero, as a replica's of the spec would.
+      for (size_t g = 0; g < group_ends_.size(); ++g) {
+        if (group_ends_[g] != i) continue;
+        Doing(step, "hold", -1, absl::StrCat("keeps the gradients of micro-batch group ", g));
+        RETURN_IF_ERROR(buckets_->Hold(static_cast<int>(g)));
+        RETURN_IF_ERROR(runtime_.ZeroGrads());
+      }
     }
     return absl::OkStatus();
   }();
@@ -369,12 +425,22 @@ absl::StatusOr<StageStepResult> PipelineStage::RunStepImpl(int64_t step) {
   }
   pass_timers_.clear();
   // The losses, copied to the host while the passes ran, summed in
-  // micro-batch order as the trainer sums them.
+  // micro-batch order as the trainer sums them (with groups: each group's
+  // from zero, as its replica of the spec would, then the groups in order,
+  // as the coordinator adds replicas).
+  const int per_group = options_.micro_batches / options_.groups;
   for (int k = 0; status.ok() && runtime_.is_last() && k < options_.micro_batches; ++k) {
     absl::StatusOr<double> loss = runtime_.Loss(k);
     status = loss.status();
-    if (loss.ok()) result.loss += *loss;
+    if (!loss.ok()) break;
+    if (options_.groups == 1) {
+      result.loss += *loss;
+      continue;
+    }
+    if (k % per_group == 0) result.group_losses.push_back(0.0);
+    result.group_losses.back() += *loss;
   }
+  for (double group_loss : result.group_losses) result.loss += group_loss;
   if (!status.ok()) {
     for (int k = 0; k < options_.micro_batches; ++k) runtime_.Discard(k);
     return status;

@@ -72,11 +72,20 @@ struct PipelineStageOptions {
   bool int8_reduce = false;
   // Where the stage says what it is doing (the hang explainer); optional.
   StageActivity* activity = nullptr;
+  // A grid shrunk to fewer replicas than its spec's: each replica runs
+  // `groups` of the spec's replicas, its micro_batches (the spec's m ·
+  // groups) in that many consecutive groups, each group's gradients summed
+  // apart and added as a part of its own in the data-parallel sum
+  // (GradientBuckets), so the bits are the spec's. With one replica the
+  // group is a group of one.
+  int groups = 1;
 };
 
 struct StageStepResult {
   int64_t step = 0;
   double loss = 0.0;        // this replica's part of the step's loss; only the last stage knows it (0 elsewhere)
+  // With groups: each group's part of it, in order (`loss` is their sum).
+  std::vector<double> group_losses;
   double grad_norm = 0.0;   // global, over every stage
   double lr = 0.0;
   size_t peak_slots = 0;    // most micro-batches of activations held at once
@@ -207,7 +216,10 @@ class PipelineStage {
   const std::vector<PipelineAction> schedule_;
   StageSender sender_;
   StepTrace trace_;  // this step's spans
-  std::unique_ptr<GradientBuckets> buckets_;  // with replicas
+  std::unique_ptr<GradientBuckets> buckets_;  // with replicas or groups
+  // With groups: the schedule's index of the action that completes each
+  // group's gradients but the last's (Hold, then zeroed).
+  std::vector<size_t> group_ends_;
   bool stepped_ = false;                      // the optimizer has run at least once
   std::deque<Upload> uploads_;
   // The step's passes, timed on the device; read at the end of the step.

@@ -176,6 +176,36 @@ TEST_P(CollectiveTest, HostMemoryCallsGiveTheDeviceCallsBits) {
   });
 }
 
+// A group of d ranks each standing for k ranks of a larger group (k parts
+// each) sums with the bits of the d·k ranks' sum: rank r's parts are the
+// larger group's ranks r·k … r·k + k − 1, added in that order.
+TEST_P(CollectiveTest, RanksWithSeveralPartsSumWithTheLargerGroupsBits) {
+  const size_t n = 1001;
+  for (auto [d, k] : {std::pair{1, 2}, {1, 3}, {2, 2}, {3, 2}, {2, 3}}) {
+    SCOPED_TRACE(absl::StrCat(d, " ranks of ", k, " parts"));
+    const std::vector<float> want = RankOrderSum(d * k, n);
+    ASSERT_NE(want, RankOrderSum(d, n));
+    RunRanks(d, [&](int r, Collective& c, Backend&) {
+      std::vector<std::vector<float>> parts;
+      std::vector<const float*> held;
+      for (int h = 0; h + 1 < k; ++h) parts.push_back(Input(r * k + h, n));
+      for (const auto& part : parts) held.push_back(part.data());
+      std::vector<float> data = Input(r * k + k - 1, n);
+      ASSERT_TRUE(c.AllReduceSumHostParts(absl::Span<float>(data), held).ok());
+      EXPECT_EQ(data, want) << "rank " << r;
+      EXPECT_EQ(parts[0], Input(r * k, n)) << "held parts are read only";
+      data = Input(r * k + k - 1, n);
+      ASSERT_TRUE(c.ReduceScatterSumHostParts(absl::Span<float>(data), held).ok());
+      const Chunk own = ChunkOf(n, d, r);
+      for (size_t i = own.begin; i < own.end; ++i) ASSERT_EQ(data[i], want[i]) << "rank " << r << " float " << i;
+      // No parts held: the plain sum.
+      data = Input(r, n);
+      ASSERT_TRUE(c.AllReduceSumHostParts(absl::Span<float>(data), {}).ok());
+      EXPECT_EQ(data, RankOrderSum(d, n));
+    });
+  }
+}
+
 TEST_P(CollectiveTest, BroadcastCopiesTheRootsBuffer) {
   RunRanks(3, [&](int r, Collective& c, Backend& backend) {
     DeviceBuffer buffer = worker::testing::Upload(backend, Input(r, 50));

@@ -17,6 +17,7 @@
 #include "gtest/gtest.h"
 #include "tests/testing/local_grid.h"
 #include "tests/worker/nn/nn_test_util.h"
+#include "tests/worker/runtime/grid_test_util.h"
 #include "worker/runtime/norm_pieces.h"
 #include "worker/trainer/trainer.h"
 
@@ -39,26 +40,8 @@ std::string Name(const Case& c) {
 }
 
 shardline::v1::JobSpec GridSpec(const Case& c) {
-  auto spec = testing::TinySpec(c.micro_batches, /*global_batch=*/2 * c.replicas * c.micro_batches);
-  spec.mutable_parallel()->set_pipeline_stages(static_cast<int>(c.cuts.size()) + 1);
-  spec.mutable_parallel()->set_schedule(c.schedule);
-  spec.mutable_parallel()->set_data_parallel(c.replicas);
-  spec.mutable_parallel()->set_bucket_mib(c.bucket_mib);
-  spec.mutable_train()->mutable_optimizer()->set_grad_clip(1.0);  // the global norm matters
-  return spec;
-}
-
-// The weights of replica r's stages, by name.
-std::map<std::string, std::vector<float>> Weights(shardline::testing::LocalPipeline& replica) {
-  std::map<std::string, std::vector<float>> out;
-  auto weights = replica.ExportWeights();
-  EXPECT_TRUE(weights.ok()) << weights.status();
-  if (!weights.ok()) return out;
-  for (const auto& [name, tensor] : *weights) {
-    const auto v = tensor.values<float>();
-    out[name] = std::vector<float>(v.begin(), v.end());
-  }
-  return out;
+  return testing::TinyGridSpec(static_cast<int>(c.cuts.size()) + 1, c.replicas, c.schedule, c.micro_batches,
+                               c.bucket_mib);
 }
 
 class DataParallelTest : public ::testing::TestWithParam<Case> {};
@@ -89,12 +72,12 @@ TEST_P(DataParallelTest, LossesAndWeightsMatchTheReferenceTrainerBitForBit) {
       }
     }
     // The replicas of every stage hold the same weights after every step.
-    const auto first = Weights((*grid)->replica(0));
+    const auto first = testing::ReplicaWeights((*grid)->replica(0));
     for (int r = 1; r < c.replicas; ++r) {
-      EXPECT_TRUE(Weights((*grid)->replica(r)) == first) << "replica " << r << " after step " << step;
+      EXPECT_TRUE(testing::ReplicaWeights((*grid)->replica(r)) == first) << "replica " << r << " after step " << step;
     }
   }
-  const auto got = Weights((*grid)->replica(0));
+  const auto got = testing::ReplicaWeights((*grid)->replica(0));
   auto want = (*reference)->runtime().ExportWeights();
   ASSERT_TRUE(want.ok());
   ASSERT_EQ(got.size(), want->size());
@@ -170,9 +153,9 @@ TEST_P(ShardedOptimizerTest, MatchesPlainDataParallelBitForBit) {
     auto got = (*sharded)->RunStep(step);
     ASSERT_TRUE(got.ok()) << got.status();
     EXPECT_EQ(got->loss, want->loss) << "step " << step;
-    const auto weights = Weights((*plain)->replica(0));
+    const auto weights = testing::ReplicaWeights((*plain)->replica(0));
     for (int r = 0; r < d; ++r) {
-      EXPECT_TRUE(Weights((*sharded)->replica(r)) == weights) << "replica " << r << " after step " << step;
+      EXPECT_TRUE(testing::ReplicaWeights((*sharded)->replica(r)) == weights) << "replica " << r << " after step " << step;
     }
     for (size_t s = 0; s < got->results[0].size(); ++s) {
       const size_t whole = want->results[0][s].optimizer_state_bytes;
@@ -246,7 +229,7 @@ TEST(ShardedOptimizerTest, ManySmallBucketsMatchTheReferenceTrainer) {
   auto want = (*reference)->runtime().ExportWeights();
   ASSERT_TRUE(want.ok());
   for (int r = 0; r < 2; ++r) {
-    const auto got = Weights((*grid)->replica(r));
+    const auto got = testing::ReplicaWeights((*grid)->replica(r));
     for (const auto& [name, tensor] : *want) {
       const auto b = tensor.values<float>();
       ASSERT_EQ(got.at(name), std::vector<float>(b.begin(), b.end())) << name << " on replica " << r;
