@@ -93,11 +93,12 @@ absl::StatusOr<shardline::v1::JobStatus> AdminClient::Replan(const std::string& 
       [&](auto* response) { return stub_->ReplanJob(context.get(), request, response); });
 }
 
-absl::StatusOr<shardline::v1::WorkerStatus> AdminClient::Drain(const std::string& worker, bool undo) {
+absl::StatusOr<shardline::v1::WorkerStatus> AdminClient::Drain(const std::string& worker, bool undo, bool at_once) {
   auto context = Context();
   shardline::v1::DrainWorkerRequest request;
   request.set_worker(worker);
   request.set_undo(undo);
+  request.set_at_once(at_once);
   return Unary<shardline::v1::WorkerStatus>(
       [&](auto* response) { return stub_->DrainWorker(context.get(), request, response); });
 }

@@ -35,7 +35,7 @@ class AdminClient {
   absl::StatusOr<shardline::v1::JobStatus> Replan(const std::string& job_id);
   absl::StatusOr<shardline::v1::ListWorkersResponse> ListWorkers();
   // Takes a worker (name or id) out of service, or back (undo).
-  absl::StatusOr<shardline::v1::WorkerStatus> Drain(const std::string& worker, bool undo);
+  absl::StatusOr<shardline::v1::WorkerStatus> Drain(const std::string& worker, bool undo, bool at_once = false);
   absl::StatusOr<shardline::v1::PlanResponse> Plan(const shardline::v1::JobSpec& spec);
   absl::StatusOr<shardline::v1::ListLinksResponse> ListLinks();
   // Queues probes between `workers` (names; empty: all live ones).

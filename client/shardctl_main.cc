@@ -3,7 +3,7 @@
 //   shardctl [--coordinator=HOST:PORT] [-o table|json] COMMAND ...
 //     get workers | get jobs | get links | describe job ID | plan SPEC [--explain] | submit SPEC
 //     probe [WORKER...]
-//     watch ID | cancel ID | replan ID | delete ID | drain WORKER | undrain WORKER | export ID -o FILE
+//     watch ID | cancel ID | replan ID | delete ID | drain [--at_once] WORKER | undrain WORKER | export ID -o FILE
 //     health [ADDRESS [SERVICE]] | trace ID [--steps=A:B] -o FILE | completion bash
 //     (get workers -w: watch)
 //
@@ -44,6 +44,9 @@ ABSL_FLAG(std::string, o, "table", "output format: table or json (export, trace:
 ABSL_FLAG(bool, w, false, "get workers: keep watching, printing each worker whose row changes (as kubectl get -w)");
 ABSL_FLAG(bool, watch, false, "the same as -w");
 ABSL_FLAG(int64_t, watch_seconds, 0, "get workers -w: stop after this many seconds (0: until interrupted)");
+ABSL_FLAG(bool, at_once, false,
+          "drain: move the worker's job off it at once, from its committed step (default: at a step boundary a "
+          "little ahead, checkpointed, so that nothing is replayed)");
 ABSL_FLAG(bool, explain, false, "plan: each position's predicted compute, communication and memory, and the critical path");
 ABSL_FLAG(int64_t, probe_wait_s, 120, "probe: wait this long at most for the queued probes, then print the links");
 ABSL_FLAG(std::string, steps, "", "trace: the steps A:B (either end may be left out; default: all the coordinator keeps)");
@@ -73,7 +76,7 @@ int Usage(const std::string& problem) {
                "Error: %s\nusage: shardctl [--coordinator=HOST:PORT] [-o table|json] "
                "get workers|jobs|links | probe [WORKER...] | describe job ID | plan SPEC | submit SPEC | "
                "watch ID | cancel ID | replan ID | "
-               "drain WORKER | undrain WORKER | export ID -o FILE | health [ADDRESS [SERVICE]] | "
+               "drain [--at_once] WORKER | undrain WORKER | export ID -o FILE | health [ADDRESS [SERVICE]] | "
                "trace ID [--steps=A:B] -o FILE | completion bash\n",
                problem.c_str());
   return kInvalid;
@@ -219,7 +222,8 @@ int Run(const std::vector<std::string>& args) {
   if (command == "replan" && args.size() == 2) return Print(admin.Replan(args[1]), &StatusLine);
   if (command == "delete" && args.size() == 2) return Print(admin.Delete(args[1]), &DeletedLine);
   if ((command == "drain" || command == "undrain") && args.size() == 2) {
-    return Print(admin.Drain(args[1], command == "undrain"), &WorkerTable);
+    if (command == "undrain" && absl::GetFlag(FLAGS_at_once)) return Usage("--at_once is for drain");
+    return Print(admin.Drain(args[1], command == "undrain", absl::GetFlag(FLAGS_at_once)), &WorkerTable);
   }
   if (command == "export" && args.size() == 2) {
     if (format == "table" || format == "json") return Usage("export needs -o FILE");

@@ -42,6 +42,11 @@ bool VocabParallel(const shardline::v1::JobSpec& spec);
 // same batch as in the spec. The gradients stay the spec's only where each
 // group is summed apart (runtime::PipelineStageOptions::groups).
 shardline::v1::JobSpec FoldReplicas(const shardline::v1::JobSpec& spec, int replicas);
+// The most of the spec's replicas one replica of a grid of several runs:
+// their gradients cross each link of the data-parallel sum as that many
+// messages while every rank sends before it receives, which the streams'
+// queues (transport::ExchangeOptions::max_waiting) must hold.
+inline constexpr int kMaxReplicaGroups = 8;
 
 }  // namespace shardline::common
 

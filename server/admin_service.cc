@@ -204,7 +204,7 @@ grpc::ServerUnaryReactor* AdminService::DrainWorker(grpc::CallbackServerContext*
                                                     shardline::v1::WorkerStatus* response) {
   if (absl::Status s = Authorize(context, AdminRole::kAdmin); !s.ok()) return Done(context, s);
   if (absl::Status s = ValidateRequest(*request); !s.ok()) return Done(context, s);
-  absl::StatusOr<WorkerRecord> w = jobs_.Drain(request->worker(), request->undo());
+  absl::StatusOr<WorkerRecord> w = jobs_.Drain(request->worker(), request->undo(), request->at_once());
   if (w.ok()) *response = ToWorkerStatus(*w);
   return Done(context, w.status());
 }

@@ -70,7 +70,7 @@ void CoordinatorMetrics::Refresh() {
   for (const auto& [state, count] : jobs) {
     registry_.GetGauge("shardline_jobs", "jobs by state", {{"state", absl::AsciiStrToLower(state)}}).Set(count);
   }
-  std::map<std::string, int> workers = {{"idle", 0}, {"busy", 0}, {"drained", 0}, {"lost", 0}};
+  std::map<std::string, int> workers = {{"idle", 0}, {"busy", 0}, {"draining", 0}, {"drained", 0}, {"lost", 0}};
   for (const WorkerRecord& worker : workers_.List()) ++workers[StateOf(worker)];
   for (const auto& [state, count] : workers) {
     registry_.GetGauge("shardline_workers", "registered workers by state", {{"state", state}}).Set(count);

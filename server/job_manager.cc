@@ -193,7 +193,7 @@ void JobManager::ScheduleLocked() {
       const bool grace_over = registry_.Now() >= job.shrink_after();
       stages = grace_over ? std::min(p - 1, n / (d * t)) : 0;
       for (int fewer = d - 1; grace_over && stages < 1 && fewer >= 1; --fewer) {
-        if (d % fewer != 0 || n < fewer * t) continue;
+        if (d % fewer != 0 || n < fewer * t || (fewer > 1 && d / fewer > common::kMaxReplicaGroups)) continue;
         replicas = fewer;
         stages = std::min(p, n / (fewer * t));
       }
@@ -337,12 +337,16 @@ void JobManager::FailOver(const WorkerRecord& w, const std::string& why) {
   }
 }
 
-absl::StatusOr<WorkerRecord> JobManager::Drain(const std::string& worker, bool undo) {
+absl::StatusOr<WorkerRecord> JobManager::Drain(const std::string& worker, bool undo, bool at_once) {
   ASSIGN_OR_RETURN(const WorkerRecord w, registry_.SetDrained(worker, !undo));
   absl::MutexLock lock(&mu_);
   if (!undo) {
-    LOG(INFO) << "worker " << w.name << " drained by an operator";
-    FailOver(w, "was drained by an operator");
+    LOG(INFO) << "worker " << w.name << " drained by an operator" << (at_once ? ", its job moved at once" : "");
+    if (at_once) {
+      FailOver(w, "was drained by an operator");
+    } else {
+      MoveOffAtAStep(w, "was drained by an operator");
+    }
   }
   ScheduleLocked();  // a waiting job may take it back, or recover without it
   return registry_.Get(w.id);

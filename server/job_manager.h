@@ -124,10 +124,12 @@ class JobManager {
   // it is shutting down"): each job they ran fails over (Requeue).
   void WorkersLost(const std::vector<WorkerRecord>& lost,
                    const std::string& why = "was lost: no heartbeat within its lease");
-  // An operator takes a worker (name or id) out of service: the job it
-  // runs fails over now, and it gets no job until undone. Its record;
-  // NOT_FOUND for no such live worker.
-  absl::StatusOr<WorkerRecord> Drain(const std::string& worker, bool undo);
+  // An operator takes a worker (name or id) out of service: it gets no job
+  // until undone, and the job it runs is told to stop a little ahead, at a
+  // checkpoint, and moves off it once that step is committed (as Replan;
+  // nothing replayed), or with `at_once` fails over at once (from the
+  // committed step). Its record; NOT_FOUND for no such live worker.
+  absl::StatusOr<WorkerRecord> Drain(const std::string& worker, bool undo, bool at_once = false);
   // An operator's re-plan: the job stops a little ahead (half a second's
   // steps), checkpoints, and moves to the best layout on what is known
   // now from there (a restart at a new epoch; no step lost), whether or
@@ -219,6 +221,11 @@ class JobManager {
   // Tells the job's positions to stop after `stop`; it moves once committed.
   void StopForReplan(RunningJob& job, int64_t stop, const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReplanIfDue(RunningJob& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The running job of worker `w`, if any, is told to stop a little ahead
+  // and moves without it once that step is committed (StopForReplan; the
+  // worker must no longer be idle-able: drained). A job already stopping
+  // for a re-plan moves then; one ending before it could stop ends on it.
+  void MoveOffAtAStep(const WorkerRecord& w, const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Saves the job's record; a failure is logged (the job goes on).
   void Save(const RunningJob& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

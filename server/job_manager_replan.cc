@@ -196,6 +196,24 @@ absl::StatusOr<shardline::v1::JobStatus> JobManager::Replan(const std::string& j
   return job->status();
 }
 
+void JobManager::MoveOffAtAStep(const WorkerRecord& w, const std::string& why) {
+  for (auto& [id, job] : jobs_) {
+    const auto& workers = job.workers();
+    const auto it = std::find(workers.begin(), workers.end(), w.id);
+    if (!job.running() || it == workers.end() || job.replan_step() > 0) continue;
+    const std::string reason =
+        absl::StrCat("worker ", w.name, " (", job.PositionLabel(static_cast<int>(it - workers.begin())), ") ", why);
+    const int64_t stop = ReplanStop(job);
+    if (stop >= job.status().total_steps()) {
+      LOG(INFO) << "job " << id << " ends at step " << job.status().total_steps() << " before it could stop ("
+                << reason << "): it ends there";
+      continue;
+    }
+    LOG(WARNING) << "job " << id << ": " << reason << ": moving off it after step " << stop;
+    StopForReplan(job, stop, reason);
+  }
+}
+
 void JobManager::ReplanIfDue(RunningJob& job) {
   if (!job.running() || job.replan_step() == 0 || job.status().committed_step() < job.replan_step()) return;
   LOG(WARNING) << "job " << job.status().job_id() << ": step " << job.replan_step()

@@ -11,7 +11,10 @@
 namespace shardline::server {
 
 std::string StateOf(const WorkerRecord& w) {
-  return w.lost ? "lost" : !w.job_id.empty() ? "busy" : w.drained ? "drained" : "idle";
+  if (w.lost) return "lost";
+  // Drained while its job runs on to the step it moves at.
+  if (!w.job_id.empty()) return w.drained ? "draining" : "busy";
+  return w.drained ? "drained" : "idle";
 }
 
 absl::StatusOr<std::string> WorkerRegistry::Register(

@@ -72,7 +72,8 @@ double PlanningFlops(const WorkerRecord& w);
 // w.predicting_flops where set, else PlanningFlops(w).
 double PredictingFlops(const WorkerRecord& w);
 
-// "idle", "busy", "drained" or "lost", as shardctl and /metrics show it.
+// "idle", "busy", "draining" (drained, its job still on it), "drained" or
+// "lost", as shardctl and /metrics show it.
 std::string StateOf(const WorkerRecord& worker);
 
 class WorkerRegistry {

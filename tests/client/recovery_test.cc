@@ -256,12 +256,14 @@ TEST(RecoveryTest, AnyKilledReplicaOfADataParallelJobEndsBitForBitWithOrWithoutA
   ExpectEveryKilledPositionRecovers("kill-dp", 1, 2, 1000);  // a step takes a millisecond
 }
 
-// shardctl drain of a busy worker: its job moves off it at once, onto the
-// standby, and ends with the reference's weights; the worker stays
-// registered, drained, until undrained.
+// shardctl drain of a busy worker: its job stops at a checkpointed step a
+// little ahead and moves from there onto the standby, nothing replayed, and
+// ends with the reference's weights; the worker stays registered, drained,
+// until undrained.
 TEST(RecoveryTest, ADrainedWorkersJobMovesToTheStandbyAndEndsBitForBit) {
   const std::string dir = TempDir("drain");
-  const std::string spec_path = WriteSpec(dir, "drained", 150);
+  // Long enough that the drain's stop (half a second's steps ahead) comes before its end.
+  const std::string spec_path = WriteSpec(dir, "drained", 1500);
   auto reference = TrainReference(dir, spec_path);
   ASSERT_TRUE(reference.ok()) << reference.status();
   auto cluster = testing::ProcessCluster::Start("drain-cluster", {3, "", 3000});
@@ -273,7 +275,13 @@ TEST(RecoveryTest, ADrainedWorkersJobMovesToTheStandbyAndEndsBitForBit) {
   const std::string victim = running.stages(1).worker();
   const testing::CtlRun drain = cluster->Ctl({"drain", victim});
   ASSERT_EQ(drain.ended, "exited with status 0") << drain.err;
-  EXPECT_NE(drain.out.find("drained"), std::string::npos) << drain.out;
+  EXPECT_NE(drain.out.find(" draining "), std::string::npos) << "its job runs on to the stop: " << drain.out;
+  const shardline::v1::JobStatus moved = WaitFor(admin, job_id, 60, [&](const auto& s) {
+    return s.plan_epoch() != running.plan_epoch() && s.state() != shardline::v1::RECOVERING;
+  });
+  EXPECT_NE(moved.message().find(absl::StrCat("re-planned from step ", moved.committed_step() + 1)), std::string::npos)
+      << "from its stop, nothing replayed: " << moved.message();
+  EXPECT_NE(moved.message().find("was drained by an operator"), std::string::npos) << moved.message();
 
   shardline::v1::JobStatus after;
   ASSERT_NO_FATAL_FAILURE(ExpectSucceedsWith(admin, job_id, *reference, &after));

@@ -119,6 +119,7 @@ TEST_F(ShardctlTest, GetWorkersWatchPrintsEachChangeAndCompletionCompletesNames)
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));
   EXPECT_EQ(cluster().Ctl({"drain", "w1"}).ended, kOk);
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  EXPECT_EQ(cluster().Ctl({"undrain", "--at_once", "w1"}).ended, kInvalid) << "--at_once is for drain";
   EXPECT_EQ(cluster().Ctl({"undrain", "w1"}).ended, kOk);
   watcher.join();
   EXPECT_EQ(ended, kOk);

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/int8_blocks.h"
+#include "common/job_spec.h"
 #include "common/status_macros.h"
 #include "worker/collective/error_feedback.h"
 
@@ -287,12 +288,25 @@ absl::Status GrpcCollective::ReduceScatterOnly(const CallBuffer& data, Residual 
 
 absl::Status GrpcCollective::AllReduceSumHostParts(absl::Span<float> data, absl::Span<const float* const> held) {
   if (size() == 1) return Collective::AllReduceSumHostParts(data, held);
+  RETURN_IF_ERROR(CheckParts(held.size() + 1));
   return AllReduce(CallBuffer::OnHost(data), std::nullopt, held);
 }
 
 absl::Status GrpcCollective::ReduceScatterSumHostParts(absl::Span<float> data, absl::Span<const float* const> held) {
   if (size() == 1) return Collective::ReduceScatterSumHostParts(data, held);
+  RETURN_IF_ERROR(CheckParts(held.size() + 1));
   return ReduceScatterOnly(CallBuffer::OnHost(data), std::nullopt, held);
+}
+
+absl::Status GrpcCollective::CheckParts(size_t parts) const {
+  // Every rank sends all its parts before it receives: the streams' queues
+  // must hold them.
+  if (parts > static_cast<size_t>(common::kMaxReplicaGroups) || parts > options_.exchange.max_waiting) {
+    return absl::InvalidArgumentError(absl::StrCat(parts, " parts a rank; at most ", common::kMaxReplicaGroups,
+                                                   " and the streams' max_waiting (", options_.exchange.max_waiting,
+                                                   ")"));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status GrpcCollective::ReduceScatterSumHostInt8(absl::Span<float> data, absl::Span<float> residual) {

@@ -81,8 +81,10 @@ class GrpcCollective final : public Collective {
   // (StageMessage::int8_blocks).
   absl::Status AllReduceSumHostInt8(absl::Span<float> data, absl::Span<float> residual) override;
   absl::Status ReduceScatterSumHostInt8(absl::Span<float> data, absl::Span<float> residual) override;
-  // Each held part goes to a chunk's owner as a frame of its own, before
-  // the rank's `data` (the owner adds them in that order).
+  // Each held part goes to a chunk's owner as a message of its own, before
+  // the rank's `data` (the owner adds them in that order): at most
+  // common::kMaxReplicaGroups parts and the exchange's max_waiting
+  // (INVALID_ARGUMENT otherwise).
   absl::Status AllReduceSumHostParts(absl::Span<float> data, absl::Span<const float* const> held) override;
   absl::Status ReduceScatterSumHostParts(absl::Span<float> data, absl::Span<const float* const> held) override;
   void Close(const std::string& reason) override;
@@ -131,6 +133,7 @@ class GrpcCollective final : public Collective {
   template <typename Fn>
   absl::Status Run(Fn&& call);
   std::string Describe() const;
+  absl::Status CheckParts(size_t parts) const;
 
   Backend& backend_;
   const GrpcCollectiveOptions options_;
