@@ -12,9 +12,13 @@
 //   standby  p = 3: a spare worker takes the lost position;
 //   twin     p = 2, d = 2: a spare takes the lost position, whose replica
 //            twin holds the same shard;
-//   replan   p = 3, no spare: after a lease it re-plans onto 2 stages.
+//   replan   p = 3, no spare: after a lease it re-plans onto 2 stages;
+//   fewer_replicas  p = 1, d = 2, no spare: after a lease it re-plans onto
+//            one replica running both replicas' micro-batch groups.
+// Each row also has the job's step time before the kill and a few steps
+// after it trains again (the re-planned layouts run slower).
 //
-//   bench_recovery [--scenarios=standby,twin,replan] [--lease_ms=3000] [--kill_after=25] [--d_model=128]
+//   bench_recovery [--scenarios=standby,twin,replan,fewer_replicas] [--lease_ms=3000] [--kill_after=25] [--d_model=128]
 //                  [--json=FILE]
 #include <signal.h>
 
@@ -36,7 +40,7 @@
 #include "common/init.h"
 #include "common/job_spec.h"
 
-ABSL_FLAG(std::string, scenarios, "standby,twin,replan", "which recoveries to measure");
+ABSL_FLAG(std::string, scenarios, "standby,twin,replan,fewer_replicas", "which recoveries to measure");
 ABSL_FLAG(int64_t, lease_ms, 3000, "the coordinator's lease (its default: 3000)");
 ABSL_FLAG(int, checkpoint_every, 50, "checkpoint.every_steps of the job");
 ABSL_FLAG(int, kill_after, 25, "steps after a committed checkpoint at which the worker is killed");
@@ -129,6 +133,11 @@ BenchReport::Row Measure(const Scenario& s) {
     return j.state() == shardline::v1::RUNNING && j.plan_epoch() != before.plan_epoch() && j.step() > committed;
   });
   const double resume_s = Since(detected);
+  // Its pace on the new layout, a few steps in (the first step of an epoch
+  // warms up).
+  const shardline::v1::JobStatus settled = Poll(admin, id, 120, [&](const shardline::v1::JobStatus& j) {
+    return j.plan_epoch() != resumed.plan_epoch() || j.step() >= resumed.step() + 10;
+  });
   BENCH_CHECK_OK(admin.Cancel(id).status());
   int own = 0, twin = 0, coordinator = 0;
   for (const auto& stage : resumed.stages()) {
@@ -151,18 +160,22 @@ BenchReport::Row Measure(const Scenario& s) {
           {"committed_step", static_cast<double>(committed)},
           {"replayed_steps", static_cast<double>(reached - committed)},
           {"positions_after", static_cast<double>(resumed.stages_size())},
+          {"step_s_before", before.step_seconds()},
+          {"step_s_after", settled.step_seconds()},
           {"state_from_own_memory", static_cast<double>(own)},
           {"state_from_twin", static_cast<double>(twin)},
           {"state_from_coordinator", static_cast<double>(coordinator)}};
 }
 
 int Main() {
-  const std::vector<Scenario> all = {{"standby", 3, 1, 1, 1}, {"twin", 2, 2, 1, 3}, {"replan", 3, 1, 0, 1}};
+  const std::vector<Scenario> all = {
+      {"standby", 3, 1, 1, 1}, {"twin", 2, 2, 1, 3}, {"replan", 3, 1, 0, 1}, {"fewer_replicas", 1, 2, 0, 1}};
   BenchReport report;
   for (absl::string_view name : absl::StrSplit(absl::GetFlag(FLAGS_scenarios), ',', absl::SkipEmpty())) {
     auto it = std::find_if(all.begin(), all.end(), [&](const Scenario& s) { return s.name == name; });
     if (it == all.end()) {
-      std::fprintf(stderr, "Error: unknown scenario '%s' (standby, twin, replan)\n", std::string(name).c_str());
+      std::fprintf(stderr, "Error: unknown scenario '%s' (standby, twin, replan, fewer_replicas)\n",
+                   std::string(name).c_str());
       return 3;
     }
     report.Add(Measure(*it));
@@ -176,6 +189,7 @@ int Main() {
 
 int main(int argc, char** argv) {
   shardline::common::InitProcess(argc, argv,
-                                 "bench_recovery [--scenarios=standby,twin,replan] [--lease_ms=N] [--json=FILE]");
+                                 "bench_recovery [--scenarios=standby,twin,replan,fewer_replicas] [--lease_ms=N] "
+                                 "[--json=FILE]");
   return shardline::bench::Main();
 }

@@ -383,13 +383,15 @@ def check_recovery(bin_dir, workdir):
     rows, wall = run([os.path.join(bin_dir, "bench_recovery"), "--lease_ms=%d" % RECOVERY_LEASE_MS,
                       "--checkpoint_every=%d" % RECOVERY_EVERY, "--kill_after=%d" % RECOVERY_KILL_AFTER],
                      os.path.join(workdir, "recovery.json"))
-    assert [r["scenario"] for r in rows] == ["standby", "twin", "replan"], rows
-    positions = {"standby": 3, "twin": 4, "replan": 2}
+    assert [r["scenario"] for r in rows] == ["standby", "twin", "replan", "fewer_replicas"], rows
+    positions = {"standby": 3, "twin": 4, "replan": 2, "fewer_replicas": 1}
     timed = 0.0
     for r in rows:
         check_fields(r, ["stages", "data_parallel", "workers", "lease_s", "detect_s", "resume_s", "recovery_s",
                          "killed_at_step", "committed_step", "replayed_steps", "positions_after",
+                         "step_s_before", "step_s_after",
                          "state_from_own_memory", "state_from_twin", "state_from_coordinator"])
+        assert r["step_s_before"] > 0 and r["step_s_after"] > 0, r
         # Every restarted position loaded its state from somewhere; the
         # survivors of an unchanged cut from their own memory, the new
         # position from its twin where it has one, else the coordinator.
@@ -407,6 +409,8 @@ def check_recovery(bin_dir, workdir):
             assert sources == (r["positions_after"] - 1, 0, 1), r
         elif r["scenario"] == "twin":
             assert sources == (r["positions_after"] - 1, 1, 0), r
+        elif r["scenario"] == "fewer_replicas":
+            assert sources == (1, 0, 0), ("the survivor keeps its cut: its own memory", r)
         assert r["lease_s"] == RECOVERY_LEASE_MS / 1000, r
         # Noticed by the lease (the reaper looks every lease/10; polled every 5 ms).
         assert 0 < r["detect_s"] <= r["lease_s"] * 1.1 + 0.5, r
@@ -414,7 +418,8 @@ def check_recovery(bin_dir, workdir):
         assert r["committed_step"] >= RECOVERY_EVERY and r["committed_step"] % RECOVERY_EVERY == 0, r
         assert r["replayed_steps"] == r["killed_at_step"] - r["committed_step"] >= RECOVERY_KILL_AFTER, r
         assert r["positions_after"] == positions[r["scenario"]], r
-        assert r["workers"] == r["stages"] * r["data_parallel"] + (0 if r["scenario"] == "replan" else 1), r
+        spares = 0 if r["scenario"] in ("replan", "fewer_replicas") else 1
+        assert r["workers"] == r["stages"] * r["data_parallel"] + spares, r
         timed += r["recovery_s"]
     assert timed < wall, ("the recoveries took longer than the whole benchmark", timed, wall)
 
