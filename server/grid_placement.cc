@@ -5,8 +5,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/job_spec.h"
 #include "common/cost_model.h"
+#include "common/job_spec.h"
 #include "common/status_macros.h"
 #include "server/grid_search.h"
 #include "server/planner.h"
