@@ -24,91 +24,16 @@
 #include "gtest/gtest.h"
 #include "tests/client/process_cluster.h"
 #include "tests/client/process_test_util.h"
+#include "tests/client/recovery_test_util.h"
 
 namespace shardline::client {
 namespace {
 
-using testing::kBin;
-using testing::RunToEnd;
+using testing::ExpectSameWeights;
 using testing::TempDir;
-
-std::string WriteSpec(const std::string& dir, const std::string& name, int steps, int stages = 2,
-                      int replicas = 1) {
-  const std::string path = dir + "/" + name + ".json";
-  std::ofstream(path) << R"({"name": ")" << name << R"(",
-    "model": {"kind": "gpt", "vocab_size": 16, "context": 12, "d_model": 32, "n_heads": 2, "n_layers": 3},
-    "data": {"kind": "addition", "digits": 2},
-    "train": {"steps": )" << steps << R"(, "global_batch": 8, "micro_batches": )" << 4 / replicas
-                      << R"(, "seed": 5, "log_every": 1000,
-              "optimizer": {"kind": "adamw", "lr": 0.003, "warmup_steps": 2, "grad_clip": 1.0}},
-    "parallel": {"pipeline_stages": )" << stages << R"(, "data_parallel": )" << replicas
-                      << R"(, "schedule": "1f1b"},
-    "checkpoint": {"every_steps": 10}})";
-  return path;
-}
-
-// Polls until `done(status)` (or about `seconds`); the last status.
-shardline::v1::JobStatus WaitFor(AdminClient& admin, const std::string& job_id, double seconds,
-                                 const std::function<bool(const shardline::v1::JobStatus&)>& done) {
-  shardline::v1::JobStatus last;
-  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-  while (std::chrono::steady_clock::now() < until) {
-    absl::StatusOr<shardline::v1::JobStatus> status = admin.Get(job_id);
-    if (status.ok()) {
-      last = *status;
-      if (done(last)) break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return last;
-}
-
-// The weights shardline-train ends with on `spec_path`: what every
-// recovered run must end with.
-absl::StatusOr<common::SafetensorsContents> TrainReference(const std::string& dir, const std::string& spec_path) {
-  const std::string ended = RunToEnd(
-      {kBin + "/shardline-train", spec_path, "--threads=1", "--out=" + dir + "/ref.safetensors"}, dir + "/train.log", 120);
-  if (ended != "exited with status 0") return absl::InternalError("shardline-train " + ended);
-  return common::ReadSafetensors(dir + "/ref.safetensors");
-}
-
-void ExpectSameWeights(const common::SafetensorsContents& want, const common::SafetensorsContents& got) {
-  ASSERT_EQ(want.tensors.size(), got.tensors.size());
-  for (const auto& [name, tensor] : want.tensors) {
-    ASSERT_EQ(got.tensors.count(name), 1u) << name;
-    const auto x = tensor.values<float>();
-    const auto y = got.tensors.at(name).values<float>();
-    ASSERT_EQ(x.size(), y.size()) << name;
-    for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(x[i], y[i]) << name << "[" << i << "]";
-  }
-}
-
-// Submits `spec_path` and waits until the job runs past its first
-// checkpoint (step 12, step 10 committed): its status then.
-void SubmitPastACheckpoint(AdminClient& admin, const std::string& spec_path, shardline::v1::JobStatus* running) {
-  auto spec = common::LoadJobSpec(spec_path);
-  ASSERT_TRUE(spec.ok()) << spec.status();
-  auto job = admin.Submit(*spec);
-  ASSERT_TRUE(job.ok()) << job.status();
-  *running = WaitFor(admin, job->job_id(), 60, [](const auto& s) { return s.step() >= 12 && s.committed_step() >= 10; });
-  ASSERT_EQ(running->state(), shardline::v1::RUNNING) << running->message();
-}
-
-// Waits for the job to end: it must succeed, with `reference`'s weights
-// bit for bit. Its last status.
-void ExpectSucceedsWith(AdminClient& admin, const std::string& job_id, const common::SafetensorsContents& reference,
-                        shardline::v1::JobStatus* ended) {
-  *ended = WaitFor(admin, job_id, 120, [](const auto& s) {
-    return s.state() == shardline::v1::SUCCEEDED || s.state() == shardline::v1::FAILED ||
-           s.state() == shardline::v1::CANCELLED;
-  });
-  ASSERT_EQ(ended->state(), shardline::v1::SUCCEEDED) << ended->message();
-  auto exported = admin.Export(job_id);
-  ASSERT_TRUE(exported.ok()) << exported.status();
-  auto weights = common::ParseSafetensors(*exported);
-  ASSERT_TRUE(weights.ok()) << weights.status();
-  ExpectSameWeights(reference, *weights);
-}
+using testing::TrainReference;
+using testing::WaitFor;
+using testing::WriteSpec;
 
 TEST(RecoveryTest, AKilledCoordinatorRestartedOnItsStateResumesTheJobBitForBit) {
   const std::string dir = TempDir("recovery-coordinator");
@@ -254,139 +179,6 @@ TEST(RecoveryTest, AnyKilledWorkerOfAGridEndsBitForBitWithOrWithoutAStandby) {
 
 TEST(RecoveryTest, AnyKilledReplicaOfADataParallelJobEndsBitForBitWithOrWithoutAStandby) {
   ExpectEveryKilledPositionRecovers("kill-dp", 1, 2, 1000);  // a step takes a millisecond
-}
-
-// shardctl drain of a busy worker: its job stops at a checkpointed step a
-// little ahead and moves from there onto the standby, nothing replayed, and
-// ends with the reference's weights; the worker stays registered, drained,
-// until undrained.
-TEST(RecoveryTest, ADrainedWorkersJobMovesToTheStandbyAndEndsBitForBit) {
-  const std::string dir = TempDir("drain");
-  // Long enough that the drain's stop (half a second's steps ahead) comes before its end.
-  const std::string spec_path = WriteSpec(dir, "drained", 1500);
-  auto reference = TrainReference(dir, spec_path);
-  ASSERT_TRUE(reference.ok()) << reference.status();
-  auto cluster = testing::ProcessCluster::Start("drain-cluster", {3, "", 3000});
-  ASSERT_NE(cluster, nullptr);
-  AdminClient admin(cluster->address());
-  shardline::v1::JobStatus running;
-  ASSERT_NO_FATAL_FAILURE(SubmitPastACheckpoint(admin, spec_path, &running));
-  const std::string job_id = running.job_id();
-  const std::string victim = running.stages(1).worker();
-  const testing::CtlRun drain = cluster->Ctl({"drain", victim});
-  ASSERT_EQ(drain.ended, "exited with status 0") << drain.err;
-  EXPECT_NE(drain.out.find(" draining "), std::string::npos) << "its job runs on to the stop: " << drain.out;
-  const shardline::v1::JobStatus moved = WaitFor(admin, job_id, 60, [&](const auto& s) {
-    return s.plan_epoch() != running.plan_epoch() && s.state() != shardline::v1::RECOVERING;
-  });
-  EXPECT_NE(moved.message().find(absl::StrCat("re-planned from step ", moved.committed_step() + 1)), std::string::npos)
-      << "from its stop, nothing replayed: " << moved.message();
-  EXPECT_NE(moved.message().find("was drained by an operator"), std::string::npos) << moved.message();
-
-  shardline::v1::JobStatus after;
-  ASSERT_NO_FATAL_FAILURE(ExpectSucceedsWith(admin, job_id, *reference, &after));
-  EXPECT_GT(after.plan_epoch(), running.plan_epoch());
-  for (const auto& stage : after.stages()) EXPECT_NE(stage.worker(), victim);
-
-  const testing::CtlRun workers = cluster->Ctl({"get", "workers"});
-  bool listed = false;
-  for (const std::string& line : workers.lines()) {
-    if (line.rfind(victim + " ", 0) == 0) {
-      listed = true;
-      EXPECT_NE(line.find(" drained "), std::string::npos) << line;
-    }
-  }
-  EXPECT_TRUE(listed) << workers.out;
-  const testing::CtlRun undrain = cluster->Ctl({"undrain", victim});
-  ASSERT_EQ(undrain.ended, "exited with status 0") << undrain.err;
-  EXPECT_NE(undrain.out.find(" idle "), std::string::npos) << undrain.out;
-  EXPECT_EQ(cluster->Ctl({"drain", "nobody"}).ended, "exited with status 3") << "no such worker";
-}
-
-// A 3-stage job whose worker is drained with no standby re-plans onto two
-// stages a lease later; once the worker is undrained the job moves back
-// onto three at a step boundary, and ends with the reference's weights bit
-// for bit (both moves are restarts from a committed step).
-TEST(RecoveryTest, AJobThatLostAStageGrowsBackWhenAWorkerReturnsAndEndsBitForBit) {
-  const std::string dir = TempDir("grow");
-  const std::string spec_path = WriteSpec(dir, "grown", 600, 3);
-  auto reference = TrainReference(dir, spec_path);
-  ASSERT_TRUE(reference.ok()) << reference.status();
-  auto cluster = testing::ProcessCluster::Start("grow-cluster", {3, "", 3000});
-  ASSERT_NE(cluster, nullptr);
-  AdminClient admin(cluster->address());
-  shardline::v1::JobStatus running;
-  ASSERT_NO_FATAL_FAILURE(SubmitPastACheckpoint(admin, spec_path, &running));
-  const std::string job_id = running.job_id();
-  const std::string victim = running.stages(1).worker();
-  ASSERT_EQ(cluster->Ctl({"drain", victim}).ended, "exited with status 0");
-  const shardline::v1::JobStatus shrunk = WaitFor(admin, job_id, 60, [&](const auto& s) {
-    return s.state() != shardline::v1::RECOVERING && s.plan_epoch() != running.plan_epoch();
-  });
-  ASSERT_EQ(shrunk.state(), shardline::v1::RUNNING) << shrunk.message();
-  ASSERT_EQ(shrunk.stages_size(), 2) << shrunk.message();
-  EXPECT_NE(shrunk.message().find("re-planned onto 2 of the spec's 3 pipeline stages"), std::string::npos)
-      << shrunk.message();
-  ASSERT_EQ(cluster->Ctl({"undrain", victim}).ended, "exited with status 0");
-  const shardline::v1::JobStatus grown = WaitFor(admin, job_id, 60, [&](const auto& s) {
-    return s.plan_epoch() != shrunk.plan_epoch() && s.state() != shardline::v1::RECOVERING;
-  });
-  ASSERT_EQ(grown.state(), shardline::v1::RUNNING) << grown.message();
-  EXPECT_EQ(grown.stages_size(), 3);
-  EXPECT_NE(grown.message().find("1 worker is idle: back onto the spec's 3 pipeline stages from 2"),
-            std::string::npos)
-      << grown.message();
-  bool returned = false;
-  for (const auto& stage : grown.stages()) returned |= stage.worker() == victim;
-  EXPECT_TRUE(returned) << "the undrained worker holds a stage again";
-  shardline::v1::JobStatus after;
-  ASSERT_NO_FATAL_FAILURE(ExpectSucceedsWith(admin, job_id, *reference, &after));
-  EXPECT_EQ(after.plan_epoch(), grown.plan_epoch()) << "no further move";
-}
-
-// A data-parallel job (one stage, two replicas) whose worker is drained
-// with no standby runs on the other alone a lease later, that replica
-// running both replicas' micro-batch groups, summed apart; undrained, the
-// worker gets its replica back at a step boundary; the job ends with the
-// reference's weights bit for bit.
-TEST(RecoveryTest, ADataParallelJobThatLostAReplicaRunsOnFewerAndGrowsBackBitForBit) {
-  const std::string dir = TempDir("fold");
-  const std::string spec_path = WriteSpec(dir, "folded", 2000, 1, 2);
-  auto reference = TrainReference(dir, spec_path);
-  ASSERT_TRUE(reference.ok()) << reference.status();
-  auto cluster = testing::ProcessCluster::Start("fold-cluster", {2, "", 3000});
-  ASSERT_NE(cluster, nullptr);
-  AdminClient admin(cluster->address());
-  shardline::v1::JobStatus running;
-  ASSERT_NO_FATAL_FAILURE(SubmitPastACheckpoint(admin, spec_path, &running));
-  const std::string job_id = running.job_id();
-  ASSERT_EQ(running.stages_size(), 2);
-  const std::string victim = running.stages(1).worker();
-  ASSERT_EQ(cluster->Ctl({"drain", victim}).ended, "exited with status 0");
-  const shardline::v1::JobStatus folded = WaitFor(admin, job_id, 60, [&](const auto& s) {
-    return s.state() != shardline::v1::RECOVERING && s.plan_epoch() != running.plan_epoch();
-  });
-  ASSERT_EQ(folded.state(), shardline::v1::RUNNING) << folded.message();
-  ASSERT_EQ(folded.stages_size(), 1) << folded.message();
-  EXPECT_NE(folded.stages(0).worker(), victim);
-  EXPECT_NE(folded.message().find("re-planned onto 1 of the spec's 2 replicas, each running the micro-batches of 2"),
-            std::string::npos)
-      << folded.message();
-  // A few steps on one replica, then the worker comes back.
-  const shardline::v1::JobStatus on_one = WaitFor(admin, job_id, 60, [&](const auto& s) {
-    return s.plan_epoch() != folded.plan_epoch() || s.step() >= folded.step() + 5;
-  });
-  ASSERT_EQ(on_one.plan_epoch(), folded.plan_epoch()) << on_one.message();
-  ASSERT_EQ(cluster->Ctl({"undrain", victim}).ended, "exited with status 0");
-  const shardline::v1::JobStatus grown = WaitFor(admin, job_id, 60, [&](const auto& s) {
-    return s.plan_epoch() != folded.plan_epoch() && s.state() != shardline::v1::RECOVERING;
-  });
-  ASSERT_EQ(grown.state(), shardline::v1::RUNNING) << grown.message();
-  EXPECT_EQ(grown.stages_size(), 2);
-  EXPECT_NE(grown.message().find("1 worker is idle: back onto the spec's 2 replicas from 1"), std::string::npos)
-      << grown.message();
-  shardline::v1::JobStatus after;
-  ASSERT_NO_FATAL_FAILURE(ExpectSucceedsWith(admin, job_id, *reference, &after));
 }
 
 // Runs `spec_path` on a fresh cluster of `workers` with `worker_flags`,

@@ -94,6 +94,19 @@ class JobManagerTest : public ::testing::Test {
     c.tensors.emplace("p" + std::to_string(stage), *common::Tensor::Zeros(common::DType::kF32, {2}));
     return *common::SerializeSafetensors(c);
   }
+  // Workers a, b and c running a 3-stage job of 100 steps whose step 1 is
+  // committed (by its last shard).
+  JobStatus ThreeStagesCommittedAtStep1() {
+    AddWorker("a");
+    AddWorker("b");
+    AddWorker("c");
+    const JobStatus job = *jobs_->Submit(Spec(3, 100));
+    NoteAssignments();
+    for (int stage = 0; stage < 3; ++stage) EXPECT_TRUE(jobs_->ReportStep(Report(job, stage, 1)).ok());
+    for (int stage = 0; stage < 3; ++stage) EXPECT_TRUE(*SendShard(job, stage, 3, 1) == (stage == 2));
+    EXPECT_EQ(jobs_->Get(job.job_id())->committed_step(), 1);
+    return job;
+  }
   absl::StatusOr<bool> SendShard(const JobStatus& job, int stage, int stages, int64_t step) {
     shardline::v1::ShardHeader h;
     h.set_job_id(job.job_id());

@@ -254,70 +254,8 @@ TEST_F(JobManagerTest, ADrainedWorkersJobMovesOffItAtOnceAndItGetsNoJobUntilUndr
   EXPECT_EQ(jobs_->Drain("nobody", false).status().code(), absl::StatusCode::kNotFound);
 }
 
-// Drained without --at_once, a busy worker's job runs on a little, stops at a
-// checkpointed step and moves off it from there: nothing is replayed. A
-// job already stopping for a re-plan is left to it; one that ends before
-// it could stop ends on the worker.
-TEST_F(JobManagerTest, ADrainedWorkersJobMovesOffItAtACheckpointedStepWithNothingReplayed) {
-  AddWorker("a");
-  const std::string b = AddWorker("b");
-  const JobStatus job = *jobs_->Submit(Spec(2, 100));
-  NoteAssignments();
-  AddWorker("standby");
-  for (int stage = 0; stage < 2; ++stage) ASSERT_TRUE(jobs_->ReportStep(Report(job, stage, 1)).ok());
-  delivered_.clear();
-  auto drained = jobs_->Drain("b", /*undo=*/false);
-  ASSERT_TRUE(drained.ok()) << drained.status();
-  EXPECT_TRUE(drained->drained);
-  EXPECT_EQ(StateOf(*drained), "draining");
-  JobStatus now = *jobs_->Get(job.job_id());
-  ASSERT_EQ(now.state(), shardline::v1::RUNNING) << "it runs on to the stop";
-  EXPECT_EQ(now.plan_epoch(), job.plan_epoch());
-  EXPECT_NE(now.message().find("re-planning after step 3: worker b (stage 1) was drained by an operator"),
-            std::string::npos)
-      << now.message();
-  int told = 0;
-  for (const auto& [w, a] : delivered_) told += a.stop_after_step() == 3 && !a.cancel();
-  EXPECT_EQ(told, 2) << "both positions stop after step 3";
-  EXPECT_EQ(jobs_->Drain("b", false).status().code(), absl::StatusCode::kOk) << "again: nothing more";
-  for (int64_t step = 2; step <= 3; ++step) {
-    for (int stage = 0; stage < 2; ++stage) ASSERT_TRUE(jobs_->ReportStep(Report(job, stage, step)).ok());
-  }
-  ASSERT_TRUE(SendShard(job, 0, 2, 3).ok());
-  ASSERT_TRUE(SendShard(job, 1, 2, 3).ok());
-  now = *jobs_->Get(job.job_id());
-  ASSERT_EQ(now.state(), shardline::v1::RUNNING) << now.message();
-  EXPECT_GT(now.plan_epoch(), job.plan_epoch());
-  EXPECT_EQ(now.committed_step(), 3);
-  for (const auto& stage : now.stages()) EXPECT_NE(stage.worker(), "b");
-  for (const auto& [w, a] : delivered_) {
-    if (a.plan_epoch() != now.plan_epoch() || a.cancel()) continue;
-    EXPECT_EQ(a.first_step(), 4) << "nothing replayed";
-  }
-  for (const auto& w : registry_->Idle()) EXPECT_NE(w.id, b);
-  EXPECT_EQ(StateOf(*registry_->Get(b)), "drained");
-
-  // Two steps from its end: it ends on the worker.
-  ASSERT_TRUE(jobs_->Drain(b, /*undo=*/true).ok());
-  ASSERT_TRUE(jobs_->Cancel(job.job_id()).ok());
-  const JobStatus short_job = *jobs_->Submit(Spec(2, 3));
-  ASSERT_EQ(short_job.state(), shardline::v1::RUNNING);
-  NoteAssignments();
-  for (int stage = 0; stage < 2; ++stage) ASSERT_TRUE(jobs_->ReportStep(Report(short_job, stage, 1)).ok());
-  delivered_.clear();
-  for (const auto& stage : short_job.stages()) ASSERT_TRUE(jobs_->Drain(stage.worker(), false).ok());
-  for (const auto& [w, a] : delivered_) EXPECT_EQ(a.stop_after_step(), 0);
-  EXPECT_EQ(jobs_->Get(short_job.job_id())->plan_epoch(), short_job.plan_epoch());
-}
-
 TEST_F(JobManagerTest, WithNoStandbyWithinALeaseALossReplansOntoFewerStagesOfTheSameCheckpoint) {
-  AddWorker("a");
-  AddWorker("b");
-  AddWorker("c");
-  const JobStatus job = *jobs_->Submit(Spec(3, 100));
-  NoteAssignments();
-  for (int stage = 0; stage < 3; ++stage) ASSERT_TRUE(jobs_->ReportStep(Report(job, stage, 1)).ok());
-  for (int stage = 0; stage < 3; ++stage) ASSERT_TRUE(*SendShard(job, stage, 3, 1) == (stage == 2));
+  const JobStatus job = ThreeStagesCommittedAtStep1();
   // Half of step 2's checkpoint arrives on the 3-stage cut, then c dies.
   for (int stage = 0; stage < 3; ++stage) ASSERT_TRUE(jobs_->ReportStep(Report(job, stage, 2)).ok());
   ASSERT_FALSE(*SendShard(job, 0, 3, 2));

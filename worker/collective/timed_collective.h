@@ -46,6 +46,12 @@ class TimedCollective final : public Collective {
   absl::Status ReduceScatterSumHostInt8(absl::Span<float> data, absl::Span<float> residual) override {
     return Time([&] { return inner_.ReduceScatterSumHostInt8(data, residual); });
   }
+  absl::Status AllReduceSumHostParts(absl::Span<float> data, absl::Span<const float* const> held) override {
+    return Time([&] { return inner_.AllReduceSumHostParts(data, held); });
+  }
+  absl::Status ReduceScatterSumHostParts(absl::Span<float> data, absl::Span<const float* const> held) override {
+    return Time([&] { return inner_.ReduceScatterSumHostParts(data, held); });
+  }
   void Close(const std::string& reason) override { inner_.Close(reason); }
   uint64_t BytesReceived() override { return inner_.BytesReceived(); }
   transport::WirePace PaceFrom(int peer) override { return inner_.PaceFrom(peer); }

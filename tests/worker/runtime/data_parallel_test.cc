@@ -72,19 +72,9 @@ TEST_P(DataParallelTest, LossesAndWeightsMatchTheReferenceTrainerBitForBit) {
       }
     }
     // The replicas of every stage hold the same weights after every step.
-    const auto first = testing::ReplicaWeights((*grid)->replica(0));
-    for (int r = 1; r < c.replicas; ++r) {
-      EXPECT_TRUE(testing::ReplicaWeights((*grid)->replica(r)) == first) << "replica " << r << " after step " << step;
-    }
+    testing::ExpectReplicasAgree(**grid, step);
   }
-  const auto got = testing::ReplicaWeights((*grid)->replica(0));
-  auto want = (*reference)->runtime().ExportWeights();
-  ASSERT_TRUE(want.ok());
-  ASSERT_EQ(got.size(), want->size());
-  for (const auto& [name, tensor] : *want) {
-    const auto b = tensor.values<float>();
-    ASSERT_EQ(got.at(name), std::vector<float>(b.begin(), b.end())) << name;
-  }
+  testing::ExpectReferenceWeights(**reference, **grid);
 }
 
 INSTANTIATE_TEST_SUITE_P(Grids, DataParallelTest,

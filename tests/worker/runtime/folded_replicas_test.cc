@@ -68,19 +68,9 @@ TEST_P(FoldedReplicasTest, LossesAndWeightsMatchTheReferenceTrainerWithTheSpecBi
       EXPECT_EQ(got->results[r].back().group_losses.size(), static_cast<size_t>(groups));
       EXPECT_EQ(got->results[r].front().tokens, want->tokens / c.folded) << "each replica trains 1/d′";
     }
-    const auto first = testing::ReplicaWeights((*grid)->replica(0));
-    for (int r = 1; r < c.folded; ++r) {
-      EXPECT_TRUE(testing::ReplicaWeights((*grid)->replica(r)) == first) << "replica " << r << " after step " << step;
-    }
+    testing::ExpectReplicasAgree(**grid, step);
   }
-  const auto got = testing::ReplicaWeights((*grid)->replica(0));
-  auto want = (*reference)->runtime().ExportWeights();
-  ASSERT_TRUE(want.ok());
-  ASSERT_EQ(got.size(), want->size());
-  for (const auto& [name, tensor] : *want) {
-    const auto b = tensor.values<float>();
-    ASSERT_EQ(got.at(name), std::vector<float>(b.begin(), b.end())) << name;
-  }
+  testing::ExpectReferenceWeights(**reference, **grid);
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -1,5 +1,6 @@
 // Helpers of the in-process grid tests (LocalGrid against the reference
-// trainer): the tiny model's spec for a grid, and a replica's weights.
+// trainer): the tiny model's spec for a grid, a replica's weights, and
+// checks of them against the other replicas' and the trainer's.
 #ifndef SHARDLINE_TESTS_WORKER_RUNTIME_GRID_TEST_UTIL_H_
 #define SHARDLINE_TESTS_WORKER_RUNTIME_GRID_TEST_UTIL_H_
 
@@ -8,8 +9,10 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/testing/local_grid.h"
 #include "tests/testing/local_pipeline.h"
 #include "tests/worker/nn/nn_test_util.h"
+#include "worker/trainer/trainer.h"
 
 namespace shardline::worker::testing {
 
@@ -38,6 +41,26 @@ inline std::map<std::string, std::vector<float>> ReplicaWeights(shardline::testi
     out[name] = std::vector<float>(v.begin(), v.end());
   }
   return out;
+}
+
+// Every replica of `grid` holds replica 0's weights.
+inline void ExpectReplicasAgree(shardline::testing::LocalGrid& grid, int64_t step) {
+  const auto first = ReplicaWeights(grid.replica(0));
+  for (int r = 1; r < grid.replicas(); ++r) {
+    EXPECT_TRUE(ReplicaWeights(grid.replica(r)) == first) << "replica " << r << " after step " << step;
+  }
+}
+
+// Replica 0 of `grid` holds the reference trainer's weights, bit for bit.
+inline void ExpectReferenceWeights(trainer::Trainer& reference, shardline::testing::LocalGrid& grid) {
+  const auto got = ReplicaWeights(grid.replica(0));
+  auto want = reference.runtime().ExportWeights();
+  ASSERT_TRUE(want.ok()) << want.status();
+  ASSERT_EQ(got.size(), want->size());
+  for (const auto& [name, tensor] : *want) {
+    const auto b = tensor.values<float>();
+    ASSERT_EQ(got.at(name), std::vector<float>(b.begin(), b.end())) << name;
+  }
 }
 
 }  // namespace shardline::worker::testing
