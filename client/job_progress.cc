@@ -130,7 +130,9 @@ std::string LinksTable(const shardline::v1::ListLinksResponse& links) {
                     note.empty() ? "-" : note});
   }
   std::string out = Table(rows);
-  if (links.pending_probes() > 0) absl::StrAppendFormat(&out, "%d directions still to probe\n", links.pending_probes());
+  if (links.pending_probes() > 0) {
+    absl::StrAppendFormat(&out, "%d directions still to probe (%d now)\n", links.pending_probes(), links.probing());
+  }
   return out;
 }
 

@@ -169,6 +169,7 @@ grpc::ServerUnaryReactor* AdminService::ListLinks(grpc::CallbackServerContext* c
     }
   }
   response->set_pending_probes(links.pending());
+  response->set_probing(links.probing());
   return Done(context, absl::OkStatus());
 }
 

@@ -28,6 +28,7 @@
 #include "server/coordinator_service.h"
 #include "server/coordinator_store.h"
 #include "server/job_manager.h"
+#include "server/link_table.h"
 #include "server/weight_store.h"
 #include "server/worker_registry.h"
 
@@ -43,6 +44,9 @@ ABSL_FLAG(bool, replan_on_slowdown, true,
 ABSL_FLAG(bool, grow_back, true,
           "move a job re-planned onto fewer pipeline stages after a loss back onto its spec's stages, at a "
           "step boundary, once enough workers are idle (docs/operations.md, What survives what)");
+ABSL_FLAG(int32_t, concurrent_probes, shardline::server::LinkTable::kDefaultConcurrentProbes,
+          "at most this many link probes at once (1 to 1024; 1: one at a time). Probes never share a host, "
+          "and only those inside a measured link group run beside another (docs/operations.md, Measured links)");
 ABSL_FLAG(absl::Duration, delete_ended_jobs_after, absl::InfiniteDuration(),
           "delete a job this long after it ended (e.g. 168h): its record, checkpoint, trace and metrics, as "
           "shardctl delete does; inf: keep ended jobs until an operator deletes them");
@@ -64,6 +68,12 @@ int Run() {
   }
   if (absl::GetFlag(FLAGS_delete_ended_jobs_after) < absl::ZeroDuration()) {
     std::fprintf(stderr, "Error: --delete_ended_jobs_after must not be negative\n");
+    return 3;
+  }
+  if (const int32_t n = absl::GetFlag(FLAGS_concurrent_probes);
+      n < 1 || n > shardline::server::LinkTable::kMaxConcurrentProbes) {
+    std::fprintf(stderr, "Error: --concurrent_probes must be from 1 to %d, not %d\n",
+                 shardline::server::LinkTable::kMaxConcurrentProbes, n);
     return 3;
   }
   if (absl::GetFlag(FLAGS_lease_ms) < 100) {
@@ -119,6 +129,7 @@ int Run() {
   coordinator.set_jobs(&jobs);
   jobs.SetAutoReplan(absl::GetFlag(FLAGS_replan_on_slowdown));
   jobs.SetGrowBack(absl::GetFlag(FLAGS_grow_back));
+  jobs.links().SetConcurrentProbes(absl::GetFlag(FLAGS_concurrent_probes));
   jobs.SetEndedJobLifetime(absl::GetFlag(FLAGS_delete_ended_jobs_after));
   if (absl::Status s = jobs.Recover(); !s.ok()) {
     std::fprintf(stderr, "Error: %s\n", std::string(s.message()).c_str());

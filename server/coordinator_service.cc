@@ -12,6 +12,7 @@
 #include "common/input_limits.h"
 #include "common/safetensors.h"
 #include "glog/logging.h"
+#include "server/grid_cost.h"
 #include "server/grpc_mailbox_writer.h"
 #include "server/request_validation.h"
 
@@ -155,9 +156,36 @@ grpc::ServerUnaryReactor* CoordinatorService::Register(grpc::CallbackServerConte
     if (!w.lost) live.push_back(w.name);
   }
   jobs_->links().Retain(known);
-  jobs_->links().Joined(request->name(), live);
+  jobs_->links().Joined(request->name(), HostOf(*registry_.Get(*id)), live);
   jobs_->Schedule();  // a pending job may have been waiting for this worker
   return Done(context, absl::OkStatus());
+}
+
+void CoordinatorService::AddProbeTarget(const WorkerRecord& worker,
+                                        google::protobuf::RepeatedPtrField<shardline::v1::ProbeTarget>* targets) {
+  if (worker.lost || worker.drained || !worker.job_id.empty()) return;  // it measures links only while idle
+  LinkTable& links = jobs_->links();
+  const std::vector<std::string> queued = links.QueuedFrom(worker.name);
+  if (queued.empty()) return;  // almost always
+  std::map<std::string, WorkerRecord> live;
+  std::set<std::string> unavailable;  // busy with a job, drained or lost: not probed now
+  for (WorkerRecord& w : registry_.List()) {
+    if (w.lost) continue;
+    if (w.drained || !w.job_id.empty()) unavailable.insert(w.name);
+    live[w.name] = std::move(w);
+  }
+  for (const std::string& peer : queued) {
+    if (live.count(peer)) continue;
+    LinkRecord failed;
+    failed.to = peer;
+    failed.error = "the peer is lost";
+    links.Record(worker.name, {failed});
+  }
+  const std::optional<std::string> peer = links.Claim(worker.name, unavailable);
+  if (!peer.has_value()) return;
+  shardline::v1::ProbeTarget* target = targets->Add();
+  target->set_worker(*peer);
+  target->set_address(live[*peer].capabilities.listen_address());
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::Heartbeat(grpc::CallbackServerContext* context,
@@ -170,22 +198,7 @@ grpc::ServerUnaryReactor* CoordinatorService::Heartbeat(grpc::CallbackServerCont
   if (status.ok()) {
     absl::StatusOr<WorkerRecord> record = registry_.Get(request->worker_id());
     response->set_drained(record.ok() && record->drained);
-    // An idle worker measures its queued links (one worker at a time).
-    if (record.ok() && record->job_id.empty() && !record->drained) {
-      for (const std::string& peer : jobs_->links().Claim(record->name)) {
-        absl::StatusOr<WorkerRecord> target = registry_.GetByName(peer);
-        if (!target.ok() || target->lost) {
-          LinkRecord failed;
-          failed.to = peer;
-          failed.error = "the peer is lost";
-          jobs_->links().Record(record->name, {failed});
-          continue;
-        }
-        auto* t = response->add_probe_targets();
-        t->set_worker(peer);
-        t->set_address(target->capabilities.listen_address());
-      }
-    }
+    if (record.ok()) AddProbeTarget(*record, response->mutable_probe_targets());
   }
   return Done(context, status);
 }
@@ -207,6 +220,7 @@ grpc::ServerUnaryReactor* CoordinatorService::ReportLinks(grpc::CallbackServerCo
     link.error = m.error();
   }
   jobs_->links().Record(record->name, std::move(links));
+  AddProbeTarget(*record, response->mutable_probe_targets());
   return Done(context, absl::OkStatus());
 }
 

@@ -56,6 +56,10 @@ class CoordinatorService final : public shardline::v1::Coordinator::CallbackServ
   // delivered; each watch stream gets its own, and assignments for a worker
   // whose stream broke wait in a new one for its next watch.
   static std::shared_ptr<AssignmentMailbox> Renew(std::shared_ptr<AssignmentMailbox>& slot);
+  // The next link `worker` should measure, if it may measure one now
+  // (LinkTable::Claim); a queued peer that is lost fails at once.
+  void AddProbeTarget(const WorkerRecord& worker,
+                      google::protobuf::RepeatedPtrField<shardline::v1::ProbeTarget>* targets);
 
   WorkerRegistry& registry_;
   JobManager* jobs_ = nullptr;

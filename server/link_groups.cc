@@ -34,7 +34,7 @@ LinkGroups::LinkGroups(const std::vector<WorkerRecord>& workers,
   for (size_t a = 0; a < m; ++a) {
     for (size_t b = a + 1; b < m; ++b) {
       const double link = std::min(bandwidth(first[a], first[b]), bandwidth(first[b], first[a]));
-      if (link >= kNearShare * std::max(fastest[a], fastest[b])) parent[root(a)] = root(b);
+      if (link > 0 && link >= kNearShare * std::max(fastest[a], fastest[b])) parent[root(a)] = root(b);
     }
   }
   group_.resize(n);

@@ -5,7 +5,9 @@
 // whose capacity the pairwise probes measured (each probe had it alone).
 // So two hops, or two all-reduces, across one uplink each get half of it
 // (server/grid_cost). Workers whose links are all alike (a switch fabric,
-// or nothing measured across hosts) form one group: nothing is shared.
+// or nothing measured across hosts) form one group: nothing is shared. A
+// link of no bandwidth (unmeasured, to LinkTable's probe claims) joins
+// nothing.
 // Pure computation.
 #ifndef SHARDLINE_SERVER_LINK_GROUPS_H_
 #define SHARDLINE_SERVER_LINK_GROUPS_H_

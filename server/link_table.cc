@@ -2,12 +2,14 @@
 
 namespace shardline::server {
 
-void LinkTable::Joined(const std::string& name, const std::vector<std::string>& peers) {
+void LinkTable::Joined(const std::string& name, const std::string& host, const std::vector<std::string>& peers) {
   absl::MutexLock lock(&mu_);
+  if (hosts_[name] != host) groups_stale_ = true;  // a link on one host is memory, not a wire
+  hosts_[name] = host;
   for (const std::string& peer : peers) {
     if (peer == name) continue;
-    queued_.insert({name, peer});
-    queued_.insert({peer, name});
+    QueueLocked({name, peer});
+    QueueLocked({peer, name});
   }
 }
 
@@ -16,46 +18,42 @@ int LinkTable::Request(const std::vector<std::string>& names) {
   int added = 0;
   for (const std::string& a : names) {
     for (const std::string& b : names) {
-      if (a != b && queued_.insert({a, b}).second) ++added;
+      if (a != b && QueueLocked({a, b})) ++added;
     }
   }
   return added;
 }
 
-std::vector<std::string> LinkTable::Claim(const std::string& name) {
-  absl::MutexLock lock(&mu_);
-  const absl::Time now = clock_();
-  if (!claimed_by_.empty() && claimed_by_ != name && now - claimed_at_ < kClaimTimeout) return {};
-  std::vector<std::string> targets;
-  for (auto it = queued_.lower_bound({name, ""}); it != queued_.end() && it->first == name; ++it) {
-    targets.push_back(it->second);
-  }
-  if (targets.empty()) {
-    if (claimed_by_ == name) claimed_by_.clear();
-    return {};
-  }
-  // A worker that still holds its claim is probing what it was given.
-  if (claimed_by_ == name && now - claimed_at_ < kClaimTimeout) return {};
-  claimed_by_ = name;
-  claimed_at_ = now;
-  return targets;
-}
-
 void LinkTable::Record(const std::string& from, std::vector<LinkRecord> links) {
   absl::MutexLock lock(&mu_);
   const absl::Time now = clock_();
+  const std::map<std::string, int> groups_before = GroupsLocked().of;
+  ++version_;
+  std::vector<Direction> measured;
   for (LinkRecord& link : links) {
+    const Direction d{from, link.to};
+    measured.push_back(d);
     link.from = from;
     link.measured_at = now;
-    queued_.erase({from, link.to});
-    auto it = links_.find({from, link.to});
+    queued_.erase(d);
+    leaving_.erase(d);
+    alone_.erase(d);
+    measured_beside_.erase(d);
+    if (auto claim = claims_.find(d); claim != claims_.end()) {
+      if (!claim->second.beside.empty() && link.error.empty()) measured_beside_[d] = claim->second.beside;
+      claims_.erase(claim);
+    }
+    auto it = links_.find(d);
     if (!link.error.empty() && it != links_.end()) {
       it->second.error = link.error;  // keep the last good figures, say it failed
       continue;
     }
-    links_[{from, link.to}] = std::move(link);
+    if (!groups_stale_) KeepGroupsLocked(d, it == links_.end() ? 0 : it->second.bytes_per_second, link.bytes_per_second);
+    links_[d] = std::move(link);
   }
-  if (claimed_by_ == from) claimed_by_.clear();
+  // Where the groups moved, any measurement taken beside another may now
+  // cross between groups; else only these.
+  RecheckSharedLocked(GroupsLocked().of == groups_before ? &measured : nullptr);
 }
 
 void LinkTable::Observe(const std::string& from, const std::string& to, double bytes_per_second,
@@ -70,7 +68,7 @@ void LinkTable::Observe(const std::string& from, const std::string& to, double b
   link.observed_bytes_per_second = bytes_per_second;
   link.observed_at = clock_();
   link.observed_in = job_id;
-  queued_.insert({from, to});
+  QueueLocked({from, to});
 }
 
 void LinkTable::ForgetObserved(const std::string& from, const std::string& to) {
@@ -90,7 +88,15 @@ void LinkTable::Retain(const std::set<std::string>& known) {
   auto unknown = [&](const Direction& d) { return !known.count(d.first) || !known.count(d.second); };
   for (auto it = links_.begin(); it != links_.end();) it = unknown(it->first) ? links_.erase(it) : std::next(it);
   for (auto it = queued_.begin(); it != queued_.end();) it = unknown(*it) ? queued_.erase(it) : std::next(it);
-  if (!claimed_by_.empty() && !known.count(claimed_by_)) claimed_by_.clear();
+  leaving_.clear();  // rebuilt with the groups
+  ++version_;
+  for (auto it = claims_.begin(); it != claims_.end();) it = unknown(it->first) ? claims_.erase(it) : std::next(it);
+  for (auto it = measured_beside_.begin(); it != measured_beside_.end();) {
+    it = unknown(it->first) ? measured_beside_.erase(it) : std::next(it);
+  }
+  for (auto it = alone_.begin(); it != alone_.end();) it = unknown(*it) ? alone_.erase(it) : std::next(it);
+  for (auto it = hosts_.begin(); it != hosts_.end();) it = known.count(it->first) ? std::next(it) : hosts_.erase(it);
+  groups_stale_ = true;
 }
 
 std::vector<LinkRecord> LinkTable::Links() const {

@@ -1,9 +1,21 @@
 // LinkTable keeps what workers measured of the links between them (each
 // direction of each pair of worker names: bandwidth with its spread, round
-// trip) and the probes still to run. Probes are run by one worker at a
-// time, so that two probes never share a wire and skew each other: Claim
-// hands a worker its queued targets only when no other worker holds a
-// claim (a claim not reported within kClaimTimeout lapses). A measurement
+// trip) and the probes still to run, and decides which may run at once so
+// that no two share a wire and skew each other (link_table_claims.cc):
+// Claim hands a worker one queued direction at a time, and only where
+//  - neither end's host is in another probe (a host's workers share its
+//    network interface, or its CPU where the link is memory);
+//  - the link lies inside one link group as measured so far (LinkGroups
+//    over the hosts, as fast as their workers' fastest link: a rack, a
+//    switch fabric), or no other probe that may leave its group runs:
+//    transfers between groups may share an uplink, and until the groups
+//    are known every link may leave one;
+//  - fewer than the concurrency cap (SetConcurrentProbes) run.
+// So a flat fabric is measured concurrently once a first chain of probes
+// has shown it one group, and the links between racks one at a time. A
+// measurement whose link turns out to leave its group after all, taken
+// beside a probe that turns out to leave its group too, is probed again
+// alone. A claim not reported within kClaimTimeout lapses. A measurement
 // older than kStaleAfter is stale: shown, marked, and re-probed when asked.
 // A link a running job finds slower than before (Observe) keeps that rate
 // beside its probe's until it is probed again.
@@ -11,6 +23,7 @@
 #ifndef SHARDLINE_SERVER_LINK_TABLE_H_
 #define SHARDLINE_SERVER_LINK_TABLE_H_
 
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <optional>
@@ -45,21 +58,30 @@ class LinkTable {
  public:
   static constexpr absl::Duration kStaleAfter = absl::Minutes(10);
   static constexpr absl::Duration kClaimTimeout = absl::Seconds(60);
+  static constexpr int kDefaultConcurrentProbes = 16;
+  static constexpr int kMaxConcurrentProbes = 1024;
 
   using Clock = std::function<absl::Time()>;
   explicit LinkTable(Clock clock = [] { return absl::Now(); }) : clock_(std::move(clock)) {}
 
+  // At most `n` probes at once (1: one at a time; clamped to
+  // [1, kMaxConcurrentProbes]).
+  void SetConcurrentProbes(int n);
   // Queues both directions between `name` and each of `peers` (a worker
-  // joined: its links to everyone are unknown).
-  void Joined(const std::string& name, const std::vector<std::string>& peers);
+  // joined: its links to everyone are unknown); `host` is the host part of
+  // its address (a worker never joined is a host of its own).
+  void Joined(const std::string& name, const std::string& host, const std::vector<std::string>& peers);
   // Queues every direction between every two of `names`; how many were
   // not queued already.
   int Request(const std::vector<std::string>& names);
-  // The peers `name` should probe now, marked claimed: empty unless it has
-  // queued targets and no other worker holds a live claim.
-  std::vector<std::string> Claim(const std::string& name);
+  // The peer `name` should probe now, claimed: none while `name` probes
+  // already or none of its queued directions may start (see above). Peers
+  // in `unavailable` (busy with a job, lost) are not probed now.
+  std::optional<std::string> Claim(const std::string& name, const std::set<std::string>& unavailable = {});
+  // The peers `name` has queued directions to.
+  std::vector<std::string> QueuedFrom(const std::string& name) const;
   // `from`'s measurements (LinkRecord::from and measured_at are set here):
-  // each ends its queued probe; the claim ends.
+  // each ends its queued probe and its claim.
   void Record(const std::string& from, std::vector<LinkRecord> links);
   // A job's streams saw the link from `from` to `to` slow down to
   // `bytes_per_second` (LinkRecord::observed_bytes_per_second); a probe of
@@ -73,17 +95,67 @@ class LinkTable {
   std::vector<LinkRecord> Links() const;  // by (from, to)
   std::optional<LinkRecord> Get(const std::string& from, const std::string& to) const;
   bool Stale(const LinkRecord& link) const { return clock_() - link.measured_at > kStaleAfter; }
-  int pending() const;
+  int pending() const;  // queued directions, those being probed included
+  int probing() const;  // live claims
   absl::Time Now() const { return clock_(); }
 
  private:
   using Direction = std::pair<std::string, std::string>;  // (from, to)
+  struct Claimed {
+    absl::Time at;
+    bool leaves_group = false;  // may leave its link group (when claimed)
+    bool alone = false;         // a measurement being taken again, alone
+    std::set<Direction> beside;  // the probes that ran at the same time
+  };
+
+  void ExpireClaimsLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  const std::string& HostLocked(const std::string& name) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // What the measured links show of the hosts (cached until a figure
+  // moves them): LinkGroups over hosts, a host to another as fast as the
+  // fastest link measured between their workers.
+  struct Groups {
+    std::map<std::string, int> of;  // worker name → its host's link group (an index, the same for one group)
+    std::map<std::pair<std::string, std::string>, double> host_rate;  // (host, host) → bytes/s
+    std::map<std::string, double> fastest;  // host → its fastest link out
+    std::set<std::pair<int, int>> tried;    // group pairs with a measured direction between them
+  };
+  const Groups& GroupsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  double HostRateLocked(const std::string& from, const std::string& to) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The link `d` now measures `after` bytes/s, `before` before: the groups
+  // are kept where that cannot move them (the rate between its hosts stays),
+  // else marked stale.
+  void KeepGroupsLocked(const Direction& d, double before, double after) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool LeavesGroupLocked(const Direction& d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Queues `d` (false: it was queued).
+  bool QueueLocked(const Direction& d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Queues, to be probed alone, each of `links` (all measured so far, when
+  // null) now leaving its group that was measured beside a probe now leaving
+  // its group too.
+  void RecheckSharedLocked(const std::vector<Direction>* links) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   Clock clock_;
   mutable absl::Mutex mu_;
+  int concurrent_probes_ ABSL_GUARDED_BY(mu_) = kDefaultConcurrentProbes;
+  std::map<std::string, std::string> hosts_ ABSL_GUARDED_BY(mu_);  // worker name → host
   std::map<Direction, LinkRecord> links_ ABSL_GUARDED_BY(mu_);
   std::set<Direction> queued_ ABSL_GUARDED_BY(mu_);
-  std::string claimed_by_ ABSL_GUARDED_BY(mu_);  // empty: no claim
-  absl::Time claimed_at_ ABSL_GUARDED_BY(mu_);
+  std::set<Direction> leaving_ ABSL_GUARDED_BY(mu_);  // the queued that may leave their groups
+  std::map<Direction, Claimed> claims_ ABSL_GUARDED_BY(mu_);
+  // The probes each measurement ran beside (while it may still have to be
+  // taken again), and the directions to probe again alone.
+  std::map<Direction, std::set<Direction>> measured_beside_ ABSL_GUARDED_BY(mu_);
+  std::set<Direction> alone_ ABSL_GUARDED_BY(mu_);
+  Groups groups_ ABSL_GUARDED_BY(mu_);
+  // What Claim chose as the one probe that may leave its group, kept while
+  // nothing changes (version_ counts the changes).
+  struct LeavingChoice {
+    uint64_t version = ~uint64_t{0};
+    std::set<std::string> unavailable;
+    std::optional<Direction> leaving;
+  };
+  uint64_t version_ ABSL_GUARDED_BY(mu_) = 0;
+  LeavingChoice choice_ ABSL_GUARDED_BY(mu_);
+  bool groups_stale_ ABSL_GUARDED_BY(mu_) = true;
 };
 
 }  // namespace shardline::server

@@ -67,12 +67,14 @@ absl::StatusOr<shardline::v1::HeartbeatResponse> GrpcCoordinatorClient::Heartbea
   return response;
 }
 
-absl::Status GrpcCoordinatorClient::ReportLinks(const shardline::v1::ReportLinksRequest& request) {
+absl::StatusOr<shardline::v1::ReportLinksResponse> GrpcCoordinatorClient::ReportLinks(
+    const shardline::v1::ReportLinksRequest& request) {
   grpc::ClientContext context;
   SetDeadline(context);
   Authorize(context);
   shardline::v1::ReportLinksResponse response;
-  return FromGrpcStatus(stub_->ReportLinks(&context, request, &response));
+  RETURN_IF_ERROR(FromGrpcStatus(stub_->ReportLinks(&context, request, &response)));
+  return response;
 }
 
 absl::Status GrpcCoordinatorClient::Leave(const std::string& worker_id, const std::string& reason) {

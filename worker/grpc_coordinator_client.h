@@ -32,8 +32,9 @@ class GrpcCoordinatorClient final : public StageReporter {
   // explainer); the answer says whether the worker is drained.
   absl::StatusOr<shardline::v1::HeartbeatResponse> Heartbeat(const std::string& worker_id,
                          const std::optional<shardline::v1::StageActivity>& activity = std::nullopt);
-  // What this worker measured of its links (HeartbeatResponse.probe_targets).
-  absl::Status ReportLinks(const shardline::v1::ReportLinksRequest& request);
+  // What this worker measured of its links (HeartbeatResponse.probe_targets);
+  // the answer's targets are the next to measure.
+  absl::StatusOr<shardline::v1::ReportLinksResponse> ReportLinks(const shardline::v1::ReportLinksRequest& request);
   // Tells the coordinator this worker is going (a short deadline: best effort).
   absl::Status Leave(const std::string& worker_id, const std::string& reason);
   // Blocks, calling `on_assignment` for each assignment, until the stream

@@ -9,10 +9,13 @@ namespace shardline::worker {
 void GrpcLinkProbes::Start(const std::string& worker_id, const std::vector<shardline::v1::ProbeTarget>& targets) {
   if (targets.empty()) return;
   absl::MutexLock lock(&mu_);
-  if (cancelled_ || running_) return;
+  if (cancelled_) return;
+  worker_id_ = worker_id;
+  targets_.insert(targets_.end(), targets.begin(), targets.end());
+  if (running_) return;  // the running thread takes them
   if (thread_.joinable()) thread_.join();  // the last round, finished
   running_ = true;
-  thread_ = std::thread([this, worker_id, targets] { Run(worker_id, targets); });
+  thread_ = std::thread([this] { Run(); });
 }
 
 void GrpcLinkProbes::Stop() {
@@ -25,36 +28,54 @@ void GrpcLinkProbes::Stop() {
   if (finishing.joinable()) finishing.join();
 }
 
-void GrpcLinkProbes::Run(std::string worker_id, std::vector<shardline::v1::ProbeTarget> targets) {
-  shardline::v1::ReportLinksRequest request;
-  request.set_worker_id(worker_id);
-  for (const shardline::v1::ProbeTarget& target : targets) {
-    if (cancelled_) break;
-    shardline::v1::LinkMeasurement* m = request.add_links();
-    m->set_to_worker(target.worker());
-    transport::LinkProbeOptions options = options_;
-    const std::string& address = target.address();
-    if (address.substr(0, address.rfind(':')) == own_host_) {
-      options.max_transfer_bytes = std::min(options.max_transfer_bytes, kSameHostTransferBytes);
+void GrpcLinkProbes::Run() {
+  while (true) {
+    shardline::v1::ReportLinksRequest request;
+    shardline::v1::ProbeTarget target;
+    {
+      absl::MutexLock lock(&mu_);
+      if (cancelled_ || targets_.empty()) {
+        targets_.clear();
+        running_ = false;
+        return;
+      }
+      target = std::move(targets_.front());
+      targets_.pop_front();
+      request.set_worker_id(worker_id_);
     }
-    absl::StatusOr<transport::LinkProbeResult> result =
-        transport::ProbeLink(address, credentials_, options, cancelled_);
-    if (!result.ok()) {
-      m->set_error(std::string(result.status().ToString()).substr(0, 512));
-      LOG(WARNING) << "link to " << target.worker() << " (" << target.address() << "): " << result.status();
+    *request.add_links() = Probe(target);
+    if (cancelled_) continue;
+    absl::StatusOr<shardline::v1::ReportLinksResponse> answer = report_(request);
+    if (!answer.ok()) {
+      LOG(WARNING) << "reporting the link to " << target.worker() << " failed: " << answer.status();
       continue;
     }
-    m->set_bytes_per_second(result->bytes_per_second);
-    m->set_bytes_per_second_spread(result->spread);
-    m->set_rtt_seconds(result->rtt_seconds);
-    LOG(INFO) << "link to " << target.worker() << ": " << result->bytes_per_second * 8 / 1e6 << " Mbit/s ± "
-              << 50 * result->spread << "%, round trip " << result->rtt_seconds * 1e3 << " ms ("
-              << result->transfer_bytes << "-byte transfers)";
+    absl::MutexLock lock(&mu_);
+    targets_.insert(targets_.end(), answer->probe_targets().begin(), answer->probe_targets().end());
   }
-  if (!cancelled_) {
-    if (absl::Status s = report_(request); !s.ok()) LOG(WARNING) << "reporting the links failed: " << s;
+}
+
+shardline::v1::LinkMeasurement GrpcLinkProbes::Probe(const shardline::v1::ProbeTarget& target) {
+  shardline::v1::LinkMeasurement m;
+  m.set_to_worker(target.worker());
+  transport::LinkProbeOptions options = options_;
+  const std::string& address = target.address();
+  if (address.substr(0, address.rfind(':')) == own_host_) {
+    options.max_transfer_bytes = std::min(options.max_transfer_bytes, kSameHostTransferBytes);
   }
-  running_ = false;
+  absl::StatusOr<transport::LinkProbeResult> result = transport::ProbeLink(address, credentials_, options, cancelled_);
+  if (!result.ok()) {
+    m.set_error(std::string(result.status().ToString()).substr(0, 512));
+    LOG(WARNING) << "link to " << target.worker() << " (" << target.address() << "): " << result.status();
+    return m;
+  }
+  m.set_bytes_per_second(result->bytes_per_second);
+  m.set_bytes_per_second_spread(result->spread);
+  m.set_rtt_seconds(result->rtt_seconds);
+  LOG(INFO) << "link to " << target.worker() << ": " << result->bytes_per_second * 8 / 1e6 << " Mbit/s ± "
+            << 50 * result->spread << "%, round trip " << result->rtt_seconds * 1e3 << " ms ("
+            << result->transfer_bytes << "-byte transfers)";
+  return m;
 }
 
 }  // namespace shardline::worker

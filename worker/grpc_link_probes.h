@@ -1,10 +1,10 @@
 // Runs the link probes the coordinator hands an idle worker
-// (HeartbeatResponse.probe_targets) on a thread of its own, one peer after
-// another (transport::ProbeLink), and reports them all at once
-// (ReportLinks); a peer that cannot be measured is reported with the error.
-// One round at a time: targets that arrive while one runs are dropped (the
-// coordinator hands them out again once the round's report clears its
-// claim). A peer on this worker's own host (the same host in its address)
+// (HeartbeatResponse.probe_targets, ReportLinksResponse.probe_targets) on a
+// thread of its own, one peer after another (transport::ProbeLink),
+// reporting each as it ends (ReportLinks), whose answer may name the next;
+// a peer that cannot be measured is reported with the error. Targets that
+// arrive while a probe runs wait their turn. A peer on this worker's own
+// host (the same host in its address)
 // is memory, not a wire: its transfers stop at kSameHostTransferBytes,
 // which keeps a cluster of many workers on one machine from spending
 // seconds of CPU on probes. Stop() cancels between transfers and joins.
@@ -15,6 +15,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
@@ -32,7 +33,8 @@ class GrpcLinkProbes {
  public:
   static constexpr int64_t kSameHostTransferBytes = int64_t{4} << 20;
 
-  using Report = std::function<absl::Status(const shardline::v1::ReportLinksRequest&)>;
+  using Report = std::function<absl::StatusOr<shardline::v1::ReportLinksResponse>(
+      const shardline::v1::ReportLinksRequest&)>;
   // `own_host`: the host part of this worker's advertised address.
   GrpcLinkProbes(std::string own_host, std::shared_ptr<grpc::ChannelCredentials> credentials, Report report,
                  transport::LinkProbeOptions options = {})
@@ -42,20 +44,23 @@ class GrpcLinkProbes {
         options_(options) {}
   ~GrpcLinkProbes() { Stop(); }
 
-  // Probes `targets` for worker `worker_id` unless a round runs already.
+  // Probes `targets` for worker `worker_id` after those still to run.
   void Start(const std::string& worker_id, const std::vector<shardline::v1::ProbeTarget>& targets);
   void Stop();
 
  private:
-  void Run(std::string worker_id, std::vector<shardline::v1::ProbeTarget> targets);
+  void Run();
+  shardline::v1::LinkMeasurement Probe(const shardline::v1::ProbeTarget& target);
 
   const std::string own_host_;
   const std::shared_ptr<grpc::ChannelCredentials> credentials_;
   const Report report_;
   const transport::LinkProbeOptions options_;
   std::atomic<bool> cancelled_{false};
-  std::atomic<bool> running_{false};
   absl::Mutex mu_;
+  bool running_ ABSL_GUARDED_BY(mu_) = false;
+  std::string worker_id_ ABSL_GUARDED_BY(mu_);
+  std::deque<shardline::v1::ProbeTarget> targets_ ABSL_GUARDED_BY(mu_);
   std::thread thread_ ABSL_GUARDED_BY(mu_);
 };
 

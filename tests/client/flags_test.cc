@@ -114,6 +114,13 @@ TEST(FlagsTest, FlagFilesAndTheEnvironmentSetFlags) {
   const Output bad_env = RunProgram({"/usr/bin/env", "SHARDLINE_LEASE_MS=soon", kBin + "/shardline-coordinator"});
   EXPECT_EQ(bad_env.ended, kInvalid);
   EXPECT_TRUE(absl::StartsWith(bad_env.err, "Error: SHARDLINE_LEASE_MS: bad value")) << bad_env.err;
+
+  for (const std::string n : {"0", "1025"}) {
+    const Output probes = RunProgram(
+        {kBin + "/shardline-coordinator", "--state_dir=" + dir + "/state", "--concurrent_probes=" + n});
+    EXPECT_EQ(probes.ended, kInvalid);
+    EXPECT_TRUE(absl::StrContains(probes.err, "--concurrent_probes must be from 1 to 1024, not " + n)) << probes.err;
+  }
 }
 
 TEST(FlagsTest, AWorkerOnAWildcardAddressMustBeToldWhatToAdvertise) {

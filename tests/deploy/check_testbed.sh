@@ -4,7 +4,9 @@
 # capped uplink come up, a three-stage job runs across the namespaces (a
 # stage link crosses the uplink: its token bucket counts the bytes) and
 # succeeds, and the links the workers measured on joining show the uplink's
-# rate across racks and a much higher one inside; a failing command's status
+# rate across racks and a much higher one inside; with two workers in each
+# rack (probes running at once) every link across still shows the whole
+# uplink; a failing command's status
 # comes back; and each time nothing is left: no namespace, veth, bridge or
 # qdisc of ours; a worker capped with cpu= measures a lower GEMM rate, and
 # its cgroup goes with the rest.
@@ -159,6 +161,40 @@ for r in inside:
     assert r > 4 * max(cross), ("a link inside a rack measured %.0f Mbit/s" % (r * 8 / 1e6), inside, cross)
 print("ok: links measured: across the 200 Mbit/s uplink %s Mbit/s, inside rack a %s Mbit/s"
       % ([round(r * 8 / 1e6) for r in cross], [round(r * 8 / 1e6) for r in inside]))
+PY
+
+# --- Two racks of two (the shipped two-racks.topology): probes run at once
+# on distinct hosts inside a rack, never two across the uplink (each would
+# measure half of it), so every link across shows the uplink's own rate.
+cat >"$work/links.sh" <<'LINKS'
+set -euo pipefail
+for _ in $(seq 600); do
+  timeout 60 $TESTBED_SHARDCTL -o json get links >"$TESTBED_WORK/links.json"
+  python3 -c 'import json,sys; l=json.load(open(sys.argv[1])); sys.exit(0 if len(l.get("links",[]))==12 and not l.get("pendingProbes", l.get("pending_probes")) else 1)' \
+    "$TESTBED_WORK/links.json" && exit 0
+  sleep 0.2
+done
+echo "FAIL: the 12 directions were not all measured"; timeout 60 $TESTBED_SHARDCTL get links; exit 1
+LINKS
+bash "$testbed" --bin "$bin_dir" --work "$work/racks4" --deadline 300 "$source_dir/deploy/testbed/two-racks.topology" -- bash "$work/links.sh"
+left_nothing "two racks of two"
+python3 - "$work/racks4/links.json" <<'PY'
+import json, sys
+links = json.load(open(sys.argv[1])).get("links", [])
+cross, inside = [], []
+for l in links:
+    a, b = l.get("fromWorker", l.get("from_worker")), l.get("toWorker", l.get("to_worker"))
+    assert not l.get("error"), l
+    (inside if a[0] == b[0] else cross).append(float(l.get("bytesPerSecond", l.get("bytes_per_second", 0))))
+assert len(cross) == 8 and len(inside) == 4, (cross, inside)
+uplink = 200e6 / 8
+for r in cross:
+    # Two probes across at once would each see about half of it.
+    assert 0.7 * uplink < r < 1.25 * uplink, ("a link across the uplink measured %.0f Mbit/s" % (r * 8 / 1e6), cross)
+for r in inside:
+    assert r > 4 * max(cross), ("a link inside a rack measured %.0f Mbit/s" % (r * 8 / 1e6), inside, cross)
+print("ok: two racks of two: the 8 directions across the 200 Mbit/s uplink measured %s Mbit/s, the 4 inside %s"
+      % (sorted(round(r * 8 / 1e6) for r in cross), sorted(round(r * 8 / 1e6) for r in inside)))
 PY
 
 # --- A failing command: its status, and the teardown.

@@ -150,13 +150,16 @@ TEST_F(CoordinatorServiceTest, ReportsAndShardsComeOnlyFromThePositionsWorkerWit
   EXPECT_TRUE(StillServing());
 }
 
-// Links: a worker is handed probe targets only while idle, one worker at a
-// time; a report of links needs its secret and sane figures, and names the
-// sender by its registration, not by anything in the request.
+// Links: a worker is handed probe targets only while idle, one link at a
+// time and one probe a host (these workers share 127.0.0.1); a report
+// names the worker's next; a report of links needs its secret and sane
+// figures, and names the sender by its registration, not by anything in
+// the request.
 TEST_F(CoordinatorServiceTest, LinkProbesGoToOneIdleWorkerAndReportsNeedItsSecret) {
-  std::string w0, w1;
+  std::string w0, w1, w2;
   ASSERT_TRUE(Register("w0", &w0).ok());
   ASSERT_TRUE(Register("w1", &w1).ok());
+  ASSERT_TRUE(Register("w2", &w2).ok());
   auto beat = [&](const std::string& id) {
     grpc::ClientContext context;
     Sign(context, id);
@@ -170,7 +173,8 @@ TEST_F(CoordinatorServiceTest, LinkProbesGoToOneIdleWorkerAndReportsNeedItsSecre
   ASSERT_EQ(first.probe_targets_size(), 1);
   EXPECT_EQ(first.probe_targets(0).worker(), "w1");
   EXPECT_EQ(first.probe_targets(0).address(), "127.0.0.1:1") << "w1's StageLink address (the fixture's)";
-  EXPECT_EQ(beat(w1).probe_targets_size(), 0) << "w0 is probing";
+  EXPECT_EQ(beat(w1).probe_targets_size(), 0) << "w0 is probing: its host is busy";
+  EXPECT_EQ(beat(w0).probe_targets_size(), 0) << "one link at a time";
 
   shardline::v1::ReportLinksRequest report;
   report.set_worker_id(w0);
@@ -192,15 +196,24 @@ TEST_F(CoordinatorServiceTest, LinkProbesGoToOneIdleWorkerAndReportsNeedItsSecre
   grpc::ClientContext good;
   Sign(good, w0);
   ASSERT_TRUE(worker_stub_->ReportLinks(&good, report, &response).ok());
+  ASSERT_EQ(response.probe_targets_size(), 1) << "the answer names w0's next";
+  EXPECT_EQ(response.probe_targets(0).worker(), "w2");
 
-  EXPECT_EQ(beat(w1).probe_targets_size(), 1) << "w0 reported: now w1's turn";
   grpc::ClientContext list_context;
   shardline::v1::ListLinksResponse links;
   ASSERT_TRUE(admin_stub_->ListLinks(&list_context, shardline::v1::ListLinksRequest(), &links).ok());
   ASSERT_EQ(links.links_size(), 1);
   EXPECT_EQ(links.links(0).from_worker(), "w0");
   EXPECT_EQ(links.links(0).bytes_per_second(), 1.25e9);
-  EXPECT_EQ(links.pending_probes(), 1);
+  EXPECT_EQ(links.pending_probes(), 5);
+  EXPECT_EQ(links.probing(), 1) << "w0 to w2";
+
+  m->set_to_worker("w2");
+  grpc::ClientContext second;
+  Sign(second, w0);
+  ASSERT_TRUE(worker_stub_->ReportLinks(&second, report, &response).ok());
+  EXPECT_EQ(response.probe_targets_size(), 0) << "w0 measured all of its links";
+  EXPECT_EQ(beat(w1).probe_targets_size(), 1) << "w0 reported: now w1's turn";
   EXPECT_TRUE(StillServing());
 }
 

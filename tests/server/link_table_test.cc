@@ -1,5 +1,6 @@
 #include "server/link_table.h"
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -24,48 +25,135 @@ class LinkTableTest : public ::testing::Test {
 };
 
 TEST_F(LinkTableTest, AJoiningWorkerQueuesBothDirectionsToEveryPeer) {
-  table_.Joined("a", {"a"});
+  table_.Joined("a", "ha", {"a"});
   EXPECT_EQ(table_.pending(), 0) << "no link to itself";
-  table_.Joined("b", {"a", "b"});
-  table_.Joined("c", {"a", "b", "c"});
+  table_.Joined("b", "hb", {"a", "b"});
+  table_.Joined("c", "hc", {"a", "b", "c"});
   EXPECT_EQ(table_.pending(), 6);
-  EXPECT_EQ(table_.Claim("c"), (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(table_.QueuedFrom("c"), (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(table_.Claim("c"), std::nullopt) << "the one probe that may leave a group is a's, to b";
+  EXPECT_EQ(table_.Claim("a"), "b");
 }
 
-TEST_F(LinkTableTest, OneWorkerProbesAtATimeUntilItReportsOrItsClaimLapses) {
-  table_.Request({"a", "b", "c"});
-  ASSERT_EQ(table_.pending(), 6);
-  EXPECT_EQ(table_.Claim("a"), (std::vector<std::string>{"b", "c"}));
-  EXPECT_TRUE(table_.Claim("b").empty()) << "a holds the claim";
-  EXPECT_TRUE(table_.Claim("a").empty()) << "a is probing what it was given";
-  table_.Record("a", {Measured("b", 1e9), Measured("c", 2e8)});
-  EXPECT_EQ(table_.pending(), 4);
-  EXPECT_EQ(table_.Claim("b"), (std::vector<std::string>{"a", "c"}));
-  // b never reports: after the timeout another worker may go.
+TEST_F(LinkTableTest, UntilGroupsAreKnownOneProbeRunsAtATimeUntilItReportsOrItsClaimLapses) {
+  table_.Request({"a", "b", "c", "d"});
+  ASSERT_EQ(table_.pending(), 12);
+  EXPECT_EQ(table_.Claim("a"), "b");
+  EXPECT_EQ(table_.probing(), 1);
+  EXPECT_FALSE(table_.Claim("a").has_value()) << "a probes one link at a time";
+  EXPECT_FALSE(table_.Claim("c").has_value()) << "nothing is known: a's probe may leave a group, c's to d too";
+  table_.Record("a", {Measured("b", 1e9)});
+  EXPECT_EQ(table_.pending(), 11);
+  EXPECT_FALSE(table_.Claim("a").has_value()) << "b's reverse probe goes first: it may show a and b one group";
+  EXPECT_EQ(table_.Claim("b"), "a");
+  // b never reports (it died): its claim holds until the timeout.
   now_ += LinkTable::kClaimTimeout - absl::Seconds(1);
-  EXPECT_TRUE(table_.Claim("c").empty());
+  EXPECT_FALSE(table_.Claim("a", {"b"}).has_value());
   now_ += absl::Seconds(2);
-  EXPECT_EQ(table_.Claim("c"), (std::vector<std::string>{"a", "b"}));
-  // And b's directions are still queued for later.
-  EXPECT_EQ(table_.pending(), 4);
+  EXPECT_EQ(table_.probing(), 0);
+  EXPECT_EQ(table_.Claim("a", {"b"}), "c");
+  EXPECT_EQ(table_.pending(), 11) << "b's direction is still queued for later";
+}
+
+TEST_F(LinkTableTest, ProbesInsideAGroupRunAtOnceOnDistinctHostsUpToTheCap) {
+  // a, b, c and d: one fabric (each pair measured fast both ways), but
+  // a and e share a host.
+  for (const std::string n : {"a", "b", "c", "d"}) table_.Joined(n, "h" + n, {});
+  table_.Joined("e", "ha", {});
+  for (const std::string from : {"a", "b", "c", "d"}) {
+    std::vector<LinkRecord> links;
+    for (const std::string to : {"a", "b", "c", "d"}) {
+      if (to != from) links.push_back(Measured(to, 1e9));
+    }
+    table_.Record(from, links);
+  }
+  table_.Request({"a", "b", "c", "d"});
+  EXPECT_EQ(table_.Claim("a"), "b");
+  EXPECT_EQ(table_.Claim("b"), std::nullopt) << "b's host is in a's probe";
+  EXPECT_EQ(table_.Claim("c"), "d") << "c and d: other hosts, the same group";
+  EXPECT_EQ(table_.probing(), 2);
+  table_.Record("a", {Measured("b", 1e9)});
+  table_.Record("c", {Measured("d", 1e9)});
+  table_.SetConcurrentProbes(1);
+  EXPECT_EQ(table_.Claim("b"), "a");
+  EXPECT_EQ(table_.Claim("c"), std::nullopt) << "at most one at once now";
+  table_.Record("b", {Measured("a", 1e9)});
+  // e is on a's host: in its group from the start (the groups are of
+  // hosts), and a probe from e holds a's host too.
+  table_.SetConcurrentProbes(4);
+  table_.Joined("e", "ha", {"c"});
+  EXPECT_EQ(table_.Claim("e"), "c") << "inside the group, though nothing of e is measured";
+  EXPECT_EQ(table_.Claim("a"), std::nullopt) << "e's host is a's";
+  EXPECT_EQ(table_.Claim("b"), "d") << "not a (its host is e's), nor c (in e's probe)";
+}
+
+TEST_F(LinkTableTest, PeersBusyWithAJobOrDrainedAreNotProbed) {
+  table_.Request({"a", "b", "c"});
+  EXPECT_EQ(table_.Claim("a", {"b"}), "c");
+  table_.Record("a", {Measured("c", 1e9)});
+  EXPECT_EQ(table_.Claim("c", {"b"}), "a");
+  table_.Record("c", {Measured("a", 1e9)});
+  EXPECT_EQ(table_.Claim("a", {"b"}), std::nullopt);
+  EXPECT_EQ(table_.Claim("c", {"b"}), std::nullopt);
+  EXPECT_EQ(table_.pending(), 4) << "every direction to and from b waits";
+  EXPECT_EQ(table_.Claim("a"), "b");
+}
+
+TEST_F(LinkTableTest, ALinkMeasuredBesideAnotherThatBothTurnOutToLeaveTheirGroupsIsProbedAgainAlone) {
+  // Two racks, a and b, seen at first through slow links only: a1-b1-a2-b2-a3-b3
+  // look like one group, so a1 -> b2 and a3 -> b1 run at once across the
+  // one uplink, each measuring half of it.
+  const std::vector<std::string> names = {"a1", "a2", "a3", "b1", "b2", "b3"};
+  for (const std::string& n : names) table_.Joined(n, "h" + n, {});
+  const std::vector<std::pair<std::string, std::string>> chain = {
+      {"a1", "b1"}, {"b1", "a2"}, {"a2", "b2"}, {"b2", "a3"}, {"a3", "b3"}};
+  for (const auto& [x, y] : chain) {
+    table_.Record(x, {Measured(y, 2.5e7)});
+    table_.Record(y, {Measured(x, 2.5e7)});
+  }
+  table_.Joined("a1", "ha1", {"b2"});
+  table_.Joined("a3", "ha3", {"b1"});
+  ASSERT_EQ(table_.Claim("a1"), "b2");
+  ASSERT_EQ(table_.Claim("a3"), "b1") << "inside one group, as far as anything shows";
+  table_.Record("a1", {Measured("b2", 1.25e7)});
+  table_.Record("a3", {Measured("b1", 1.25e7)});
+  EXPECT_EQ(table_.pending(), 2) << "b2 -> a1 and b1 -> a3 only: nothing contradicts the group yet";
+  // Rack a's own link shows a1 and a2 far faster than the chain: the
+  // groups split, and both shared measurements cross between them.
+  table_.Record("a1", {Measured("a2", 1e9)});
+  table_.Record("a2", {Measured("a1", 1e9)});
+  EXPECT_EQ(table_.QueuedFrom("a1"), (std::vector<std::string>{"b2"}));
+  EXPECT_EQ(table_.QueuedFrom("a3"), (std::vector<std::string>{"b1"}));
+  EXPECT_EQ(table_.Claim("b2"), std::nullopt) << "a measurement to take again alone goes first";
+  ASSERT_EQ(table_.Claim("a1"), "b2");
+  EXPECT_EQ(table_.Claim("a3"), std::nullopt) << "alone: nothing beside it";
+  EXPECT_EQ(table_.Claim("b1"), std::nullopt);
+  table_.Record("a1", {Measured("b2", 2.5e7)});
+  ASSERT_EQ(table_.Claim("a3"), "b1");
+  table_.Record("a3", {Measured("b1", 2.5e7)});
+  EXPECT_EQ(table_.Get("a1", "b2")->bytes_per_second, 2.5e7);
+  EXPECT_EQ(table_.Get("a3", "b1")->bytes_per_second, 2.5e7);
+  EXPECT_EQ(table_.pending(), 2) << "nothing taken again twice";
 }
 
 TEST_F(LinkTableTest, MeasurementsAgeAndAFailedProbeKeepsTheLastGoodFigures) {
   table_.Request({"a", "b"});
-  ASSERT_FALSE(table_.Claim("a").empty());
+  ASSERT_EQ(table_.Claim("a"), "b");
   table_.Record("a", {Measured("b", 1e9)});
+  EXPECT_FALSE(table_.Get("b", "a").has_value()) << "each direction on its own";
+  ASSERT_EQ(table_.Claim("b"), "a");
+  table_.Record("b", {Measured("a", 1e9)});
   auto link = table_.Get("a", "b");
   ASSERT_TRUE(link.has_value());
   EXPECT_EQ(link->from, "a");
   EXPECT_EQ(link->bytes_per_second, 1e9);
   EXPECT_EQ(link->measured_at, now_);
   EXPECT_FALSE(table_.Stale(*link));
-  EXPECT_FALSE(table_.Get("b", "a").has_value()) << "each direction on its own";
   now_ += LinkTable::kStaleAfter + absl::Seconds(1);
   EXPECT_TRUE(table_.Stale(*table_.Get("a", "b")));
 
   table_.Request({"a", "b"});
-  ASSERT_FALSE(table_.Claim("a").empty());
+  ASSERT_EQ(table_.Claim("a"), "b");
   LinkRecord failed;
   failed.to = "b";
   failed.error = "UNAVAILABLE: connection refused";
@@ -81,13 +169,14 @@ TEST_F(LinkTableTest, MeasurementsAgeAndAFailedProbeKeepsTheLastGoodFigures) {
 
 TEST_F(LinkTableTest, ForgottenWorkersTakeTheirLinksProbesAndClaimAlong) {
   table_.Request({"a", "b", "c"});
-  ASSERT_FALSE(table_.Claim("c").empty());
-  table_.Record("c", {Measured("a", 1e9)});
-  ASSERT_FALSE(table_.Claim("a").empty());
+  ASSERT_EQ(table_.Claim("a"), "b");
+  table_.Record("a", {Measured("b", 1e9)});
+  ASSERT_EQ(table_.Claim("b"), "a");
   table_.Retain({"b", "c"});
-  EXPECT_FALSE(table_.Get("c", "a").has_value());
-  EXPECT_EQ(table_.pending(), 2) << "b → c and c → b (c reported only its link to a)";
-  EXPECT_EQ(table_.Claim("b"), (std::vector<std::string>{"c"})) << "a's claim went with it";
+  EXPECT_FALSE(table_.Get("a", "b").has_value());
+  EXPECT_EQ(table_.pending(), 2) << "b → c and c → b";
+  EXPECT_EQ(table_.probing(), 0) << "b's claim of its link to a went with a";
+  EXPECT_EQ(table_.Claim("b"), "c");
   EXPECT_EQ(table_.Links().size(), 0u);
 }
 
@@ -114,6 +203,106 @@ TEST_F(LinkTableTest, ASlowdownAJobObservedCountsUntilTheNextProbe) {
   table_.Record("a", {Measured("b", 4e8)});
   EXPECT_DOUBLE_EQ(links(a, b).bytes_per_second, 4e8) << "a probe replaces the observation";
   EXPECT_EQ(table_.Get("a", "b")->observed_bytes_per_second, 0);
+}
+
+// A cluster probed in rounds: every worker asks for a probe each round, in
+// name order, and every probe claimed ends with the round. Names starting
+// with the same letter share a rack: `inside` within it; between racks the
+// probes crossing at once share the uplink's `across`. Each worker is a
+// host of its own unless `host_of` says otherwise; workers on one host
+// measure `same_host`. What the workers measure is written back as they
+// would.
+struct ProbeRun {
+  int rounds = 0;
+  int most_at_once = 0;
+};
+
+ProbeRun ProbeEverything(LinkTable& table, absl::Time& now, const std::vector<std::string>& names, double inside,
+                         double across, std::function<std::string(const std::string&)> host_of = nullptr,
+                         double same_host = 0) {
+  if (host_of == nullptr) host_of = [](const std::string& n) { return "host-" + n; };
+  std::vector<std::string> joined;
+  for (const std::string& n : names) {
+    table.Joined(n, host_of(n), joined);
+    joined.push_back(n);
+  }
+  ProbeRun run;
+  while (table.pending() > 0 && run.rounds < 10000) {
+    std::vector<std::pair<std::string, std::string>> probes;
+    for (const std::string& n : names) {
+      if (std::optional<std::string> peer = table.Claim(n)) probes.emplace_back(n, *peer);
+    }
+    int crossing = 0;
+    for (const auto& [from, to] : probes) crossing += from[0] != to[0];
+    for (const auto& [from, to] : probes) {
+      LinkRecord link;
+      link.to = to;
+      link.bytes_per_second = host_of(from) == host_of(to) ? same_host : from[0] == to[0] ? inside : across / crossing;
+      table.Record(from, {link});
+    }
+    run.most_at_once = std::max(run.most_at_once, static_cast<int>(probes.size()));
+    now += absl::Seconds(1);
+    ++run.rounds;
+  }
+  return run;
+}
+
+std::vector<std::string> Names(const std::string& racks, int each) {
+  std::vector<std::string> names;
+  for (char rack : racks) {
+    for (int i = 0; i < each; ++i) names.push_back(std::string(1, rack) + std::to_string(10 + i));
+  }
+  return names;
+}
+
+TEST_F(LinkTableTest, AFabricIsProbedManyAtOnceOnceAChainOfProbesShowsItOneGroup) {
+  const std::vector<std::string> names = Names("a", 16);
+  const ProbeRun run = ProbeEverything(table_, now_, names, 1e9, 0);
+  const int directions = 16 * 15;
+  EXPECT_EQ(static_cast<int>(table_.Links().size()), directions);
+  for (const LinkRecord& l : table_.Links()) EXPECT_EQ(l.bytes_per_second, 1e9) << l.from << " -> " << l.to;
+  EXPECT_EQ(run.most_at_once, 8) << "every host in a probe";
+  // A chain of 2 × 15 probes one at a time, then 8 at once.
+  EXPECT_LT(run.rounds, directions / 3) << "one at a time it takes " << directions;
+}
+
+TEST_F(LinkTableTest, HostsOfSeveralWorkersOnOneFabricAreOneGroupThoughTheirOwnLinksAreFaster) {
+  // 4 hosts of 4 workers: memory at 5 GB/s inside a host, 1 GB/s between
+  // (under a quarter of it: as workers, each host would be a group apart).
+  const std::vector<std::string> names = Names("a", 16);
+  auto host_of = [&](const std::string& n) { return "h" + std::to_string((std::stoi(n.substr(1)) - 10) / 4); };
+  const ProbeRun run = ProbeEverything(table_, now_, names, 1e9, 0, host_of, 5e9);
+  ASSERT_EQ(table_.Links().size(), 16u * 15u);
+  for (const LinkRecord& l : table_.Links()) {
+    EXPECT_EQ(l.bytes_per_second, host_of(l.from) == host_of(l.to) ? 5e9 : 1e9) << l.from << " -> " << l.to;
+  }
+  EXPECT_EQ(run.most_at_once, 4) << "a probe on every host: inside each, or two between hosts";
+  // The 192 directions between hosts two at a time, the 48 inside beside them.
+  EXPECT_LT(run.rounds, 130);
+}
+
+TEST_F(LinkTableTest, RacksAreProbedInsideAtOnceAndAcrossTheUplinkOneAtATimeAndEveryFigureIsTheWiresOwn) {
+  const std::vector<std::string> names = Names("ab", 6);
+  const ProbeRun run = ProbeEverything(table_, now_, names, 1e9, 2.5e7);
+  ASSERT_EQ(table_.Links().size(), 12u * 11u);
+  for (const LinkRecord& l : table_.Links()) {
+    EXPECT_EQ(l.bytes_per_second, l.from[0] == l.to[0] ? 1e9 : 2.5e7) << l.from << " -> " << l.to;
+  }
+  EXPECT_GT(run.most_at_once, 1);
+  EXPECT_LT(run.rounds, 12 * 11) << "the 72 directions across one at a time, the 60 inside beside them";
+}
+
+TEST_F(LinkTableTest, ThreeRacksKeepEveryFigureTheWiresOwnToo) {
+  // Racks of uneven sizes: no order of probes may leave a shared
+  // measurement behind.
+  std::vector<std::string> names = Names("a", 5);
+  for (const std::string& n : Names("b", 2)) names.push_back(n);
+  for (const std::string& n : Names("c", 4)) names.push_back(n);
+  ProbeEverything(table_, now_, names, 1e9, 2.5e7);
+  ASSERT_EQ(table_.Links().size(), 11u * 10u);
+  for (const LinkRecord& l : table_.Links()) {
+    EXPECT_EQ(l.bytes_per_second, l.from[0] == l.to[0] ? 1e9 : 2.5e7) << l.from << " -> " << l.to;
+  }
 }
 
 }  // namespace
