@@ -6,6 +6,15 @@ void LinkTable::Joined(const std::string& name, const std::string& host, const s
   absl::MutexLock lock(&mu_);
   if (hosts_[name] != host) groups_stale_ = true;  // a link on one host is memory, not a wire
   hosts_[name] = host;
+  // A worker registering again runs none of the probes it claimed before.
+  for (auto it = claims_.begin(); it != claims_.end();) {
+    if (it->first.first != name) {
+      ++it;
+      continue;
+    }
+    it = claims_.erase(it);
+    ++version_;
+  }
   for (const std::string& peer : peers) {
     if (peer == name) continue;
     QueueLocked({name, peer});

@@ -69,7 +69,8 @@ class LinkTable {
   void SetConcurrentProbes(int n);
   // Queues both directions between `name` and each of `peers` (a worker
   // joined: its links to everyone are unknown); `host` is the host part of
-  // its address (a worker never joined is a host of its own).
+  // its address (a worker never joined is a host of its own). Claims it
+  // held (it registered again) end.
   void Joined(const std::string& name, const std::string& host, const std::vector<std::string>& peers);
   // Queues every direction between every two of `names`; how many were
   // not queued already.

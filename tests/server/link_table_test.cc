@@ -53,6 +53,10 @@ TEST_F(LinkTableTest, UntilGroupsAreKnownOneProbeRunsAtATimeUntilItReportsOrItsC
   EXPECT_EQ(table_.probing(), 0);
   EXPECT_EQ(table_.Claim("a", {"b"}), "c");
   EXPECT_EQ(table_.pending(), 11) << "b's direction is still queued for later";
+  // a restarts and registers again: the probe it claimed is not running.
+  table_.Joined("a", "a", {});
+  EXPECT_EQ(table_.probing(), 0);
+  EXPECT_EQ(table_.Claim("a", {"b"}), "c");
 }
 
 TEST_F(LinkTableTest, ProbesInsideAGroupRunAtOnceOnDistinctHostsUpToTheCap) {
