@@ -156,7 +156,9 @@ grpc::ServerUnaryReactor* CoordinatorService::Register(grpc::CallbackServerConte
     if (!w.lost) live.push_back(w.name);
   }
   jobs_->links().Retain(known);
-  jobs_->links().Joined(request->name(), HostOf(*registry_.Get(*id)), live);
+  WorkerRecord joined;
+  joined.capabilities = request->capabilities();
+  jobs_->links().Joined(request->name(), HostOf(joined), live);
   jobs_->Schedule();  // a pending job may have been waiting for this worker
   return Done(context, absl::OkStatus());
 }
