@@ -189,8 +189,10 @@ for l in links:
 assert len(cross) == 8 and len(inside) == 4, (cross, inside)
 uplink = 200e6 / 8
 for r in cross:
-    # Two probes across at once would each see about half of it.
-    assert 0.7 * uplink < r < 1.25 * uplink, ("a link across the uplink measured %.0f Mbit/s" % (r * 8 / 1e6), cross)
+    # Two probes across at once would each see about half of it; even two
+    # opposite ways read as little as 0.78 of it (each one's TCP ACKs wait
+    # behind the other's data in the 2 ms buckets).
+    assert 0.85 * uplink < r < 1.25 * uplink, ("a link across the uplink measured %.0f Mbit/s" % (r * 8 / 1e6), cross)
 for r in inside:
     assert r > 4 * max(cross), ("a link inside a rack measured %.0f Mbit/s" % (r * 8 / 1e6), inside, cross)
 print("ok: two racks of two: the 8 directions across the 200 Mbit/s uplink measured %s Mbit/s, the 4 inside %s"
