@@ -75,6 +75,10 @@ void CoordinatorMetrics::Refresh() {
   for (const auto& [state, count] : workers) {
     registry_.GetGauge("shardline_workers", "registered workers by state", {{"state", state}}).Set(count);
   }
+  const LinkTable& links = jobs_.links();
+  const char* help = "link directions queued for probing (queued), and of those being probed now (running)";
+  registry_.GetGauge("shardline_link_probes", help, {{"state", "queued"}}).Set(links.pending());
+  registry_.GetGauge("shardline_link_probes", help, {{"state", "running"}}).Set(links.probing());
 }
 
 }  // namespace shardline::server

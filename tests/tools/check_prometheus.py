@@ -223,6 +223,10 @@ def run(bin_dir, source_dir, workdir, daemons, promtool, prometheus):
     assert sample(c, "shardline_jobs", {"state": "succeeded"}) == 1, c
     assert sample(c, "shardline_jobs", {"state": "running"}) == 0, c
     assert sample(c, "shardline_workers", {"state": "idle"}) == 2, c
+    # w0 and w1 measure their two directions as they go idle: before, during or after the job.
+    queued = sample(c, "shardline_link_probes", {"state": "queued"})
+    running = sample(c, "shardline_link_probes", {"state": "running"})
+    assert queued is not None and running is not None and 0 <= running <= queued <= 2, c
     assert sample(c, "shardline_job_steps_total", {"job_id": job}) == STEPS, c
     tokens = sample(c, "shardline_job_tokens_total", {"job_id": job})
     # Every step of the addition task trains on as many tokens (the answers').
