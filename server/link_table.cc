@@ -36,7 +36,7 @@ int LinkTable::Request(const std::vector<std::string>& names) {
 void LinkTable::Record(const std::string& from, std::vector<LinkRecord> links) {
   absl::MutexLock lock(&mu_);
   const absl::Time now = clock_();
-  const std::map<std::string, int> groups_before = GroupsLocked().of;
+  GroupsLocked();  // fresh: each figure below either keeps them or marks them stale
   ++version_;
   std::vector<Direction> measured;
   for (LinkRecord& link : links) {
@@ -60,9 +60,9 @@ void LinkTable::Record(const std::string& from, std::vector<LinkRecord> links) {
     if (!groups_stale_) KeepGroupsLocked(d, it == links_.end() ? 0 : it->second.bytes_per_second, link.bytes_per_second);
     links_[d] = std::move(link);
   }
-  // Where the groups moved, any measurement taken beside another may now
-  // cross between groups; else only these.
-  RecheckSharedLocked(GroupsLocked().of == groups_before ? &measured : nullptr);
+  // Where the groups may have moved, any measurement taken beside another
+  // may now cross between groups; else only these.
+  RecheckSharedLocked(groups_stale_ ? nullptr : &measured);
 }
 
 void LinkTable::Observe(const std::string& from, const std::string& to, double bytes_per_second,
