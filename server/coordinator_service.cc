@@ -198,9 +198,12 @@ grpc::ServerUnaryReactor* CoordinatorService::Heartbeat(grpc::CallbackServerCont
   response->set_lease_ms(absl::ToInt64Milliseconds(registry_.lease()));
   absl::Status status = registry_.Heartbeat(request->worker_id(), request->activity());
   if (status.ok()) {
+    if (request->has_compute()) registry_.NoteComputeProbe(request->worker_id(), request->compute().gemm_flops());
     absl::StatusOr<WorkerRecord> record = registry_.Get(request->worker_id());
     response->set_drained(record.ok() && record->drained);
     if (record.ok()) AddProbeTarget(*record, response->mutable_probe_targets());
+    // Not both at once: the GEMM would slow the link probe, and this.
+    response->set_measure_compute(response->probe_targets().empty() && registry_.AskComputeProbe(request->worker_id()));
   }
   return Done(context, status);
 }

@@ -229,6 +229,7 @@ void JobManager::ScheduleLocked() {
       assignments[position].set_link_token(job.link_token());  // the job's workers alone know it
       deliver_(worker, std::move(assignments[position]));
     }
+    job.rate_watch().Start(job.first_step());
   }
 }
 

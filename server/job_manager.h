@@ -203,7 +203,14 @@ class JobManager {
   // And seconds a move must save over the rest of the job (the slowdown's
   // cost so far to weigh one, the new layout's predicted gain to make it).
   static constexpr double kReplanMinSavingSeconds = 5.0;
+  // The same check, every kReplanCheckSteps steps, once a worker of the
+  // job or an idle one got clearly faster during the epoch (RateWatch: its
+  // machine was busy a while and is not now); after a check
+  // that finds no move, again only once a rate rose further.
   void MaybePlanReplan(RunningJob& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The live workers in service a re-plan of `job` could use: its own and
+  // the idle ones.
+  std::vector<WorkerRecord> WatchedWorkers(const RunningJob& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Growing back (job_manager_replan.cc): after each completed step, a job
   // running on fewer pipeline stages than its spec's (it lost workers and
   // no standby came) is told to stop a little ahead, checkpointed, as for

@@ -14,6 +14,14 @@
 
 namespace shardline::server {
 
+std::vector<WorkerRecord> JobManager::WatchedWorkers(const RunningJob& job) {
+  std::vector<WorkerRecord> out;
+  for (WorkerRecord& w : registry_.List()) {
+    if (!w.lost && !w.drained && (w.job_id.empty() || w.job_id == job.status().job_id())) out.push_back(std::move(w));
+  }
+  return out;
+}
+
 void JobManager::MaybePlanReplan(RunningJob& job) {
   const int64_t step = job.status().step();
   const int64_t stop = ReplanStop(job);
@@ -21,9 +29,16 @@ void JobManager::MaybePlanReplan(RunningJob& job) {
   // epoch's steps were slow from its start (it began on that link).
   const bool steps_slowed = job.pace().slowed(), link_slowed = job.link_slowed();
   if (!auto_replan_ || job.spec().parallel().placement() == "in_order" || job.replan_step() > 0 ||
-      (!steps_slowed && !link_slowed) || stop + kReplanMinRemaining > job.status().total_steps() ||
+      stop + kReplanMinRemaining > job.status().total_steps() ||
       (job.replan_checked_at() > 0 && step < job.replan_checked_at() + kReplanCheckSteps)) {
     return;
+  }
+  // Rates are looked at every kReplanCheckSteps steps.
+  std::string rose;
+  if (!steps_slowed && !link_slowed) {
+    if (step % kReplanCheckSteps != 0) return;
+    rose = job.rate_watch().Rose(step, WatchedWorkers(job));
+    if (rose.empty()) return;
   }
   // Moving costs a restart (state reloaded, streams reconnected): worth
   // weighing only where the time the slowdown costs the rest of the job
@@ -55,13 +70,15 @@ void JobManager::MaybePlanReplan(RunningJob& job) {
   const std::string slowed =
       steps_slowed ? absl::StrFormat("its steps slowed from %.3f s to %.3f s; %s", job.pace().baseline(),
                                      job.pace().recent(), advice->why)
-                   : absl::StrFormat("a link it uses slowed (%.3f s a step); %s", step_seconds, advice->why);
+      : link_slowed ? absl::StrFormat("a link it uses slowed (%.3f s a step); %s", step_seconds, advice->why)
+                    : absl::StrFormat("worker %s; %s", rose, advice->why);
   // What the new layout would save over the rest of the job, at the pace
   // measured now.
   const double saving = step_seconds * remaining *
                         (1 - advice->proposed.step_seconds / std::max(advice->current.step_seconds, 1e-12));
   if (!advice->replan || saving < kReplanMinSavingSeconds) {
     LOG(INFO) << "job " << job.status().job_id() << ": " << slowed << ": no layout is clearly faster";
+    if (!rose.empty()) job.rate_watch().Weighed(WatchedWorkers(job));
     return;
   }
   LOG(WARNING) << "job " << job.status().job_id() << ": " << slowed << ": moving to it after step " << stop;

@@ -54,7 +54,15 @@ absl::Status ValidateRequest(const shardline::v1::RegisterRequest& r) {
 }
 
 absl::Status ValidateRequest(const shardline::v1::HeartbeatRequest& r) {
-  return CheckRequired("worker_id", r.worker_id(), kMaxIdBytes);
+  RETURN_IF_ERROR(CheckRequired("worker_id", r.worker_id(), kMaxIdBytes));
+  if (!r.has_compute()) return absl::OkStatus();
+  if (!(r.compute().gemm_flops() > 0 && r.compute().gemm_flops() < kMaxReported)) {
+    return Bad("compute.gemm_flops", absl::StrCat("is ", r.compute().gemm_flops(), ", must be positive and finite"));
+  }
+  if (!(r.compute().gemm_flops_spread() >= 0 && r.compute().gemm_flops_spread() <= 10)) {
+    return Bad("compute.gemm_flops_spread", absl::StrCat("is ", r.compute().gemm_flops_spread(), ", must be 0 to 10"));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status ValidateRequest(const shardline::v1::LeaveRequest& r) {

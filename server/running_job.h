@@ -25,6 +25,7 @@
 #include "server/grid_placement.h"
 #include "server/job_trace.h"
 #include "server/link_pace.h"
+#include "server/rate_watch.h"
 #include "server/step_pace.h"
 #include "server/stream_mailbox.h"
 #include "shardline/v1/admin.pb.h"
@@ -112,6 +113,9 @@ class RunningJob {
   void ReplanNow(absl::Time shrink_after);
   // The epoch's step times (CompleteStep notes each).
   const StepPace& pace() const { return pace_; }
+  // Its workers' and the idle ones' rates during the epoch (JobManager
+  // starts it with the epoch).
+  RateWatch& rate_watch() { return rate_watch_; }
   // The epoch's links, as their receiving ends report them (JobManager).
   LinkPaces& link_paces() { return link_paces_; }
   // A link of the epoch was found slower than before (JobManager).
@@ -198,6 +202,7 @@ class RunningJob {
   std::vector<int> previous_cut_;
   void RememberPlacement();  // previous_workers_ and previous_cut_ from the stages now
   StepPace pace_;
+  RateWatch rate_watch_;
   LinkPaces link_paces_;
   bool link_slowed_ = false;
   int64_t replan_step_ = 0;

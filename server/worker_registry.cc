@@ -5,7 +5,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/input_limits.h"
-#include "common/median.h"
 #include "common/random_token.h"
 
 namespace shardline::server {
@@ -63,6 +62,7 @@ absl::StatusOr<std::string> WorkerRegistry::Register(
   record.capabilities = caps;
   record.lease_expiry = clock_() + lease_;
   record.last_heartbeat = clock_();
+  record.idle_since = clock_();
   workers_[record.id] = record;
   return record.id;
 }
@@ -151,83 +151,6 @@ absl::StatusOr<WorkerRecord> WorkerRegistry::GetByName(const std::string& name) 
   return absl::NotFoundError(absl::StrCat("no worker named ", common::Quote(name)));
 }
 
-namespace {
-
-// A moving average's next value.
-void Average(double value, double& average, int64_t& reports) {
-  average = reports == 0 ? value : (1 - kAchievedRateWeight) * average + kAchievedRateWeight * value;
-  ++reports;
-}
-
-}  // namespace
-
-double PlanningFlops(const WorkerRecord& w) {
-  return w.planning_flops > 0 ? w.planning_flops : w.capabilities.gemm_flops();
-}
-
-double PredictingFlops(const WorkerRecord& w) {
-  return w.predicting_flops > 0 ? w.predicting_flops : PlanningFlops(w);
-}
-
-std::vector<WorkerRecord> WorkerRegistry::List() {
-  std::vector<WorkerRecord> out;
-  {
-    absl::MutexLock lock(&mu_);
-    for (const auto& [id, w] : workers_) out.push_back(w);
-  }
-  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.order < b.order; });
-  std::vector<double> ratios;           // achieved / GEMM of the live workers that have one
-  std::vector<double> optimizer_rates;  // of the live workers that have one
-  for (const WorkerRecord& w : out) {
-    if (w.lost) continue;
-    if (w.achieved_reports >= kMinAchievedReports) ratios.push_back(w.achieved_flops / w.capabilities.gemm_flops());
-    if (w.optimizer_reports >= kMinAchievedReports) optimizer_rates.push_back(w.optimizer_rate);
-  }
-  const double ratio = ratios.empty() ? 1 : common::Median(ratios);
-  const double optimizer_rate = common::Median(optimizer_rates);
-  for (WorkerRecord& w : out) {
-    const bool achieved = w.achieved_reports >= kMinAchievedReports;
-    w.planning_flops = w.capabilities.gemm_flops() * ratio;
-    if (achieved && std::fabs(w.achieved_flops / w.planning_flops - 1) > kRateDisagreement) {
-      w.planning_flops = w.achieved_flops;  // its reports disagree with its probe
-    }
-    // Never faster than its probe: a worker idle between short passes may
-    // run them in bursts above its sustained rate (a CPU quota's slack), and
-    // a light stage's figure would flatter it on a heavier one.
-    w.predicting_flops = achieved ? std::min(w.achieved_flops, w.capabilities.gemm_flops()) : w.planning_flops;
-    w.planning_optimizer_rate = w.optimizer_reports >= kMinAchievedReports ? w.optimizer_rate : optimizer_rate;
-  }
-  return out;
-}
-
-std::vector<WorkerRecord> WorkerRegistry::Idle() {
-  std::vector<WorkerRecord> out;
-  for (WorkerRecord& w : List()) {
-    if (!w.lost && !w.drained && w.job_id.empty()) out.push_back(std::move(w));
-  }
-  return out;
-}
-
-void WorkerRegistry::NoteAchievedRate(const std::string& worker_id, double flops_per_second) {
-  absl::MutexLock lock(&mu_);
-  auto it = workers_.find(worker_id);
-  if (it == workers_.end() || it->second.lost) return;
-  WorkerRecord& w = it->second;
-  if (!(flops_per_second > 0) || !std::isfinite(flops_per_second) ||
-      flops_per_second > 100 * w.capabilities.gemm_flops()) {
-    return;
-  }
-  Average(flops_per_second, w.achieved_flops, w.achieved_reports);
-}
-
-void WorkerRegistry::NoteOptimizerRate(const std::string& worker_id, double parameters_per_second) {
-  if (!(parameters_per_second > 0) || !std::isfinite(parameters_per_second)) return;
-  absl::MutexLock lock(&mu_);
-  auto it = workers_.find(worker_id);
-  if (it == workers_.end() || it->second.lost) return;
-  Average(parameters_per_second, it->second.optimizer_rate, it->second.optimizer_reports);
-}
-
 absl::StatusOr<WorkerRecord> WorkerRegistry::SetDrained(const std::string& worker, bool drained) {
   absl::MutexLock lock(&mu_);
   for (auto& [id, w] : workers_) {
@@ -241,7 +164,9 @@ absl::StatusOr<WorkerRecord> WorkerRegistry::SetDrained(const std::string& worke
 void WorkerRegistry::SetJob(const std::string& worker_id, const std::string& job_id) {
   absl::MutexLock lock(&mu_);
   auto it = workers_.find(worker_id);
-  if (it != workers_.end()) it->second.job_id = job_id;
+  if (it == workers_.end()) return;
+  if (job_id.empty() && !it->second.job_id.empty()) it->second.idle_since = clock_();
+  it->second.job_id = job_id;
 }
 
 }  // namespace shardline::server

@@ -19,6 +19,15 @@
 
 namespace shardline::server {
 
+// Re-measuring an idle worker's GEMM rate (docs/operations.md, Rates that
+// recover): asked once it has been idle this long, and its reports say it
+// is slower than its probe; not again within its wait (this long at
+// first; doubled each time its next job's reports contradicted a fresh
+// probe, up to the most).
+inline constexpr absl::Duration kComputeProbeIdle = absl::Seconds(30);
+inline constexpr absl::Duration kComputeProbeWait = absl::Minutes(2);
+inline constexpr absl::Duration kComputeProbeMaxWait = absl::Hours(1);
+
 struct WorkerRecord {
   std::string id;
   std::string name;
@@ -59,6 +68,15 @@ struct WorkerRecord {
   // Its optimizer rate once kMinAchievedReports made it, else the median of
   // the live workers' that have one; 0 with none (not counted).
   double planning_optimizer_rate = 0;
+  // Since when it has had no job (its registration, or its last job's end).
+  absl::Time idle_since;
+  // Its GEMM rate measured again while idle: not asked before
+  // compute_probe_after; compute_probe_wait the wait after an ask; a fresh
+  // probe set its reports aside (compute_rebased: its next job's reports
+  // tell whether that was right).
+  absl::Time compute_probe_after = absl::InfinitePast();
+  absl::Duration compute_probe_wait = kComputeProbeWait;
+  bool compute_rebased = false;
 };
 
 // Reports before an achieved rate counts.
@@ -135,6 +153,20 @@ class WorkerRegistry {
   // The same for the parameters per second its optimizer step updated
   // (dropped unless positive and finite).
   void NoteOptimizerRate(const std::string& worker_id, double parameters_per_second);
+  // Whether the worker should measure its GEMM rate again now
+  // (HeartbeatResponse.measure_compute): live, idle (not drained) for
+  // kComputeProbeIdle, its reports say it is more than kRateDisagreement
+  // slower than its probe (SlowerThanProbe), and its wait has passed.
+  // Asking starts the wait.
+  bool AskComputeProbe(const std::string& worker_id);
+  // A fresh GEMM probe of the idle worker (validated by the caller): within
+  // kRateDisagreement of the GEMM rate it registered with (or faster), its
+  // machine is as fast as then (its registration's rate stays its probe): the job
+  // reports that said it was slower are set aside (achieved and optimizer
+  // rates start over) — true. Slower, its reports stand (its machine is
+  // still busy; asked again after its wait) — false. Unknown, lost or busy
+  // workers: false, nothing changes.
+  bool NoteComputeProbe(const std::string& worker_id, double gemm_flops);
   // Takes the live worker named or identified `worker` out of service, or
   // (drained = false) back; its record. NOT_FOUND for no such live worker.
   absl::StatusOr<WorkerRecord> SetDrained(const std::string& worker, bool drained);
@@ -144,6 +176,13 @@ class WorkerRegistry {
   const absl::Duration lease_;
   const Clock clock_;
   const std::string tag_;
+  // The median achieved / GEMM ratio of the live workers with an achieved
+  // rate, 1 with none (List's).
+  double MedianRatioLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Its achieved rate is known and more than kRateDisagreement below its
+  // GEMM rate times `ratio` (the median).
+  static bool SlowerThanProbe(const WorkerRecord& w, double ratio);
+
   absl::Mutex mu_;
   std::map<std::string, WorkerRecord> workers_ ABSL_GUARDED_BY(mu_);
   int64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;

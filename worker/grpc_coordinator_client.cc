@@ -55,13 +55,15 @@ absl::StatusOr<shardline::v1::RegisterResponse> GrpcCoordinatorClient::Register(
 }
 
 absl::StatusOr<shardline::v1::HeartbeatResponse> GrpcCoordinatorClient::Heartbeat(
-    const std::string& worker_id, const std::optional<shardline::v1::StageActivity>& activity) {
+    const std::string& worker_id, const std::optional<shardline::v1::StageActivity>& activity,
+    const std::optional<shardline::v1::ComputeProbe>& compute) {
   grpc::ClientContext context;
   SetDeadline(context);
   Authorize(context);
   shardline::v1::HeartbeatRequest request;
   request.set_worker_id(worker_id);
   if (activity.has_value()) *request.mutable_activity() = *activity;
+  if (compute.has_value()) *request.mutable_compute() = *compute;
   shardline::v1::HeartbeatResponse response;
   RETURN_IF_ERROR(FromGrpcStatus(stub_->Heartbeat(&context, request, &response)));
   return response;

@@ -29,9 +29,12 @@ class GrpcCoordinatorClient final : public StageReporter {
   // secret (metadata common::kWorkerSecretKey), a shard header the id.
   absl::StatusOr<shardline::v1::RegisterResponse> Register(const shardline::v1::RegisterRequest& r);
   // With what the worker's stage does now, if it runs one (the hang
-  // explainer); the answer says whether the worker is drained.
-  absl::StatusOr<shardline::v1::HeartbeatResponse> Heartbeat(const std::string& worker_id,
-                         const std::optional<shardline::v1::StageActivity>& activity = std::nullopt);
+  // explainer), and a fresh GEMM probe where one was asked for; the answer
+  // says whether the worker is drained, which links to probe, whether to
+  // measure its GEMM rate again.
+  absl::StatusOr<shardline::v1::HeartbeatResponse> Heartbeat(
+      const std::string& worker_id, const std::optional<shardline::v1::StageActivity>& activity = std::nullopt,
+      const std::optional<shardline::v1::ComputeProbe>& compute = std::nullopt);
   // What this worker measured of its links (HeartbeatResponse.probe_targets);
   // the answer's targets are the next to measure.
   absl::StatusOr<shardline::v1::ReportLinksResponse> ReportLinks(const shardline::v1::ReportLinksRequest& request);

@@ -211,12 +211,15 @@ void WorkerServer::Stop() {
 
 void WorkerServer::HeartbeatLoop(absl::Duration every) {
   bool reachable = true;
+  std::optional<shardline::v1::ComputeProbe> compute;  // measured as asked, not yet sent
   while (!stopping_) {
-    const absl::Time next = absl::Now() + every;
+    const absl::Time next = compute.has_value() ? absl::Now() : absl::Now() + every;
     while (!stopping_ && absl::Now() < next) absl::SleepFor(absl::Milliseconds(5));
     if (stopping_) return;
-    absl::StatusOr<shardline::v1::HeartbeatResponse> answer = coordinator_->Heartbeat(worker_id(), activity_.Now());
+    absl::StatusOr<shardline::v1::HeartbeatResponse> answer =
+        coordinator_->Heartbeat(worker_id(), activity_.Now(), compute);
     const absl::Status status = answer.status();
+    if (status.ok() || absl::IsNotFound(status)) compute.reset();
     if (absl::IsNotFound(status)) {
       LOG(WARNING) << "the coordinator no longer knows this worker (it restarted, or the lease lapsed): "
                       "stopping its job and registering again";
@@ -229,6 +232,7 @@ void WorkerServer::HeartbeatLoop(absl::Duration every) {
     if (answer.ok() && answer->probe_targets_size() > 0) {
       probes_->Start(worker_id(), {answer->probe_targets().begin(), answer->probe_targets().end()});
     }
+    if (answer.ok() && answer->measure_compute()) compute = MeasureIdleCompute();
     if (answer.ok() && answer->drained() != drained_) {
       drained_ = answer->drained();
       LOG(INFO) << (drained_ ? "drained by the coordinator: health NOT_SERVING"
@@ -239,6 +243,26 @@ void WorkerServer::HeartbeatLoop(absl::Duration every) {
     if (status.ok() && !reachable) LOG(INFO) << "the coordinator answers heartbeats again";
     reachable = status.ok();
   }
+}
+
+std::optional<shardline::v1::ComputeProbe> WorkerServer::MeasureIdleCompute() {
+  absl::MutexLock lock(&mu_);  // an assignment arriving now starts after it (~0.5 s)
+  if (job_running_) return std::nullopt;  // asked while idle; the coordinator asks again
+  GemmRate rate{options_.gemm_flops, 0};  // a rate given is taken as exact
+  if (!(rate.flops > 0)) {
+    absl::StatusOr<GemmRate> measured = MeasureGemmRate(*backend_);
+    if (!measured.ok()) {
+      LOG(WARNING) << "cannot measure the GEMM rate again: " << measured.status();
+      return std::nullopt;
+    }
+    rate = *measured;
+  }
+  LOG(INFO) << "the coordinator asked for a fresh GEMM rate (its jobs ran slower than its probe): "
+            << rate.flops / 1e9 << " GFLOP/s ± " << 50 * rate.spread << "%";
+  shardline::v1::ComputeProbe probe;
+  probe.set_gemm_flops(rate.flops);
+  probe.set_gemm_flops_spread(rate.spread);
+  return probe;
 }
 
 void WorkerServer::RegisterAgain() {
@@ -335,7 +359,12 @@ void WorkerServer::OnAssignment(const shardline::v1::Assignment& a) {
   job_epoch_ = a.plan_epoch();
   job_cancelled_ = false;
   job_stop_after_ = 0;
-  job_ = std::thread([this, a] { RunJob(a); });
+  job_running_ = true;
+  job_ = std::thread([this, a] {
+    RunJob(a);
+    absl::MutexLock lock(&mu_);
+    job_running_ = false;
+  });
 }
 
 void WorkerServer::JoinJob() {

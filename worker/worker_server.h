@@ -15,6 +15,7 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -98,6 +99,9 @@ class WorkerServer {
         own_metrics_(options_.metrics == nullptr ? std::make_unique<common::MetricsRegistry>() : nullptr),
         metrics_(options_.metrics != nullptr ? options_.metrics : own_metrics_.get()) {}
   void HeartbeatLoop(absl::Duration every);
+  // Its GEMM rate measured again while no job runs (the coordinator asked:
+  // HeartbeatResponse.measure_compute); none while one runs or on error.
+  std::optional<shardline::v1::ComputeProbe> MeasureIdleCompute() ABSL_LOCKS_EXCLUDED(mu_);
   // Registers (again) until it succeeds or the worker stops.
   void RegisterAgain();
   // Stops the running job, if any (cancel: the coordinator's word, or a
@@ -138,6 +142,7 @@ class WorkerServer {
 
   absl::Mutex mu_;
   std::thread job_ ABSL_GUARDED_BY(mu_);
+  bool job_running_ ABSL_GUARDED_BY(mu_) = false;  // job_'s thread has not ended
   std::string job_id_ ABSL_GUARDED_BY(mu_);
   uint64_t job_epoch_ ABSL_GUARDED_BY(mu_) = 0;  // of the assignment job_id_ came with
   transport::GrpcStageLink* link_ ABSL_GUARDED_BY(mu_) = nullptr;  // of the running job

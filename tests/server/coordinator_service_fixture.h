@@ -7,6 +7,7 @@
 
 #include <grpcpp/grpcpp.h>
 #include <chrono>
+#include <atomic>
 #include <filesystem>
 #include <map>
 #include "common/job_spec.h"
@@ -30,7 +31,9 @@ class CoordinatorServiceTest : public ::testing::Test {
     const std::string& dir = dir_;
     std::filesystem::remove_all(dir);
     weights_ = std::move(*WeightStore::Open(dir));
-    registry_ = std::make_unique<WorkerRegistry>(absl::Seconds(30));
+    // Real time, which a test may move ahead (skew_seconds_).
+    registry_ = std::make_unique<WorkerRegistry>(absl::Seconds(30),
+                                                 [this] { return absl::Now() + absl::Seconds(skew_seconds_.load()); });
     coordinator_ = std::make_unique<CoordinatorService>(*registry_);
     store_ = std::move(*CoordinatorStore::Open(dir + "/coordinator.db"));
     jobs_ = std::make_unique<JobManager>(*registry_, *weights_, *store_,
@@ -142,6 +145,7 @@ class CoordinatorServiceTest : public ::testing::Test {
   }
 
   std::string dir_;
+  std::atomic<int64_t> skew_seconds_{0};
   std::unique_ptr<WeightStore> weights_;
   std::unique_ptr<CoordinatorStore> store_;
   std::unique_ptr<WorkerRegistry> registry_;

@@ -1,6 +1,10 @@
 // The coordinator against a hostile client (issue 16): oversized input gets
 // short INVALID_ARGUMENTs, watchers are bounded, and only a position's
 // worker, with its registration secret, may report it.
+#include <limits>
+#include <utility>
+#include <vector>
+
 #include "tests/server/coordinator_service_fixture.h"
 
 namespace shardline::server {
@@ -214,6 +218,62 @@ TEST_F(CoordinatorServiceTest, LinkProbesGoToOneIdleWorkerAndReportsNeedItsSecre
   ASSERT_TRUE(worker_stub_->ReportLinks(&second, report, &response).ok());
   EXPECT_EQ(response.probe_targets_size(), 0) << "w0 measured all of its links";
   EXPECT_EQ(beat(w1).probe_targets_size(), 1) << "w0 reported: now w1's turn";
+  EXPECT_TRUE(StillServing());
+}
+
+// Rates that recover: an idle worker whose jobs' reports said it was much
+// slower than its probe is asked (once, not beside a link probe) to
+// measure its GEMM rate again; the rate comes with a heartbeat signed by
+// it, absurd figures are refused, and a fast one sets those reports aside.
+TEST_F(CoordinatorServiceTest, AnIdleWorkerSlowerThanItsProbeIsAskedToMeasureAgain) {
+  std::string w0, w1, w2;
+  ASSERT_TRUE(Register("w0", &w0).ok());
+  ASSERT_TRUE(Register("w1", &w1).ok());
+  ASSERT_TRUE(Register("w2", &w2).ok());
+  for (int i = 0; i < 5; ++i) {
+    registry_->NoteAchievedRate(w0, 5e8);
+    registry_->NoteAchievedRate(w1, 5e8);
+    registry_->NoteAchievedRate(w2, 1e8);  // its machine was busy
+  }
+  auto beat = [&](const std::string& id, double gemm_flops = 0, double spread = 0) {
+    grpc::ClientContext context;
+    Sign(context, id);
+    shardline::v1::HeartbeatRequest request;
+    request.set_worker_id(id);
+    if (gemm_flops != 0) {
+      request.mutable_compute()->set_gemm_flops(gemm_flops);
+      request.mutable_compute()->set_gemm_flops_spread(spread);
+    }
+    shardline::v1::HeartbeatResponse response;
+    const grpc::Status status = worker_stub_->Heartbeat(&context, request, &response);
+    return std::make_pair(status.error_code(), response);
+  };
+  const auto probing = beat(w0).second;
+  ASSERT_EQ(probing.probe_targets_size(), 1) << "w0 probes a link";
+  EXPECT_FALSE(probing.measure_compute());
+  const auto early = beat(w2).second;
+  EXPECT_EQ(early.probe_targets_size(), 0) << "its host is in w0's probe";
+  EXPECT_FALSE(early.measure_compute()) << "not idle long enough";
+  skew_seconds_ += absl::ToInt64Seconds(kComputeProbeIdle);
+  EXPECT_FALSE(beat(w1).second.measure_compute()) << "as fast as its probe says";
+  EXPECT_TRUE(beat(w2).second.measure_compute());
+  EXPECT_FALSE(beat(w2).second.measure_compute()) << "asked once a wait";
+
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  for (const auto& [flops, spread] : std::vector<std::pair<double, double>>{{-1, 0}, {nan, 0}, {1e30, 0}, {1e9, 11}}) {
+    EXPECT_EQ(beat(w2, flops, spread).first, StatusCode::INVALID_ARGUMENT) << flops << " ± " << spread;
+  }
+  grpc::ClientContext forged;
+  Sign(forged, w1);
+  shardline::v1::HeartbeatRequest as_w2;
+  as_w2.set_worker_id(w2);
+  as_w2.mutable_compute()->set_gemm_flops(1e9);
+  shardline::v1::HeartbeatResponse response;
+  EXPECT_EQ(worker_stub_->Heartbeat(&forged, as_w2, &response).error_code(), StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(registry_->Get(w2)->achieved_reports, 5) << "nothing refused changed its rate";
+
+  EXPECT_EQ(beat(w2, 1e9, 0.05).first, StatusCode::OK);
+  EXPECT_EQ(registry_->Get(w2)->achieved_reports, 0) << "as fast as it registered: its reports set aside";
   EXPECT_TRUE(StillServing());
 }
 

@@ -70,6 +70,13 @@ class JobManagerTest : public ::testing::Test {
     spec->mutable_train()->set_steps(steps);
     return *spec;
   }
+  // Two stages of six blocks at d_model 128: compute, not the hops, sets the pace.
+  shardline::v1::JobSpec SixLayers(int steps) {
+    auto spec = Spec(2, steps);
+    spec.mutable_model()->set_n_layers(6);
+    spec.mutable_model()->set_d_model(128);
+    return spec;
+  }
   shardline::v1::ReportStepRequest Report(const JobStatus& job, int stage, int64_t step) {
     shardline::v1::ReportStepRequest r;
     r.set_job_id(job.job_id());

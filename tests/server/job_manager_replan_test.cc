@@ -61,12 +61,6 @@ TEST(LinkPaceTest, ALastingSlowdownShowsAndNoiseOrTooFewTimedFramesDoNot) {
 
 class ReplanTest : public JobManagerTest {
  protected:
-  shardline::v1::JobSpec SixLayers(int steps) {
-    auto spec = Spec(2, steps);
-    spec.mutable_model()->set_n_layers(6);
-    spec.mutable_model()->set_d_model(128);  // compute, not the hops, sets the pace
-    return spec;
-  }
   // Reports `step` for both stages; from step `slow_from` on, the worker of
   // stage `slow_stage` computes `factor` times slower than the plan says
   // (a stage < 0: both) and every step takes that much longer.

@@ -130,5 +130,80 @@ TEST(WorkerRegistryTest, PlanningRatesKeepEqualProbesEqualUnlessTheReportsDisagr
   EXPECT_DOUBLE_EQ(idle[2].planning_flops, 20) << "c's reports disagree with its probe";
 }
 
+// Rates that recover: an idle worker whose jobs' reports said it was much
+// slower than its probe is asked to measure again (after kComputeProbeIdle
+// idle, then not within its wait); a fresh probe as fast as its
+// registration's sets those reports aside, a slow one leaves them; reports
+// that contradict a fresh probe double the wait, agreeing ones reset it.
+TEST(WorkerRegistryTest, AnIdleWorkerSlowerThanItsProbeMeasuresAgainAndAFastProbeSetsItsReportsAside) {
+  absl::Time now = absl::FromUnixSeconds(0);
+  WorkerRegistry registry(absl::Hours(10), [&] { return now; });
+  shardline::v1::WorkerCapabilities caps = Caps();
+  caps.set_gemm_flops(1e10);
+  const std::string a = *registry.Register("a", caps), b = *registry.Register("b", caps),
+                    c = *registry.Register("c", caps);
+  for (const std::string& id : {a, b, c}) registry.SetJob(id, "job-1");
+  auto report = [&](const std::string& id, double flops) {
+    for (int i = 0; i < 20; ++i) registry.NoteAchievedRate(id, flops);
+  };
+  report(a, 5e9);
+  report(b, 5e9);
+  report(c, 1e9);  // its machine got busy: a fifth of the others' ratio
+  EXPECT_FALSE(registry.AskComputeProbe(c)) << "busy";
+  registry.SetJob(c, "");
+  now += kComputeProbeIdle - absl::Seconds(1);
+  EXPECT_FALSE(registry.AskComputeProbe(c)) << "not idle long enough";
+  EXPECT_FALSE(registry.AskComputeProbe(a)) << "busy, and as fast as its probe says";
+  now += absl::Seconds(1);
+  ASSERT_TRUE(registry.AskComputeProbe(c));
+  EXPECT_FALSE(registry.AskComputeProbe(c)) << "asked once a wait";
+  EXPECT_FALSE(registry.NoteComputeProbe(a, 1e10)) << "a busy worker's probe reads its job's load";
+
+  // Still busy: the probe reads low, the reports stand.
+  EXPECT_FALSE(registry.NoteComputeProbe(c, 0.6e10));
+  EXPECT_DOUBLE_EQ(registry.Idle()[0].planning_flops, 1e9);
+  now += kComputeProbeWait;
+  ASSERT_TRUE(registry.AskComputeProbe(c)) << "asked again after its wait";
+
+  // As fast as when it registered: planned on its probe again.
+  EXPECT_TRUE(registry.NoteComputeProbe(c, 0.8e10));
+  WorkerRecord fresh = *registry.Get(c);
+  EXPECT_EQ(fresh.achieved_reports, 0);
+  EXPECT_DOUBLE_EQ(fresh.capabilities.gemm_flops(), 1e10) << "its registration's rate stays its probe";
+  EXPECT_DOUBLE_EQ(registry.Idle()[0].planning_flops, 5e9) << "the others' ratio times its probe";
+  now += kComputeProbeWait;
+  EXPECT_FALSE(registry.AskComputeProbe(c)) << "no reports to doubt";
+
+  // Its next job reports it slow again: the probe misled, the wait doubles.
+  registry.SetJob(c, "job-2");
+  report(c, 1e9);
+  EXPECT_EQ(registry.Get(c)->compute_probe_wait, 2 * kComputeProbeWait);
+  registry.SetJob(c, "");
+  now += kComputeProbeIdle;
+  ASSERT_TRUE(registry.AskComputeProbe(c));
+  now += 2 * kComputeProbeWait - absl::Seconds(1);
+  EXPECT_FALSE(registry.AskComputeProbe(c)) << "within the doubled wait";
+  now += absl::Seconds(1);
+  ASSERT_TRUE(registry.AskComputeProbe(c));
+  ASSERT_TRUE(registry.NoteComputeProbe(c, 1e10));
+  // This time its reports agree: the wait is back to its first.
+  registry.SetJob(c, "job-3");
+  report(c, 5e9);
+  EXPECT_EQ(registry.Get(c)->compute_probe_wait, kComputeProbeWait);
+  EXPECT_FALSE(registry.Get(c)->compute_rebased);
+
+  // Drained or lost workers are not asked.
+  report(c, 1e9);
+  registry.SetJob(c, "");
+  now += kComputeProbeMaxWait;
+  ASSERT_TRUE(registry.SetDrained("c", true).ok());
+  EXPECT_FALSE(registry.AskComputeProbe(c));
+  ASSERT_TRUE(registry.SetDrained("c", false).ok());
+  ASSERT_TRUE(registry.Leave(c).ok());
+  EXPECT_FALSE(registry.AskComputeProbe(c));
+  EXPECT_FALSE(registry.NoteComputeProbe(c, 1e10));
+  EXPECT_FALSE(registry.AskComputeProbe("worker-404"));
+}
+
 }  // namespace
 }  // namespace shardline::server
