@@ -19,7 +19,9 @@
 # before, slowed, and after the coordinator re-planned; and on a fresh
 # testbed with a spare worker in rack a, a planned job during which the link
 # of the worker holding stage 1 of replica 1 drops to 5 Mbit/s at step 15
-# (mode link_slowdown). For each: tokens/s between
+# (mode link_slowdown); and (mode recovery, run before slowdown) the same
+# slowdown, a1 getting its 0.4 CPU back 12 steps after the re-plan: tokens/s
+# once the coordinator moved the job back. For each: tokens/s between
 # two steps (wall time, the first steps left out), the measured and the
 # predicted step time, the critical path, the layout, each hop's wire; and
 # the ratios to in_order.
@@ -30,7 +32,7 @@
 # racks; 10mbit makes the hops across it what paces the planner's layout).
 #
 # Root, ip netns, tc tbf and a cgroup cpu controller (testbed.sh; exit 77
-# with the reason where they are missing). About 6 minutes.
+# with the reason where they are missing). About 8 minutes.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 source_dir=$(cd "$here/.." && pwd)
@@ -76,16 +78,16 @@ spec["checkpoint"] = {"every_steps": 0}
 for mode, placement, wire in (("first", "planned", "f32"), ("planned", "planned", "f32"),
                               ("in_order", "in_order", "f32"), ("planned_auto", "planned", "auto"),
                               ("in_order_auto", "in_order", "auto"), ("slowdown", "planned", "f32"),
-                              ("link_slowdown", "planned", "f32")):
+                              ("link_slowdown", "planned", "f32"), ("recovery", "planned", "f32")):
     spec["name"] = "skewed-" + mode
     spec["parallel"] = {"pipeline_stages": 2, "data_parallel": 2, "schedule": "1f1b", "wire_dtype": wire,
                         "placement": placement}
-    spec["train"]["steps"] = 15 if mode == "first" else 80 if "slowdown" in mode else steps
+    spec["train"]["steps"] = 15 if mode == "first" else 80 if "slowdown" in mode else 150 if mode == "recovery" else steps
     json.dump(spec, open("%s/%s.json" % (work, mode), "w"), indent=1)
 PY
 rm -f "$work/rows.jsonl"
 bash "$source_dir/deploy/testbed/testbed.sh" --bin "$bin_dir" --work "$work/bed" --deadline 1200 "$work/skewed.topology" -- \
-  python3 "$here/heterogeneous_run.py" "$work" first planned in_order planned_auto in_order_auto slowdown
+  python3 "$here/heterogeneous_run.py" "$work" first planned in_order planned_auto in_order_auto recovery slowdown
 # A link that slows: the same racks with a spare worker in rack a, whose
 # link the job can move to (a fresh testbed: the spare changes the plans).
 { cat "$work/skewed.topology"; echo "worker a3 a threads=1 cpu=0.4"; } >"$work/spare.topology"

@@ -19,6 +19,9 @@ while slowed and after the coordinator re-planned, the step it moved at,
 the pause of the move, and both layouts. MODE "link_slowdown" is the same
 with the link of the worker holding stage 1 of replica 1 cut to
 SLOW_LINK_RATE at SLOW_AT (TESTBED_LINK_RATE), on a cluster with a spare.
+MODE "recovery" is "slowdown" whose worker gets its CPU share back
+RECOVER_AFTER steps after the re-plan: its row adds the tokens/s once the
+coordinator moved the job back (the rate its reports show rising again).
 """
 import json
 import os
@@ -30,6 +33,10 @@ import time
 WARMUP_STEPS = 5
 SLOW_WORKER, SLOW_SHARE, SLOW_AT = "a1", 0.1, 15
 SLOW_LINK_RATE = "5mbit"
+# Mode "recovery": SLOW_WORKER's share back to what the topology gave it,
+# once the job moved off and ran RECOVER_AFTER more steps.
+FULL_SHARE, RECOVER_AFTER = 0.4, 12
+SLOWDOWN_MODES = ("slowdown", "link_slowdown", "recovery")
 
 
 def field(obj, name, default=None):
@@ -108,9 +115,12 @@ def slowdown(work, mode):
     before, slowed and after the coordinator's re-plan."""
     spec_file = os.path.join(work, mode + ".json")
     spec = json.load(open(spec_file))
+    if mode == "recovery":  # whatever an earlier mode left
+        subprocess.run(shlex.split(os.environ["TESTBED_CPU_CAP"]) + [SLOW_WORKER, str(FULL_SHARE)], check=True,
+                       timeout=30)
     job = json.loads(ctl("-o", "json", "submit", spec_file))["job_id"]
     seen = []  # (time, step, epoch, message)
-    status, slowed_at, layouts = {}, None, {}
+    status, slowed_at, recovered_at, layouts = {}, None, None, {}
     deadline = time.monotonic() + 1200
     while time.monotonic() < deadline:
         status = json.loads(ctl("-o", "json", "describe", "job", job))
@@ -130,10 +140,15 @@ def slowdown(work, mode):
                 change = shlex.split(os.environ["TESTBED_CPU_CAP"]) + [SLOW_WORKER, str(SLOW_SHARE)]
             subprocess.run(change, check=True, timeout=30)
             slowed_at = (now, step)
+        moved_at = min([s for _, s, e, _ in seen if e == max(layouts)], default=0) if len(layouts) > 1 else None
+        if mode == "recovery" and recovered_at is None and moved_at is not None and step >= moved_at + RECOVER_AFTER:
+            change = shlex.split(os.environ["TESTBED_CPU_CAP"]) + [SLOW_WORKER, str(FULL_SHARE)]
+            subprocess.run(change, check=True, timeout=30)
+            recovered_at = (now, step)
         if status.get("state") in ("SUCCEEDED", "FAILED", "CANCELLED"):
             break
         time.sleep(0.2)
-    if status.get("state") != "SUCCEEDED" or slowed_at is None:
+    if status.get("state") != "SUCCEEDED" or slowed_at is None or (mode == "recovery" and recovered_at is None):
         raise SystemExit("bench_heterogeneous: job %s (%s) did not succeed: %s" % (job, mode, status))
     epochs = sorted(layouts)
     tokens_per_step = spec["train"]["global_batch"] * spec["model"]["context"]
@@ -157,6 +172,15 @@ def slowdown(work, mode):
         row.update({"replanned_after_step": first[-1][1], "pause_s": round(after[0][0] - first[-1][0], 2),
                     "tokens_per_s_after": rate([p for p in after if p[1] >= after[0][1] + 3]),
                     "layout_after": layouts[epochs[1]], "message": moved[0] if moved else ""})
+    if recovered_at is not None:
+        row["recovered"] = "%s back to %.2f CPU at step %d" % (SLOW_WORKER, FULL_SHARE, recovered_at[1])
+    if recovered_at is not None and len(epochs) > 2:
+        second = [(t, s) for t, s, e, _ in seen if e == epochs[1]]
+        back = [(t, s) for t, s, e, _ in seen if e == epochs[2]]
+        moved = [m for _, _, e, m in seen if e == epochs[2] and m]
+        row.update({"moved_back_after_step": second[-1][1], "steps_to_move_back": second[-1][1] - recovered_at[1], "pause_back_s": round(back[0][0] - second[-1][0], 2),
+                    "tokens_per_s_back": rate([p for p in back if p[1] >= back[0][1] + 3]),
+                    "layout_back": layouts[epochs[2]], "message_back": moved[0] if moved else ""})
     return row
 
 
@@ -182,17 +206,20 @@ def inside(work, modes):
     open(os.path.join(work, "links.txt"), "w").write(ctl("get", "links"))
     with open(os.path.join(work, "rows.jsonl"), "a") as rows:
         for mode in modes:
-            if mode in ("slowdown", "link_slowdown"):
+            # Links a job's observed slowdowns queued for a probe are measured
+            # before the next job plans (an idle cluster probes them).
+            wait_for_links(workers)
+            if mode in SLOWDOWN_MODES:
                 row = slowdown(work, mode)
-                print("bench_heterogeneous: %s: %s tok/s before, %s slowed, %s after the re-plan"
-                      % (mode, row["tokens_per_s_before"], row["tokens_per_s_slowed"], row.get("tokens_per_s_after")),
-                      flush=True)
+                print("bench_heterogeneous: %s: %s tok/s before, %s slowed, %s after the re-plan, %s moved back"
+                      % (mode, row["tokens_per_s_before"], row["tokens_per_s_slowed"], row.get("tokens_per_s_after"),
+                         row.get("tokens_per_s_back")), flush=True)
                 rows.write(json.dumps(row) + "\n")
                 rows.flush()
                 continue
             row = train(work, mode)
-            with open(os.path.join(work, "workers.txt"), "a") as workers:
-                workers.write("after %s:\n%s" % (mode, ctl("get", "workers")))
+            with open(os.path.join(work, "workers.txt"), "a") as listing:
+                listing.write("after %s:\n%s" % (mode, ctl("get", "workers")))
             print("bench_heterogeneous: %s: %.0f tok/s, step %.3f s (predicted %.3f s)"
                   % (mode, row["tokens_per_s"], row["step_s"], row["predicted_step_s"]), flush=True)
             rows.write(json.dumps(row) + "\n")
@@ -201,8 +228,8 @@ def inside(work, modes):
 
 def report(work, out):
     rows = [json.loads(line) for line in open(os.path.join(work, "rows.jsonl"))]
-    slowed = [r for r in rows if r["mode"] in ("slowdown", "link_slowdown")]
-    rows = [r for r in rows if r["mode"] not in ("slowdown", "link_slowdown")]
+    slowed = [r for r in rows if r["mode"] in SLOWDOWN_MODES]
+    rows = [r for r in rows if r["mode"] not in SLOWDOWN_MODES]
     by_mode = {r["mode"]: r for r in rows}
     ratios = {}
     for mode in ("planned", "planned_auto"):
@@ -236,6 +263,10 @@ def report(work, out):
                  r.get("replanned_after_step"), r.get("pause_s")))
         print("           before: " + "; ".join(r["layout_before"]))
         print("           after:  " + "; ".join(r.get("layout_after", ["(no re-plan)"])))
+        if r.get("recovered"):
+            print("           %s: moved back after step %s (pause %s s): %s tok/s"
+                  % (r["recovered"], r.get("moved_back_after_step"), r.get("pause_back_s"), r.get("tokens_per_s_back")))
+            print("           back:   " + "; ".join(r.get("layout_back", ["(not moved back)"])))
     print("json: " + out)
 
 
