@@ -33,18 +33,16 @@ void JobManager::MaybePlanReplan(RunningJob& job) {
       (job.replan_checked_at() > 0 && step < job.replan_checked_at() + kReplanCheckSteps)) {
     return;
   }
-  // Rates are looked at every kReplanCheckSteps steps.
-  std::string rose;
-  if (!steps_slowed && !link_slowed) {
-    if (step % kReplanCheckSteps != 0) return;
-    rose = job.rate_watch().Rose(step, WatchedWorkers(job));
-    if (rose.empty()) return;
-  }
+  // Rates are looked at every kReplanCheckSteps steps, and at each check of
+  // a slowed job (a worker that got faster counts in its advice too).
+  const bool look = step % kReplanCheckSteps == 0 || steps_slowed || link_slowed;
+  const std::string rose = look ? job.rate_watch().Rose(step, WatchedWorkers(job)) : std::string();
+  if (!steps_slowed && !link_slowed && rose.empty()) return;
   // Moving costs a restart (state reloaded, streams reconnected): worth
   // weighing only where the time the slowdown costs the rest of the job
   // could repay it.
   const double remaining = static_cast<double>(job.status().total_steps() - stop);
-  if (steps_slowed && !link_slowed &&
+  if (steps_slowed && !link_slowed && rose.empty() &&
       (job.pace().recent() - job.pace().baseline()) * remaining < kReplanMinSavingSeconds) {
     return;
   }
@@ -67,10 +65,11 @@ void JobManager::MaybePlanReplan(RunningJob& job) {
     LOG(WARNING) << "job " << job.status().job_id() << ": cannot weigh a re-plan: " << advice.status();
     return;
   }
+  const std::string also = rose.empty() ? "" : absl::StrCat(", and worker ", rose);
   const std::string slowed =
-      steps_slowed ? absl::StrFormat("its steps slowed from %.3f s to %.3f s; %s", job.pace().baseline(),
-                                     job.pace().recent(), advice->why)
-      : link_slowed ? absl::StrFormat("a link it uses slowed (%.3f s a step); %s", step_seconds, advice->why)
+      steps_slowed ? absl::StrFormat("its steps slowed from %.3f s to %.3f s%s; %s", job.pace().baseline(),
+                                     job.pace().recent(), also, advice->why)
+      : link_slowed ? absl::StrFormat("a link it uses slowed (%.3f s a step)%s; %s", step_seconds, also, advice->why)
                     : absl::StrFormat("worker %s; %s", rose, advice->why);
   // What the new layout would save over the rest of the job, at the pace
   // measured now.

@@ -188,6 +188,30 @@ TEST_F(RateRecoveryTest, AnIdleWorkerWhoseFreshProbeIsFastIsMovedBackOnto) {
   EXPECT_EQ(Workers(), (std::set<std::string>{"a", "b"}));
 }
 
+// A job whose steps slowed weighs a move with a rise it sees too, and says so.
+TEST_F(RateRecoveryTest, ASlowedJobsAdviceNamesAWorkerThatGotFaster) {
+  const std::string a = AddWorker("a"), b = AddWorker("b"), c = AddWorker("c", 0.5e10);
+  for (int i = 0; i < 5; ++i) registry_->NoteAchievedRate(c, 0.5 * kRate);
+  const auto spec = SixLayers(400);
+  running_id_ = jobs_->Submit(spec)->job_id();
+  NoteAssignments();
+  int64_t step = 1;
+  for (; step <= 10; ++step) ReportStep(spec, step, [](const std::string&) { return kRate; });
+  step = RunUntilMoved(spec, step, 40, [&](const std::string& w) { return w == b ? kRate / 16 : kRate; });
+  ASSERT_GT(step, 0);
+  ASSERT_EQ(Workers(), (std::set<std::string>{"a", "c"})) << jobs_->Get(running_id_)->message();
+  for (const int64_t last = step + 20; step < last; ++step) {
+    ReportStep(spec, step, [&](const std::string& w) { return w == c ? 0.5 * kRate : kRate; });
+  }
+  // b measures fast while idle, as a's machine gets busy: a slowdown, and a rise.
+  ASSERT_TRUE(registry_->NoteComputeProbe(b, 1e10));
+  step = RunUntilMoved(spec, step, 40, [&](const std::string& w) { return w == c ? 0.5 * kRate : kRate / 3; });
+  ASSERT_GT(step, 0) << jobs_->Get(running_id_)->message();
+  const std::string message = jobs_->Get(running_id_)->message();
+  EXPECT_NE(message.find("its steps slowed from"), std::string::npos) << message;
+  EXPECT_NE(message.find(", and worker b got faster"), std::string::npos) << message;
+}
+
 TEST(RateWatchTest, ARateRiseCountsFromItsLowAfterTheEpochSettledAndAfterAWeighingOnlyWhenItRisesFurther) {
   auto worker = [](const std::string& name, double gflops) {
     WorkerRecord w;
