@@ -21,7 +21,10 @@
 # of the worker holding stage 1 of replica 1 drops to 5 Mbit/s at step 15
 # (mode link_slowdown); and (mode recovery, run before slowdown) the same
 # slowdown, a1 getting its 0.4 CPU back 12 steps after the re-plan: tokens/s
-# once the coordinator moved the job back. For each: tokens/s between
+# once the coordinator moved the job back; and (mode idle_recovery, a testbed
+# with a slower spare a3 at 0.2 CPU) a1 cut to 0.05 CPU, moved out to the
+# spare, given its share back while idle: the job moves back once a fresh
+# GEMM probe of a1 sets its slow reports aside. For each: tokens/s between
 # two steps (wall time, the first steps left out), the measured and the
 # predicted step time, the critical path, the layout, each hop's wire; and
 # the ratios to in_order.
@@ -32,7 +35,7 @@
 # racks; 10mbit makes the hops across it what paces the planner's layout).
 #
 # Root, ip netns, tc tbf and a cgroup cpu controller (testbed.sh; exit 77
-# with the reason where they are missing). About 8 minutes.
+# with the reason where they are missing). About 12 minutes.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 source_dir=$(cd "$here/.." && pwd)
@@ -78,11 +81,13 @@ spec["checkpoint"] = {"every_steps": 0}
 for mode, placement, wire in (("first", "planned", "f32"), ("planned", "planned", "f32"),
                               ("in_order", "in_order", "f32"), ("planned_auto", "planned", "auto"),
                               ("in_order_auto", "in_order", "auto"), ("slowdown", "planned", "f32"),
-                              ("link_slowdown", "planned", "f32"), ("recovery", "planned", "f32")):
+                              ("link_slowdown", "planned", "f32"), ("recovery", "planned", "f32"),
+                              ("idle_recovery", "planned", "f32")):
     spec["name"] = "skewed-" + mode
     spec["parallel"] = {"pipeline_stages": 2, "data_parallel": 2, "schedule": "1f1b", "wire_dtype": wire,
                         "placement": placement}
-    spec["train"]["steps"] = 15 if mode == "first" else 80 if "slowdown" in mode else 150 if mode == "recovery" else steps
+    spec["train"]["steps"] = {"first": 15, "slowdown": 80, "link_slowdown": 80, "recovery": 150,
+                              "idle_recovery": 300}.get(mode, steps)
     json.dump(spec, open("%s/%s.json" % (work, mode), "w"), indent=1)
 PY
 rm -f "$work/rows.jsonl"
@@ -93,4 +98,10 @@ bash "$source_dir/deploy/testbed/testbed.sh" --bin "$bin_dir" --work "$work/bed"
 { cat "$work/skewed.topology"; echo "worker a3 a threads=1 cpu=0.4"; } >"$work/spare.topology"
 bash "$source_dir/deploy/testbed/testbed.sh" --bin "$bin_dir" --work "$work/bed-spare" --deadline 900 "$work/spare.topology" -- \
   python3 "$here/heterogeneous_run.py" "$work" link_slowdown
+# A worker moved off entirely: the same racks with a slower spare (0.2 CPU),
+# a1 cut to 0.05 CPU; given its share back while idle, it measures its GEMM
+# rate again when the coordinator asks, and the job moves back onto it.
+{ cat "$work/skewed.topology"; echo "worker a3 a threads=1 cpu=0.2"; } >"$work/slow-spare.topology"
+bash "$source_dir/deploy/testbed/testbed.sh" --bin "$bin_dir" --work "$work/bed-slow-spare" --deadline 900 \
+  "$work/slow-spare.topology" -- python3 "$here/heterogeneous_run.py" "$work" idle_recovery
 python3 "$here/heterogeneous_run.py" --report "$work" "${json:-$work/bench_heterogeneous.json}"

@@ -22,6 +22,10 @@ SLOW_LINK_RATE at SLOW_AT (TESTBED_LINK_RATE), on a cluster with a spare.
 MODE "recovery" is "slowdown" whose worker gets its CPU share back
 RECOVER_AFTER steps after the re-plan: its row adds the tokens/s once the
 coordinator moved the job back (the rate its reports show rising again).
+MODE "idle_recovery" is "recovery" with SLOW_WORKER cut to IDLE_SLOW_SHARE
+on a cluster with a slower spare: the job moves it out to the spare, and
+back once, idle with its share back, a fresh GEMM probe sets its slow
+reports aside.
 """
 import json
 import os
@@ -36,7 +40,11 @@ SLOW_LINK_RATE = "5mbit"
 # Mode "recovery": SLOW_WORKER's share back to what the topology gave it,
 # once the job moved off and ran RECOVER_AFTER more steps.
 FULL_SHARE, RECOVER_AFTER = 0.4, 12
-SLOWDOWN_MODES = ("slowdown", "link_slowdown", "recovery")
+# Mode "idle_recovery": SLOW_WORKER down to IDLE_SLOW_SHARE, on a cluster
+# whose spare is slower than it at full share but faster than that.
+IDLE_SLOW_SHARE = 0.05
+RECOVERY_MODES = ("recovery", "idle_recovery")
+SLOWDOWN_MODES = ("slowdown", "link_slowdown") + RECOVERY_MODES
 
 
 def field(obj, name, default=None):
@@ -115,12 +123,13 @@ def slowdown(work, mode):
     before, slowed and after the coordinator's re-plan."""
     spec_file = os.path.join(work, mode + ".json")
     spec = json.load(open(spec_file))
-    if mode == "recovery":  # whatever an earlier mode left
+    if mode in RECOVERY_MODES:  # whatever an earlier mode left
         subprocess.run(shlex.split(os.environ["TESTBED_CPU_CAP"]) + [SLOW_WORKER, str(FULL_SHARE)], check=True,
                        timeout=30)
     job = json.loads(ctl("-o", "json", "submit", spec_file))["job_id"]
     seen = []  # (time, step, epoch, message)
     status, slowed_at, recovered_at, layouts = {}, None, None, {}
+    idle = False  # SLOW_WORKER held no position when given its share back
     deadline = time.monotonic() + 1200
     while time.monotonic() < deadline:
         status = json.loads(ctl("-o", "json", "describe", "job", job))
@@ -136,19 +145,22 @@ def slowdown(work, mode):
                 slowed = "%s's link to %s at step %d" % (held[0], SLOW_LINK_RATE, step)
                 change = shlex.split(os.environ["TESTBED_LINK_RATE"]) + [held[0], SLOW_LINK_RATE]
             else:
-                slowed = "%s to %.2f CPU at step %d" % (SLOW_WORKER, SLOW_SHARE, step)
-                change = shlex.split(os.environ["TESTBED_CPU_CAP"]) + [SLOW_WORKER, str(SLOW_SHARE)]
+                share = IDLE_SLOW_SHARE if mode == "idle_recovery" else SLOW_SHARE
+                slowed = "%s to %.2f CPU at step %d" % (SLOW_WORKER, share, step)
+                change = shlex.split(os.environ["TESTBED_CPU_CAP"]) + [SLOW_WORKER, str(share)]
             subprocess.run(change, check=True, timeout=30)
             slowed_at = (now, step)
         moved_at = min([s for _, s, e, _ in seen if e == max(layouts)], default=0) if len(layouts) > 1 else None
-        if mode == "recovery" and recovered_at is None and moved_at is not None and step >= moved_at + RECOVER_AFTER:
+        if mode in RECOVERY_MODES and recovered_at is None and moved_at is not None and \
+                step >= moved_at + RECOVER_AFTER:
+            idle = all(s["worker"] != SLOW_WORKER for s in status.get("stages", []))
             change = shlex.split(os.environ["TESTBED_CPU_CAP"]) + [SLOW_WORKER, str(FULL_SHARE)]
             subprocess.run(change, check=True, timeout=30)
             recovered_at = (now, step)
         if status.get("state") in ("SUCCEEDED", "FAILED", "CANCELLED"):
             break
         time.sleep(0.2)
-    if status.get("state") != "SUCCEEDED" or slowed_at is None or (mode == "recovery" and recovered_at is None):
+    if status.get("state") != "SUCCEEDED" or slowed_at is None or (mode in RECOVERY_MODES and recovered_at is None):
         raise SystemExit("bench_heterogeneous: job %s (%s) did not succeed: %s" % (job, mode, status))
     epochs = sorted(layouts)
     tokens_per_step = spec["train"]["global_batch"] * spec["model"]["context"]
@@ -173,7 +185,8 @@ def slowdown(work, mode):
                     "tokens_per_s_after": rate([p for p in after if p[1] >= after[0][1] + 3]),
                     "layout_after": layouts[epochs[1]], "message": moved[0] if moved else ""})
     if recovered_at is not None:
-        row["recovered"] = "%s back to %.2f CPU at step %d" % (SLOW_WORKER, FULL_SHARE, recovered_at[1])
+        row["recovered"] = "%s back to %.2f CPU at step %d%s" % (SLOW_WORKER, FULL_SHARE, recovered_at[1],
+                                                                 " (idle)" if idle else "")
     if recovered_at is not None and len(epochs) > 2:
         second = [(t, s) for t, s, e, _ in seen if e == epochs[1]]
         back = [(t, s) for t, s, e, _ in seen if e == epochs[2]]
