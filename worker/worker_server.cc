@@ -212,8 +212,10 @@ void WorkerServer::Stop() {
 void WorkerServer::HeartbeatLoop(absl::Duration every) {
   bool reachable = true;
   std::optional<shardline::v1::ComputeProbe> compute;  // measured as asked, not yet sent
+  bool at_once = false;  // just measured: sent without the usual wait (once)
   while (!stopping_) {
-    const absl::Time next = compute.has_value() ? absl::Now() : absl::Now() + every;
+    const absl::Time next = at_once ? absl::Now() : absl::Now() + every;
+    at_once = false;
     while (!stopping_ && absl::Now() < next) absl::SleepFor(absl::Milliseconds(5));
     if (stopping_) return;
     absl::StatusOr<shardline::v1::HeartbeatResponse> answer =
@@ -232,7 +234,10 @@ void WorkerServer::HeartbeatLoop(absl::Duration every) {
     if (answer.ok() && answer->probe_targets_size() > 0) {
       probes_->Start(worker_id(), {answer->probe_targets().begin(), answer->probe_targets().end()});
     }
-    if (answer.ok() && answer->measure_compute()) compute = MeasureIdleCompute();
+    if (answer.ok() && answer->measure_compute()) {
+      compute = MeasureIdleCompute();
+      at_once = compute.has_value();
+    }
     if (answer.ok() && answer->drained() != drained_) {
       drained_ = answer->drained();
       LOG(INFO) << (drained_ ? "drained by the coordinator: health NOT_SERVING"
