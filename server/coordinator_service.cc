@@ -202,8 +202,11 @@ grpc::ServerUnaryReactor* CoordinatorService::Heartbeat(grpc::CallbackServerCont
     absl::StatusOr<WorkerRecord> record = registry_.Get(request->worker_id());
     response->set_drained(record.ok() && record->drained);
     if (record.ok()) AddProbeTarget(*record, response->mutable_probe_targets());
-    // Not both at once: the GEMM would slow the link probe, and this.
-    response->set_measure_compute(response->probe_targets().empty() && registry_.AskComputeProbe(request->worker_id()));
+    // Never beside a link probe on its host: the GEMM would slow the probe's
+    // transfers (a wrong link figure planned on), and the probe the GEMM.
+    response->set_measure_compute(record.ok() && response->probe_targets().empty() &&
+                                  !jobs_->links().HostProbing(record->name) &&
+                                  registry_.AskComputeProbe(request->worker_id()));
   }
   return Done(context, status);
 }

@@ -98,6 +98,9 @@ class LinkTable {
   bool Stale(const LinkRecord& link) const { return clock_() - link.measured_at > kStaleAfter; }
   int pending() const;  // queued directions, those being probed included
   int probing() const;  // live claims
+  // Whether a live claim has an end on `name`'s host (its CPU and wire are
+  // in a probe: nothing else measures there now).
+  bool HostProbing(const std::string& name) const;
   absl::Time Now() const { return clock_(); }
 
  private:

@@ -30,6 +30,17 @@ int LinkTable::probing() const {
   return live;
 }
 
+bool LinkTable::HostProbing(const std::string& name) const {
+  absl::MutexLock lock(&mu_);
+  const std::string& host = HostLocked(name);
+  for (const auto& [d, claim] : claims_) {
+    if (clock_() - claim.at < kClaimTimeout && (HostLocked(d.first) == host || HostLocked(d.second) == host)) {
+      return true;
+    }
+  }
+  return false;
+}
+
 void LinkTable::ExpireClaimsLocked(absl::Time now) {
   for (auto it = claims_.begin(); it != claims_.end();) {
     if (now - it->second.at < kClaimTimeout) {

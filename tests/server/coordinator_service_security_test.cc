@@ -222,18 +222,32 @@ TEST_F(CoordinatorServiceTest, LinkProbesGoToOneIdleWorkerAndReportsNeedItsSecre
 }
 
 // Rates that recover: an idle worker whose jobs' reports said it was much
-// slower than its probe is asked (once, not beside a link probe) to
-// measure its GEMM rate again; the rate comes with a heartbeat signed by
-// it, absurd figures are refused, and a fast one sets those reports aside.
+// slower than its probe is asked (once, never beside a link probe on its
+// host) to measure its GEMM rate again; the rate comes with a heartbeat
+// signed by it, absurd figures are refused, and a fast one sets those
+// reports aside.
 TEST_F(CoordinatorServiceTest, AnIdleWorkerSlowerThanItsProbeIsAskedToMeasureAgain) {
-  std::string w0, w1, w2;
+  std::string w0, w1, w2, w3;
   ASSERT_TRUE(Register("w0", &w0).ok());
   ASSERT_TRUE(Register("w1", &w1).ok());
-  ASSERT_TRUE(Register("w2", &w2).ok());
+  ASSERT_TRUE(Register("w3", &w3).ok());
+  {  // w2 alone on another host
+    grpc::ClientContext context;
+    shardline::v1::RegisterRequest request;
+    request.set_name("w2");
+    request.mutable_capabilities()->set_listen_address("127.0.0.2:1");
+    request.mutable_capabilities()->set_gemm_flops(1e9);
+    request.mutable_capabilities()->set_memory_bytes(int64_t{1} << 30);
+    shardline::v1::RegisterResponse response;
+    ASSERT_TRUE(worker_stub_->Register(&context, request, &response).ok());
+    w2 = response.worker_id();
+    secrets_[w2] = response.worker_secret();
+  }
   for (int i = 0; i < 5; ++i) {
     registry_->NoteAchievedRate(w0, 5e8);
-    registry_->NoteAchievedRate(w1, 5e8);
-    registry_->NoteAchievedRate(w2, 1e8);  // its machine was busy
+    registry_->NoteAchievedRate(w3, 5e8);
+    registry_->NoteAchievedRate(w1, 1e8);  // their machines were busy
+    registry_->NoteAchievedRate(w2, 1e8);
   }
   auto beat = [&](const std::string& id, double gemm_flops = 0, double spread = 0) {
     grpc::ClientContext context;
@@ -248,15 +262,33 @@ TEST_F(CoordinatorServiceTest, AnIdleWorkerSlowerThanItsProbeIsAskedToMeasureAga
     const grpc::Status status = worker_stub_->Heartbeat(&context, request, &response);
     return std::make_pair(status.error_code(), response);
   };
+  // Every link measured; then w0 and w1's again: a probe inside host 127.0.0.1.
+  const std::vector<std::string> names = {"w0", "w1", "w2", "w3"};
+  for (const std::string& from : names) {
+    std::vector<LinkRecord> measured;
+    for (const std::string& to : names) {
+      if (to == from) continue;
+      LinkRecord& link = measured.emplace_back();
+      link.to = to;
+      link.bytes_per_second = 1.25e9;
+      link.rtt_seconds = 1e-4;
+    }
+    jobs_->links().Record(from, std::move(measured));
+  }
+  ASSERT_EQ(jobs_->links().Request({"w0", "w1"}), 2);
   const auto probing = beat(w0).second;
   ASSERT_EQ(probing.probe_targets_size(), 1) << "w0 probes a link";
+  EXPECT_EQ(probing.probe_targets(0).worker(), "w1") << "on its own host";
   EXPECT_FALSE(probing.measure_compute());
-  const auto early = beat(w2).second;
-  EXPECT_EQ(early.probe_targets_size(), 0) << "its host is in w0's probe";
-  EXPECT_FALSE(early.measure_compute()) << "not idle long enough";
+  EXPECT_FALSE(beat(w2).second.measure_compute()) << "not idle long enough";
   skew_seconds_ += absl::ToInt64Seconds(kComputeProbeIdle);
-  EXPECT_FALSE(beat(w1).second.measure_compute()) << "as fast as its probe says";
-  EXPECT_TRUE(beat(w2).second.measure_compute());
+  EXPECT_FALSE(beat(w3).second.measure_compute()) << "as fast as its probe says";
+  const auto beside = beat(w1).second;
+  EXPECT_EQ(beside.probe_targets_size(), 0);
+  EXPECT_FALSE(beside.measure_compute()) << "its host is in w0's probe";
+  const auto asked = beat(w2).second;
+  EXPECT_EQ(asked.probe_targets_size(), 0) << "its links are measured";
+  EXPECT_TRUE(asked.measure_compute()) << "its host is in no probe";
   EXPECT_FALSE(beat(w2).second.measure_compute()) << "asked once a wait";
 
   const double nan = std::numeric_limits<double>::quiet_NaN();
