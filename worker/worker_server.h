@@ -70,15 +70,6 @@ struct WorkerOptions {
   bool scramble_reports = false;
 };
 
-// The f32 GEMM rate of `backend` on 1024³ from repeated probes (after a
-// warm-up: 7, or at least 3 when they take over half a second): the median
-// rate, and how much the probes disagreed, (slowest − fastest) / median.
-struct GemmRate {
-  double flops = 0;
-  double spread = 0;
-};
-absl::StatusOr<GemmRate> MeasureGemmRate(Backend& backend);
-
 class WorkerServer {
  public:
   static absl::StatusOr<std::unique_ptr<WorkerServer>> Start(const WorkerOptions& options);
