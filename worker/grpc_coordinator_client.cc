@@ -19,11 +19,20 @@ GrpcCoordinatorClient::GrpcCoordinatorClient(const std::string& address, absl::D
                                              std::shared_ptr<grpc::ChannelCredentials> credentials)
     : deadline_(deadline),
       credentials_(credentials != nullptr ? std::move(credentials) : grpc::InsecureChannelCredentials()) {
-  grpc::ChannelArguments args;
-  args.SetMaxSendMessageSize(64 << 20);
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 30000);
-  stub_ = shardline::v1::Coordinator::NewStub(
-      grpc::CreateCustomChannel(address, credentials_, args));
+  // Two connections: checkpoints and state (megabytes, as long as the
+  // link takes) on one, heartbeats, step reports and assignments on the
+  // other. On one connection a heartbeat waits behind whatever state
+  // bytes fill the socket's buffers: on a slow link that is seconds, more
+  // than a lease. Channels whose arguments differ never share one.
+  const auto channel = [&](const char* purpose) {
+    grpc::ChannelArguments args;
+    args.SetMaxSendMessageSize(64 << 20);
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 30000);
+    args.SetString("shardline.connection", purpose);
+    return grpc::CreateCustomChannel(address, credentials_, args);
+  };
+  stub_ = shardline::v1::Coordinator::NewStub(channel("control"));
+  bulk_stub_ = shardline::v1::Coordinator::NewStub(channel("bulk"));
 }
 
 void GrpcCoordinatorClient::SetDeadline(grpc::ClientContext& context) const {
@@ -168,7 +177,7 @@ absl::Status GrpcCoordinatorClient::ReportShard(const ShardSnapshot& shard, cons
     {
       CallWatchdog watchdog(context, cancelled);
       watchdog.Arm(deadline_);
-      auto writer = stub_->ReportShard(&context, &response);
+      auto writer = bulk_stub_->ReportShard(&context, &response);
       shardline::v1::ShardChunk chunk;
       *chunk.mutable_header() = shard.header();
       chunk.mutable_header()->set_offset(offset);
@@ -220,14 +229,19 @@ absl::Status GrpcCoordinatorClient::ReportShard(const ShardSnapshot& shard, cons
 namespace {
 
 // A FetchState stream (the coordinator's or a twin's): a safetensors file
-// in chunks, the first with a header announcing its length.
+// in chunks, the first with a header announcing its length. However long
+// the whole takes (a large stage on a slow link), each chunk must come
+// within `per_chunk` of the last: `watchdog` cuts a stalled stream.
 absl::StatusOr<common::SafetensorsContents> ReadStateStream(grpc::ClientContext& context,
                                                             grpc::ClientReader<shardline::v1::ShardChunk>& reader,
+                                                            CallWatchdog& watchdog, absl::Duration per_chunk,
                                                             const std::string& from) {
   shardline::v1::ShardChunk chunk;
   int64_t total = -1;
   std::string bytes;
+  watchdog.Arm(per_chunk);
   while (reader.Read(&chunk)) {
+    watchdog.Arm(per_chunk);
     if (total < 0) {
       if (!chunk.has_header() || chunk.header().total_bytes() < 0) {
         context.TryCancel();
@@ -244,7 +258,15 @@ absl::StatusOr<common::SafetensorsContents> ReadStateStream(grpc::ClientContext&
       return absl::DataLossError(absl::StrCat(from, " sent more than the ", total, " bytes it announced"));
     }
   }
-  RETURN_IF_ERROR(FromGrpcStatus(reader.Finish()));
+  const grpc::Status status = reader.Finish();
+  watchdog.Disarm();
+  if (watchdog.fired()) {
+    const std::string got =
+        total < 0 ? std::string("its header never came") : absl::StrCat(bytes.size(), " of ", total, " bytes came");
+    return absl::DeadlineExceededError(
+        absl::StrCat(from, " sent nothing of the state for ", absl::FormatDuration(per_chunk), " (", got, ")"));
+  }
+  RETURN_IF_ERROR(FromGrpcStatus(status));
   if (static_cast<int64_t>(bytes.size()) != total) {
     return absl::DataLossError(absl::StrCat(from, "'s state stream ended at ", bytes.size(), " of ", total, " bytes"));
   }
@@ -256,11 +278,12 @@ absl::StatusOr<common::SafetensorsContents> ReadStateStream(grpc::ClientContext&
 absl::StatusOr<common::SafetensorsContents> GrpcCoordinatorClient::FetchState(
     const shardline::v1::FetchStateRequest& request) {
   grpc::ClientContext context;
-  // A whole stage's state: more time than one small call.
-  context.set_deadline(absl::ToChronoTime(absl::Now() + 6 * deadline_));
   Authorize(context);
-  auto reader = stub_->FetchState(&context, request);
-  return ReadStateStream(context, *reader, "the coordinator");
+  const std::atomic<bool> never{false};
+  CallWatchdog watchdog(context, never);
+  watchdog.Arm(deadline_);
+  auto reader = bulk_stub_->FetchState(&context, request);
+  return ReadStateStream(context, *reader, watchdog, deadline_, "the coordinator");
 }
 
 absl::StatusOr<common::SafetensorsContents> GrpcCoordinatorClient::FetchStateFromTwin(
@@ -270,9 +293,11 @@ absl::StatusOr<common::SafetensorsContents> GrpcCoordinatorClient::FetchStateFro
   auto stub = shardline::v1::WorkerState::NewStub(
       grpc::CreateCustomChannel(address, credentials_, args));
   grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + 6 * deadline_));
+  const std::atomic<bool> never{false};
+  CallWatchdog watchdog(context, never);
+  watchdog.Arm(deadline_);
   auto reader = stub->FetchState(&context, request);
-  return ReadStateStream(context, *reader, "the twin at " + address);
+  return ReadStateStream(context, *reader, watchdog, deadline_, "the twin at " + address);
 }
 
 }  // namespace shardline::worker

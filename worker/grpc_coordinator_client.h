@@ -1,7 +1,9 @@
 // GrpcCoordinatorClient is a worker's connection to the coordinator: register,
 // heartbeat, the assignment stream, and the StageReporter calls. Every unary
-// call has a deadline; statuses come back as absl::Status. Thread-safe (gRPC
-// stubs are).
+// call has a deadline, every stream a deadline per chunk; statuses come back
+// as absl::Status. Checkpoints and state travel on a TCP connection of their
+// own, so that a heartbeat never waits behind them. Thread-safe (gRPC stubs
+// are).
 #ifndef SHARDLINE_WORKER_GRPC_COORDINATOR_CLIENT_H_
 #define SHARDLINE_WORKER_GRPC_COORDINATOR_CLIENT_H_
 
@@ -53,8 +55,10 @@ class GrpcCoordinatorClient final : public StageReporter {
   // the coordinator's copy ends (jittered backoff), given up once nothing
   // went through for three deadlines or on a refusal.
   absl::Status ReportShard(const ShardSnapshot& shard, const std::atomic<bool>& cancelled) override;
+  // As long as the state takes to come, each chunk within a deadline of the
+  // last (a stalled stream is cut: DEADLINE_EXCEEDED).
   absl::StatusOr<common::SafetensorsContents> FetchState(const shardline::v1::FetchStateRequest& request) override;
-  // A fresh channel to the twin, the same deadline as FetchState's.
+  // A fresh channel to the twin, the same deadlines as FetchState's.
   absl::StatusOr<common::SafetensorsContents> FetchStateFromTwin(
       const std::string& address, const shardline::v1::FetchStateRequest& request) override;
 
@@ -66,7 +70,8 @@ class GrpcCoordinatorClient final : public StageReporter {
 
   const absl::Duration deadline_;
   const std::shared_ptr<grpc::ChannelCredentials> credentials_;
-  std::unique_ptr<shardline::v1::Coordinator::Stub> stub_;
+  std::unique_ptr<shardline::v1::Coordinator::Stub> stub_;       // everything small
+  std::unique_ptr<shardline::v1::Coordinator::Stub> bulk_stub_;  // ReportShard, FetchState
   std::mutex watch_mu_;
   grpc::ClientContext* watch_context_ = nullptr;  // guarded by watch_mu_
   std::mutex registration_mu_;

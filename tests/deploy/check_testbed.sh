@@ -218,3 +218,59 @@ wait $bed || status=$?
 [[ $status -eq 143 ]] || { echo "FAIL: a stopped testbed exited $status"; exit 1; }
 left_nothing "stopped"
 echo "ok: SIGTERM tears the testbed down in $(($(date +%s) - start)) s"
+
+# --- A worker behind a slow uplink (4 Mbit/s) takes over a job: the
+# stage's state (5 MB) comes to it from the coordinator and its
+# checkpoints go back, ten seconds each, while its heartbeats (a 3 s lease)
+# must still get through. It keeps its lease and the job succeeds.
+cat >"$work/slow.topology" <<'TOPO'
+rack a 1gbit
+rack b 1gbit
+uplink a b 4mbit
+coordinator a
+worker w1 a threads=1
+worker w2 b threads=1
+TOPO
+python3 - "$source_dir/examples/addition.json" "$work/slow.json" <<'PY'
+import json, sys
+spec = json.load(open(sys.argv[1]))
+spec["model"]["n_layers"] = 2
+spec["train"].update(steps=300, global_batch=32, micro_batches=2)
+spec["train"]["optimizer"]["warmup_steps"] = 10
+spec["parallel"].update(pipeline_stages=1, placement="in_order")
+spec["checkpoint"]["every_steps"] = 100
+json.dump(spec, open(sys.argv[2], "w"))
+PY
+cat >"$work/slow.sh" <<'SLOW'
+set -euo pipefail
+ctl() { timeout 60 $TESTBED_SHARDCTL "$@"; }
+job=$(ctl -o json submit "$1" | python3 -c 'import json,sys; print(json.load(sys.stdin)["job_id"])')
+# On w1 (registered first) until its first checkpoint is committed, then
+# moved to w2 at once.
+for _ in $(seq 600); do
+  committed=$(ctl -o json describe job "$job" | python3 -c 'import json,sys; j=json.load(sys.stdin); print(int(j.get("committedStep", j.get("committed_step", -1))))')
+  [[ $committed -ge 100 ]] && break
+  sleep 0.1
+done
+[[ $committed -ge 100 ]] || { echo "FAIL: no checkpoint was committed on w1"; exit 1; }
+ctl drain --at_once w1 >/dev/null
+timeout 240 $TESTBED_SHARDCTL watch "$job" >"$TESTBED_WORK/watch.log" 2>&1 \
+  || { echo "FAIL: the job did not succeed on w2"; tail -n 5 "$TESTBED_WORK/watch.log"; ctl describe job "$job"; exit 1; }
+ctl -o json describe job "$job" >"$TESTBED_WORK/job.json"
+SLOW
+bash "$testbed" --bin "$bin_dir" --work "$work/slow" --deadline 400 "$work/slow.topology" -- bash "$work/slow.sh" "$work/slow.json"
+left_nothing "a slow uplink"
+python3 - "$work/slow/job.json" <<'PY'
+import json, sys
+job = json.load(open(sys.argv[1]))
+assert job["state"] == "SUCCEEDED" and int(job["step"]) == 300, job
+assert [s["worker"] for s in job["stages"]] == ["w2"], job["stages"]
+PY
+grep -q "resumed from step 100, its state from the coordinator" "$work/slow/logs/w2.log" \
+  || { echo "FAIL: w2 did not take the state from the coordinator"; grep -v "link to" "$work/slow/logs/w2.log"; exit 1; }
+stored=$(grep -c "checkpoint of step [0-9]* stored" "$work/slow/logs/w2.log" || true)
+[[ $stored -ge 2 ]] || { echo "FAIL: w2 stored $stored checkpoints"; exit 1; }
+if grep -q "lost its lease" "$work/slow/logs/coordinator.log"; then
+  echo "FAIL: a worker lost its lease behind the slow uplink:"; grep "lease\|restarting" "$work/slow/logs/coordinator.log"; exit 1
+fi
+echo "ok: behind a 4 Mbit/s uplink w2 took the state from the coordinator and stored $stored checkpoints, its lease kept"

@@ -1,14 +1,18 @@
-// GrpcCoordinatorClient against a fake coordinator whose ReportStep fails
-// the first calls: transient failures are retried, refusals are not.
+// GrpcCoordinatorClient against fake coordinators: step reports that failed
+// transiently are retried, refusals are not; shard uploads resume; state
+// streams take as long as they flow and are cut when they stall; bulk
+// transfers and heartbeats travel on separate connections.
 #include "worker/grpc_coordinator_client.h"
 
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
+#include <set>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/safetensors.h"
 #include "gtest/gtest.h"
 
 namespace shardline::worker {
@@ -201,6 +205,99 @@ TEST(GrpcCoordinatorClientTest, AnAbandonedShardUploadStopsAtOnce) {
   abandon.join();
   EXPECT_EQ(uploaded.code(), absl::StatusCode::kCancelled) << uploaded;
   EXPECT_LT(absl::Now() - start, absl::Seconds(30)) << "it waited for the chunk deadline";
+}
+
+// Serves a stage's state (a safetensors file of `floats` floats) in chunks
+// of `chunk` bytes, `pause` apart, stopping for good after `stall_after`
+// chunks if that is set; remembers the peer (client address and port) of
+// each FetchState and Heartbeat.
+class StateCoordinator final : public shardline::v1::Coordinator::Service {
+ public:
+  explicit StateCoordinator(int64_t floats) {
+    common::SafetensorsContents c;
+    common::Tensor t = *common::Tensor::Zeros(common::DType::kF32, {floats});
+    for (int64_t i = 0; i < floats; ++i) t.values<float>()[i] = static_cast<float>(i % 997);
+    c.tensors.emplace("w", std::move(t));
+    c.metadata["step"] = "7";
+    bytes = *common::SerializeSafetensors(c);
+  }
+  grpc::Status FetchState(grpc::ServerContext* context, const shardline::v1::FetchStateRequest*,
+                          grpc::ServerWriter<shardline::v1::ShardChunk>* writer) override {
+    Remember(fetch_peers, context->peer());
+    shardline::v1::ShardChunk chunk;
+    chunk.mutable_header()->set_total_bytes(static_cast<int64_t>(bytes.size()));
+    for (size_t at = 0, written = 0; at < bytes.size(); at += chunk_bytes, ++written) {
+      if (stall_after >= 0 && written == static_cast<size_t>(stall_after)) {
+        while (!context->IsCancelled()) absl::SleepFor(absl::Milliseconds(5));
+        return grpc::Status::CANCELLED;
+      }
+      if (written > 0) absl::SleepFor(pause);
+      chunk.set_data(bytes.substr(at, chunk_bytes));
+      if (!writer->Write(chunk)) return grpc::Status::CANCELLED;
+      chunk.clear_header();
+    }
+    return grpc::Status::OK;
+  }
+  grpc::Status Heartbeat(grpc::ServerContext* context, const shardline::v1::HeartbeatRequest*,
+                         shardline::v1::HeartbeatResponse*) override {
+    Remember(heartbeat_peers, context->peer());
+    return grpc::Status::OK;
+  }
+
+  std::string bytes;
+  size_t chunk_bytes = 64 << 10;
+  absl::Duration pause = absl::ZeroDuration();
+  int stall_after = -1;
+  absl::Mutex mu;
+  std::set<std::string> fetch_peers ABSL_GUARDED_BY(mu);
+  std::set<std::string> heartbeat_peers ABSL_GUARDED_BY(mu);
+
+ private:
+  void Remember(std::set<std::string>& peers, const std::string& peer) {
+    absl::MutexLock lock(&mu);
+    peers.insert(peer);
+  }
+};
+
+TEST(GrpcCoordinatorClientTest, AStateStreamTakesAsLongAsItKeepsFlowing) {
+  StateCoordinator coordinator(1 << 18);  // 1 MiB in 16 chunks, 150 ms apart: 2.25 s
+  coordinator.pause = absl::Milliseconds(150);
+  Served<StateCoordinator> served(coordinator);
+  GrpcCoordinatorClient client(absl::StrCat("127.0.0.1:", served.port), absl::Milliseconds(300));
+  const absl::Time start = absl::Now();
+  absl::StatusOr<common::SafetensorsContents> state = client.FetchState(shardline::v1::FetchStateRequest());
+  ASSERT_TRUE(state.ok()) << state.status();
+  EXPECT_GT(absl::Now() - start, 6 * absl::Milliseconds(300)) << "it should take more than six deadlines in all";
+  EXPECT_EQ(state->metadata["step"], "7");
+  ASSERT_EQ(state->tensors.count("w"), 1u);
+  EXPECT_EQ(state->tensors.at("w").values<float>()[1000], 3.0f);  // 1000 % 997
+}
+
+TEST(GrpcCoordinatorClientTest, AStalledStateStreamIsCutAfterOneDeadline) {
+  StateCoordinator coordinator(1 << 18);
+  coordinator.stall_after = 3;
+  Served<StateCoordinator> served(coordinator);
+  GrpcCoordinatorClient client(absl::StrCat("127.0.0.1:", served.port), absl::Milliseconds(300));
+  const absl::Time start = absl::Now();
+  absl::StatusOr<common::SafetensorsContents> state = client.FetchState(shardline::v1::FetchStateRequest());
+  EXPECT_EQ(state.status().code(), absl::StatusCode::kDeadlineExceeded) << state.status();
+  EXPECT_NE(state.status().message().find("196608 of"), std::string::npos) << state.status();  // 3 chunks came
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+}
+
+TEST(GrpcCoordinatorClientTest, StateAndHeartbeatsTravelOnSeparateConnections) {
+  StateCoordinator coordinator(1 << 16);
+  Served<StateCoordinator> served(coordinator);
+  GrpcCoordinatorClient client(absl::StrCat("127.0.0.1:", served.port), absl::Seconds(10));
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(client.Heartbeat("w").ok());
+    ASSERT_TRUE(client.FetchState(shardline::v1::FetchStateRequest()).ok());
+  }
+  absl::MutexLock lock(&coordinator.mu);
+  // One connection each, kept across calls; never the same one.
+  ASSERT_EQ(coordinator.heartbeat_peers.size(), 1u);
+  ASSERT_EQ(coordinator.fetch_peers.size(), 1u);
+  EXPECT_NE(*coordinator.heartbeat_peers.begin(), *coordinator.fetch_peers.begin());
 }
 
 }  // namespace
