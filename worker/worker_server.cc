@@ -176,6 +176,7 @@ void WorkerServer::Stop() {
   if (probes_ != nullptr) probes_->Stop();
   if (coordinator_ != nullptr) coordinator_->CancelWatch();
   if (watch_.joinable()) watch_.join();
+  JoinJob();  // none started since (OnAssignment checks stopping_): for certain
   if (heartbeat_.joinable()) heartbeat_.join();
   if (server_ != nullptr) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   stopped_.Notify();
@@ -332,6 +333,9 @@ void WorkerServer::OnAssignment(const shardline::v1::Assignment& a) {
   }
   JoinJob();  // a previous job's thread, finished or being cancelled
   absl::MutexLock lock(&mu_);
+  // Stop() may have joined the previous job meanwhile: a worker shutting
+  // down starts nothing (a thread it would never join).
+  if (stopping_) return;
   job_id_ = a.job_id();
   job_epoch_ = a.plan_epoch();
   job_cancelled_ = false;
