@@ -184,6 +184,12 @@ def slowdown(work, mode):
         row.update({"replanned_after_step": first[-1][1], "pause_s": round(after[0][0] - first[-1][0], 2),
                     "tokens_per_s_after": rate([p for p in after if p[1] >= after[0][1] + 3]),
                     "layout_after": layouts[epochs[1]], "message": moved[0] if moved else ""})
+    if recovered_at is None and len(epochs) > 2:  # moved again: the last layout's rate
+        final = [(t, s) for t, s, e, _ in seen if e == epochs[-1]]
+        last_moved = [s for _, s, e, _ in seen if e == epochs[-2]][-1]
+        row.update({"moves": len(epochs) - 1, "last_replanned_after_step": last_moved,
+                    "tokens_per_s_final": rate([p for p in final if p[1] >= final[0][1] + 3]),
+                    "layout_final": layouts[epochs[-1]]})
     if recovered_at is not None:
         row["recovered"] = "%s back to %.2f CPU at step %d%s" % (SLOW_WORKER, FULL_SHARE, recovered_at[1],
                                                                  " (idle)" if idle else "")
@@ -280,6 +286,10 @@ def report(work, out):
             print("           %s: moved back after step %s (pause %s s): %s tok/s"
                   % (r["recovered"], r.get("moved_back_after_step"), r.get("pause_back_s"), r.get("tokens_per_s_back")))
             print("           back:   " + "; ".join(r.get("layout_back", ["(not moved back)"])))
+        if "moves" in r:
+            print("           moved %d times, the last after step %s: %s tok/s"
+                  % (r["moves"], r["last_replanned_after_step"], r["tokens_per_s_final"]))
+            print("           last:   " + "; ".join(r["layout_final"]))
     print("json: " + out)
 
 

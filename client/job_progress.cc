@@ -130,6 +130,12 @@ std::string LinksTable(const shardline::v1::ListLinksResponse& links) {
                     note.empty() ? "-" : note});
   }
   std::string out = Table(rows);
+  for (const auto& s : links.suspected()) {
+    absl::StrAppendFormat(&out,
+                          "worker %s: its own link looks slow (its links to two or more peers slowed in job %s, %.0f s "
+                          "ago): its links are planned at no more than %.0f Mbit/s until probed again\n",
+                          s.worker(), s.job(), s.age_seconds(), s.bytes_per_second() * 8 / 1e6);
+  }
   if (links.pending_probes() > 0) {
     absl::StrAppendFormat(&out, "%d directions still to probe (%d now)\n", links.pending_probes(), links.probing());
   }

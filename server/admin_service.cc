@@ -168,6 +168,13 @@ grpc::ServerUnaryReactor* AdminService::ListLinks(grpc::CallbackServerContext* c
       out->set_observed_in(l.observed_in);
     }
   }
+  for (const auto& [name, suspicion] : links.Suspects()) {
+    shardline::v1::SuspectedLink* out = response->add_suspected();
+    out->set_worker(name);
+    out->set_bytes_per_second(suspicion.bytes_per_second);
+    out->set_age_seconds(absl::ToDoubleSeconds(links.Now() - suspicion.since));
+    out->set_job(suspicion.job_id);
+  }
   response->set_pending_probes(links.pending());
   response->set_probing(links.probing());
   return Done(context, absl::OkStatus());

@@ -37,24 +37,37 @@ LinkLookup LinksFrom(const LinkTable* table) {
       e.measured = true;
       return e;
     }
-    if (table != nullptr) {
-      std::optional<LinkRecord> link = table->Get(from.name, to.name);
-      // A slowdown a job observed counts until the next probe.
-      const double observed = link.has_value() ? link->observed_bytes_per_second : 0;
-      if (link.has_value() && observed > 0 && (link->bytes_per_second <= 0 || observed < link->bytes_per_second)) {
-        e.bytes_per_second = observed;
-        e.rtt_seconds = link->rtt_seconds;
+    if (table == nullptr) {
+      e.bytes_per_second = HostOf(from) == HostOf(to) ? kAssumedHostBytesPerSecond : kAssumedNetworkBytesPerSecond;
+      return e;
+    }
+    std::optional<LinkRecord> link = table->Get(from.name, to.name);
+    // A slowdown a job observed counts until the next probe.
+    const double observed = link.has_value() ? link->observed_bytes_per_second : 0;
+    if (link.has_value() && observed > 0 && (link->bytes_per_second <= 0 || observed < link->bytes_per_second)) {
+      e.bytes_per_second = observed;
+      e.rtt_seconds = link->rtt_seconds;
+      e.measured = true;
+      return e;
+    }
+    if (link.has_value() && link->bytes_per_second > 0) {
+      e.bytes_per_second = link->bytes_per_second;
+      e.rtt_seconds = link->rtt_seconds;
+      e.measured = true;
+    } else {
+      e.bytes_per_second = HostOf(from) == HostOf(to) ? kAssumedHostBytesPerSecond : kAssumedNetworkBytesPerSecond;
+    }
+    // An end whose own link a job's figures blame caps it (a wire: not
+    // within one host), unless it was probed since.
+    if (HostOf(from) == HostOf(to)) return e;
+    for (const std::string* end : {&from.name, &to.name}) {
+      const std::optional<LinkSuspicion> suspect = table->Suspected(*end);
+      if (!suspect.has_value() || (link.has_value() && link->measured_at > suspect->since)) continue;
+      if (suspect->bytes_per_second < e.bytes_per_second) {
+        e.bytes_per_second = suspect->bytes_per_second;
         e.measured = true;
-        return e;
-      }
-      if (link.has_value() && link->bytes_per_second > 0) {
-        e.bytes_per_second = link->bytes_per_second;
-        e.rtt_seconds = link->rtt_seconds;
-        e.measured = true;
-        return e;
       }
     }
-    e.bytes_per_second = HostOf(from) == HostOf(to) ? kAssumedHostBytesPerSecond : kAssumedNetworkBytesPerSecond;
     return e;
   };
 }

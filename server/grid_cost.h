@@ -62,7 +62,9 @@ struct LinkEstimate {
 using LinkLookup = std::function<LinkEstimate(const WorkerRecord& from, const WorkerRecord& to)>;
 // From `table`'s measurements (stale ones too: they are the best known;
 // a slowdown a running job observed where it is lower than the probe),
-// else the assumptions above; null: assumptions only.
+// else the assumptions above, capped where an end's own link is suspected
+// (LinkTable::Suspect) and the link was not probed since; null:
+// assumptions only.
 LinkLookup LinksFrom(const LinkTable* table);
 
 // Gradient bytes one worker of a stage holding `parameters` sends per step

@@ -1,5 +1,7 @@
 #include "server/link_table.h"
 
+#include <algorithm>
+
 namespace shardline::server {
 
 void LinkTable::Joined(const std::string& name, const std::string& host, const std::vector<std::string>& peers) {
@@ -63,10 +65,50 @@ void LinkTable::Record(const std::string& from, std::vector<LinkRecord> links) {
   // Where the groups may have moved, any measurement taken beside another
   // may now cross between groups; else only these.
   RecheckSharedLocked(groups_stale_ ? nullptr : &measured);
+  // A suspected worker whose every link was probed again is as probed.
+  for (auto it = suspects_.begin(); it != suspects_.end();) {
+    const std::string& name = it->first;
+    const bool queued = std::any_of(queued_.begin(), queued_.end(),
+                                    [&](const Direction& d) { return d.first == name || d.second == name; });
+    it = queued ? std::next(it) : suspects_.erase(it);
+  }
 }
 
-void LinkTable::Observe(const std::string& from, const std::string& to, double bytes_per_second,
-                        const std::string& job_id) {
+bool LinkTable::MaybeSuspectLocked(const std::string& name, const std::string& job_id) {
+  std::set<std::string> peers;
+  double fastest = 0;
+  for (const auto& [d, link] : links_) {
+    if (link.observed_bytes_per_second <= 0 || (d.first != name && d.second != name)) continue;
+    peers.insert(d.first == name ? d.second : d.first);
+    fastest = std::max(fastest, link.observed_bytes_per_second);
+  }
+  if (peers.size() < 2) return false;
+  auto [it, fresh] = suspects_.try_emplace(name);
+  it->second.bytes_per_second = fastest;
+  it->second.since = clock_();
+  it->second.job_id = job_id;
+  for (const auto& [peer, host] : hosts_) {
+    if (peer == name) continue;
+    QueueLocked({name, peer});
+    QueueLocked({peer, name});
+  }
+  return fresh;
+}
+
+std::map<std::string, LinkSuspicion> LinkTable::Suspects() const {
+  absl::MutexLock lock(&mu_);
+  return suspects_;
+}
+
+std::optional<LinkSuspicion> LinkTable::Suspected(const std::string& name) const {
+  absl::MutexLock lock(&mu_);
+  auto it = suspects_.find(name);
+  if (it == suspects_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::vector<std::string> LinkTable::Observe(const std::string& from, const std::string& to, double bytes_per_second,
+                                            const std::string& job_id) {
   absl::MutexLock lock(&mu_);
   LinkRecord& link = links_[{from, to}];
   if (link.from.empty()) {  // never probed
@@ -74,14 +116,22 @@ void LinkTable::Observe(const std::string& from, const std::string& to, double b
     link.to = to;
     link.measured_at = absl::InfinitePast();
   }
+  const bool fresh = link.observed_bytes_per_second <= 0;
   link.observed_bytes_per_second = bytes_per_second;
   link.observed_at = clock_();
   link.observed_in = job_id;
   QueueLocked({from, to});
+  std::vector<std::string> suspected;
+  if (!fresh) return suspected;  // nothing new of its ends (this is called at every step while slow)
+  for (const std::string& end : {from, to}) {
+    if (MaybeSuspectLocked(end, job_id)) suspected.push_back(end);
+  }
+  return suspected;
 }
 
 void LinkTable::ForgetObserved(const std::string& from, const std::string& to) {
   absl::MutexLock lock(&mu_);
+  suspects_.erase(to);
   auto it = links_.find({from, to});
   if (it == links_.end()) return;
   if (it->second.bytes_per_second <= 0 && it->second.error.empty()) {
@@ -105,6 +155,7 @@ void LinkTable::Retain(const std::set<std::string>& known) {
   }
   for (auto it = alone_.begin(); it != alone_.end();) it = unknown(*it) ? alone_.erase(it) : std::next(it);
   for (auto it = hosts_.begin(); it != hosts_.end();) it = known.count(it->first) ? std::next(it) : hosts_.erase(it);
+  for (auto it = suspects_.begin(); it != suspects_.end();) it = known.count(it->first) ? std::next(it) : suspects_.erase(it);
   groups_stale_ = true;
 }
 

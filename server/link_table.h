@@ -18,7 +18,14 @@
 // alone. A claim not reported within kClaimTimeout lapses. A measurement
 // older than kStaleAfter is stale: shown, marked, and re-probed when asked.
 // A link a running job finds slower than before (Observe) keeps that rate
-// beside its probe's until it is probed again.
+// beside its probe's until it is probed again. A worker with slowed links
+// to two or more peers is suspected: its own link (its NIC's share, its
+// access port) is the likely cause, which slows its links the jobs did not
+// use too, and a re-plan would move it onto those; every link of it is
+// planned at no more than the fastest of its slowed ones until each is
+// probed again. (Which end of a single slowed link is to blame, nothing
+// tells: a receiver's other links read fast while its token bucket lets
+// small transfers through.)
 // Pure bookkeeping, no I/O; the clock is injectable for tests. Thread-safe.
 #ifndef SHARDLINE_SERVER_LINK_TABLE_H_
 #define SHARDLINE_SERVER_LINK_TABLE_H_
@@ -37,6 +44,13 @@
 #include "absl/time/time.h"
 
 namespace shardline::server {
+
+// A worker whose own link looks slow (LinkTable::Observe).
+struct LinkSuspicion {
+  double bytes_per_second = 0;  // its links are planned at no more than this
+  absl::Time since;             // links probed after this are as probed
+  std::string job_id;           // the job whose figures blamed it
+};
 
 struct LinkRecord {
   std::string from;
@@ -86,10 +100,16 @@ class LinkTable {
   void Record(const std::string& from, std::vector<LinkRecord> links);
   // A job's streams saw the link from `from` to `to` slow down to
   // `bytes_per_second` (LinkRecord::observed_bytes_per_second); a probe of
-  // it is queued, which `from` runs once it is idle.
-  void Observe(const std::string& from, const std::string& to, double bytes_per_second, const std::string& job_id);
-  // The link carries its old rate again: its observation goes.
+  // it is queued, which `from` runs once it is idle. The workers this
+  // makes suspected (see above; every direction between such a worker and
+  // every other is queued: the suspicion ends with the last of them).
+  std::vector<std::string> Observe(const std::string& from, const std::string& to, double bytes_per_second,
+                                   const std::string& job_id);
+  // The link carries its old rate again: its observation goes, and the
+  // suspicion of `to`'s own link (its frames arrive at their pace).
   void ForgetObserved(const std::string& from, const std::string& to);
+  std::optional<LinkSuspicion> Suspected(const std::string& name) const;
+  std::map<std::string, LinkSuspicion> Suspects() const;  // by worker name
   // Forgets links and probes naming a worker not in `known`.
   void Retain(const std::set<std::string>& known);
 
@@ -130,6 +150,8 @@ class LinkTable {
   // else marked stale.
   void KeepGroupsLocked(const Direction& d, double before, double after) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool LeavesGroupLocked(const Direction& d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Suspects `name` if its slowed links reach two peers (true: newly).
+  bool MaybeSuspectLocked(const std::string& name, const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Queues `d` (false: it was queued).
   bool QueueLocked(const Direction& d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Queues, to be probed alone, each of `links` (all measured so far, when
@@ -142,6 +164,7 @@ class LinkTable {
   int concurrent_probes_ ABSL_GUARDED_BY(mu_) = kDefaultConcurrentProbes;
   std::map<std::string, std::string> hosts_ ABSL_GUARDED_BY(mu_);  // worker name → host
   std::map<Direction, LinkRecord> links_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, LinkSuspicion> suspects_ ABSL_GUARDED_BY(mu_);  // by worker name
   std::set<Direction> queued_ ABSL_GUARDED_BY(mu_);
   std::set<Direction> leaving_ ABSL_GUARDED_BY(mu_);  // the queued that may leave their groups
   std::map<Direction, Claimed> claims_ ABSL_GUARDED_BY(mu_);

@@ -185,5 +185,31 @@ TEST(JobProgressTest, TensorRanksShowInTheirOwnColumn) {
   EXPECT_NE(table.find("3.0 MiB"), std::string::npos) << table;
 }
 
+TEST(JobProgressTest, LinksShowWhatJobsObservedAndTheWorkersWhoseOwnLinkLooksSlow) {
+  shardline::v1::ListLinksResponse links;
+  shardline::v1::LinkStatus* l = links.add_links();
+  l->set_from_worker("a1");
+  l->set_to_worker("a2");
+  l->set_bytes_per_second(125e6);
+  l->set_rtt_seconds(2e-4);
+  l->set_age_seconds(40);
+  l->set_observed_bytes_per_second(0.625e6);
+  l->set_observed_age_seconds(3);
+  l->set_observed_in("job-1");
+  shardline::v1::SuspectedLink* s = links.add_suspected();
+  s->set_worker("a1");
+  s->set_bytes_per_second(0.75e6);
+  s->set_age_seconds(2);
+  s->set_job("job-1");
+  links.set_pending_probes(8);
+  const std::string table = LinksTable(links);
+  EXPECT_NE(table.find("slowed to 5 Mbit/s in job job-1 3 s ago"), std::string::npos) << table;
+  EXPECT_NE(table.find("worker a1: its own link looks slow (its links to two or more peers slowed in job job-1, 2 s "
+                       "ago): its links are planned at no more than 6 Mbit/s until probed again"),
+            std::string::npos)
+      << table;
+  EXPECT_NE(table.find("8 directions still to probe"), std::string::npos) << table;
+}
+
 }  // namespace
 }  // namespace shardline::client

@@ -209,6 +209,80 @@ TEST_F(LinkTableTest, ASlowdownAJobObservedCountsUntilTheNextProbe) {
   EXPECT_EQ(table_.Get("a", "b")->observed_bytes_per_second, 0);
 }
 
+TEST_F(LinkTableTest, AWorkerWithSlowedLinksToTwoPeersHasAllItsLinksPlannedSlowUntilEachIsProbedAgain) {
+  table_.Joined("a", "ha", {});
+  table_.Joined("b", "hb", {"a"});
+  table_.Joined("c", "hc", {"a", "b"});
+  table_.Joined("c2", "hc", {"a", "b", "c"});  // c's host
+  table_.Joined("d", "hd", {"a", "b", "c", "c2"});
+  const std::vector<std::string> all = {"a", "b", "c", "c2", "d"};
+  for (const std::string& from : all) {
+    std::vector<LinkRecord> links;
+    for (const std::string& to : all) {
+      if (from != to) links.push_back(Measured(to, 1e8));
+    }
+    table_.Record(from, links);
+  }
+  ASSERT_EQ(table_.pending(), 0);
+  auto worker = [](const std::string& name, const std::string& host) {
+    WorkerRecord w;
+    w.name = name;
+    w.capabilities.set_listen_address(host + ":1");
+    return w;
+  };
+  const WorkerRecord a = worker("a", "ha"), b = worker("b", "hb"), c = worker("c", "hc"), c2 = worker("c2", "hc"),
+                     d = worker("d", "hd");
+  const LinkLookup links = LinksFrom(&table_);
+
+  // c's links to a slow, both ways: whose link it is, nothing tells.
+  now_ += absl::Seconds(1);
+  EXPECT_TRUE(table_.Observe("a", "c", 1e5, "job-1").empty());
+  EXPECT_TRUE(table_.Observe("c", "a", 3e5, "job-1").empty());
+  EXPECT_FALSE(table_.Suspected("a").has_value());
+  EXPECT_FALSE(table_.Suspected("c").has_value());
+  EXPECT_DOUBLE_EQ(links(b, c).bytes_per_second, 1e8);
+  // Then its link from b too: c's own.
+  EXPECT_EQ(table_.Observe("b", "c", 2e5, "job-2"), std::vector<std::string>{"c"});
+  ASSERT_TRUE(table_.Suspected("c").has_value());
+  EXPECT_DOUBLE_EQ(table_.Suspected("c")->bytes_per_second, 3e5) << "the fastest of its slowed links";
+  EXPECT_EQ(table_.Suspected("c")->job_id, "job-2");
+  EXPECT_FALSE(table_.Suspected("a").has_value());
+  EXPECT_FALSE(table_.Suspected("b").has_value());
+  EXPECT_TRUE(table_.Observe("a", "c", 1e5, "job-2").empty()) << "observed already: nothing new";
+  EXPECT_EQ(table_.pending(), 8) << "both ways between c and each other worker";
+  EXPECT_DOUBLE_EQ(links(a, c).bytes_per_second, 1e5) << "its own observation";
+  EXPECT_DOUBLE_EQ(links(c, d).bytes_per_second, 3e5) << "never seen slow: capped";
+  EXPECT_DOUBLE_EQ(links(d, c).bytes_per_second, 3e5);
+  EXPECT_DOUBLE_EQ(links(c, c2).bytes_per_second, 1e8) << "within its host: memory, not its wire";
+  EXPECT_DOUBLE_EQ(links(a, d).bytes_per_second, 1e8);
+
+  // Probed again one link at a time: each is as probed; the last ends it.
+  now_ += absl::Seconds(1);
+  table_.Record("c", {Measured("d", 6e5)});
+  EXPECT_DOUBLE_EQ(links(c, d).bytes_per_second, 6e5) << "probed since";
+  EXPECT_DOUBLE_EQ(links(d, c).bytes_per_second, 3e5) << "not probed since";
+  for (const std::string peer : {"a", "b", "c2"}) {
+    table_.Record("c", {Measured(peer, 6e5)});
+    table_.Record(peer, {Measured("c", 6e5)});
+  }
+  EXPECT_TRUE(table_.Suspected("c").has_value()) << "d -> c not probed yet";
+  table_.Record("d", {Measured("c", 6e5)});
+  EXPECT_FALSE(table_.Suspected("c").has_value());
+  EXPECT_EQ(table_.pending(), 0);
+
+  // Frames into it at their pace again end it too; a forgotten worker's goes.
+  table_.Observe("a", "b", 1e5, "job-3");
+  table_.Observe("d", "b", 1e5, "job-3");
+  ASSERT_TRUE(table_.Suspected("b").has_value());
+  table_.ForgetObserved("d", "b");
+  EXPECT_FALSE(table_.Suspected("b").has_value());
+  table_.Observe("b", "d", 1e5, "job-3");
+  table_.Observe("b", "a", 1e5, "job-3");
+  ASSERT_TRUE(table_.Suspected("b").has_value());
+  table_.Retain({"a", "c", "c2", "d"});
+  EXPECT_FALSE(table_.Suspected("b").has_value());
+}
+
 // A cluster probed in rounds: every worker asks for a probe each round, in
 // name order, and every probe claimed ends with the round. Names starting
 // with the same letter share a rack: `inside` within it; between racks the
