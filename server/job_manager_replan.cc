@@ -36,7 +36,8 @@ void JobManager::MaybePlanReplan(RunningJob& job) {
   // Rates are looked at every kReplanCheckSteps steps, and at each check of
   // a slowed job (a worker that got faster counts in its advice too).
   const bool look = step % kReplanCheckSteps == 0 || steps_slowed || link_slowed;
-  const std::string rose = look ? job.rate_watch().Rose(step, WatchedWorkers(job)) : std::string();
+  const std::vector<WorkerRecord> watched = look ? WatchedWorkers(job) : std::vector<WorkerRecord>();
+  const std::string rose = look ? job.rate_watch().Rose(step, watched) : std::string();
   if (!steps_slowed && !link_slowed && rose.empty()) return;
   // Moving costs a restart (state reloaded, streams reconnected): worth
   // weighing only where the time the slowdown costs the rest of the job
@@ -77,7 +78,7 @@ void JobManager::MaybePlanReplan(RunningJob& job) {
                         (1 - advice->proposed.step_seconds / std::max(advice->current.step_seconds, 1e-12));
   if (!advice->replan || saving < kReplanMinSavingSeconds) {
     LOG(INFO) << "job " << job.status().job_id() << ": " << slowed << ": no layout is clearly faster";
-    if (!rose.empty()) job.rate_watch().Weighed(WatchedWorkers(job));
+    if (!rose.empty()) job.rate_watch().Weighed(watched);
     return;
   }
   LOG(WARNING) << "job " << job.status().job_id() << ": " << slowed << ": moving to it after step " << stop;
