@@ -16,7 +16,9 @@ MODE "slowdown" is another experiment: a planned job during which worker
 SLOW_WORKER's CPU share drops to SLOW_SHARE at step SLOW_AT (the testbed's
 TESTBED_CPU_CAP: its machine got busier); its row has the tokens/s before,
 while slowed and after the coordinator re-planned, the step it moved at,
-the pause of the move, and both layouts. MODE "link_slowdown" is the same
+the pause of the move, and both layouts (where it moved more than once,
+also how often, after which step the last time, and the last layout's
+tokens/s). MODE "link_slowdown" is the same
 with the link of the worker holding stage 1 of replica 1 cut to
 SLOW_LINK_RATE at SLOW_AT (TESTBED_LINK_RATE), on a cluster with a spare.
 MODE "recovery" is "slowdown" whose worker gets its CPU share back
@@ -166,7 +168,14 @@ def slowdown(work, mode):
     tokens_per_step = spec["train"]["global_batch"] * spec["model"]["context"]
 
     def rate(points):
-        """Tokens/s between the first and last of (time, step) points."""
+        """Tokens/s between the first and last step of (time, step) points,
+        each step at the first time it was seen (the poller sees the last
+        step of a window again and again while the next one runs: after a
+        cut to a slow link, for seconds)."""
+        first_seen = {}
+        for t, s in points:
+            first_seen.setdefault(s, t)
+        points = sorted((t, s) for s, t in first_seen.items())
         if len(points) < 2 or points[-1][1] <= points[0][1]:
             return None
         return round(tokens_per_step * (points[-1][1] - points[0][1]) / (points[-1][0] - points[0][0]), 1)
