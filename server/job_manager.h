@@ -203,6 +203,10 @@ class JobManager {
   // And seconds a move must save over the rest of the job (the slowdown's
   // cost so far to weigh one, the new layout's predicted gain to make it).
   static constexpr double kReplanMinSavingSeconds = 5.0;
+  // Steps that slowed this many times more than the running layout's
+  // estimate moved since the plan are logged as a slowdown the cost model
+  // does not explain.
+  static constexpr double kUnexplainedSlowdown = 3.0;
   // The same check, every kReplanCheckSteps steps, once a worker of the
   // job or an idle one got clearly faster during the epoch (RateWatch: its
   // machine was busy a while and is not now); after a check

@@ -77,7 +77,22 @@ void JobManager::MaybePlanReplan(RunningJob& job) {
   const double saving = step_seconds * remaining *
                         (1 - advice->proposed.step_seconds / std::max(advice->current.step_seconds, 1e-12));
   if (!advice->replan || saving < kReplanMinSavingSeconds) {
-    LOG(INFO) << "job " << job.status().job_id() << ": " << slowed << ": no layout is clearly faster";
+    // Steps that slowed far more than the running layout's estimate moved
+    // since the plan: what slows them (a link whose pace no stream showed,
+    // another tenant) is not in the model, and no move can be weighed
+    // against it: said, not hidden.
+    const double planned = job.status().predicted_step_seconds();
+    const double steps_by = steps_slowed ? job.pace().recent() / std::max(job.pace().baseline(), 1e-12) : 0;
+    const double estimate_by = planned > 0 ? advice->current.step_seconds / planned : 1;
+    if (steps_by > kUnexplainedSlowdown * std::max(estimate_by, 1.0)) {
+      LOG(WARNING) << "job " << job.status().job_id() << ": " << slowed << ": no layout is clearly faster; its steps "
+                   << absl::StrFormat("slowed %.1fx and the running layout's estimate %.1fx since the plan", steps_by,
+                                      estimate_by)
+                   << ": what slows them the coordinator does not see (`shardctl describe " << job.status().job_id()
+                   << "` shows who waits for whom)";
+    } else {
+      LOG(INFO) << "job " << job.status().job_id() << ": " << slowed << ": no layout is clearly faster";
+    }
     if (!rose.empty()) job.rate_watch().Weighed(watched);
     return;
   }
