@@ -19,6 +19,9 @@ void JobManager::NoteWirePaces(RunningJob& job, int position, const shardline::v
     const std::string& to_id = job.workers()[static_cast<size_t>(position)];
     LinkPace& pace = job.link_paces().At(from_id, to_id);
     pace.Note(w.bytes(), w.seconds());
+    VLOG(1) << "job " << job.status().job_id() << " step " << r.step() << ": " << job.PositionName(position)
+            << "'s frames from " << job.PositionName(peer) << ": " << w.bytes() << " bytes in " << w.seconds()
+            << " s; recent " << pace.recent() * 8 / 1e6 << " Mbit/s, baseline " << pace.baseline() * 8 / 1e6;
     if (pace.recent() == 0) continue;
     absl::StatusOr<WorkerRecord> from = registry_.Get(from_id), to = registry_.Get(to_id);
     if (!from.ok() || !to.ok() || from->name == to->name) continue;

@@ -9,7 +9,8 @@
 # uplink; a failing command's status
 # comes back; and each time nothing is left: no namespace, veth, bridge or
 # qdisc of ours; a worker capped with cpu= measures a lower GEMM rate, and
-# its cgroup goes with the rest.
+# its cgroup goes with the rest; a worker behind a slow uplink takes over a
+# job with its lease kept; a link cut under an all-reduce is observed.
 #
 #   check_testbed.sh SOURCE_DIR BIN_DIR WORKDIR
 # Exit 77 (skipped, with the reason) without root or network namespaces.
@@ -35,6 +36,15 @@ left_nothing() {
     echo "FAIL ($1): cgroups left: $(echo "$cgroup_base"/sltb*)"; exit 1
   fi
   [[ -z $(stray_links) ]] || { echo "FAIL ($1): links left in the host namespace: $(stray_links)"; exit 1; }
+}
+
+# addition_spec OUT PYTHON: examples/addition.json as changed by PYTHON
+# (statements on `spec`), written to OUT.
+addition_spec() {
+  python3 -c 'import json, sys
+spec = json.load(open(sys.argv[1]))
+exec(sys.argv[3])
+json.dump(spec, open(sys.argv[2], "w"))' "$source_dir/examples/addition.json" "$1" "$2"
 }
 
 # --- A bad topology: refused with the line (exit 2), nothing made.
@@ -74,14 +84,10 @@ if cgroup_base=$(cpu_cap_base); then
 else
   echo "note: no cpu= cap checked ($cgroup_base)"
 fi
-python3 - "$source_dir/examples/addition.json" "$work/spec.json" <<'PY'
-import json, sys
-spec = json.load(open(sys.argv[1]))
+addition_spec "$work/spec.json" '
 spec["train"]["steps"] = 40
 spec["checkpoint"]["every_steps"] = 20
-spec["train"]["optimizer"]["warmup_steps"] = 10
-json.dump(spec, open(sys.argv[2], "w"))
-PY
+spec["train"]["optimizer"]["warmup_steps"] = 10'
 cat >"$work/job.sh" <<'JOB'
 set -euo pipefail
 ctl() { timeout 60 $TESTBED_SHARDCTL "$@"; }
@@ -231,16 +237,12 @@ coordinator a
 worker w1 a threads=1
 worker w2 b threads=1
 TOPO
-python3 - "$source_dir/examples/addition.json" "$work/slow.json" <<'PY'
-import json, sys
-spec = json.load(open(sys.argv[1]))
+addition_spec "$work/slow.json" '
 spec["model"]["n_layers"] = 2
 spec["train"].update(steps=300, global_batch=32, micro_batches=2)
 spec["train"]["optimizer"]["warmup_steps"] = 10
 spec["parallel"].update(pipeline_stages=1, placement="in_order")
-spec["checkpoint"]["every_steps"] = 100
-json.dump(spec, open(sys.argv[2], "w"))
-PY
+spec["checkpoint"]["every_steps"] = 100'
 cat >"$work/slow.sh" <<'SLOW'
 set -euo pipefail
 ctl() { timeout 60 $TESTBED_SHARDCTL "$@"; }
@@ -274,3 +276,64 @@ if grep -q "lost its lease" "$work/slow/logs/coordinator.log"; then
   echo "FAIL: a worker lost its lease behind the slow uplink:"; grep "lease\|restarting" "$work/slow/logs/coordinator.log"; exit 1
 fi
 echo "ok: behind a 4 Mbit/s uplink w2 took the state from the coordinator and stored $stored checkpoints, its lease kept"
+
+# --- A link that slows under a data-parallel pair is seen: two replicas
+# of a 2-block model in one rack, w2's link cut to 5 Mbit/s at step 8. Each
+# all-reduce message is ~800 KB, under one 1 MiB frame: sent whole, its
+# receiver could time nothing of the wire and the cut went unseen (the
+# coordinator kept planning on 1 Gbit/s). Halves now: the slowdown must be
+# observed on the link between them, named after the job, while it runs.
+cat >"$work/cut.topology" <<'TOPO'
+rack a 1gbit
+coordinator a
+worker w1 a threads=1
+worker w2 a threads=1
+TOPO
+addition_spec "$work/cut.json" '
+spec["model"]["n_layers"] = 2
+spec["train"].update(steps=2000, global_batch=32, micro_batches=2)  # cancelled
+spec["train"]["optimizer"]["warmup_steps"] = 2
+spec["parallel"].update(pipeline_stages=1, data_parallel=2, placement="in_order")
+spec["checkpoint"]["every_steps"] = 0'
+cat >"$work/cut.sh" <<'CUT'
+set -euo pipefail
+ctl() { timeout 60 $TESTBED_SHARDCTL "$@"; }
+# Both directions probed first (busy workers are not probed).
+for _ in $(seq 300); do
+  ctl -o json get links | python3 -c 'import json,sys; l=json.load(sys.stdin); sys.exit(0 if len(l.get("links",[]))==2 and not l.get("pendingProbes", l.get("pending_probes")) else 1)' \
+    && break
+  sleep 0.5
+done
+job=$(ctl -o json submit "$1" | python3 -c 'import json,sys; print(json.load(sys.stdin)["job_id"])')
+for _ in $(seq 600); do
+  step=$(ctl -o json describe job "$job" | python3 -c 'import json,sys; print(int(json.load(sys.stdin).get("step", 0)))')
+  [[ $step -ge 8 ]] && break
+  sleep 0.1
+done
+$TESTBED_LINK_RATE w2 5mbit
+# ~2.6 s a step now: until the coordinator observed it (90 s), then cancelled.
+for _ in $(seq 180); do
+  ctl -o json get links >"$TESTBED_WORK/links.json"
+  grep -q observed "$TESTBED_WORK/links.json" && break
+  sleep 0.5
+done
+ctl -o json describe job "$job" >"$TESTBED_WORK/job.json"
+ctl cancel "$job" >/dev/null
+echo "$job" >"$TESTBED_WORK/job.id"
+CUT
+bash "$testbed" --bin "$bin_dir" --work "$work/cut" --deadline 400 "$work/cut.topology" -- bash "$work/cut.sh" "$work/cut.json"
+left_nothing "a link cut under an all-reduce"
+python3 - "$work/cut/links.json" "$(cat "$work/cut/job.id")" "$work/cut/job.json" <<'PY'
+import json, sys
+links, job = json.load(open(sys.argv[1])).get("links", []), sys.argv[2]
+assert json.load(open(sys.argv[3]))["state"] == "RUNNING", "the job ended before the cut was seen"
+f = lambda l, name: l.get(name, l.get("".join(p if i == 0 else p.title() for i, p in enumerate(name.split("_")))))
+seen = {(f(l, "from_worker"), f(l, "to_worker")): (float(f(l, "observed_bytes_per_second") or 0), f(l, "observed_in"))
+        for l in links}
+slowed = {k: v for k, v in seen.items() if v[0] > 0}
+# Observed as the median of the last steps crossed a third of the epoch's
+# rate: between the cut's 5 Mbit/s and tens, far under the 1 Gbit/s probed.
+assert slowed and all(0 < r < 50e6 / 8 and j == job for r, j in slowed.values()), ("no slowdown observed", seen)
+print("ok: w2's link cut to 5 Mbit/s under an all-reduce was observed: %s"
+      % ", ".join("%s -> %s %.1f Mbit/s" % (a, b, r * 8 / 1e6) for (a, b), (r, _) in sorted(slowed.items())))
+PY

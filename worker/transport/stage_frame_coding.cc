@@ -111,6 +111,7 @@ std::vector<grpc::ByteBuffer> EncodeStageMessage(std::shared_ptr<const StageMess
     wire_dtype = shardline::v1::DTYPE_I8_BLOCK64;
     owner = std::move(payload);
   }
+  if (bytes >= 2 * kMinTimedFrameBytes) chunk_bytes = std::min(chunk_bytes, (bytes + 1) / 2 + unit - 1);
   chunk_bytes = std::max<size_t>(chunk_bytes / unit * unit, unit);
   const uint32_t count = static_cast<uint32_t>(std::max<size_t>(1, (bytes + chunk_bytes - 1) / chunk_bytes));
   StageFrame header;

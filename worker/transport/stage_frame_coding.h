@@ -24,6 +24,14 @@ namespace shardline::worker::transport {
 inline constexpr size_t kDefaultChunkBytes = 1 << 20;
 inline constexpr size_t kMinChunkBytes = 256;
 inline constexpr size_t kMaxChunkBytes = 16 << 20;
+// A message of at least twice this goes as two frames or more, whatever the
+// chunk size: the receiver times the wire by a frame that follows another
+// at once (wire_pace.h), and a message of one frame shows it nothing (a
+// collective's 800 KB halves on a link cut to 5 Mbit/s went unseen). Not
+// smaller: a receiver short of CPU reads two small frames that arrived
+// together as if they had not (32 KiB halves of 64 KiB activations read
+// anything from 4 Mbit/s to 6 Gbit/s on one 48 Mbit/s link).
+inline constexpr size_t kMinTimedFrameBytes = 256 << 10;
 // No tensor on a stage link may exceed this (4 GiB of f32).
 inline constexpr int64_t kMaxFrameElements = common::kMaxTensorElements;
 
@@ -45,7 +53,9 @@ enum class WireCodec { kAsIs, kInt8Blocks };
 // activation or gradient goes as 8-bit blocks instead (encoded into a
 // buffer the frames own; chunks of whole blocks); other messages (norms,
 // collectives) and 16-bit values as they are. A message with int8_blocks
-// goes as those blocks (DTYPE_I8_BLOCK64), whatever `codec`.
+// goes as those blocks (DTYPE_I8_BLOCK64), whatever `codec`. Chunks of
+// `chunk_bytes`, or of half the payload where that is smaller and at least
+// kMinTimedFrameBytes.
 std::vector<grpc::ByteBuffer> EncodeStageMessage(std::shared_ptr<const StageMessage> message,
                                                  size_t chunk_bytes = kDefaultChunkBytes,
                                                  WireCodec codec = WireCodec::kAsIs);

@@ -63,6 +63,27 @@ TEST(StageFrameCodingTest, F32RoundTripsExactlyInChunks) {
   EXPECT_TRUE(RoundTrip(Message(0), 256).values.empty());
 }
 
+TEST(StageFrameCodingTest, AMessageOfTwoTimedFramesOrMoreGoesAsTwoAtLeast) {
+  // The receiver times the wire by a frame that follows another at once
+  // (wire_pace.h): a message under the chunk size still goes as two halves.
+  constexpr size_t kTimed = kMinTimedFrameBytes / sizeof(float);
+  size_t frames = 0;
+  const StageMessage m = Message(2 * kTimed);
+  EXPECT_EQ(RoundTrip(m, kDefaultChunkBytes, &frames).values, m.values);
+  EXPECT_EQ(frames, 2u);
+  const StageMessage odd = Message(2 * kTimed + 1);  // halves of whole floats, the second shorter
+  EXPECT_EQ(RoundTrip(odd, kDefaultChunkBytes, &frames).values, odd.values);
+  EXPECT_EQ(frames, 2u);
+  RoundTrip(Message(2 * kTimed - 1), kDefaultChunkBytes, &frames);
+  EXPECT_EQ(frames, 1u);  // too small to time: as it was
+  RoundTrip(Message(3 * (kDefaultChunkBytes / sizeof(float))), kDefaultChunkBytes, &frames);
+  EXPECT_EQ(frames, 3u);  // larger than two chunks: chunks as before
+  const StageMessage blocks = Message(kDefaultChunkBytes / sizeof(float) * 3);  // 8-bit blocks: ~800 KiB
+  const StageMessage back = RoundTrip(blocks, kDefaultChunkBytes, &frames, WireCodec::kInt8Blocks);
+  EXPECT_EQ(frames, 2u);
+  ASSERT_EQ(back.values.size(), blocks.values.size());
+}
+
 TEST(StageFrameCodingTest, F32FramesAliasTheMessageUntilTheyAreDropped) {
   auto m = std::make_shared<StageMessage>(Message(1000));
   std::weak_ptr<StageMessage> watch = m;

@@ -1,7 +1,8 @@
 // The wire pace (worker/transport/wire_pace.h) between two ExchangeStreams
 // joined by an emulated wire of known speed: frames a sender writes back to
-// back are marked and timed at the receiver, at the wire's rate; frames
-// sent one at a time are not timed at all.
+// back are marked and timed at the receiver, at the wire's rate, each
+// message's halves included (stage_frame_coding.h: kMinTimedFrameBytes);
+// the time between messages sent one at a time is not timed at all.
 #include <grpcpp/support/byte_buffer.h>
 
 #include <condition_variable>
@@ -12,6 +13,7 @@
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "worker/transport/exchange_stream.h"
+#include "worker/transport/stage_frame_coding.h"
 
 namespace shardline::worker::transport {
 namespace {
@@ -70,14 +72,14 @@ class EmulatedWire final : public FrameWriter {
 constexpr size_t kElements = 16 << 10;  // 64 KiB a message: one frame
 constexpr double kWireBytesPerSecond = 20e6;
 
-std::shared_ptr<const StageMessage> Activation(int micro_batch) {
+std::shared_ptr<const StageMessage> Activation(int micro_batch, size_t elements = kElements) {
   auto m = std::make_shared<StageMessage>();
   m->kind = StageMessage::Kind::kActivation;
   m->step = 1;
   m->micro_batch = micro_batch;
   m->batch = 1;
   m->t = 1;
-  m->values = HostBuffer::Zeros(kElements);
+  m->values = HostBuffer::Zeros(elements);
   m->targets = {0};
   return m;
 }
@@ -121,11 +123,29 @@ TEST(WirePaceTest, FramesSentBackToBackAreTimedAtTheWiresRate) {
   EXPECT_EQ(link.sender.wire_pace().bytes, 0u);  // nothing came back to back the other way
 }
 
-TEST(WirePaceTest, FramesSentOneAtATimeAreNotTimed) {
+TEST(WirePaceTest, LargeMessagesSentOneAtATimeAreTimedByTheirSecondHalfOnly) {
+  Joined link;
+  constexpr int kMessages = 4;
+  constexpr size_t kLarge = 2 * kMinTimedFrameBytes / sizeof(float);  // 512 KiB: two frames
+  for (int i = 0; i < kMessages; ++i) {
+    ASSERT_TRUE(link.sender.Send(Activation(i, kLarge)).ok());
+    ASSERT_TRUE(link.receiver.Receive().ok());  // arrived before the next is sent
+    absl::SleepFor(absl::Milliseconds(100));    // the stage computing: not the wire
+  }
+  // Each message's second half followed its first at once: timed; the
+  // 100 ms between messages (8x a half's 13 ms on this wire) never.
+  const WirePace pace = link.receiver.wire_pace();
+  EXPECT_EQ(pace.bytes, kMessages * kLarge * sizeof(float) / 2);
+  const double rate = static_cast<double>(pace.bytes) / (static_cast<double>(pace.nanos) * 1e-9);
+  EXPECT_LE(rate, kWireBytesPerSecond);
+  EXPECT_GE(rate, kWireBytesPerSecond / 4);
+}
+
+TEST(WirePaceTest, SmallMessagesSentOneAtATimeAreNotTimed) {
   Joined link;
   for (int i = 0; i < 6; ++i) {
-    ASSERT_TRUE(link.sender.Send(Activation(i)).ok());
-    ASSERT_TRUE(link.receiver.Receive().ok());  // arrived before the next is sent
+    ASSERT_TRUE(link.sender.Send(Activation(i)).ok());  // 64 KiB: one frame
+    ASSERT_TRUE(link.receiver.Receive().ok());
   }
   // The time between those frames is the sender's, not the wire's.
   EXPECT_EQ(link.receiver.wire_pace().bytes, 0u);
