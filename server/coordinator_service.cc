@@ -228,6 +228,7 @@ grpc::ServerUnaryReactor* CoordinatorService::ReportLinks(grpc::CallbackServerCo
     link.error = m.error();
   }
   jobs_->links().Record(record->name, std::move(links));
+  jobs_->Schedule();  // a job re-planning may have waited for these
   AddProbeTarget(*record, response->mutable_probe_targets());
   return Done(context, absl::OkStatus());
 }

@@ -169,6 +169,8 @@ void JobManager::ScheduleLocked() {
   for (const std::string& id : order_) {
     RunningJob& job = jobs_.at(id);
     if (!job.waiting()) continue;
+    // Its workers are idle for its probes, not for the jobs behind it.
+    if (AwaitingProbes(job)) break;
     const int p = job.spec().parallel().pipeline_stages(), d = job.spec().parallel().data_parallel();
     const int t = std::max(1, job.spec().parallel().tensor_parallel());
     const std::vector<WorkerRecord> idle = registry_.Idle();

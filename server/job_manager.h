@@ -148,6 +148,9 @@ class JobManager {
   void SetEndedJobLifetime(absl::Duration lifetime) { ended_job_lifetime_ = lifetime; }
   // Plans and assigns pending jobs that now have enough idle workers.
   void Schedule();
+  // The longest a re-planning job waits for the probes of a slowed link's
+  // ends (ProbeDoubtedEnds, below).
+  static constexpr absl::Duration kReplanProbeWait = absl::Seconds(30);
   // Streams to `mailbox` the job's status as each of its last kRecentSteps
   // completed steps ended (so that a watcher subscribing after a job started
   // still sees every recent step), then its status now and after every change.
@@ -232,6 +235,19 @@ class JobManager {
   // Tells the job's positions to stop after `stop`; it moves once committed.
   void StopForReplan(RunningJob& job, int64_t stop, const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReplanIfDue(RunningJob& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Once its workers stopped for a re-plan: for each link the job saw slow
+  // whose ends are not suspected (LinkTable: which end is slow nothing
+  // told), probes of the sender's link to a third worker and of a third
+  // worker's to the receiver are queued, for the job to wait for (at most
+  // kReplanProbeWait): the slow end's shows slow, and the table suspects
+  // it before the new layout is chosen (else a move may keep the slow end
+  // and find it slow on its next link, an epoch lost). Those links, with
+  // the probes queued for each.
+  std::vector<RunningJob::DoubtedLink> ProbeDoubtedEnds(const RunningJob& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether `job` still waits for probes (it is told which): until every
+  // doubted link has an end suspected or all its probes in, or the wait
+  // is over.
+  bool AwaitingProbes(RunningJob& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The running job of worker `w`, if any, is told to stop a little ahead
   // and moves without it once that step is committed (StopForReplan; the
   // worker must no longer be idle-able: drained). A job already stopping

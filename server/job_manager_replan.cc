@@ -209,7 +209,9 @@ void JobManager::ReplanIfDue(RunningJob& job) {
                << " is committed; re-planning from it";
   ReleaseWorkers(job, /*cancel=*/true);  // they stopped after it already
   Fence(job);
+  std::vector<RunningJob::DoubtedLink> doubted = ProbeDoubtedEnds(job);  // while it still names its workers
   job.ReplanNow(registry_.Now() + registry_.lease());
+  job.AwaitProbes(std::move(doubted), registry_.Now() + kReplanProbeWait);
   Save(job);
   ScheduleLocked();
 }

@@ -40,7 +40,7 @@ void LinkTable::Record(const std::string& from, std::vector<LinkRecord> links) {
   const absl::Time now = clock_();
   GroupsLocked();  // fresh: each figure below either keeps them or marks them stale
   ++version_;
-  std::vector<Direction> measured;
+  std::vector<Direction> measured, slowed;
   for (LinkRecord& link : links) {
     const Direction d{from, link.to};
     measured.push_back(d);
@@ -59,9 +59,23 @@ void LinkTable::Record(const std::string& from, std::vector<LinkRecord> links) {
       it->second.error = link.error;  // keep the last good figures, say it failed
       continue;
     }
-    if (!groups_stale_) KeepGroupsLocked(d, it == links_.end() ? 0 : it->second.bytes_per_second, link.bytes_per_second);
+    const double before = it == links_.end() ? 0 : it->second.bytes_per_second;
+    if (!groups_stale_) KeepGroupsLocked(d, before, link.bytes_per_second);
+    // Evidence against its ends, unless one is suspected already: that
+    // explains it (and its own probes, which end the suspicion, would
+    // otherwise start it again).
+    if (link.bytes_per_second > 0 && link.bytes_per_second * kProbedSlowdown < before &&
+        !suspects_.count(d.first) && !suspects_.count(d.second)) {
+      link.slowed_from = before;
+      slowed.push_back(d);
+    }
     links_[d] = std::move(link);
   }
+  for (const Direction& d : slowed) {
+    MaybeSuspectLocked(d.first, "");
+    MaybeSuspectLocked(d.second, "");
+  }
+  ClearExplainedLocked();
   // Where the groups may have moved, any measurement taken beside another
   // may now cross between groups; else only these.
   RecheckSharedLocked(groups_stale_ ? nullptr : &measured);
@@ -77,22 +91,32 @@ void LinkTable::Record(const std::string& from, std::vector<LinkRecord> links) {
 bool LinkTable::MaybeSuspectLocked(const std::string& name, const std::string& job_id) {
   std::set<std::string> peers;
   double fastest = 0;
+  std::string blamed_in = job_id;  // a probe's evidence: the job that observed the other
   for (const auto& [d, link] : links_) {
-    if (link.observed_bytes_per_second <= 0 || (d.first != name && d.second != name)) continue;
+    if (d.first != name && d.second != name) continue;
+    const bool observed = link.observed_bytes_per_second > 0;
+    if (!observed && link.slowed_from <= 0) continue;
     peers.insert(d.first == name ? d.second : d.first);
-    fastest = std::max(fastest, link.observed_bytes_per_second);
+    fastest = std::max(fastest, observed ? link.observed_bytes_per_second : link.bytes_per_second);
+    if (blamed_in.empty() && observed) blamed_in = link.observed_in;
   }
   if (peers.size() < 2) return false;
   auto [it, fresh] = suspects_.try_emplace(name);
   it->second.bytes_per_second = fastest;
   it->second.since = clock_();
-  it->second.job_id = job_id;
+  it->second.job_id = blamed_in;
   for (const auto& [peer, host] : hosts_) {
     if (peer == name) continue;
     QueueLocked({name, peer});
     QueueLocked({peer, name});
   }
   return fresh;
+}
+
+void LinkTable::ClearExplainedLocked() {
+  for (auto& [d, link] : links_) {
+    if (suspects_.count(d.first) || suspects_.count(d.second)) link.slowed_from = 0;
+  }
 }
 
 std::map<std::string, LinkSuspicion> LinkTable::Suspects() const {
@@ -126,6 +150,7 @@ std::vector<std::string> LinkTable::Observe(const std::string& from, const std::
   for (const std::string& end : {from, to}) {
     if (MaybeSuspectLocked(end, job_id)) suspected.push_back(end);
   }
+  ClearExplainedLocked();
   return suspected;
 }
 

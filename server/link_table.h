@@ -23,9 +23,13 @@
 // access port) is the likely cause, which slows its links the jobs did not
 // use too, and a re-plan would move it onto those; every link of it is
 // planned at no more than the fastest of its slowed ones until each is
-// probed again. (Which end of a single slowed link is to blame, nothing
-// tells: a receiver's other links read fast while its token bucket lets
-// small transfers through.)
+// probed again. A probe that finds a link much slower than its previous
+// one is such a slowed link too: a job that re-plans on one slowed link
+// has each end's link to a third worker probed first (JobManager), and
+// the end to blame shows there. (From the job's own streams alone, which
+// end of a single slowed link is to blame nothing tells: a receiver's
+// other links read fast while its token bucket lets small transfers
+// through.)
 // Pure bookkeeping, no I/O; the clock is injectable for tests. Thread-safe.
 #ifndef SHARDLINE_SERVER_LINK_TABLE_H_
 #define SHARDLINE_SERVER_LINK_TABLE_H_
@@ -66,6 +70,11 @@ struct LinkRecord {
   double observed_bytes_per_second = 0;  // 0: nothing observed
   absl::Time observed_at;
   std::string observed_in;  // the job's id
+  // This probe found the link over kProbedSlowdown times slower than the
+  // one before it (that one's figure; 0: not so, or an end was suspected,
+  // which explains it): evidence against its ends as an observation is (a
+  // suspicion, below), until one of them is suspected.
+  double slowed_from = 0;
 };
 
 class LinkTable {
@@ -74,6 +83,9 @@ class LinkTable {
   static constexpr absl::Duration kClaimTimeout = absl::Seconds(60);
   static constexpr int kDefaultConcurrentProbes = 16;
   static constexpr int kMaxConcurrentProbes = 1024;
+  // A probe this much slower than the link's previous one found it slowed
+  // (as LinkPace's kSlowdown for a job's own transfers).
+  static constexpr double kProbedSlowdown = 3.0;
 
   using Clock = std::function<absl::Time()>;
   explicit LinkTable(Clock clock = [] { return absl::Now(); }) : clock_(std::move(clock)) {}
@@ -93,10 +105,14 @@ class LinkTable {
   // already or none of its queued directions may start (see above). Peers
   // in `unavailable` (busy with a job, lost) are not probed now.
   std::optional<std::string> Claim(const std::string& name, const std::set<std::string>& unavailable = {});
+  // Queues the direction from `from` to `to` (false: it was queued).
+  bool Queue(const std::string& from, const std::string& to);
   // The peers `name` has queued directions to.
   std::vector<std::string> QueuedFrom(const std::string& name) const;
   // `from`'s measurements (LinkRecord::from and measured_at are set here):
-  // each ends its queued probe and its claim.
+  // each ends its queued probe and its claim. One over kProbedSlowdown
+  // times slower than the link's previous probe counts as a slowed link
+  // towards suspecting its ends (LinkRecord::slowed_from).
   void Record(const std::string& from, std::vector<LinkRecord> links);
   // A job's streams saw the link from `from` to `to` slow down to
   // `bytes_per_second` (LinkRecord::observed_bytes_per_second); a probe of
@@ -152,6 +168,9 @@ class LinkTable {
   bool LeavesGroupLocked(const Direction& d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Suspects `name` if its slowed links reach two peers (true: newly).
   bool MaybeSuspectLocked(const std::string& name, const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A suspect's slowed links are its doing: no evidence against their
+  // other ends (cleared once both ends of what was found were weighed).
+  void ClearExplainedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Queues `d` (false: it was queued).
   bool QueueLocked(const Direction& d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Queues, to be probed alone, each of `links` (all measured so far, when

@@ -14,6 +14,11 @@ void LinkTable::SetConcurrentProbes(int n) {
   concurrent_probes_ = std::clamp(n, 1, kMaxConcurrentProbes);
 }
 
+bool LinkTable::Queue(const std::string& from, const std::string& to) {
+  absl::MutexLock lock(&mu_);
+  return QueueLocked({from, to});
+}
+
 std::vector<std::string> LinkTable::QueuedFrom(const std::string& name) const {
   absl::MutexLock lock(&mu_);
   std::vector<std::string> peers;

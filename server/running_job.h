@@ -111,6 +111,22 @@ class RunningJob {
   // RECOVERING for the planned re-plan, its previous placement forgotten
   // (the new one is searched afresh, on the rates measured now).
   void ReplanNow(absl::Time shrink_after);
+  // Before the re-plan's new layout is chosen, the links it saw slow whose
+  // ends are in doubt, each with the probes that tell which end is slow
+  // ((from, to) by worker name; JobManager queued them): the job waits for
+  // them until `until`.
+  using Probe = std::pair<std::string, std::string>;
+  struct DoubtedLink {
+    Probe link;
+    std::vector<Probe> probes;
+  };
+  void AwaitProbes(std::vector<DoubtedLink> doubted, absl::Time until) {
+    doubted_ = std::move(doubted);
+    probes_until_ = until;
+  }
+  const std::vector<DoubtedLink>& doubted_links() const { return doubted_; }
+  absl::Time probes_until() const { return probes_until_; }
+  void ClearDoubtedLinks() { doubted_.clear(); }
   // The epoch's step times (CompleteStep notes each).
   const StepPace& pace() const { return pace_; }
   // Its workers' and the idle ones' rates during the epoch (JobManager
@@ -209,6 +225,8 @@ class RunningJob {
   int64_t replan_checked_at_ = 0;
   std::string replan_reason_;
   bool replanned_ = false;  // the epoch starting next comes from a re-plan
+  std::vector<DoubtedLink> doubted_;
+  absl::Time probes_until_;
   absl::Time shrink_after_ = absl::InfiniteFuture();
 };
 

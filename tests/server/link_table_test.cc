@@ -333,6 +333,48 @@ std::vector<std::string> Names(const std::string& racks, int each) {
   return names;
 }
 
+// A probe over three times slower than the one before it is a slowed link
+// as a job's observation is: with an observed one to another peer, its end
+// is suspected (and the probe's figure counts among its slowed links);
+// a probe as fast as before, or the first of a link, is not.
+TEST_F(LinkTableTest, AProbeThatFindsALinkSlowedCountsTowardsSuspectingItsEnds) {
+  for (const char* from : {"a", "b", "c", "d"}) {
+    std::vector<LinkRecord> links;
+    for (const char* to : {"a", "b", "c", "d"}) {
+      if (std::string(from) != to) links.push_back(Measured(to, 1e8));
+    }
+    table_.Record(from, links);
+  }
+  EXPECT_TRUE(table_.Observe("a", "b", 1e5, "job-1").empty()) << "one slowed link: which end, nothing tells";
+  table_.Record("a", {Measured("c", 5e7)});  // half as fast: not slowed
+  EXPECT_EQ(table_.Get("a", "c")->slowed_from, 0);
+  EXPECT_FALSE(table_.Suspected("a").has_value());
+  table_.Record("e", {Measured("b", 1e4)});  // a first probe: nothing to compare
+  EXPECT_FALSE(table_.Suspected("b").has_value());
+  table_.Record("d", {Measured("c", 1e5)});  // slowed, but d and c have nothing else slow
+  EXPECT_DOUBLE_EQ(table_.Get("d", "c")->slowed_from, 1e8);
+  EXPECT_FALSE(table_.Suspected("d").has_value());
+  EXPECT_FALSE(table_.Suspected("c").has_value());
+  table_.Record("d", {Measured("c", 1e8)});  // as fast as ever again
+  EXPECT_EQ(table_.Get("d", "c")->slowed_from, 0);
+  now_ += absl::Seconds(1);
+  table_.Record("c", {Measured("b", 2e5)});  // 500 times slower than before
+  ASSERT_TRUE(table_.Suspected("b").has_value()) << "slowed from a and probed slow from c";
+  EXPECT_DOUBLE_EQ(table_.Suspected("b")->bytes_per_second, 2e5) << "the fastest of its slowed links";
+  EXPECT_EQ(table_.Suspected("b")->job_id, "job-1") << "the job that saw the other";
+  EXPECT_FALSE(table_.Suspected("a").has_value());
+  EXPECT_FALSE(table_.Suspected("c").has_value()) << "c -> b is b's doing";
+  EXPECT_EQ(table_.Get("c", "b")->slowed_from, 0) << "explained by b: no evidence against c";
+  // b's own probes (its suspicion queued them all) find it slow: they end
+  // the suspicion, they do not start it again.
+  for (const char* peer : {"a", "c", "d", "e"}) {
+    table_.Record("b", {Measured(peer, 2e5)});
+    table_.Record(peer, {Measured("b", 2e5)});
+  }
+  EXPECT_FALSE(table_.Suspected("b").has_value());
+  EXPECT_EQ(table_.Get("b", "d")->slowed_from, 0);
+}
+
 TEST_F(LinkTableTest, AFabricIsProbedManyAtOnceOnceAChainOfProbesShowsItOneGroup) {
   const std::vector<std::string> names = Names("a", 16);
   const ProbeRun run = ProbeEverything(table_, now_, names, 1e9, 0);

@@ -32,6 +32,20 @@ class ReplanTest : public testing::JobManagerTest {
     }
     return stop;
   }
+  // Every direction between `names` probed at `bytes_per_second`.
+  void ProbeAll(const std::vector<std::string>& names, double bytes_per_second) {
+    for (const std::string& from : names) {
+      std::vector<LinkRecord> probes;
+      for (const std::string& to : names) {
+        if (from == to) continue;
+        LinkRecord l;
+        l.to = to;
+        l.bytes_per_second = bytes_per_second;
+        probes.push_back(l);
+      }
+      jobs_->links().Record(from, probes);
+    }
+  }
   int Units(const shardline::v1::JobStatus& job, int stage) {
     return job.stages(stage).unit_end() - job.stages(stage).unit_begin();
   }
