@@ -121,6 +121,10 @@ std::string LinksTable(const shardline::v1::ListLinksResponse& links) {
                             note.empty() ? "" : "; ", l.observed_bytes_per_second() * 8 / 1e6, l.observed_in(),
                             l.observed_age_seconds());
     }
+    if (l.slowed_from_bytes_per_second() > 0) {
+      absl::StrAppendFormat(&note, "%sprobed over 3x slower than its probe before (%.0f Mbit/s)",
+                            note.empty() ? "" : "; ", l.slowed_from_bytes_per_second() * 8 / 1e6);
+    }
     rows.push_back({l.from_worker(), l.to_worker(),
                     l.bytes_per_second() > 0
                         ? absl::StrFormat("%.0f ±%.0f%%", l.bytes_per_second() * 8 / 1e6, 50 * l.bytes_per_second_spread())
@@ -131,10 +135,11 @@ std::string LinksTable(const shardline::v1::ListLinksResponse& links) {
   }
   std::string out = Table(rows);
   for (const auto& s : links.suspected()) {
+    const std::string where = s.job().empty() ? "in probes" : absl::StrCat("in job ", s.job());
     absl::StrAppendFormat(&out,
-                          "worker %s: its own link looks slow (its links to two or more peers slowed in job %s, %.0f s "
+                          "worker %s: its own link looks slow (its links to two or more peers slowed %s, %.0f s "
                           "ago): its links are planned at no more than %.0f Mbit/s until probed again\n",
-                          s.worker(), s.job(), s.age_seconds(), s.bytes_per_second() * 8 / 1e6);
+                          s.worker(), where, s.age_seconds(), s.bytes_per_second() * 8 / 1e6);
   }
   if (links.pending_probes() > 0) {
     absl::StrAppendFormat(&out, "%d directions still to probe (%d now)\n", links.pending_probes(), links.probing());

@@ -167,6 +167,7 @@ grpc::ServerUnaryReactor* AdminService::ListLinks(grpc::CallbackServerContext* c
       out->set_observed_age_seconds(absl::ToDoubleSeconds(links.Now() - l.observed_at));
       out->set_observed_in(l.observed_in);
     }
+    out->set_slowed_from_bytes_per_second(l.slowed_from);
   }
   for (const auto& [name, suspicion] : links.Suspects()) {
     shardline::v1::SuspectedLink* out = response->add_suspected();

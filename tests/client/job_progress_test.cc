@@ -209,6 +209,16 @@ TEST(JobProgressTest, LinksShowWhatJobsObservedAndTheWorkersWhoseOwnLinkLooksSlo
             std::string::npos)
       << table;
   EXPECT_NE(table.find("8 directions still to probe"), std::string::npos) << table;
+
+  // A probe found a link slowed; a worker suspected on probes alone.
+  l->clear_observed_bytes_per_second();
+  l->set_slowed_from_bytes_per_second(125e6);
+  l->set_bytes_per_second(0.625e6);
+  s->clear_job();
+  const std::string probed = LinksTable(links);
+  EXPECT_NE(probed.find("probed over 3x slower than its probe before (1000 Mbit/s)"), std::string::npos) << probed;
+  EXPECT_EQ(probed.find("slowed to"), std::string::npos) << probed;
+  EXPECT_NE(probed.find("its links to two or more peers slowed in probes, 2 s ago"), std::string::npos) << probed;
 }
 
 }  // namespace
