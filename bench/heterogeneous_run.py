@@ -24,6 +24,10 @@ SLOW_LINK_RATE at SLOW_AT (TESTBED_LINK_RATE), on a cluster with a spare.
 MODE "recovery" is "slowdown" whose worker gets its CPU share back
 RECOVER_AFTER steps after the re-plan: its row adds the tokens/s once the
 coordinator moved the job back (the rate its reports show rising again).
+MODE "link_recovery" is "link_slowdown" on a cluster with a slower spare
+whose cut link gets its rate back (FULL_LINK_RATE) RECOVER_AFTER steps
+after the re-plan: its row adds the tokens/s once the coordinator's checks
+found the link back and moved the job back onto it.
 MODE "idle_recovery" is "recovery" with SLOW_WORKER cut to IDLE_SLOW_SHARE
 on a cluster with a slower spare: the job moves it out to the spare, and
 back once, idle with its share back, a fresh GEMM probe sets its slow
@@ -45,8 +49,12 @@ FULL_SHARE, RECOVER_AFTER = 0.4, 12
 # Mode "idle_recovery": SLOW_WORKER down to IDLE_SLOW_SHARE, on a cluster
 # whose spare is slower than it at full share but faster than that.
 IDLE_SLOW_SHARE = 0.05
-RECOVERY_MODES = ("recovery", "idle_recovery")
-SLOWDOWN_MODES = ("slowdown", "link_slowdown") + RECOVERY_MODES
+# Mode "link_recovery": the cut link back to its rack's rate.
+FULL_LINK_RATE = "1gbit"
+CPU_RECOVERY_MODES = ("recovery", "idle_recovery")
+LINK_MODES = ("link_slowdown", "link_recovery")
+RECOVERY_MODES = CPU_RECOVERY_MODES + ("link_recovery",)
+SLOWDOWN_MODES = ("slowdown",) + LINK_MODES + RECOVERY_MODES
 
 
 def field(obj, name, default=None):
@@ -125,13 +133,14 @@ def slowdown(work, mode):
     before, slowed and after the coordinator's re-plan."""
     spec_file = os.path.join(work, mode + ".json")
     spec = json.load(open(spec_file))
-    if mode in RECOVERY_MODES:  # whatever an earlier mode left
+    if mode in CPU_RECOVERY_MODES:  # whatever an earlier mode left
         subprocess.run(shlex.split(os.environ["TESTBED_CPU_CAP"]) + [SLOW_WORKER, str(FULL_SHARE)], check=True,
                        timeout=30)
     job = json.loads(ctl("-o", "json", "submit", spec_file))["job_id"]
     seen = []  # (time, step, epoch, message)
     status, slowed_at, recovered_at, layouts = {}, None, None, {}
     idle = False  # SLOW_WORKER held no position when given its share back
+    cut = None  # the worker whose link was cut
     deadline = time.monotonic() + 1200
     while time.monotonic() < deadline:
         status = json.loads(ctl("-o", "json", "describe", "job", job))
@@ -141,11 +150,12 @@ def slowdown(work, mode):
             seen.append((now, step, epoch, status.get("message", "")))
             layouts.setdefault(epoch, layout_of(status))
         if slowed_at is None and step >= SLOW_AT:
-            if mode == "link_slowdown":
+            if mode in LINK_MODES:
                 held = [s["worker"] for s in status.get("stages", [])
                         if int(field(s, "stage", 0)) == 1 and int(field(s, "replica", 0)) == 1]
-                slowed = "%s's link to %s at step %d" % (held[0], SLOW_LINK_RATE, step)
-                change = shlex.split(os.environ["TESTBED_LINK_RATE"]) + [held[0], SLOW_LINK_RATE]
+                cut = held[0]
+                slowed = "%s's link to %s at step %d" % (cut, SLOW_LINK_RATE, step)
+                change = shlex.split(os.environ["TESTBED_LINK_RATE"]) + [cut, SLOW_LINK_RATE]
             else:
                 share = IDLE_SLOW_SHARE if mode == "idle_recovery" else SLOW_SHARE
                 slowed = "%s to %.2f CPU at step %d" % (SLOW_WORKER, share, step)
@@ -155,8 +165,12 @@ def slowdown(work, mode):
         moved_at = min([s for _, s, e, _ in seen if e == max(layouts)], default=0) if len(layouts) > 1 else None
         if mode in RECOVERY_MODES and recovered_at is None and moved_at is not None and \
                 step >= moved_at + RECOVER_AFTER:
-            idle = all(s["worker"] != SLOW_WORKER for s in status.get("stages", []))
-            change = shlex.split(os.environ["TESTBED_CPU_CAP"]) + [SLOW_WORKER, str(FULL_SHARE)]
+            back = cut if mode == "link_recovery" else SLOW_WORKER
+            idle = all(s["worker"] != back for s in status.get("stages", []))
+            if mode == "link_recovery":
+                change = shlex.split(os.environ["TESTBED_LINK_RATE"]) + [cut, FULL_LINK_RATE]
+            else:
+                change = shlex.split(os.environ["TESTBED_CPU_CAP"]) + [SLOW_WORKER, str(FULL_SHARE)]
             subprocess.run(change, check=True, timeout=30)
             recovered_at = (now, step)
         if status.get("state") in ("SUCCEEDED", "FAILED", "CANCELLED"):
@@ -183,7 +197,7 @@ def slowdown(work, mode):
     first = [(t, s) for t, s, e, _ in seen if e == epochs[0]]
     before = [(t, s) for t, s in first if WARMUP_STEPS <= s <= slowed_at[1]]
     during = [(t, s) for t, s in first if s >= slowed_at[1] + 3]
-    open(os.path.join(work, mode + ".links.txt"), "w").write(ctl("get", "links"))
+    open(os.path.join(work, mode + ".links.txt"), "w").write(ctl("get", "links") + "\n" + ctl("get", "workers"))
     row = {"mode": mode, "slowed": slowed,
            "tokens_per_s_before": rate(before), "tokens_per_s_slowed": rate(during),
            "layout_before": layouts[epochs[0]], "epochs": len(epochs), "final_loss": float(status.get("loss", 0))}
@@ -200,13 +214,15 @@ def slowdown(work, mode):
                     "tokens_per_s_final": rate([p for p in final if p[1] >= final[0][1] + 3]),
                     "layout_final": layouts[epochs[-1]]})
     if recovered_at is not None:
-        row["recovered"] = "%s back to %.2f CPU at step %d%s" % (SLOW_WORKER, FULL_SHARE, recovered_at[1],
-                                                                 " (idle)" if idle else "")
+        what = "%s's link back to %s" % (cut, FULL_LINK_RATE) if mode == "link_recovery" else \
+            "%s back to %.2f CPU" % (SLOW_WORKER, FULL_SHARE)
+        row["recovered"] = "%s at step %d%s" % (what, recovered_at[1], " (idle)" if idle else "")
     if recovered_at is not None and len(epochs) > 2:
         second = [(t, s) for t, s, e, _ in seen if e == epochs[1]]
         back = [(t, s) for t, s, e, _ in seen if e == epochs[2]]
         moved = [m for _, _, e, m in seen if e == epochs[2] and m]
-        row.update({"moved_back_after_step": second[-1][1], "steps_to_move_back": second[-1][1] - recovered_at[1], "pause_back_s": round(back[0][0] - second[-1][0], 2),
+        row.update({"moved_back_after_step": second[-1][1], "steps_to_move_back": second[-1][1] - recovered_at[1],
+                    "seconds_to_move_back": round(second[-1][0] - recovered_at[0], 1), "pause_back_s": round(back[0][0] - second[-1][0], 2),
                     "tokens_per_s_back": rate([p for p in back if p[1] >= back[0][1] + 3]),
                     "layout_back": layouts[epochs[2]], "message_back": moved[0] if moved else ""})
     return row

@@ -125,6 +125,11 @@ std::string LinksTable(const shardline::v1::ListLinksResponse& links) {
       absl::StrAppendFormat(&note, "%sprobed over 3x slower than its probe before (%.0f Mbit/s)",
                             note.empty() ? "" : "; ", l.slowed_from_bytes_per_second() * 8 / 1e6);
     }
+    if (l.fast_before_bytes_per_second() > 0) {
+      absl::StrAppendFormat(&note, "%sin doubt (%.0f Mbit/s before): checked again in %.0f s",
+                            note.empty() ? "" : "; ", l.fast_before_bytes_per_second() * 8 / 1e6,
+                            l.next_check_seconds());
+    }
     rows.push_back({l.from_worker(), l.to_worker(),
                     l.bytes_per_second() > 0
                         ? absl::StrFormat("%.0f ±%.0f%%", l.bytes_per_second() * 8 / 1e6, 50 * l.bytes_per_second_spread())

@@ -1,5 +1,7 @@
 #include "server/admin_service.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "common/grpc_metadata.h"
 #include "common/grpc_status.h"
@@ -168,6 +170,10 @@ grpc::ServerUnaryReactor* AdminService::ListLinks(grpc::CallbackServerContext* c
       out->set_observed_in(l.observed_in);
     }
     out->set_slowed_from_bytes_per_second(l.slowed_from);
+    if (l.fast_before > 0) {
+      out->set_fast_before_bytes_per_second(l.fast_before);
+      out->set_next_check_seconds(std::max(0.0, absl::ToDoubleSeconds(l.next_check - links.Now())));
+    }
   }
   for (const auto& [name, suspicion] : links.Suspects()) {
     shardline::v1::SuspectedLink* out = response->add_suspected();

@@ -165,14 +165,22 @@ grpc::ServerUnaryReactor* CoordinatorService::Register(grpc::CallbackServerConte
 
 void CoordinatorService::AddProbeTarget(const WorkerRecord& worker,
                                         google::protobuf::RepeatedPtrField<shardline::v1::ProbeTarget>* targets) {
-  if (worker.lost || worker.drained || !worker.job_id.empty()) return;  // it measures links only while idle
+  if (worker.lost || worker.drained) return;
   LinkTable& links = jobs_->links();
-  const std::vector<std::string> queued = links.QueuedFrom(worker.name);
-  if (queued.empty()) return;  // almost always
+  // It measures links while idle; busy, it only checks a link in doubt.
+  const bool idle = worker.job_id.empty();
+  const std::vector<std::string> queued = idle ? links.QueuedFrom(worker.name) : std::vector<std::string>();
+  if (queued.empty() && !links.CheckDue(worker.name)) return;  // almost always
   std::map<std::string, WorkerRecord> live;
   std::set<std::string> unavailable;  // busy with a job, drained or lost: not probed now
+  std::set<std::string> busy, absent;  // with a job; drained or lost
   for (WorkerRecord& w : registry_.List()) {
-    if (w.lost) continue;
+    if (w.lost) {
+      absent.insert(w.name);
+      continue;
+    }
+    if (w.drained) absent.insert(w.name);
+    if (!w.job_id.empty()) busy.insert(w.name);
     if (w.drained || !w.job_id.empty()) unavailable.insert(w.name);
     live[w.name] = std::move(w);
   }
@@ -183,11 +191,19 @@ void CoordinatorService::AddProbeTarget(const WorkerRecord& worker,
     failed.error = "the peer is lost";
     links.Record(worker.name, {failed});
   }
-  const std::optional<std::string> peer = links.Claim(worker.name, unavailable);
+  std::optional<std::string> peer = queued.empty() ? std::nullopt : links.Claim(worker.name, unavailable);
+  const bool check = !peer.has_value();
+  if (check) peer = links.ClaimCheck(worker.name, busy, absent);
   if (!peer.has_value()) return;
   shardline::v1::ProbeTarget* target = targets->Add();
   target->set_worker(*peer);
   target->set_address(live[*peer].capabilities.listen_address());
+  if (check) {
+    target->set_max_transfer_bytes(LinkTable::kCheckBytes);
+    LOG(INFO) << "checking the link " << worker.name << " -> " << *peer << " (in doubt: found over "
+              << LinkTable::kProbedSlowdown << "x slower than before), transfers of " << (LinkTable::kCheckBytes >> 20)
+              << " MiB at most" << (busy.count(worker.name) || busy.count(*peer) ? " beside a job" : "");
+  }
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::Heartbeat(grpc::CallbackServerContext* context,
@@ -227,7 +243,11 @@ grpc::ServerUnaryReactor* CoordinatorService::ReportLinks(grpc::CallbackServerCo
     link.rtt_seconds = m.rtt_seconds();
     link.error = m.error();
   }
+  const uint64_t recoveries = jobs_->links().recoveries();
   jobs_->links().Record(record->name, std::move(links));
+  if (jobs_->links().recoveries() != recoveries) {
+    LOG(INFO) << "link " << jobs_->links().last_recovered() << ": no longer in doubt";
+  }
   jobs_->Schedule();  // a job re-planning may have waited for these
   AddProbeTarget(*record, response->mutable_probe_targets());
   return Done(context, absl::OkStatus());

@@ -232,6 +232,7 @@ void JobManager::ScheduleLocked() {
       deliver_(worker, std::move(assignments[position]));
     }
     job.rate_watch().Start(job.first_step());
+    job.set_link_recoveries_seen(links_.recoveries());
   }
 }
 

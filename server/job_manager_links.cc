@@ -45,7 +45,8 @@ void JobManager::NoteWirePaces(RunningJob& job, int position, const shardline::v
                      << job.PositionName(position) << "'s frames from " << job.PositionName(peer) << ")";
         job.set_link_slowed(true);
       }
-      for (const std::string& name : links_.Observe(from->name, to->name, pace.recent(), job.status().job_id())) {
+      for (const std::string& name : links_.Observe(from->name, to->name, pace.recent(), job.status().job_id(),
+                                                          pace.slowed() ? pace.baseline() : probe)) {
         const std::optional<LinkSuspicion> suspect = links_.Suspected(name);
         if (!suspect.has_value()) continue;  // probed meanwhile
         LOG(WARNING) << "job " << job.status().job_id() << ": worker " << name

@@ -35,20 +35,24 @@ void JobManager::MaybePlanReplan(RunningJob& job) {
   }
   // Rates are looked at every kReplanCheckSteps steps, and at each check of
   // a slowed job (a worker that got faster counts in its advice too).
-  const bool look = step % kReplanCheckSteps == 0 || steps_slowed || link_slowed;
+  // A link found back (a job moved off it, or one it could use).
+  const uint64_t recoveries = links_.recoveries();
+  const bool link_back = recoveries != job.link_recoveries_seen();
+  const bool look = step % kReplanCheckSteps == 0 || steps_slowed || link_slowed || link_back;
   const std::vector<WorkerRecord> watched = look ? WatchedWorkers(job) : std::vector<WorkerRecord>();
   const std::string rose = look ? job.rate_watch().Rose(step, watched) : std::string();
-  if (!steps_slowed && !link_slowed && rose.empty()) return;
+  if (!steps_slowed && !link_slowed && rose.empty() && !link_back) return;
   // Moving costs a restart (state reloaded, streams reconnected): worth
   // weighing only where the time the slowdown costs the rest of the job
   // could repay it.
   const double remaining = static_cast<double>(job.status().total_steps() - stop);
-  if (steps_slowed && !link_slowed && rose.empty() &&
+  if (steps_slowed && !link_slowed && rose.empty() && !link_back &&
       (job.pace().recent() - job.pace().baseline()) * remaining < kReplanMinSavingSeconds) {
     return;
   }
   const double step_seconds = std::max(job.pace().recent(), job.status().step_seconds());
   job.set_replan_checked_at(step);
+  job.set_link_recoveries_seen(recoveries);
   std::map<std::string, WorkerRecord> known;  // with their planning and predicting rates
   for (WorkerRecord& w : registry_.List()) known.emplace(w.id, std::move(w));
   std::vector<WorkerRecord> grid;
@@ -66,12 +70,15 @@ void JobManager::MaybePlanReplan(RunningJob& job) {
     LOG(WARNING) << "job " << job.status().job_id() << ": cannot weigh a re-plan: " << advice.status();
     return;
   }
-  const std::string also = rose.empty() ? "" : absl::StrCat(", and worker ", rose);
+  const std::string back = link_back ? absl::StrCat("link ", links_.last_recovered()) : "";
+  std::string also = rose.empty() ? "" : absl::StrCat(", and worker ", rose);
+  if (!back.empty()) absl::StrAppend(&also, ", and ", back);
   const std::string slowed =
       steps_slowed ? absl::StrFormat("its steps slowed from %.3f s to %.3f s%s; %s", job.pace().baseline(),
                                      job.pace().recent(), also, advice->why)
       : link_slowed ? absl::StrFormat("a link it uses slowed (%.3f s a step)%s; %s", step_seconds, also, advice->why)
-                    : absl::StrFormat("worker %s; %s", rose, advice->why);
+      : !rose.empty() ? absl::StrFormat("worker %s%s; %s", rose, back.empty() ? "" : ", and " + back, advice->why)
+                      : absl::StrFormat("%s; %s", back, advice->why);
   // What the new layout would save over the rest of the job, at the pace
   // measured now.
   const double saving = step_seconds * remaining *

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "absl/strings/str_format.h"
+
 namespace shardline::server {
 
 void LinkTable::Joined(const std::string& name, const std::string& host, const std::vector<std::string>& peers) {
@@ -61,6 +63,7 @@ void LinkTable::Record(const std::string& from, std::vector<LinkRecord> links) {
     }
     const double before = it == links_.end() ? 0 : it->second.bytes_per_second;
     if (!groups_stale_) KeepGroupsLocked(d, before, link.bytes_per_second);
+    NoteDoubtLocked(d, it == links_.end() ? nullptr : &it->second, link);
     // Evidence against its ends, unless one is suspected already: that
     // explains it (and its own probes, which end the suspicion, would
     // otherwise start it again).
@@ -85,6 +88,39 @@ void LinkTable::Record(const std::string& from, std::vector<LinkRecord> links) {
     const bool queued = std::any_of(queued_.begin(), queued_.end(),
                                     [&](const Direction& d) { return d.first == name || d.second == name; });
     it = queued ? std::next(it) : suspects_.erase(it);
+  }
+}
+
+void LinkTable::NoteDoubtLocked(const Direction& d, const LinkRecord* old, LinkRecord& link) {
+  if (link.bytes_per_second <= 0) return;
+  const absl::Time now = clock_();
+  const double before = old == nullptr ? 0 : old->bytes_per_second;
+  const double fast = old == nullptr ? 0 : old->fast_before;
+  if (fast <= 0) {
+    if (link.bytes_per_second * kProbedSlowdown >= before) return;
+    link.fast_before = before;  // newly slowed
+    link.next_check = now + kCheckEvery;
+    return;
+  }
+  if (link.bytes_per_second * kProbedSlowdown < fast) {  // still slow: checked later and later
+    link.fast_before = fast;
+    link.checks = old->checks + 1;
+    link.next_check = now + std::min(kCheckEveryMost, kCheckEvery * (int64_t{1} << std::min(link.checks, 10)));
+    return;
+  }
+  ++recoveries_;
+  last_recovered_ = absl::StrFormat("%s -> %s carries %.0f Mbit/s again (%.0f Mbit/s while slow, %.0f before)",
+                                    d.first, d.second, link.bytes_per_second * 8 / 1e6,
+                                    (old->observed_bytes_per_second > 0 ? old->observed_bytes_per_second : before) *
+                                        8 / 1e6,
+                                    fast * 8 / 1e6);
+  // Its ends' own links are not slow now; their other links in doubt are
+  // checked at once (what slowed them likely ended too).
+  for (const std::string* end : {&d.first, &d.second}) {
+    suspects_.erase(*end);
+    for (auto& [other, l] : links_) {
+      if (other != d && (other.first == *end || other.second == *end) && l.fast_before > 0) l.next_check = now;
+    }
   }
 }
 
@@ -132,7 +168,7 @@ std::optional<LinkSuspicion> LinkTable::Suspected(const std::string& name) const
 }
 
 std::vector<std::string> LinkTable::Observe(const std::string& from, const std::string& to, double bytes_per_second,
-                                            const std::string& job_id) {
+                                            const std::string& job_id, double before) {
   absl::MutexLock lock(&mu_);
   LinkRecord& link = links_[{from, to}];
   if (link.from.empty()) {  // never probed
@@ -141,6 +177,11 @@ std::vector<std::string> LinkTable::Observe(const std::string& from, const std::
     link.measured_at = absl::InfinitePast();
   }
   const bool fresh = link.observed_bytes_per_second <= 0;
+  if (link.fast_before <= 0) {
+    link.fast_before = std::max(before, link.bytes_per_second);
+    link.checks = 0;
+    link.next_check = clock_() + kCheckEvery;  // its job's streams tell while it runs on it
+  }
   link.observed_bytes_per_second = bytes_per_second;
   link.observed_at = clock_();
   link.observed_in = job_id;
@@ -165,6 +206,18 @@ void LinkTable::ForgetObserved(const std::string& from, const std::string& to) {
   }
   it->second.observed_bytes_per_second = 0;
   it->second.observed_in.clear();
+  it->second.fast_before = 0;  // its own job's frames showed it back
+  it->second.checks = 0;
+}
+
+uint64_t LinkTable::recoveries() const {
+  absl::MutexLock lock(&mu_);
+  return recoveries_;
+}
+
+std::string LinkTable::last_recovered() const {
+  absl::MutexLock lock(&mu_);
+  return last_recovered_;
 }
 
 void LinkTable::Retain(const std::set<std::string>& known) {

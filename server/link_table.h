@@ -29,7 +29,14 @@
 // the end to blame shows there. (From the job's own streams alone, which
 // end of a single slowed link is to blame nothing tells: a receiver's
 // other links read fast while its token bucket lets small transfers
-// through.)
+// through.) A link measured or observed over kProbedSlowdown times below
+// its figure before stays in doubt (LinkRecord::fast_before) until a
+// measurement finds it back within that of it: where an end is busy with a
+// job, its queued probe never runs (probes take idle workers), so it is
+// checked instead (ClaimCheck: a short transfer, kCheckBytes, against the
+// busy end too, every kCheckEvery, doubling while it stays slow). A link
+// found back ends its ends' suspicion and counts in recoveries(): a job
+// that moved off it weighs moving back (JobManager).
 // Pure bookkeeping, no I/O; the clock is injectable for tests. Thread-safe.
 #ifndef SHARDLINE_SERVER_LINK_TABLE_H_
 #define SHARDLINE_SERVER_LINK_TABLE_H_
@@ -75,6 +82,14 @@ struct LinkRecord {
   // which explains it): evidence against its ends as an observation is (a
   // suspicion, below), until one of them is suspected.
   double slowed_from = 0;
+  // In doubt (see above): the figure it had before it slowed (the probe
+  // before, or the pace a job's streams showed), kept while its
+  // measurements stay over kProbedSlowdown times below it (0: not in
+  // doubt); `checks`: how many found it slow since (the next check waits
+  // kCheckEvery doubled as often, up to kCheckEveryMost).
+  double fast_before = 0;
+  int checks = 0;
+  absl::Time next_check;  // while in doubt
 };
 
 class LinkTable {
@@ -86,6 +101,13 @@ class LinkTable {
   // A probe this much slower than the link's previous one found it slowed
   // (as LinkPace's kSlowdown for a job's own transfers).
   static constexpr double kProbedSlowdown = 3.0;
+  // A link in doubt with an end busy is checked this often at first, at
+  // most kCheckEveryMost while it stays slow, with transfers of at most
+  // kCheckBytes (a busy end's job shares its wire for about 17 MiB: 0.15 s
+  // at 1 Gbit/s; 7 s at 5 Mbit/s for a link still cut, 4 MiB).
+  static constexpr absl::Duration kCheckEvery = absl::Seconds(30);
+  static constexpr absl::Duration kCheckEveryMost = absl::Minutes(8);
+  static constexpr int64_t kCheckBytes = int64_t{4} << 20;
 
   using Clock = std::function<absl::Time()>;
   explicit LinkTable(Clock clock = [] { return absl::Now(); }) : clock_(std::move(clock)) {}
@@ -105,6 +127,22 @@ class LinkTable {
   // already or none of its queued directions may start (see above). Peers
   // in `unavailable` (busy with a job, lost) are not probed now.
   std::optional<std::string> Claim(const std::string& name, const std::set<std::string>& unavailable = {});
+  // A check `name` should run now, claimed (the peer): a direction from
+  // it in doubt, due (kCheckEvery), one of whose ends is `busy` (with a job:
+  // its probe waits for nothing else) and the other idle (two busy ends'
+  // jobs would share the transfer), neither in `absent` (lost, drained), on
+  // hosts in no other probe, within the cap; it may leave its group where
+  // no other probe that may does. `name` may be busy itself.
+  std::optional<std::string> ClaimCheck(const std::string& name, const std::set<std::string>& busy,
+                                        const std::set<std::string>& absent = {});
+  // Found back (see above) since the table began: a job compares it with
+  // what it saw when it last weighed a move; `last_recovered()` says the
+  // latest for people ("a1 -> a2 carries 940 Mbit/s again (5 Mbit/s when
+  // slowed)").
+  uint64_t recoveries() const;
+  // Whether a check from `name` is due (cheap: asked at every heartbeat).
+  bool CheckDue(const std::string& name) const;
+  std::string last_recovered() const;
   // Queues the direction from `from` to `to` (false: it was queued).
   bool Queue(const std::string& from, const std::string& to);
   // The peers `name` has queued directions to.
@@ -119,8 +157,10 @@ class LinkTable {
   // it is queued, which `from` runs once it is idle. The workers this
   // makes suspected (see above; every direction between such a worker and
   // every other is queued: the suspicion ends with the last of them).
+  // `before`: the pace it had (the probe's, or earlier in the job's epoch:
+  // LinkRecord::fast_before).
   std::vector<std::string> Observe(const std::string& from, const std::string& to, double bytes_per_second,
-                                   const std::string& job_id);
+                                   const std::string& job_id, double before = 0);
   // The link carries its old rate again: its observation goes, and the
   // suspicion of `to`'s own link (its frames arrive at their pace).
   void ForgetObserved(const std::string& from, const std::string& to);
@@ -146,6 +186,7 @@ class LinkTable {
     bool leaves_group = false;  // may leave its link group (when claimed)
     bool alone = false;         // a measurement being taken again, alone
     std::set<Direction> beside;  // the probes that ran at the same time
+    bool check = false;          // ClaimCheck's
   };
 
   void ExpireClaimsLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -178,12 +219,18 @@ class LinkTable {
   // its group too.
   void RecheckSharedLocked(const std::vector<Direction>* links) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // `d` measured `link` now (`old`: its record before, if any): whether
+  // it is in doubt now, or found back (recoveries_).
+  void NoteDoubtLocked(const Direction& d, const LinkRecord* old, LinkRecord& link) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   Clock clock_;
   mutable absl::Mutex mu_;
   int concurrent_probes_ ABSL_GUARDED_BY(mu_) = kDefaultConcurrentProbes;
   std::map<std::string, std::string> hosts_ ABSL_GUARDED_BY(mu_);  // worker name → host
   std::map<Direction, LinkRecord> links_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, LinkSuspicion> suspects_ ABSL_GUARDED_BY(mu_);  // by worker name
+  uint64_t recoveries_ ABSL_GUARDED_BY(mu_) = 0;
+  std::string last_recovered_ ABSL_GUARDED_BY(mu_);
   std::set<Direction> queued_ ABSL_GUARDED_BY(mu_);
   std::set<Direction> leaving_ ABSL_GUARDED_BY(mu_);  // the queued that may leave their groups
   std::map<Direction, Claimed> claims_ ABSL_GUARDED_BY(mu_);

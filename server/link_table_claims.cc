@@ -257,16 +257,60 @@ std::optional<std::string> LinkTable::Claim(const std::string& name, const std::
       break;
     }
   }
-  std::set<Direction> beside;
-  for (auto& [d, claim] : claims_) beside.insert(d);
+  std::set<Direction> beside;  // checks' figures are lower bounds: not weighed for sharing
+  for (auto& [d, claim] : claims_) {
+    if (!claim.check) beside.insert(d);
+  }
   auto take = [&](const Direction& d, bool leaves) {
     ++version_;
-    for (auto& [other, claim] : claims_) claim.beside.insert(d);
+    for (auto& [other, claim] : claims_) {
+      if (!claim.check) claim.beside.insert(d);
+    }
     claims_[d] = Claimed{now, leaves, false, beside};
     return d.second;
   };
   if (leaving.has_value() && leaving->first == name) return take(*leaving, true);
   if (inside.has_value()) return take(*inside, false);
+  return std::nullopt;
+}
+
+bool LinkTable::CheckDue(const std::string& name) const {
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = clock_();
+  for (auto it = links_.lower_bound({name, ""}); it != links_.end() && it->first.first == name; ++it) {
+    if (it->second.fast_before > 0 && now >= it->second.next_check) return true;
+  }
+  return false;
+}
+
+std::optional<std::string> LinkTable::ClaimCheck(const std::string& name, const std::set<std::string>& busy,
+                                                 const std::set<std::string>& absent) {
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = clock_();
+  ExpireClaimsLocked(now);
+  std::set<std::string> busy_hosts;
+  bool leaving_runs = false;
+  for (const auto& [d, claim] : claims_) {
+    if (d.first == name || claim.alone) return std::nullopt;  // one at a time; nothing beside a lone one
+    busy_hosts.insert(HostLocked(d.first));
+    busy_hosts.insert(HostLocked(d.second));
+    leaving_runs |= claim.leaves_group;
+  }
+  if (static_cast<int>(claims_.size()) >= concurrent_probes_) return std::nullopt;
+  for (auto it = links_.lower_bound({name, ""}); it != links_.end() && it->first.first == name; ++it) {
+    const Direction& d = it->first;
+    const LinkRecord& link = it->second;
+    if (link.fast_before <= 0 || now < link.next_check || absent.count(d.first) || absent.count(d.second) ||
+        (busy.count(d.first) && busy.count(d.second)) || busy_hosts.count(HostLocked(d.first)) ||
+        busy_hosts.count(HostLocked(d.second))) {
+      continue;
+    }
+    const bool leaves = LeavesGroupLocked(d);
+    if (leaves && leaving_runs) continue;
+    ++version_;
+    claims_[d] = Claimed{now, leaves, false, {}, true};
+    return d.second;
+  }
   return std::nullopt;
 }
 

@@ -137,6 +137,10 @@ class RunningJob {
   // A link of the epoch was found slower than before (JobManager).
   bool link_slowed() const { return link_slowed_; }
   void set_link_slowed(bool slowed) { link_slowed_ = slowed; }
+  // LinkTable::recoveries() when a move was last weighed (or the epoch
+  // began): more since, and a move back onto a link is weighed.
+  uint64_t link_recoveries_seen() const { return link_recoveries_seen_; }
+  void set_link_recoveries_seen(uint64_t n) { link_recoveries_seen_ = n; }
   // The step of the epoch's last re-plan check (JobManager throttles them).
   int64_t replan_checked_at() const { return replan_checked_at_; }
   void set_replan_checked_at(int64_t step) { replan_checked_at_ = step; }
@@ -221,6 +225,7 @@ class RunningJob {
   RateWatch rate_watch_;
   LinkPaces link_paces_;
   bool link_slowed_ = false;
+  uint64_t link_recoveries_seen_ = 0;
   int64_t replan_step_ = 0;
   int64_t replan_checked_at_ = 0;
   std::string replan_reason_;

@@ -63,6 +63,10 @@ shardline::v1::LinkMeasurement GrpcLinkProbes::Probe(const shardline::v1::ProbeT
   if (address.substr(0, address.rfind(':')) == own_host_) {
     options.max_transfer_bytes = std::min(options.max_transfer_bytes, kSameHostTransferBytes);
   }
+  if (target.max_transfer_bytes() > 0) {  // a check beside a job: short
+    options.max_transfer_bytes = std::min(options.max_transfer_bytes, target.max_transfer_bytes());
+    options.first_transfer_bytes = std::min(options.first_transfer_bytes, options.max_transfer_bytes);
+  }
   absl::StatusOr<transport::LinkProbeResult> result = transport::ProbeLink(address, credentials_, options, cancelled_);
   if (!result.ok()) {
     m.set_error(std::string(result.status().ToString()).substr(0, 512));

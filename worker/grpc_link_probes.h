@@ -1,4 +1,4 @@
-// Runs the link probes the coordinator hands an idle worker
+// Runs the link probes the coordinator hands a worker (idle; busy, checks)
 // (HeartbeatResponse.probe_targets, ReportLinksResponse.probe_targets) on a
 // thread of its own, one peer after another (transport::ProbeLink),
 // reporting each as it ends (ReportLinks), whose answer may name the next;
@@ -7,7 +7,9 @@
 // host (the same host in its address)
 // is memory, not a wire: its transfers stop at kSameHostTransferBytes,
 // which keeps a cluster of many workers on one machine from spending
-// seconds of CPU on probes. Stop() cancels between transfers and joins.
+// seconds of CPU on probes; a target's max_transfer_bytes (a check of a
+// link in doubt, run beside a job) bounds them too. Stop() cancels between
+// transfers and joins.
 // Thread-safe.
 #ifndef SHARDLINE_WORKER_GRPC_LINK_PROBES_H_
 #define SHARDLINE_WORKER_GRPC_LINK_PROBES_H_

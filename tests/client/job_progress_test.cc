@@ -219,6 +219,12 @@ TEST(JobProgressTest, LinksShowWhatJobsObservedAndTheWorkersWhoseOwnLinkLooksSlo
   EXPECT_NE(probed.find("probed over 3x slower than its probe before (1000 Mbit/s)"), std::string::npos) << probed;
   EXPECT_EQ(probed.find("slowed to"), std::string::npos) << probed;
   EXPECT_NE(probed.find("its links to two or more peers slowed in probes, 2 s ago"), std::string::npos) << probed;
+
+  // In doubt: checked again, against busy workers too.
+  l->set_fast_before_bytes_per_second(125e6);
+  l->set_next_check_seconds(42);
+  const std::string doubted = LinksTable(links);
+  EXPECT_NE(doubted.find("in doubt (1000 Mbit/s before): checked again in 42 s"), std::string::npos) << doubted;
 }
 
 }  // namespace

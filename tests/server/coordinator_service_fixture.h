@@ -138,6 +138,30 @@ class CoordinatorServiceTest : public ::testing::Test {
     }
     return chunks;
   }
+  // A heartbeat of `worker_id`, signed; its answer (the call must succeed).
+  shardline::v1::HeartbeatResponse Beat(const std::string& worker_id) {
+    grpc::ClientContext context;
+    Sign(context, worker_id);
+    shardline::v1::HeartbeatRequest request;
+    request.set_worker_id(worker_id);
+    shardline::v1::HeartbeatResponse response;
+    EXPECT_TRUE(worker_stub_->Heartbeat(&context, request, &response).ok());
+    return response;
+  }
+  // Every direction between `names` measured at `bytes_per_second`.
+  void MeasureAll(const std::vector<std::string>& names, double bytes_per_second) {
+    for (const std::string& from : names) {
+      std::vector<LinkRecord> measured;
+      for (const std::string& to : names) {
+        if (to == from) continue;
+        LinkRecord& link = measured.emplace_back();
+        link.to = to;
+        link.bytes_per_second = bytes_per_second;
+        link.rtt_seconds = 1e-4;
+      }
+      jobs_->links().Record(from, std::move(measured));
+    }
+  }
   bool StillServing() {
     grpc::ClientContext context;
     shardline::v1::ListJobsResponse response;

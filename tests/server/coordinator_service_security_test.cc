@@ -164,21 +164,12 @@ TEST_F(CoordinatorServiceTest, LinkProbesGoToOneIdleWorkerAndReportsNeedItsSecre
   ASSERT_TRUE(Register("w0", &w0).ok());
   ASSERT_TRUE(Register("w1", &w1).ok());
   ASSERT_TRUE(Register("w2", &w2).ok());
-  auto beat = [&](const std::string& id) {
-    grpc::ClientContext context;
-    Sign(context, id);
-    shardline::v1::HeartbeatRequest request;
-    request.set_worker_id(id);
-    shardline::v1::HeartbeatResponse response;
-    EXPECT_TRUE(worker_stub_->Heartbeat(&context, request, &response).ok());
-    return response;
-  };
-  const shardline::v1::HeartbeatResponse first = beat(w0);
+  const shardline::v1::HeartbeatResponse first = Beat(w0);
   ASSERT_EQ(first.probe_targets_size(), 1);
   EXPECT_EQ(first.probe_targets(0).worker(), "w1");
   EXPECT_EQ(first.probe_targets(0).address(), "127.0.0.1:1") << "w1's StageLink address (the fixture's)";
-  EXPECT_EQ(beat(w1).probe_targets_size(), 0) << "w0 is probing: its host is busy";
-  EXPECT_EQ(beat(w0).probe_targets_size(), 0) << "one link at a time";
+  EXPECT_EQ(Beat(w1).probe_targets_size(), 0) << "w0 is probing: its host is busy";
+  EXPECT_EQ(Beat(w0).probe_targets_size(), 0) << "one link at a time";
 
   shardline::v1::ReportLinksRequest report;
   report.set_worker_id(w0);
@@ -217,7 +208,7 @@ TEST_F(CoordinatorServiceTest, LinkProbesGoToOneIdleWorkerAndReportsNeedItsSecre
   Sign(second, w0);
   ASSERT_TRUE(worker_stub_->ReportLinks(&second, report, &response).ok());
   EXPECT_EQ(response.probe_targets_size(), 0) << "w0 measured all of its links";
-  EXPECT_EQ(beat(w1).probe_targets_size(), 1) << "w0 reported: now w1's turn";
+  EXPECT_EQ(Beat(w1).probe_targets_size(), 1) << "w0 reported: now w1's turn";
   EXPECT_TRUE(StillServing());
 }
 
@@ -263,18 +254,7 @@ TEST_F(CoordinatorServiceTest, AnIdleWorkerSlowerThanItsProbeIsAskedToMeasureAga
     return std::make_pair(status.error_code(), response);
   };
   // Every link measured; then w0 and w1's again: a probe inside host 127.0.0.1.
-  const std::vector<std::string> names = {"w0", "w1", "w2", "w3"};
-  for (const std::string& from : names) {
-    std::vector<LinkRecord> measured;
-    for (const std::string& to : names) {
-      if (to == from) continue;
-      LinkRecord& link = measured.emplace_back();
-      link.to = to;
-      link.bytes_per_second = 1.25e9;
-      link.rtt_seconds = 1e-4;
-    }
-    jobs_->links().Record(from, std::move(measured));
-  }
+  MeasureAll({"w0", "w1", "w2", "w3"}, 1.25e9);
   ASSERT_EQ(jobs_->links().Request({"w0", "w1"}), 2);
   const auto probing = beat(w0).second;
   ASSERT_EQ(probing.probe_targets_size(), 1) << "w0 probes a link";

@@ -261,5 +261,60 @@ TEST_F(CoordinatorServiceTest, AWorkerWatchingAgainAfterItsStreamBrokeGetsItsAss
   (void)reader->Finish();
 }
 
+// A link in doubt (probed over 3x slower than before) whose other end is
+// busy with a job is checked anyway: the idle end is handed it, bounded to
+// a short transfer, once kCheckEvery has passed; found back, it leaves
+// doubt and counts as a recovery. A busy worker is handed nothing else.
+TEST_F(CoordinatorServiceTest, ALinkInDoubtIsCheckedAgainstABusyPeerWithAShortTransfer) {
+  std::string w0, w1, w2;
+  ASSERT_TRUE(Register("w0", &w0).ok());
+  ASSERT_TRUE(Register("w1", &w1).ok());
+  ASSERT_TRUE(Register("w2", &w2).ok());
+  MeasureAll({"w0", "w1", "w2"}, 1.25e9);
+  LinkRecord slowed;
+  slowed.to = "w1";
+  slowed.bytes_per_second = 1e6;
+  jobs_->links().Record("w0", {slowed});
+  registry_->SetJob(w1, "job-x");
+  auto list = [&] {
+    grpc::ClientContext context;
+    shardline::v1::ListLinksResponse links;
+    EXPECT_TRUE(admin_stub_->ListLinks(&context, shardline::v1::ListLinksRequest(), &links).ok());
+    for (const auto& l : links.links()) {
+      if (l.from_worker() == "w0" && l.to_worker() == "w1") return l;
+    }
+    ADD_FAILURE() << "no w0 -> w1";
+    return shardline::v1::LinkStatus();
+  };
+  EXPECT_EQ(list().fast_before_bytes_per_second(), 1.25e9);
+  EXPECT_GT(list().next_check_seconds(), 0);
+  EXPECT_EQ(Beat(w0).probe_targets_size(), 0) << "not due yet";
+  skew_seconds_ += absl::ToInt64Seconds(LinkTable::kCheckEvery);
+  EXPECT_EQ(list().next_check_seconds(), 0) << "due";
+  EXPECT_EQ(Beat(w1).probe_targets_size(), 0) << "busy, and none of its links is in doubt";
+  const shardline::v1::HeartbeatResponse check = Beat(w0);
+  ASSERT_EQ(check.probe_targets_size(), 1);
+  EXPECT_EQ(check.probe_targets(0).worker(), "w1");
+  EXPECT_EQ(check.probe_targets(0).max_transfer_bytes(), LinkTable::kCheckBytes);
+  EXPECT_EQ(Beat(w0).probe_targets_size(), 0) << "one at a time";
+
+  shardline::v1::ReportLinksRequest report;
+  report.set_worker_id(w0);
+  shardline::v1::LinkMeasurement* m = report.add_links();
+  m->set_to_worker("w1");
+  m->set_bytes_per_second(1e9);
+  m->set_rtt_seconds(1e-4);
+  grpc::ClientContext context;
+  Sign(context, w0);
+  shardline::v1::ReportLinksResponse response;
+  ASSERT_TRUE(worker_stub_->ReportLinks(&context, report, &response).ok());
+  EXPECT_EQ(response.probe_targets_size(), 0);
+  EXPECT_EQ(list().fast_before_bytes_per_second(), 0) << "back: no longer in doubt";
+  EXPECT_EQ(jobs_->links().recoveries(), 1u);
+  skew_seconds_ += absl::ToInt64Seconds(LinkTable::kCheckEveryMost);
+  EXPECT_EQ(Beat(w0).probe_targets_size(), 0) << "nothing left to check";
+  EXPECT_TRUE(StillServing());
+}
+
 }  // namespace
 }  // namespace shardline::server

@@ -9,8 +9,8 @@ namespace {
 
 class SinkReactor final : public grpc::ServerReadReactor<shardline::v1::LinkProbeChunk> {
  public:
-  SinkReactor(std::atomic<int>& active, shardline::v1::LinkProbeReceipt* receipt)
-      : active_(active), receipt_(receipt) {
+  SinkReactor(std::atomic<int>& active, std::atomic<int64_t>& largest, shardline::v1::LinkProbeReceipt* receipt)
+      : active_(active), largest_(largest), receipt_(receipt) {
     if (active_.fetch_add(1) >= LinkProbeService::kMaxSinks) {
       End(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
                        absl::StrCat("this worker already serves ", LinkProbeService::kMaxSinks,
@@ -30,6 +30,8 @@ class SinkReactor final : public grpc::ServerReadReactor<shardline::v1::LinkProb
   void OnReadDone(bool ok) override {
     if (!ok) {  // the caller is done sending
       receipt_->set_bytes(bytes_);
+      for (int64_t seen = largest_.load(); seen < bytes_ && !largest_.compare_exchange_weak(seen, bytes_);) {
+      }
       End(grpc::Status::OK);
       return;
     }
@@ -47,6 +49,7 @@ class SinkReactor final : public grpc::ServerReadReactor<shardline::v1::LinkProb
 
  private:
   std::atomic<int>& active_;
+  std::atomic<int64_t>& largest_;
   shardline::v1::LinkProbeReceipt* const receipt_;
   shardline::v1::LinkProbeChunk chunk_;
   int64_t bytes_ = 0;
@@ -64,7 +67,7 @@ grpc::ServerUnaryReactor* LinkProbeService::Ping(grpc::CallbackServerContext* co
 
 grpc::ServerReadReactor<shardline::v1::LinkProbeChunk>* LinkProbeService::Sink(
     grpc::CallbackServerContext* context, shardline::v1::LinkProbeReceipt* receipt) {
-  return new SinkReactor(active_, receipt);
+  return new SinkReactor(active_, largest_, receipt);
 }
 
 }  // namespace shardline::worker::transport

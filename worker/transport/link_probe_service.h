@@ -25,11 +25,13 @@ class LinkProbeService final : public shardline::v1::LinkProbe::CallbackService 
   grpc::ServerReadReactor<shardline::v1::LinkProbeChunk>* Sink(grpc::CallbackServerContext* context,
                                                                shardline::v1::LinkProbeReceipt* receipt) override;
 
-  // Sink calls open now (for tests).
+  // Sink calls open now, and the most bytes one delivered (for tests).
   int active_sinks() const { return active_.load(); }
+  int64_t largest_sink() const { return largest_.load(); }
 
  private:
   std::atomic<int> active_{0};
+  std::atomic<int64_t> largest_{0};
 };
 
 }  // namespace shardline::worker::transport

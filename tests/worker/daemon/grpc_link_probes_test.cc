@@ -98,6 +98,25 @@ TEST_F(GrpcLinkProbesTest, EachLinkIsReportedAsItEndsAndTheAnswerNamesTheNext) {
   EXPECT_EQ(reports_.size(), 2u) << "nothing more was asked for";
 }
 
+// A check of a link in doubt (run beside a job) is bounded by its
+// target's max_transfer_bytes; a plain probe grows to the worker's own.
+TEST_F(GrpcLinkProbesTest, ACheckTargetBoundsItsTransfers) {
+  auto probes = Probes([](const std::string&) { return std::vector<shardline::v1::ProbeTarget>(); });
+  shardline::v1::ProbeTarget check = Target("b", address_);
+  check.set_max_transfer_bytes(32 << 10);
+  probes->Start("worker-1", {check});
+  auto reports = AwaitReports(1);
+  ASSERT_EQ(reports.size(), 1u);
+  EXPECT_EQ(reports[0].links(0).error(), "");
+  EXPECT_GT(service_.largest_sink(), 0);
+  EXPECT_LE(service_.largest_sink(), 32 << 10);
+  probes->Start("worker-1", {Target("c", address_)});
+  reports = AwaitReports(2);
+  ASSERT_EQ(reports.size(), 2u);
+  EXPECT_EQ(service_.largest_sink(), 256 << 10) << "grows to the worker's own limit (loopback is fast)";
+  probes->Stop();
+}
+
 TEST_F(GrpcLinkProbesTest, TargetsHandedOverWhileAProbeRunsWaitTheirTurnAndAnUnreachablePeerIsReported) {
   auto probes = Probes([](const std::string&) { return std::vector<shardline::v1::ProbeTarget>{}; });
   probes->Start("worker-1", {Target("b", address_)});

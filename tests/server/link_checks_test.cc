@@ -1,0 +1,113 @@
+// LinkTable's links in doubt and their checks (link_table.h): what puts a
+// link in doubt, which checks may run beside a job, and what a link found
+// back ends.
+#include <set>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "server/link_table.h"
+
+namespace shardline::server {
+namespace {
+
+class LinkChecksTest : public ::testing::Test {
+ protected:
+  // a, b, c, d, each on a host of its own, every direction probed at 100 MB/s.
+  void SetUp() override {
+    for (const std::string n : {"a", "b", "c", "d"}) table_.Joined(n, "h" + n, {});
+    for (const std::string from : {"a", "b", "c", "d"}) {
+      std::vector<LinkRecord> links;
+      for (const std::string to : {"a", "b", "c", "d"}) {
+        if (to != from) links.push_back(Measured(to, 1e8));
+      }
+      table_.Record(from, links);
+    }
+  }
+  static LinkRecord Measured(const std::string& to, double bytes_per_second) {
+    LinkRecord link;
+    link.to = to;
+    link.bytes_per_second = bytes_per_second;
+    return link;
+  }
+  double FastBefore(const std::string& from, const std::string& to) { return table_.Get(from, to)->fast_before; }
+
+  absl::Time now_ = absl::FromUnixSeconds(1000);
+  LinkTable table_{[this] { return now_; }};
+};
+
+TEST_F(LinkChecksTest, ALinkSlowerThanBeforeIsInDoubtUntilFoundBackOrItsJobSeesItBack) {
+  EXPECT_EQ(FastBefore("a", "b"), 0);
+  table_.Record("a", {Measured("b", 5e7)});
+  EXPECT_EQ(FastBefore("a", "b"), 0) << "half as fast: within the probes' 3x";
+  table_.Record("a", {Measured("b", 1e7)});
+  EXPECT_EQ(FastBefore("a", "b"), 5e7) << "over 3x slower than its probe before";
+  table_.Record("a", {Measured("b", 2e6)});
+  EXPECT_EQ(FastBefore("a", "b"), 5e7) << "still slow: the figure before it slowed is kept";
+  table_.Record("a", {Measured("b", 2e7)});
+  EXPECT_EQ(FastBefore("a", "b"), 0) << "within 3x of it again";
+  EXPECT_EQ(table_.recoveries(), 1u);
+  EXPECT_EQ(table_.last_recovered(), "a -> b carries 160 Mbit/s again (16 Mbit/s while slow, 400 before)");
+
+  // A job's streams: the pace they had before, or the probe's if faster.
+  table_.Observe("c", "d", 1e6, "job-1", 2e8);
+  EXPECT_EQ(FastBefore("c", "d"), 2e8);
+  table_.Observe("d", "c", 1e6, "job-1", 5e7);
+  EXPECT_EQ(FastBefore("d", "c"), 1e8);
+  table_.ForgetObserved("c", "d");
+  EXPECT_EQ(FastBefore("c", "d"), 0) << "its job's frames arrive at their pace again";
+  EXPECT_EQ(table_.recoveries(), 1u) << "the job on it saw it: nothing to weigh";
+}
+
+TEST_F(LinkChecksTest, ChecksRunWithOneEndBusyOnHostsInNoOtherProbeOneAtATime) {
+  table_.Record("a", {Measured("b", 1e6), Measured("c", 1e6), Measured("d", 1e6)});
+  table_.Record("b", {Measured("c", 1e6)});
+  EXPECT_FALSE(table_.ClaimCheck("a", {"b", "c", "d"}).has_value()) << "not due before kCheckEvery";
+  now_ += LinkTable::kCheckEvery;
+  EXPECT_FALSE(table_.ClaimCheck("b", {"b", "c"}).has_value()) << "both ends busy: two jobs' wires";
+  EXPECT_FALSE(table_.ClaimCheck("a", {"b", "c", "d"}, {"b", "c", "d"}).has_value()) << "peers lost or drained";
+  const std::optional<std::string> first = table_.ClaimCheck("a", {"b", "c", "d"}, {"c"});
+  EXPECT_EQ(first, "b") << "a is idle, b busy: checked (c is lost)";
+  EXPECT_FALSE(table_.ClaimCheck("a", {"b", "c", "d"}).has_value()) << "a checks one link at a time";
+  EXPECT_FALSE(table_.ClaimCheck("b", {"a"}).has_value()) << "b's host is in a's check";
+  EXPECT_EQ(table_.probing(), 1);
+  EXPECT_TRUE(table_.HostProbing("b")) << "no GEMM probe beside it";
+  table_.Record("a", {Measured("b", 1e6)});
+  EXPECT_EQ(table_.ClaimCheck("a", {"b", "c", "d"}), "c");
+  table_.Record("a", {Measured("c", 1e6)});
+  EXPECT_EQ(table_.ClaimCheck("a", {"b", "c", "d"}), "d");
+  table_.Record("a", {Measured("d", 1e6)});
+  EXPECT_FALSE(table_.ClaimCheck("a", {"b", "c", "d"}).has_value()) << "each waits twice as long now";
+  now_ += 2 * LinkTable::kCheckEvery;  // a's are due again; a -> d alone shares no host with b -> c
+  EXPECT_EQ(table_.ClaimCheck("b", {"c"}), "c") << "b idle, c busy";
+  table_.SetConcurrentProbes(1);
+  EXPECT_FALSE(table_.ClaimCheck("a", {"b", "c", "d"}).has_value()) << "within the cap";
+  table_.SetConcurrentProbes(2);
+  EXPECT_EQ(table_.ClaimCheck("a", {"b", "c", "d"}), "d");
+}
+
+TEST_F(LinkChecksTest, ALinkFoundBackEndsItsEndsSuspicionAndTheirOtherChecksAreDueAtOnce) {
+  // a's own link slowed: a job saw a -> b and c -> a slow.
+  table_.Observe("a", "b", 1e6, "job-1", 1e8);
+  ASSERT_EQ(table_.Observe("c", "a", 1e6, "job-1", 1e8), std::vector<std::string>{"a"});
+  now_ += LinkTable::kCheckEvery;
+  EXPECT_EQ(table_.ClaimCheck("a", {"b", "c", "d"}), "b");
+  table_.Record("a", {Measured("b", 1e6)});  // next in 2 kCheckEvery
+  now_ += LinkTable::kCheckEvery;
+  EXPECT_EQ(table_.ClaimCheck("c", {"b", "c", "d"}), "a") << "c is busy, a idle: c checks its link into a";
+  table_.Record("c", {Measured("a", 1e6)});  // next in 2 kCheckEvery
+  EXPECT_TRUE(table_.Suspected("a").has_value());
+  now_ += LinkTable::kCheckEvery;
+  EXPECT_FALSE(table_.ClaimCheck("c", {"b", "c", "d"}).has_value()) << "c -> a is not due yet";
+  EXPECT_EQ(table_.ClaimCheck("a", {"b", "c", "d"}), "b");
+  table_.Record("a", {Measured("b", 9e7)});
+  EXPECT_FALSE(table_.Suspected("a").has_value()) << "its link carries its pace again";
+  EXPECT_EQ(table_.recoveries(), 1u);
+  EXPECT_EQ(table_.ClaimCheck("c", {"b", "c", "d"}), "a") << "due at once, not after its doubled wait";
+  table_.Record("c", {Measured("a", 9e7)});
+  EXPECT_EQ(table_.recoveries(), 2u);
+  EXPECT_EQ(table_.Get("c", "a")->bytes_per_second, 9e7) << "the check's figure is the link's";
+}
+
+}  // namespace
+}  // namespace shardline::server
