@@ -5,11 +5,12 @@
 // at least kMinSeconds of frames were timed in it; the epoch's rate is the
 // median of its first PaceWindow::kCount such steps, and the link has slowed
 // while the median of the last kCount (these included) stays below
-// 1 / kSlowdown of that. Comparing the link with itself, within one epoch, leaves out what
-// the job's own load does to the figure (a busy sender carries less than a
-// probe of an idle link measures); a link already slow when the epoch
-// began (a re-plan moved onto it) shows as below its probe's figure by as
-// much (Below).
+// 1 / kSlowdown of its probe's figure (Below; JobManager), or, never probed,
+// of the epoch's start (slowed). A pace above the probe's is not the wire's
+// (frames that waited in a busy receiver's socket buffer read as if they
+// arrived together), so the probe's figure is the reference where there is
+// one; a link already slow when the epoch began (a re-plan moved onto it)
+// shows as below it too.
 //
 // LinkPaces keeps one per direction (by the two workers' ids) for an epoch.
 // Neither is thread-safe (a RunningJob's, under the JobManager's lock).

@@ -59,6 +59,7 @@ void LinkTable::Record(const std::string& from, std::vector<LinkRecord> links) {
     auto it = links_.find(d);
     if (!link.error.empty() && it != links_.end()) {
       it->second.error = link.error;  // keep the last good figures, say it failed
+      if (it->second.fast_before > 0) DeferCheckLocked(it->second);  // not again at once
       continue;
     }
     const double before = it == links_.end() ? 0 : it->second.bytes_per_second;
@@ -104,8 +105,8 @@ void LinkTable::NoteDoubtLocked(const Direction& d, const LinkRecord* old, LinkR
   }
   if (link.bytes_per_second * kProbedSlowdown < fast) {  // still slow: checked later and later
     link.fast_before = fast;
-    link.checks = old->checks + 1;
-    link.next_check = now + std::min(kCheckEveryMost, kCheckEvery * (int64_t{1} << std::min(link.checks, 10)));
+    link.checks = old->checks;
+    DeferCheckLocked(link);
     return;
   }
   ++recoveries_;
@@ -122,6 +123,11 @@ void LinkTable::NoteDoubtLocked(const Direction& d, const LinkRecord* old, LinkR
       if (other != d && (other.first == *end || other.second == *end) && l.fast_before > 0) l.next_check = now;
     }
   }
+}
+
+void LinkTable::DeferCheckLocked(LinkRecord& link) {
+  ++link.checks;
+  link.next_check = clock_() + std::min(kCheckEveryMost, kCheckEvery * (int64_t{1} << std::min(link.checks, 10)));
 }
 
 bool LinkTable::MaybeSuspectLocked(const std::string& name, const std::string& job_id) {

@@ -222,6 +222,9 @@ class LinkTable {
   // `d` measured `link` now (`old`: its record before, if any): whether
   // it is in doubt now, or found back (recoveries_).
   void NoteDoubtLocked(const Direction& d, const LinkRecord* old, LinkRecord& link) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `link`, in doubt, was found slow again or could not be checked: its
+  // next check waits kCheckEvery doubled once more (up to kCheckEveryMost).
+  void DeferCheckLocked(LinkRecord& link) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   Clock clock_;
   mutable absl::Mutex mu_;

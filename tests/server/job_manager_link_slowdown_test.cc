@@ -165,6 +165,43 @@ TEST_F(ReplanTest, AJobThatBeganOnALinkSlowerThanItsProbeMovesOffIt) {
       << jobs_->Get(job.job_id())->message();
 }
 
+// A busy receiver reads frames that waited in its socket buffer as if
+// they arrived together: a pace far above the link's probe at the epoch's
+// start, then a third of it while the wire still carries its probe's rate.
+// Judged against the probe, that is no slowdown; a tenth of the probe is.
+TEST_F(ReplanTest, APaceAboveTheProbesIsNotTheWiresAndItsFallToTheProbesIsNoSlowdown) {
+  AddWorker("a");
+  AddWorker("b");
+  ProbeAll({"a", "b"}, 1e8);
+  const auto plan = *jobs_->Plan(SixLayers(60));
+  const JobStatus job = *jobs_->Submit(SixLayers(60));
+  NoteAssignments();
+  auto report = [&](int64_t n, double bytes_per_second) {
+    for (int s = 0; s < 2; ++s) {
+      shardline::v1::ReportStepRequest r = Report(job, s, n);
+      r.set_busy_seconds(plan.stages(s).compute_seconds());
+      if (s == 1) {
+        shardline::v1::WirePace* pace = r.add_wire_paces();
+        pace->set_peer(shardline::v1::WirePace::PREVIOUS_STAGE);
+        pace->set_seconds(0.05);
+        pace->set_bytes(static_cast<int64_t>(bytes_per_second * 0.05));
+      }
+      ASSERT_TRUE(jobs_->ReportStep(r).ok()) << "step " << n;
+    }
+  };
+  // Whichever way the hop goes (a -> b or b -> a).
+  auto observed = [&] {
+    return jobs_->links().Get("a", "b")->observed_bytes_per_second > 0 ||
+           jobs_->links().Get("b", "a")->observed_bytes_per_second > 0;
+  };
+  int64_t step = 1;
+  for (; step <= 10; ++step) report(step, 2.4e8);  // 2.4x its probe: read late, together
+  for (; step <= 20; ++step) report(step, 6e7);    // a quarter of that, 0.6x the probe
+  EXPECT_FALSE(observed()) << "not a slowdown of the wire";
+  for (; step <= 30; ++step) report(step, 1e7);  // a tenth of the probe
+  EXPECT_TRUE(observed()) << "a tenth of its probe is";
+}
+
 // A worker's own link slows (both ways, to every peer): the frames into it
 // from both its neighbours slow, and of those it sends one neighbour's
 // slow and the other's not (a sender's token bucket lets its frames out

@@ -80,6 +80,14 @@ TEST_F(LinkChecksTest, ChecksRunWithOneEndBusyOnHostsInNoOtherProbeOneAtATime) {
   EXPECT_FALSE(table_.ClaimCheck("a", {"b", "c", "d"}).has_value()) << "each waits twice as long now";
   now_ += 2 * LinkTable::kCheckEvery;  // a's are due again; a -> d alone shares no host with b -> c
   EXPECT_EQ(table_.ClaimCheck("b", {"c"}), "c") << "b idle, c busy";
+  LinkRecord failed;
+  failed.to = "c";
+  failed.error = "RESOURCE_EXHAUSTED: c already serves 2 link probes";
+  table_.Record("b", {failed});
+  EXPECT_FALSE(table_.ClaimCheck("b", {"c"}).has_value()) << "a check that failed waits as one that found it slow";
+  EXPECT_EQ(table_.Get("b", "c")->bytes_per_second, 1e6) << "its figures kept";
+  now_ += 2 * LinkTable::kCheckEvery;
+  EXPECT_EQ(table_.ClaimCheck("b", {"c"}), "c");
   table_.SetConcurrentProbes(1);
   EXPECT_FALSE(table_.ClaimCheck("a", {"b", "c", "d"}).has_value()) << "within the cap";
   table_.SetConcurrentProbes(2);
