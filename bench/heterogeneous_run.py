@@ -28,6 +28,10 @@ MODE "link_recovery" is "link_slowdown" on a cluster with a slower spare
 whose cut link gets its rate back (FULL_LINK_RATE) RECOVER_AFTER steps
 after the re-plan: its row adds the tokens/s once the coordinator's checks
 found the link back and moved the job back onto it.
+MODE "join" is a planned job whose worker JOIN_WORKER is drained when it is
+submitted and undrained at SLOW_AT (a worker joining mid-job): tokens/s
+before, and after the coordinator moved the job onto it, where it did
+(bench_heterogeneous.sh does not run it: run it by hand).
 MODE "idle_recovery" is "recovery" with SLOW_WORKER cut to IDLE_SLOW_SHARE
 on a cluster with a slower spare: the job moves it out to the spare, and
 back once, idle with its share back, a fresh GEMM probe sets its slow
@@ -54,7 +58,9 @@ FULL_LINK_RATE = "1gbit"
 CPU_RECOVERY_MODES = ("recovery", "idle_recovery")
 LINK_MODES = ("link_slowdown", "link_recovery")
 RECOVERY_MODES = CPU_RECOVERY_MODES + ("link_recovery",)
-SLOWDOWN_MODES = ("slowdown",) + LINK_MODES + RECOVERY_MODES
+# Mode "join": the worker that joins mid-job (drained until then).
+JOIN_WORKER = "a3"
+SLOWDOWN_MODES = ("slowdown", "join") + LINK_MODES + RECOVERY_MODES
 
 
 def field(obj, name, default=None):
@@ -136,6 +142,8 @@ def slowdown(work, mode):
     if mode in CPU_RECOVERY_MODES:  # whatever an earlier mode left
         subprocess.run(shlex.split(os.environ["TESTBED_CPU_CAP"]) + [SLOW_WORKER, str(FULL_SHARE)], check=True,
                        timeout=30)
+    if mode == "join":
+        ctl("drain", JOIN_WORKER)
     job = json.loads(ctl("-o", "json", "submit", spec_file))["job_id"]
     seen = []  # (time, step, epoch, message)
     status, slowed_at, recovered_at, layouts = {}, None, None, {}
@@ -150,7 +158,10 @@ def slowdown(work, mode):
             seen.append((now, step, epoch, status.get("message", "")))
             layouts.setdefault(epoch, layout_of(status))
         if slowed_at is None and step >= SLOW_AT:
-            if mode in LINK_MODES:
+            if mode == "join":
+                slowed = "%s undrained (joined) at step %d" % (JOIN_WORKER, step)
+                change = shlex.split(os.environ["TESTBED_SHARDCTL"]) + ["undrain", JOIN_WORKER]
+            elif mode in LINK_MODES:
                 held = [s["worker"] for s in status.get("stages", [])
                         if int(field(s, "stage", 0)) == 1 and int(field(s, "replica", 0)) == 1]
                 cut = held[0]

@@ -233,6 +233,8 @@ void JobManager::ScheduleLocked() {
     }
     job.rate_watch().Start(job.first_step());
     job.set_link_recoveries_seen(links_.recoveries());
+    job.idle_seen().clear();
+    for (const WorkerRecord& w : registry_.Idle()) job.idle_seen().insert(w.name);
   }
 }
 

@@ -212,12 +212,20 @@ class JobManager {
   static constexpr double kUnexplainedSlowdown = 3.0;
   // The same check, every kReplanCheckSteps steps, once a worker of the
   // job or an idle one got clearly faster during the epoch (RateWatch: its
-  // machine was busy a while and is not now); after a check
-  // that finds no move, again only once a rate rose further.
+  // machine was busy a while and is not now; after a check
+  // that finds no move, again only once a rate rose further), once a link
+  // was found back (LinkTable::recoveries), and once a worker the epoch
+  // did not see idle is, its links with the job's workers measured (it
+  // joined the cluster, or another job let it go).
   void MaybePlanReplan(RunningJob& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The live workers in service a re-plan of `job` could use: its own and
   // the idle ones.
   std::vector<WorkerRecord> WatchedWorkers(const RunningJob& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Of `watched` (WatchedWorkers), the idle ones `job` has not seen idle
+  // (RunningJob::idle_seen) whose links with its workers are measured;
+  // none while a job waits for workers (it gets them first).
+  std::vector<WorkerRecord> NewlyIdle(const RunningJob& job, const std::vector<WorkerRecord>& watched)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Growing back (job_manager_replan.cc): after each completed step, a job
   // running on fewer pipeline stages than its spec's (it lost workers and
   // no standby came) is told to stop a little ahead, checkpointed, as for

@@ -6,8 +6,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
+#include "server/grid_cost.h"
 #include "server/grid_placement.h"
 #include "server/job_manager.h"
 #include "server/replan_advice.h"
@@ -41,18 +43,20 @@ void JobManager::MaybePlanReplan(RunningJob& job) {
   const bool look = step % kReplanCheckSteps == 0 || steps_slowed || link_slowed || link_back;
   const std::vector<WorkerRecord> watched = look ? WatchedWorkers(job) : std::vector<WorkerRecord>();
   const std::string rose = look ? job.rate_watch().Rose(step, watched) : std::string();
-  if (!steps_slowed && !link_slowed && rose.empty() && !link_back) return;
+  const std::vector<WorkerRecord> joined = look ? NewlyIdle(job, watched) : std::vector<WorkerRecord>();
+  if (!steps_slowed && !link_slowed && rose.empty() && !link_back && joined.empty()) return;
   // Moving costs a restart (state reloaded, streams reconnected): worth
   // weighing only where the time the slowdown costs the rest of the job
   // could repay it.
   const double remaining = static_cast<double>(job.status().total_steps() - stop);
-  if (steps_slowed && !link_slowed && rose.empty() && !link_back &&
+  if (steps_slowed && !link_slowed && rose.empty() && !link_back && joined.empty() &&
       (job.pace().recent() - job.pace().baseline()) * remaining < kReplanMinSavingSeconds) {
     return;
   }
   const double step_seconds = std::max(job.pace().recent(), job.status().step_seconds());
   job.set_replan_checked_at(step);
   job.set_link_recoveries_seen(recoveries);
+  for (const WorkerRecord& w : joined) job.idle_seen().insert(w.name);
   std::map<std::string, WorkerRecord> known;  // with their planning and predicting rates
   for (WorkerRecord& w : registry_.List()) known.emplace(w.id, std::move(w));
   std::vector<WorkerRecord> grid;
@@ -70,15 +74,28 @@ void JobManager::MaybePlanReplan(RunningJob& job) {
     LOG(WARNING) << "job " << job.status().job_id() << ": cannot weigh a re-plan: " << advice.status();
     return;
   }
-  const std::string back = link_back ? absl::StrCat("link ", links_.last_recovered()) : "";
-  std::string also = rose.empty() ? "" : absl::StrCat(", and worker ", rose);
-  if (!back.empty()) absl::StrAppend(&also, ", and ", back);
-  const std::string slowed =
-      steps_slowed ? absl::StrFormat("its steps slowed from %.3f s to %.3f s%s; %s", job.pace().baseline(),
-                                     job.pace().recent(), also, advice->why)
-      : link_slowed ? absl::StrFormat("a link it uses slowed (%.3f s a step)%s; %s", step_seconds, also, advice->why)
-      : !rose.empty() ? absl::StrFormat("worker %s%s; %s", rose, back.empty() ? "" : ", and " + back, advice->why)
-                      : absl::StrFormat("%s; %s", back, advice->why);
+  // Why a move is weighed, for people: "its steps slowed from 0.5 s to
+  // 5 s, and link a1 -> a2 carries 940 Mbit/s again (…); the running
+  // layout is predicted at …".
+  std::vector<std::string> reasons;
+  if (steps_slowed) {
+    reasons.push_back(
+        absl::StrFormat("its steps slowed from %.3f s to %.3f s", job.pace().baseline(), job.pace().recent()));
+  } else if (link_slowed) {
+    reasons.push_back(absl::StrFormat("a link it uses slowed (%.3f s a step)", step_seconds));
+  }
+  if (!rose.empty()) reasons.push_back(absl::StrCat("worker ", rose));
+  if (link_back) reasons.push_back(absl::StrCat("link ", links_.last_recovered()));
+  if (!joined.empty()) {
+    reasons.push_back(absl::StrCat(
+        joined.size() == 1 ? "worker " : "workers ",
+        absl::StrJoin(joined, ", ",
+                      [](std::string* out, const WorkerRecord& w) {
+                        absl::StrAppendFormat(out, "%s (%.1f GFLOP/s)", w.name, PlanningFlops(w) / 1e9);
+                      }),
+        joined.size() == 1 ? " is" : " are", " idle, its links measured"));
+  }
+  const std::string slowed = absl::StrCat(absl::StrJoin(reasons, ", and "), "; ", advice->why);
   // What the new layout would save over the rest of the job, at the pace
   // measured now.
   const double saving = step_seconds * remaining *
@@ -152,6 +169,34 @@ bool JobManager::MaybeGrowBack(RunningJob& job) {
   LOG(WARNING) << "job " << job.status().job_id() << ": " << why << ", after step " << stop;
   StopForReplan(job, stop, why);
   return true;
+}
+
+std::vector<WorkerRecord> JobManager::NewlyIdle(const RunningJob& job, const std::vector<WorkerRecord>& watched) {
+  // Jobs waiting for workers get the idle ones first.
+  for (const auto& [id, other] : jobs_) {
+    if (other.waiting()) return {};
+  }
+  std::vector<const WorkerRecord*> ours;  // the job's workers
+  for (const WorkerRecord& w : watched) {
+    if (w.job_id == job.status().job_id()) ours.push_back(&w);
+  }
+  std::vector<WorkerRecord> out;
+  for (const WorkerRecord& w : watched) {
+    if (!w.job_id.empty() || job.idle_seen().count(w.name)) continue;
+    // Weighed once its links with the job's workers on other hosts are
+    // measured (probed, or checked beside the job: LinkTable::ClaimCheck);
+    // never measured, they would be planned on assumptions.
+    bool measured = true;
+    for (const WorkerRecord* peer : ours) {
+      if (HostOf(*peer) == HostOf(w)) continue;  // memory, not a wire: assumed
+      for (const auto& [from, to] : {std::make_pair(w.name, peer->name), std::make_pair(peer->name, w.name)}) {
+        const std::optional<LinkRecord> l = links_.Get(from, to);
+        measured &= l.has_value() && (l->bytes_per_second > 0 || !l->error.empty());
+      }
+    }
+    if (measured) out.push_back(w);
+  }
+  return out;
 }
 
 int64_t JobManager::ReplanStop(const RunningJob& job) {

@@ -93,7 +93,9 @@ void LinkTable::Record(const std::string& from, std::vector<LinkRecord> links) {
 }
 
 void LinkTable::NoteDoubtLocked(const Direction& d, const LinkRecord* old, LinkRecord& link) {
-  if (link.bytes_per_second <= 0) return;
+  // Within one host a link is memory: its figure moves with the host's
+  // load, not with a wire.
+  if (link.bytes_per_second <= 0 || HostLocked(d.first) == HostLocked(d.second)) return;
   const absl::Time now = clock_();
   const double before = old == nullptr ? 0 : old->bytes_per_second;
   const double fast = old == nullptr ? 0 : old->fast_before;
@@ -183,7 +185,7 @@ std::vector<std::string> LinkTable::Observe(const std::string& from, const std::
     link.measured_at = absl::InfinitePast();
   }
   const bool fresh = link.observed_bytes_per_second <= 0;
-  if (link.fast_before <= 0) {
+  if (link.fast_before <= 0 && HostLocked(from) != HostLocked(to)) {  // a wire (NoteDoubtLocked)
     link.fast_before = std::max(before, link.bytes_per_second);
     link.checks = 0;
     link.next_check = clock_() + kCheckEvery;  // its job's streams tell while it runs on it

@@ -29,8 +29,8 @@
 // the end to blame shows there. (From the job's own streams alone, which
 // end of a single slowed link is to blame nothing tells: a receiver's
 // other links read fast while its token bucket lets small transfers
-// through.) A link measured or observed over kProbedSlowdown times below
-// its figure before stays in doubt (LinkRecord::fast_before) until a
+// through.) A link between two hosts measured or observed over
+// kProbedSlowdown times below its figure before stays in doubt (LinkRecord::fast_before) until a
 // measurement finds it back within that of it: where an end is busy with a
 // job, its queued probe never runs (probes take idle workers), so it is
 // checked instead (ClaimCheck: a short transfer, kCheckBytes, against the
@@ -128,11 +128,13 @@ class LinkTable {
   // in `unavailable` (busy with a job, lost) are not probed now.
   std::optional<std::string> Claim(const std::string& name, const std::set<std::string>& unavailable = {});
   // A check `name` should run now, claimed (the peer): a direction from
-  // it in doubt, due (kCheckEvery), one of whose ends is `busy` (with a job:
-  // its probe waits for nothing else) and the other idle (two busy ends'
-  // jobs would share the transfer), neither in `absent` (lost, drained), on
-  // hosts in no other probe, within the cap; it may leave its group where
-  // no other probe that may does. `name` may be busy itself.
+  // it in doubt and due (kCheckEvery), or queued, between two hosts and
+  // never measured with an end `busy` (with a job: a plain probe waits for both ends idle; a
+  // worker that joined while jobs run has its links to their workers
+  // measured so), never between two busy ends (their jobs would share the
+  // transfer), neither in `absent` (lost, drained), on hosts in no other
+  // probe, within the cap; it may leave its group where no other probe
+  // that may does. `name` may be busy itself.
   std::optional<std::string> ClaimCheck(const std::string& name, const std::set<std::string>& busy,
                                         const std::set<std::string>& absent = {});
   // Found back (see above) since the table began: a job compares it with
@@ -140,7 +142,8 @@ class LinkTable {
   // latest for people ("a1 -> a2 carries 940 Mbit/s again (5 Mbit/s when
   // slowed)").
   uint64_t recoveries() const;
-  // Whether a check from `name` is due (cheap: asked at every heartbeat).
+  // Whether a check from `name` may be due (cheap: asked at every
+  // heartbeat; true for a queued direction never measured, whoever is busy).
   bool CheckDue(const std::string& name) const;
   std::string last_recovered() const;
   // Queues the direction from `from` to `to` (false: it was queued).

@@ -280,6 +280,10 @@ bool LinkTable::CheckDue(const std::string& name) const {
   for (auto it = links_.lower_bound({name, ""}); it != links_.end() && it->first.first == name; ++it) {
     if (it->second.fast_before > 0 && now >= it->second.next_check) return true;
   }
+  for (auto it = queued_.lower_bound({name, ""}); it != queued_.end() && it->first == name; ++it) {
+    // Never measured across hosts: checked where its other end is busy.
+    if (!links_.count(*it) && HostLocked(it->first) != HostLocked(it->second)) return true;
+  }
   return false;
 }
 
@@ -297,19 +301,27 @@ std::optional<std::string> LinkTable::ClaimCheck(const std::string& name, const 
     leaving_runs |= claim.leaves_group;
   }
   if (static_cast<int>(claims_.size()) >= concurrent_probes_) return std::nullopt;
-  for (auto it = links_.lower_bound({name, ""}); it != links_.end() && it->first.first == name; ++it) {
-    const Direction& d = it->first;
-    const LinkRecord& link = it->second;
-    if (link.fast_before <= 0 || now < link.next_check || absent.count(d.first) || absent.count(d.second) ||
-        (busy.count(d.first) && busy.count(d.second)) || busy_hosts.count(HostLocked(d.first)) ||
-        busy_hosts.count(HostLocked(d.second))) {
-      continue;
-    }
-    const bool leaves = LeavesGroupLocked(d);
-    if (leaves && leaving_runs) continue;
+  auto may = [&](const Direction& d) {
+    return !absent.count(d.first) && !absent.count(d.second) && !(busy.count(d.first) && busy.count(d.second)) &&
+           !busy_hosts.count(HostLocked(d.first)) && !busy_hosts.count(HostLocked(d.second)) &&
+           !(leaving_runs && LeavesGroupLocked(d));
+  };
+  auto take = [&](const Direction& d) {
     ++version_;
-    claims_[d] = Claimed{now, leaves, false, {}, true};
+    claims_[d] = Claimed{now, LeavesGroupLocked(d), false, {}, true};
     return d.second;
+  };
+  for (auto it = links_.lower_bound({name, ""}); it != links_.end() && it->first.first == name; ++it) {
+    if (it->second.fast_before > 0 && now >= it->second.next_check && may(it->first)) return take(it->first);
+  }
+  // Never measured with one end busy (a worker that joined while jobs
+  // run: its links to their workers; within one host, memory: assumed);
+  // two idle ends' is a probe's (Claim).
+  for (auto it = queued_.lower_bound({name, ""}); it != queued_.end() && it->first == name; ++it) {
+    if (!links_.count(*it) && HostLocked(it->first) != HostLocked(it->second) &&
+        (busy.count(it->first) || busy.count(it->second)) && may(*it)) {
+      return take(*it);
+    }
   }
   return std::nullopt;
 }

@@ -16,6 +16,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -137,6 +138,11 @@ class RunningJob {
   // A link of the epoch was found slower than before (JobManager).
   bool link_slowed() const { return link_slowed_; }
   void set_link_slowed(bool slowed) { link_slowed_ = slowed; }
+  // The idle workers the epoch began with or has weighed a move onto (by
+  // name; JobManager): one idle and not among them joined the cluster, or
+  // another job let it go.
+  std::set<std::string>& idle_seen() { return idle_seen_; }
+  const std::set<std::string>& idle_seen() const { return idle_seen_; }
   // LinkTable::recoveries() when a move was last weighed (or the epoch
   // began): more since, and a move back onto a link is weighed.
   uint64_t link_recoveries_seen() const { return link_recoveries_seen_; }
@@ -226,6 +232,7 @@ class RunningJob {
   LinkPaces link_paces_;
   bool link_slowed_ = false;
   uint64_t link_recoveries_seen_ = 0;
+  std::set<std::string> idle_seen_;
   int64_t replan_step_ = 0;
   int64_t replan_checked_at_ = 0;
   std::string replan_reason_;

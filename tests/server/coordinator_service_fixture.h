@@ -66,11 +66,12 @@ class CoordinatorServiceTest : public ::testing::Test {
     spec->mutable_model()->set_d_model(d_model);
     return *spec;
   }
-  grpc::Status Register(const std::string& name, std::string* id = nullptr, double flops = 1e9) {
+  grpc::Status Register(const std::string& name, std::string* id = nullptr, double flops = 1e9,
+                        const std::string& address = "127.0.0.1:1") {
     grpc::ClientContext context;
     shardline::v1::RegisterRequest request;
     request.set_name(name);
-    request.mutable_capabilities()->set_listen_address("127.0.0.1:1");
+    request.mutable_capabilities()->set_listen_address(address);
     request.mutable_capabilities()->set_gemm_flops(flops);
     request.mutable_capabilities()->set_memory_bytes(int64_t{1} << 30);
     shardline::v1::RegisterResponse response;

@@ -264,12 +264,13 @@ TEST_F(CoordinatorServiceTest, AWorkerWatchingAgainAfterItsStreamBrokeGetsItsAss
 // A link in doubt (probed over 3x slower than before) whose other end is
 // busy with a job is checked anyway: the idle end is handed it, bounded to
 // a short transfer, once kCheckEvery has passed; found back, it leaves
-// doubt and counts as a recovery. A busy worker is handed nothing else.
+// doubt and counts as a recovery. A busy worker is handed nothing else,
+// but for the links of a worker that joined.
 TEST_F(CoordinatorServiceTest, ALinkInDoubtIsCheckedAgainstABusyPeerWithAShortTransfer) {
-  std::string w0, w1, w2;
-  ASSERT_TRUE(Register("w0", &w0).ok());
-  ASSERT_TRUE(Register("w1", &w1).ok());
-  ASSERT_TRUE(Register("w2", &w2).ok());
+  std::string w0, w1, w2;  // a host each: a link within one host is memory, never in doubt
+  ASSERT_TRUE(Register("w0", &w0, 1e9, "127.0.0.1:1").ok());
+  ASSERT_TRUE(Register("w1", &w1, 1e9, "127.0.0.2:1").ok());
+  ASSERT_TRUE(Register("w2", &w2, 1e9, "127.0.0.3:1").ok());
   MeasureAll({"w0", "w1", "w2"}, 1.25e9);
   LinkRecord slowed;
   slowed.to = "w1";
@@ -313,6 +314,15 @@ TEST_F(CoordinatorServiceTest, ALinkInDoubtIsCheckedAgainstABusyPeerWithAShortTr
   EXPECT_EQ(jobs_->links().recoveries(), 1u);
   skew_seconds_ += absl::ToInt64Seconds(LinkTable::kCheckEveryMost);
   EXPECT_EQ(Beat(w0).probe_targets_size(), 0) << "nothing left to check";
+
+  // A worker that joins: its links to the busy w1 are never measured, and
+  // a plain probe waits for both ends idle; they are checked at once.
+  std::string w3;
+  ASSERT_TRUE(Register("w3", &w3, 1e9, "127.0.0.4:1").ok());
+  const shardline::v1::HeartbeatResponse joined = Beat(w1);
+  ASSERT_EQ(joined.probe_targets_size(), 1) << "w1 is busy: a check";
+  EXPECT_EQ(joined.probe_targets(0).worker(), "w3");
+  EXPECT_EQ(joined.probe_targets(0).max_transfer_bytes(), LinkTable::kCheckBytes);
   EXPECT_TRUE(StillServing());
 }
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/cost_model.h"
 #include "common/job_spec.h"
 #include "common/safetensors.h"
 #include "gtest/gtest.h"
@@ -89,6 +90,15 @@ class JobManagerTest : public ::testing::Test {
     r.set_step_seconds(0.5);
     r.set_busy_seconds(0.25);
     return r;
+  }
+  // The busy seconds of `stage`'s units at `rate` FLOP/s (the coordinator's
+  // achieved rate is its FLOPs over them).
+  static double BusySeconds(const shardline::v1::JobSpec& spec, const shardline::v1::StageStatus& stage,
+                            double rate) {
+    const auto units = common::ModelUnitCosts(spec.model(), spec.model().context());
+    double flops = 0;
+    for (int u = stage.unit_begin(); u < stage.unit_end(); ++u) flops += units[static_cast<size_t>(u)].flops_per_token;
+    return flops * spec.train().global_batch() * spec.model().context() / rate;
   }
   void NoteAssignments() {
     stage_workers_.clear();

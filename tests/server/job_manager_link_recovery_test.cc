@@ -5,7 +5,6 @@
 #include <set>
 #include <string>
 
-#include "common/cost_model.h"
 #include "server/link_table.h"
 #include "tests/server/replan_fixture.h"
 
@@ -60,7 +59,7 @@ class LinkRecoveryTest : public ReplanTest {
     };
     for (int s = 0; s < 3; ++s) {
       shardline::v1::ReportStepRequest r = ReplanTest::Report(job, s, n);
-      r.set_busy_seconds(BusySeconds(job.stages(s), stage_workers_.at(s) == spare_ ? 0.25e10 : 1e10));
+      r.set_busy_seconds(BusySeconds(spec_, job.stages(s), 0.5 * (stage_workers_.at(s) == spare_ ? 0.25e10 : 1e10)));
       r.set_step_seconds(slow ? 5.0 : 0.5);
       if (s == 1) {
         pace(r, shardline::v1::WirePace::PREVIOUS_STAGE, slow);
@@ -69,14 +68,6 @@ class LinkRecoveryTest : public ReplanTest {
       if (s == 2) pace(r, shardline::v1::WirePace::PREVIOUS_STAGE, slow);
       ASSERT_TRUE(jobs_->ReportStep(r).ok()) << "step " << n;
     }
-  }
-  // The busy seconds of `stage`'s units at half `probed` (what a worker
-  // achieves on real layers).
-  double BusySeconds(const shardline::v1::StageStatus& stage, double probed) {
-    const auto units = common::ModelUnitCosts(spec_.model(), spec_.model().context());
-    double flops = 0;
-    for (int u = stage.unit_begin(); u < stage.unit_end(); ++u) flops += units[static_cast<size_t>(u)].flops_per_token;
-    return flops * spec_.train().global_batch() * spec_.model().context() / (0.5 * probed);
   }
   std::set<std::string> Busy() {
     std::set<std::string> busy;

@@ -27,15 +27,6 @@ class RateRecoveryTest : public JobManagerTest {
     spec.mutable_train()->set_micro_batches(8);  // a pipeline's pace is its slowest stage's
     return spec;
   }
-  // The busy seconds of `stage`'s units at `rate` (the coordinator's
-  // achieved rate is its FLOPs over them).
-  static double BusySeconds(const shardline::v1::JobSpec& spec, const shardline::v1::StageStatus& stage,
-                            double rate) {
-    const auto units = common::ModelUnitCosts(spec.model(), spec.model().context());
-    double flops = 0;
-    for (int u = stage.unit_begin(); u < stage.unit_end(); ++u) flops += units[static_cast<size_t>(u)].flops_per_token;
-    return flops * spec.train().global_batch() * spec.model().context() / rate;
-  }
   // Reports `step` of the running epoch, each stage's worker at
   // rate(worker id); its steps take 0.5 s times the slowest's slowdown.
   template <typename RateOf>

@@ -59,6 +59,21 @@ TEST_F(LinkChecksTest, ALinkSlowerThanBeforeIsInDoubtUntilFoundBackOrItsJobSeesI
   EXPECT_EQ(table_.recoveries(), 1u) << "the job on it saw it: nothing to weigh";
 }
 
+TEST_F(LinkChecksTest, ALinkWithinOneHostIsMemoryNeverInDoubtNorChecked) {
+  table_.Joined("e", "ha", {});  // on a's host
+  table_.Record("a", {Measured("e", 1e9)});
+  table_.Record("a", {Measured("e", 1e8)});  // the host got busy
+  EXPECT_EQ(FastBefore("a", "e"), 0);
+  table_.Observe("e", "a", 1e6, "job-1", 1e9);
+  EXPECT_EQ(FastBefore("e", "a"), 0);
+  table_.Joined("f", "ha", {"a", "b", "f"});  // joins on a's host: its links to a are memory
+  now_ += LinkTable::kCheckEvery;
+  EXPECT_EQ(table_.ClaimCheck("f", {"a", "b"}), "b") << "its link to b, on another host, is checked";
+  table_.Record("f", {Measured("b", 1e8)});
+  EXPECT_FALSE(table_.ClaimCheck("f", {"a", "b"}).has_value()) << "f -> a: assumed, not checked";
+  EXPECT_FALSE(table_.ClaimCheck("a", {"a", "b"}).has_value()) << "a -> f, e <-> a: within one host";
+}
+
 TEST_F(LinkChecksTest, ChecksRunWithOneEndBusyOnHostsInNoOtherProbeOneAtATime) {
   table_.Record("a", {Measured("b", 1e6), Measured("c", 1e6), Measured("d", 1e6)});
   table_.Record("b", {Measured("c", 1e6)});
