@@ -200,9 +200,11 @@ void CoordinatorService::AddProbeTarget(const WorkerRecord& worker,
   target->set_address(live[*peer].capabilities.listen_address());
   if (check) {
     target->set_max_transfer_bytes(LinkTable::kCheckBytes);
-    LOG(INFO) << "checking the link " << worker.name << " -> " << *peer << " (in doubt: found over "
-              << LinkTable::kProbedSlowdown << "x slower than before), transfers of " << (LinkTable::kCheckBytes >> 20)
-              << " MiB at most" << (busy.count(worker.name) || busy.count(*peer) ? " beside a job" : "");
+    const bool measured = links.Get(worker.name, *peer).has_value();
+    LOG(INFO) << "checking the link " << worker.name << " -> " << *peer
+              << (measured ? " (in doubt: found over 3x slower than before)" : " (never measured)")
+              << ", transfers of " << (LinkTable::kCheckBytes >> 20) << " MiB at most"
+              << (busy.count(worker.name) || busy.count(*peer) ? " beside a job" : "");
   }
 }
 

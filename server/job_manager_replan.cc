@@ -93,7 +93,7 @@ void JobManager::MaybePlanReplan(RunningJob& job) {
                       [](std::string* out, const WorkerRecord& w) {
                         absl::StrAppendFormat(out, "%s (%.1f GFLOP/s)", w.name, PlanningFlops(w) / 1e9);
                       }),
-        joined.size() == 1 ? " is" : " are", " idle, its links measured"));
+        joined.size() == 1 ? " is idle, its links measured" : " are idle, their links measured"));
   }
   const std::string slowed = absl::StrCat(absl::StrJoin(reasons, ", and "), "; ", advice->why);
   // What the new layout would save over the rest of the job, at the pace
