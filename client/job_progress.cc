@@ -125,6 +125,10 @@ std::string LinksTable(const shardline::v1::ListLinksResponse& links) {
       absl::StrAppendFormat(&note, "%sprobed over 3x slower than its probe before (%.0f Mbit/s)",
                             note.empty() ? "" : "; ", l.slowed_from_bytes_per_second() * 8 / 1e6);
     }
+    if (l.checked()) {
+      absl::StrAppend(&note, note.empty() ? "" : "; ",
+                      "checked with short transfers: at least this; probed again once both ends are idle");
+    }
     if (l.fast_before_bytes_per_second() > 0) {
       absl::StrAppendFormat(&note, "%sin doubt (%.0f Mbit/s before): checked again in %.0f s",
                             note.empty() ? "" : "; ", l.fast_before_bytes_per_second() * 8 / 1e6,

@@ -170,6 +170,7 @@ grpc::ServerUnaryReactor* AdminService::ListLinks(grpc::CallbackServerContext* c
       out->set_observed_in(l.observed_in);
     }
     out->set_slowed_from_bytes_per_second(l.slowed_from);
+    out->set_checked(l.checked);
     if (l.fast_before > 0) {
       out->set_fast_before_bytes_per_second(l.fast_before);
       out->set_next_check_seconds(std::max(0.0, absl::ToDoubleSeconds(l.next_check - links.Now())));

@@ -42,7 +42,7 @@ void LinkTable::Record(const std::string& from, std::vector<LinkRecord> links) {
   const absl::Time now = clock_();
   GroupsLocked();  // fresh: each figure below either keeps them or marks them stale
   ++version_;
-  std::vector<Direction> measured, slowed;
+  std::vector<Direction> measured, slowed, checked;
   for (LinkRecord& link : links) {
     const Direction d{from, link.to};
     measured.push_back(d);
@@ -52,14 +52,18 @@ void LinkTable::Record(const std::string& from, std::vector<LinkRecord> links) {
     leaving_.erase(d);
     alone_.erase(d);
     measured_beside_.erase(d);
+    bool by_check = false;
     if (auto claim = claims_.find(d); claim != claims_.end()) {
       if (!claim->second.beside.empty() && link.error.empty()) measured_beside_[d] = claim->second.beside;
+      by_check = claim->second.check;
       claims_.erase(claim);
     }
+    link.checked = by_check && link.error.empty() && link.bytes_per_second > 0;
     auto it = links_.find(d);
     if (!link.error.empty() && it != links_.end()) {
       it->second.error = link.error;  // keep the last good figures, say it failed
       if (it->second.fast_before > 0) DeferCheckLocked(it->second);  // not again at once
+      if (by_check && it->second.checked) checked.push_back(d);  // its figure still waits for a probe
       continue;
     }
     const double before = it == links_.end() ? 0 : it->second.bytes_per_second;
@@ -73,8 +77,11 @@ void LinkTable::Record(const std::string& from, std::vector<LinkRecord> links) {
       link.slowed_from = before;
       slowed.push_back(d);
     }
+    if (link.checked) checked.push_back(d);
     links_[d] = std::move(link);
   }
+  // A check's figure is a lower bound: probed again once both ends are idle.
+  for (const Direction& d : checked) QueueLocked(d);
   for (const Direction& d : slowed) {
     MaybeSuspectLocked(d.first, "");
     MaybeSuspectLocked(d.second, "");
@@ -83,7 +90,8 @@ void LinkTable::Record(const std::string& from, std::vector<LinkRecord> links) {
   // Where the groups may have moved, any measurement taken beside another
   // may now cross between groups; else only these.
   RecheckSharedLocked(groups_stale_ ? nullptr : &measured);
-  // A suspected worker whose every link was probed again is as probed.
+  // A suspected worker whose every link was probed again is as probed (a
+  // link only checked waits for its probe).
   for (auto it = suspects_.begin(); it != suspects_.end();) {
     const std::string& name = it->first;
     const bool queued = std::any_of(queued_.begin(), queued_.end(),

@@ -36,7 +36,9 @@
 // checked instead (ClaimCheck: a short transfer, kCheckBytes, against the
 // busy end too, every kCheckEvery, doubling while it stays slow). A link
 // found back ends its ends' suspicion and counts in recoveries(): a job
-// that moved off it weighs moving back (JobManager).
+// that moved off it weighs moving back (JobManager). A check's figure is a
+// lower bound (LinkRecord::checked): the link is probed again, as any
+// queued direction, once both its ends are idle.
 // Pure bookkeeping, no I/O; the clock is injectable for tests. Thread-safe.
 #ifndef SHARDLINE_SERVER_LINK_TABLE_H_
 #define SHARDLINE_SERVER_LINK_TABLE_H_
@@ -90,6 +92,11 @@ struct LinkRecord {
   double fast_before = 0;
   int checks = 0;
   absl::Time next_check;  // while in doubt
+  // Measured by a check (LinkTable::ClaimCheck: transfers of at most
+  // kCheckBytes, maybe beside a job sharing an end's wire): the link
+  // carries at least this. Its direction stays queued, and a plain probe
+  // replaces the figure once both ends are idle.
+  bool checked = false;
 };
 
 class LinkTable {

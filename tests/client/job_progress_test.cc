@@ -225,6 +225,12 @@ TEST(JobProgressTest, LinksShowWhatJobsObservedAndTheWorkersWhoseOwnLinkLooksSlo
   l->set_next_check_seconds(42);
   const std::string doubted = LinksTable(links);
   EXPECT_NE(doubted.find("in doubt (1000 Mbit/s before): checked again in 42 s"), std::string::npos) << doubted;
+  EXPECT_EQ(doubted.find("at least this"), std::string::npos) << doubted;
+  l->set_checked(true);
+  const std::string checked = LinksTable(links);
+  EXPECT_NE(checked.find("checked with short transfers: at least this; probed again once both ends are idle"),
+            std::string::npos)
+      << checked;
 }
 
 }  // namespace

@@ -311,9 +311,25 @@ TEST_F(CoordinatorServiceTest, ALinkInDoubtIsCheckedAgainstABusyPeerWithAShortTr
   ASSERT_TRUE(worker_stub_->ReportLinks(&context, report, &response).ok());
   EXPECT_EQ(response.probe_targets_size(), 0);
   EXPECT_EQ(list().fast_before_bytes_per_second(), 0) << "back: no longer in doubt";
+  EXPECT_TRUE(list().checked()) << "beside w1's job: at least 1 GB/s";
   EXPECT_EQ(jobs_->links().recoveries(), 1u);
   skew_seconds_ += absl::ToInt64Seconds(LinkTable::kCheckEveryMost);
-  EXPECT_EQ(Beat(w0).probe_targets_size(), 0) << "nothing left to check";
+  EXPECT_EQ(Beat(w0).probe_targets_size(), 0) << "nothing left to check, and w1 is busy";
+
+  // Both ends idle: the check's figure is replaced by a plain probe's.
+  registry_->SetJob(w1, "");
+  const shardline::v1::HeartbeatResponse probe = Beat(w0);
+  ASSERT_EQ(probe.probe_targets_size(), 1);
+  EXPECT_EQ(probe.probe_targets(0).worker(), "w1");
+  EXPECT_EQ(probe.probe_targets(0).max_transfer_bytes(), 0) << "a plain probe, unbounded";
+  m->set_bytes_per_second(1.2e9);
+  grpc::ClientContext probed;
+  Sign(probed, w0);
+  ASSERT_TRUE(worker_stub_->ReportLinks(&probed, report, &response).ok());
+  EXPECT_FALSE(list().checked());
+  EXPECT_EQ(list().bytes_per_second(), 1.2e9);
+  EXPECT_EQ(Beat(w0).probe_targets_size(), 0) << "nothing queued";
+  registry_->SetJob(w1, "job-x");
 
   // A worker that joins: its links to the busy w1 are never measured, and
   // a plain probe waits for both ends idle; they are checked at once.

@@ -132,5 +132,36 @@ TEST_F(LinkChecksTest, ALinkFoundBackEndsItsEndsSuspicionAndTheirOtherChecksAreD
   EXPECT_EQ(table_.Get("c", "a")->bytes_per_second, 9e7) << "the check's figure is the link's";
 }
 
+TEST_F(LinkChecksTest, ACheckIsALowerBoundProbedAgainOnceBothEndsAreIdle) {
+  table_.Record("a", {Measured("b", 1e6)});  // in doubt
+  EXPECT_FALSE(table_.Get("a", "b")->checked) << "a probe's figure";
+  now_ += LinkTable::kCheckEvery;
+  ASSERT_EQ(table_.ClaimCheck("a", {"b"}), "b");
+  table_.Record("a", {Measured("b", 2e6)});  // beside b's job: still slow
+  EXPECT_TRUE(table_.Get("a", "b")->checked);
+  EXPECT_EQ(table_.QueuedFrom("a"), std::vector<std::string>{"b"}) << "a probe to replace the check's figure";
+  EXPECT_FALSE(table_.Claim("a", {"b"}).has_value()) << "b is busy: a plain probe waits";
+  now_ += 2 * LinkTable::kCheckEvery;
+  ASSERT_EQ(table_.ClaimCheck("a", {"b"}), "b") << "checked as before meanwhile";
+  LinkRecord failed;
+  failed.to = "b";
+  failed.error = "DEADLINE_EXCEEDED";
+  table_.Record("a", {failed});
+  EXPECT_TRUE(table_.Get("a", "b")->checked) << "the figure kept is the check's";
+  EXPECT_EQ(table_.QueuedFrom("a"), std::vector<std::string>{"b"}) << "still waiting for its probe";
+
+  now_ += 4 * LinkTable::kCheckEvery;
+  ASSERT_EQ(table_.ClaimCheck("a", {"b"}), "b");
+  table_.Record("a", {Measured("b", 4e7)});  // found back, at least
+  EXPECT_EQ(table_.recoveries(), 1u);
+  EXPECT_TRUE(table_.Get("a", "b")->checked);
+  EXPECT_EQ(table_.Claim("a", {}), "b") << "both ends idle: probed";
+  table_.Record("a", {Measured("b", 9e7)});
+  EXPECT_FALSE(table_.Get("a", "b")->checked);
+  EXPECT_EQ(table_.Get("a", "b")->bytes_per_second, 9e7) << "the probe's figure replaces the check's";
+  EXPECT_TRUE(table_.QueuedFrom("a").empty());
+  EXPECT_EQ(table_.recoveries(), 1u) << "found back once";
+}
+
 }  // namespace
 }  // namespace shardline::server
