@@ -16,9 +16,9 @@ absl::StatusOr<ReplanAdvice> AdviseReplan(const shardline::v1::JobSpec& spec, co
   ASSIGN_OR_RETURN(advice.proposed_grid, ChooseGrid(spec, candidates, {}, links));
   ASSIGN_OR_RETURN(advice.proposed, EstimateGrid(spec, advice.proposed_grid, links));
   advice.replan = advice.proposed.step_seconds * kReplanGain < advice.current.step_seconds;
-  advice.why = absl::StrFormat("the running layout is predicted at %.4g s a step now (%s), a new one at %.4g s",
+  advice.why = absl::StrFormat("the running layout is predicted at %.4g s a step now (%s), a new one at %.4g s (%s)",
                                advice.current.step_seconds, advice.current.critical_path,
-                               advice.proposed.step_seconds);
+                               advice.proposed.step_seconds, advice.proposed.critical_path);
   return advice;
 }
 

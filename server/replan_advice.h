@@ -27,8 +27,7 @@ struct ReplanAdvice {
   GridCost proposed;  // the best found
   std::vector<WorkerRecord> proposed_grid;
   bool replan = false;  // proposed is predicted kReplanGain times faster
-  // For people: what the estimate of the running layout says paces it, and
-  // the two predictions.
+  // For people: the two predictions, and what paces each.
   std::string why;
 };
 
