@@ -247,8 +247,8 @@ grpc::ServerUnaryReactor* CoordinatorService::ReportLinks(grpc::CallbackServerCo
   }
   const uint64_t recoveries = jobs_->links().recoveries();
   jobs_->links().Record(record->name, std::move(links));
-  if (jobs_->links().recoveries() != recoveries) {
-    LOG(INFO) << "link " << jobs_->links().last_recovered() << ": no longer in doubt";
+  for (const LinkRecovery& back : jobs_->links().RecoveredSince(recoveries)) {
+    LOG(INFO) << "link " << back.what << ": no longer in doubt";
   }
   jobs_->Schedule();  // a job re-planning may have waited for these
   AddProbeTarget(*record, response->mutable_probe_targets());

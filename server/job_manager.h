@@ -20,6 +20,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -214,13 +215,23 @@ class JobManager {
   // job or an idle one got clearly faster during the epoch (RateWatch: its
   // machine was busy a while and is not now; after a check
   // that finds no move, again only once a rate rose further), once a link
-  // was found back (LinkTable::recoveries), and once a worker the epoch
-  // did not see idle is, its links with the job's workers measured (it
-  // joined the cluster, or another job let it go).
+  // it could use was found back (LinksBack), and once a worker the epoch
+  // did not see idle, or saw idle before another job took it, is, its
+  // links with the job's workers measured (it joined the cluster, or
+  // another job let it go).
+  static constexpr size_t kLinksBackTold = 3;
   void MaybePlanReplan(RunningJob& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The live workers in service a re-plan of `job` could use: its own and
   // the idle ones.
   std::vector<WorkerRecord> WatchedWorkers(const RunningJob& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The links found back since `job` last looked (RunningJob::
+  // link_recoveries_seen, moved past them) that a re-plan of it could use:
+  // both ends in `usable` (the names of WatchedWorkers), for people,
+  // kLinksBackTold of them at most (the rest counted). Another job's
+  // workers' are not its (that job weighs them; once one is let go it is
+  // newly idle, below).
+  std::vector<std::string> LinksBack(RunningJob& job, const std::set<std::string>& usable)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Of `watched` (WatchedWorkers), the idle ones `job` has not seen idle
   // (RunningJob::idle_seen) whose links with its workers are measured;
   // none while a job waits for workers (it gets them first).

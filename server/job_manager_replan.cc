@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -38,10 +39,18 @@ void JobManager::MaybePlanReplan(RunningJob& job) {
   // Rates are looked at every kReplanCheckSteps steps, and at each check of
   // a slowed job (a worker that got faster counts in its advice too).
   // A link found back (a job moved off it, or one it could use).
-  const uint64_t recoveries = links_.recoveries();
-  const bool link_back = recoveries != job.link_recoveries_seen();
-  const bool look = step % kReplanCheckSteps == 0 || steps_slowed || link_slowed || link_back;
+  const bool any_back = links_.recoveries() != job.link_recoveries_seen();
+  const bool look = step % kReplanCheckSteps == 0 || steps_slowed || link_slowed || any_back;
   const std::vector<WorkerRecord> watched = look ? WatchedWorkers(job) : std::vector<WorkerRecord>();
+  std::set<std::string> usable;  // by name
+  for (const WorkerRecord& w : watched) usable.insert(w.name);
+  // One another job took, or lost or drained, is weighed as newly idle
+  // once it is idle again: its links may have been found back meanwhile.
+  for (auto it = job.idle_seen().begin(); look && it != job.idle_seen().end();) {
+    it = usable.count(*it) ? std::next(it) : job.idle_seen().erase(it);
+  }
+  const std::vector<std::string> back = any_back ? LinksBack(job, usable) : std::vector<std::string>();
+  const bool link_back = !back.empty();
   const std::string rose = look ? job.rate_watch().Rose(step, watched) : std::string();
   const std::vector<WorkerRecord> joined = look ? NewlyIdle(job, watched) : std::vector<WorkerRecord>();
   if (!steps_slowed && !link_slowed && rose.empty() && !link_back && joined.empty()) return;
@@ -55,7 +64,6 @@ void JobManager::MaybePlanReplan(RunningJob& job) {
   }
   const double step_seconds = std::max(job.pace().recent(), job.status().step_seconds());
   job.set_replan_checked_at(step);
-  job.set_link_recoveries_seen(recoveries);
   for (const WorkerRecord& w : joined) job.idle_seen().insert(w.name);
   std::map<std::string, WorkerRecord> known;  // with their planning and predicting rates
   for (WorkerRecord& w : registry_.List()) known.emplace(w.id, std::move(w));
@@ -85,7 +93,7 @@ void JobManager::MaybePlanReplan(RunningJob& job) {
     reasons.push_back(absl::StrFormat("a link it uses slowed (%.3f s a step)", step_seconds));
   }
   if (!rose.empty()) reasons.push_back(absl::StrCat("worker ", rose));
-  if (link_back) reasons.push_back(absl::StrCat("link ", links_.last_recovered()));
+  reasons.insert(reasons.end(), back.begin(), back.end());
   if (!joined.empty()) {
     reasons.push_back(absl::StrCat(
         joined.size() == 1 ? "worker " : "workers ",
@@ -117,6 +125,7 @@ void JobManager::MaybePlanReplan(RunningJob& job) {
     } else {
       LOG(INFO) << "job " << job.status().job_id() << ": " << slowed << ": no layout is clearly faster";
     }
+    job.NoteWeighed(absl::StrCat(slowed, ": no layout is clearly faster"));
     if (!rose.empty()) job.rate_watch().Weighed(watched);
     return;
   }
@@ -169,6 +178,24 @@ bool JobManager::MaybeGrowBack(RunningJob& job) {
   LOG(WARNING) << "job " << job.status().job_id() << ": " << why << ", after step " << stop;
   StopForReplan(job, stop, why);
   return true;
+}
+
+std::vector<std::string> JobManager::LinksBack(RunningJob& job, const std::set<std::string>& usable) {
+  uint64_t forgotten = 0;
+  const std::vector<LinkRecovery> since = links_.RecoveredSince(job.link_recoveries_seen(), &forgotten);
+  job.set_link_recoveries_seen(since.empty() ? job.link_recoveries_seen() + forgotten : since.back().number);
+  std::vector<std::string> out;
+  uint64_t more = forgotten;  // not told one by one (forgotten: maybe usable)
+  for (const LinkRecovery& r : since) {
+    if (!usable.count(r.from) || !usable.count(r.to)) continue;
+    if (out.size() < kLinksBackTold) {
+      out.push_back(absl::StrCat("link ", r.what));
+    } else {
+      ++more;
+    }
+  }
+  if (more > 0) absl::StrAppend(&out.emplace_back(), more, more == 1 ? " more link" : " more links", " found back");
+  return out;
 }
 
 std::vector<WorkerRecord> JobManager::NewlyIdle(const RunningJob& job, const std::vector<WorkerRecord>& watched) {

@@ -120,11 +120,12 @@ void LinkTable::NoteDoubtLocked(const Direction& d, const LinkRecord* old, LinkR
     return;
   }
   ++recoveries_;
-  last_recovered_ = absl::StrFormat("%s -> %s carries %.0f Mbit/s again (%.0f Mbit/s while slow, %.0f before)",
-                                    d.first, d.second, link.bytes_per_second * 8 / 1e6,
-                                    (old->observed_bytes_per_second > 0 ? old->observed_bytes_per_second : before) *
-                                        8 / 1e6,
-                                    fast * 8 / 1e6);
+  if (recovered_.size() == kRecoveriesKept) recovered_.pop_front();
+  const double slow = old->observed_bytes_per_second > 0 ? old->observed_bytes_per_second : before;
+  recovered_.push_back(LinkRecovery{
+      recoveries_, d.first, d.second,
+      absl::StrFormat("%s -> %s carries %.0f Mbit/s again (%.0f Mbit/s while slow, %.0f before)", d.first, d.second,
+                      link.bytes_per_second * 8 / 1e6, slow * 8 / 1e6, fast * 8 / 1e6)});
   // Its ends' own links are not slow now; their other links in doubt are
   // checked at once (what slowed them likely ended too).
   for (const std::string* end : {&d.first, &d.second}) {
@@ -231,9 +232,14 @@ uint64_t LinkTable::recoveries() const {
   return recoveries_;
 }
 
-std::string LinkTable::last_recovered() const {
+std::vector<LinkRecovery> LinkTable::RecoveredSince(uint64_t after, uint64_t* forgotten) const {
   absl::MutexLock lock(&mu_);
-  return last_recovered_;
+  std::vector<LinkRecovery> out;
+  for (const LinkRecovery& r : recovered_) {
+    if (r.number > after) out.push_back(r);
+  }
+  if (forgotten != nullptr) *forgotten = after >= recoveries_ ? 0 : recoveries_ - after - out.size();
+  return out;
 }
 
 void LinkTable::Retain(const std::set<std::string>& known) {

@@ -44,6 +44,7 @@
 #define SHARDLINE_SERVER_LINK_TABLE_H_
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <optional>
@@ -99,6 +100,16 @@ struct LinkRecord {
   bool checked = false;
 };
 
+// A link found back (LinkTable::NoteDoubtLocked): which, and for people
+// what it carries now ("a1 -> a2 carries 940 Mbit/s again (5 Mbit/s while
+// slow, 940 before)").
+struct LinkRecovery {
+  uint64_t number = 0;  // recoveries() once it was counted
+  std::string from;
+  std::string to;
+  std::string what;
+};
+
 class LinkTable {
  public:
   static constexpr absl::Duration kStaleAfter = absl::Minutes(10);
@@ -115,6 +126,7 @@ class LinkTable {
   static constexpr absl::Duration kCheckEvery = absl::Seconds(30);
   static constexpr absl::Duration kCheckEveryMost = absl::Minutes(8);
   static constexpr int64_t kCheckBytes = int64_t{4} << 20;
+  static constexpr size_t kRecoveriesKept = 256;
 
   using Clock = std::function<absl::Time()>;
   explicit LinkTable(Clock clock = [] { return absl::Now(); }) : clock_(std::move(clock)) {}
@@ -145,14 +157,15 @@ class LinkTable {
   std::optional<std::string> ClaimCheck(const std::string& name, const std::set<std::string>& busy,
                                         const std::set<std::string>& absent = {});
   // Found back (see above) since the table began: a job compares it with
-  // what it saw when it last weighed a move; `last_recovered()` says the
-  // latest for people ("a1 -> a2 carries 940 Mbit/s again (5 Mbit/s when
-  // slowed)").
+  // what it saw when it last looked.
   uint64_t recoveries() const;
+  // The links found back after the `after`th, oldest first; the last
+  // kRecoveriesKept are kept (`*forgotten`, where given: how many after
+  // `after` were not).
+  std::vector<LinkRecovery> RecoveredSince(uint64_t after, uint64_t* forgotten = nullptr) const;
   // Whether a check from `name` may be due (cheap: asked at every
   // heartbeat; true for a queued direction never measured, whoever is busy).
   bool CheckDue(const std::string& name) const;
-  std::string last_recovered() const;
   // Queues the direction from `from` to `to` (false: it was queued).
   bool Queue(const std::string& from, const std::string& to);
   // The peers `name` has queued directions to.
@@ -243,7 +256,7 @@ class LinkTable {
   std::map<Direction, LinkRecord> links_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, LinkSuspicion> suspects_ ABSL_GUARDED_BY(mu_);  // by worker name
   uint64_t recoveries_ ABSL_GUARDED_BY(mu_) = 0;
-  std::string last_recovered_ ABSL_GUARDED_BY(mu_);
+  std::deque<LinkRecovery> recovered_ ABSL_GUARDED_BY(mu_);  // the last kRecoveriesKept
   std::set<Direction> queued_ ABSL_GUARDED_BY(mu_);
   std::set<Direction> leaving_ ABSL_GUARDED_BY(mu_);  // the queued that may leave their groups
   std::map<Direction, Claimed> claims_ ABSL_GUARDED_BY(mu_);

@@ -130,6 +130,7 @@ void RunningJob::Start(uint64_t epoch, GridPlacement placement, absl::Time now) 
   for (shardline::v1::StageStatus& stage : placement.stage_statuses) *status_.add_stages() = std::move(stage);
   status_.set_predicted_step_seconds(placement.predicted_step_seconds);
   status_.set_critical_path(placement.critical_path);
+  status_.clear_weighed();
   stages_ = placement.stages;
   replicas_ = placement.replicas;
   tensor_ranks_ = placement.tensor_ranks;
@@ -141,6 +142,10 @@ void RunningJob::Start(uint64_t epoch, GridPlacement placement, absl::Time now) 
   reports_.assign(workers_.size(), {});
   pending_failure_.clear();
   Publish();
+}
+
+void RunningJob::NoteWeighed(const std::string& why) {
+  status_.set_weighed(absl::StrCat("at step ", status_.step(), ": ", why));  // published with the next step
 }
 
 void RunningJob::End(shardline::v1::JobState state, const std::string& message, absl::Time now) {

@@ -139,14 +139,18 @@ class RunningJob {
   bool link_slowed() const { return link_slowed_; }
   void set_link_slowed(bool slowed) { link_slowed_ = slowed; }
   // The idle workers the epoch began with or has weighed a move onto (by
-  // name; JobManager): one idle and not among them joined the cluster, or
-  // another job let it go.
+  // name; JobManager), while they stay idle: one idle and not among them
+  // joined the cluster, or another job let it go.
   std::set<std::string>& idle_seen() { return idle_seen_; }
   const std::set<std::string>& idle_seen() const { return idle_seen_; }
-  // LinkTable::recoveries() when a move was last weighed (or the epoch
-  // began): more since, and a move back onto a link is weighed.
+  // LinkTable::recoveries() when the job last looked at the links found
+  // back (or the epoch began): one since that it could use, and a move
+  // back onto it is weighed.
   uint64_t link_recoveries_seen() const { return link_recoveries_seen_; }
   void set_link_recoveries_seen(uint64_t n) { link_recoveries_seen_ = n; }
+  // A move was weighed at the last step and not made, for `why`
+  // (JobStatus.weighed; cleared as an epoch starts).
+  void NoteWeighed(const std::string& why);
   // The step of the epoch's last re-plan check (JobManager throttles them).
   int64_t replan_checked_at() const { return replan_checked_at_; }
   void set_replan_checked_at(int64_t step) { replan_checked_at_ = step; }

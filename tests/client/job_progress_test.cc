@@ -74,6 +74,18 @@ TEST(JobProgressTest, DescribeShowsOneAlignedRowPerStage) {
             "0.054 (1.500)");
   EXPECT_EQ(text.find("Now:"), std::string::npos) << "nothing from heartbeats: no section";
   EXPECT_EQ(text.find("STATE FROM"), std::string::npos) << "not a restart: no column";
+  EXPECT_EQ(text.find("Weighed:"), std::string::npos) << "no move weighed: no line";
+}
+
+TEST(JobProgressTest, DescribeSaysTheLastMoveWeighedAndNotMade) {
+  shardline::v1::JobStatus s = Running();
+  s.set_message("re-planned from step 31 (its steps slowed)");
+  s.set_weighed("at step 40: link a1 -> a2 carries 940 Mbit/s again; no layout is clearly faster");
+  const std::string text = DescribeJob(s);
+  EXPECT_NE(text.find("Message:    re-planned from step 31 (its steps slowed)\nWeighed:    at step 40: link a1 -> a2 "
+                      "carries 940 Mbit/s again; no layout is clearly faster\n"),
+            std::string::npos)
+      << text;
 }
 
 // AGE as kubectl shows it, from when the job was submitted; describe gives

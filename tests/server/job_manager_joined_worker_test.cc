@@ -1,6 +1,7 @@
 // A worker that joins while a job runs: once its links with the job's
 // workers are measured, the job weighs a move onto it as for a slowdown,
-// and takes it where it is clearly faster.
+// and takes it where it is clearly faster. Another job's workers and links
+// are not weighed until that job lets them go.
 #include <map>
 #include <set>
 #include <string>
@@ -63,6 +64,31 @@ class JoinedWorkerTest : public ReplanTest {
     return grid;
   }
 
+  // Its links with a and b checked (as ClaimCheck hands them out beside
+  // the job) at 100 MB/s.
+  void CheckLinks(const std::string& name) {
+    for (const std::string& from : {name, std::string("a"), std::string("b"), name}) {
+      const std::optional<std::string> peer = jobs_->links().ClaimCheck(from, {"a", "b"});
+      if (!peer.has_value()) continue;
+      LinkRecord l;
+      l.to = *peer;
+      l.bytes_per_second = 1e8;
+      jobs_->links().Record(from, {l});
+    }
+  }
+  // `from` -> `to` found slow (over kProbedSlowdown below its figure), then
+  // back at 100 MB/s.
+  void FoundBack(const std::string& from, const std::string& to) {
+    LinkRecord l;
+    l.to = to;
+    l.bytes_per_second = 1e6;
+    jobs_->links().Record(from, {l});
+    ASSERT_GT(jobs_->links().Get(from, to)->fast_before, 0) << from << " -> " << to << " is in doubt";
+    l.bytes_per_second = 1e8;
+    jobs_->links().Record(from, {l});
+  }
+  std::string Weighed() { return jobs_->Get(job_.job_id())->weighed(); }
+
   std::map<std::string, double> probes_;  // id -> GEMM probe
   shardline::v1::JobSpec spec_;
   JobStatus job_;
@@ -101,18 +127,56 @@ TEST_F(JoinedWorkerTest, AFasterWorkerThatJoinsIsTakenOnceItsLinksAreMeasured) {
   EXPECT_NE(Grid(moved).find("c"), std::string::npos) << Grid(moved);
 }
 
-// One no faster than the job's own is weighed and not taken.
+// One no faster than the job's own is weighed and not taken; weighed
+// again once another job that took it lets it go (its links may have come
+// back meanwhile), not before.
 TEST_F(JoinedWorkerTest, ANoFasterWorkerThatJoinsIsLeftIdle) {
+  EXPECT_EQ(Weighed(), "") << "nothing weighed yet";
   Join("c", 1e10);
-  for (const char* from : {"c", "a", "b", "c"}) {
-    const std::optional<std::string> peer = jobs_->links().ClaimCheck(from, {"a", "b"});
-    if (!peer.has_value()) continue;
-    LinkRecord l;
-    l.to = *peer;
-    l.bytes_per_second = 1e8;
-    jobs_->links().Record(from, {l});
-  }
+  CheckLinks("c");
   EXPECT_EQ(RunUntilStop(30), 0) << jobs_->Get(job_.job_id())->message();
+  const std::string first = Weighed();
+  EXPECT_NE(first.find("worker c (5.0 GFLOP/s) is idle, its links measured"), std::string::npos) << first;
+  EXPECT_NE(first.find(": no layout is clearly faster"), std::string::npos) << first;
+  EXPECT_EQ(RunUntilStop(10), 0);
+  EXPECT_EQ(Weighed(), first) << "weighed once while it stays idle";
+
+  shardline::v1::JobSpec one = spec_;
+  one.mutable_parallel()->set_pipeline_stages(1);
+  const JobStatus other = *jobs_->Submit(one);
+  ASSERT_EQ(jobs_->Get(other.job_id())->state(), shardline::v1::RUNNING);
+  ASSERT_EQ(jobs_->Get(other.job_id())->stages(0).worker(), "c");
+  EXPECT_EQ(RunUntilStop(10), 0);
+  EXPECT_EQ(Weighed(), first) << "c is the other job's";
+  ASSERT_TRUE(jobs_->Cancel(other.job_id()).ok());
+  EXPECT_EQ(RunUntilStop(10), 0);
+  EXPECT_NE(Weighed(), first) << "let go: weighed again";
+  EXPECT_NE(Weighed().find("worker c (5.0 GFLOP/s) is idle"), std::string::npos) << Weighed();
+}
+
+// A link found back between another job's workers is not the job's to
+// weigh (it could not plan on it); one between its own workers is.
+TEST_F(JoinedWorkerTest, ALinkFoundBackIsWeighedOnlyByAJobThatCouldUseIt) {
+  Join("c", 4e10);
+  Join("d", 4e10);
+  ProbeAll({"c", "d"}, 1e8);
+  const JobStatus other = *jobs_->Submit(spec_);
+  ASSERT_EQ(jobs_->Get(other.job_id())->state(), shardline::v1::RUNNING);
+  EXPECT_EQ(RunUntilStop(10), 0);
+  ASSERT_EQ(Weighed(), "") << "c and d were never idle to it";
+
+  FoundBack("c", "d");
+  ASSERT_EQ(jobs_->links().recoveries(), 1u);
+  EXPECT_EQ(RunUntilStop(10), 0);
+  EXPECT_EQ(Weighed(), "") << "c -> d is the other job's link";
+
+  FoundBack("a", "b");
+  ASSERT_EQ(jobs_->links().recoveries(), 2u);
+  EXPECT_EQ(RunUntilStop(10), 0) << "a and b are all it has";
+  EXPECT_NE(Weighed().find("link a -> b carries 800 Mbit/s again (8 Mbit/s while slow, 800 before)"),
+            std::string::npos)
+      << Weighed();
+  EXPECT_EQ(Weighed().find("c -> d"), std::string::npos) << Weighed();
 }
 
 }  // namespace

@@ -47,7 +47,13 @@ TEST_F(LinkChecksTest, ALinkSlowerThanBeforeIsInDoubtUntilFoundBackOrItsJobSeesI
   table_.Record("a", {Measured("b", 2e7)});
   EXPECT_EQ(FastBefore("a", "b"), 0) << "within 3x of it again";
   EXPECT_EQ(table_.recoveries(), 1u);
-  EXPECT_EQ(table_.last_recovered(), "a -> b carries 160 Mbit/s again (16 Mbit/s while slow, 400 before)");
+  const std::vector<LinkRecovery> back = table_.RecoveredSince(0);
+  ASSERT_EQ(back.size(), 1u);
+  EXPECT_EQ(back[0].number, 1u);
+  EXPECT_EQ(back[0].from, "a");
+  EXPECT_EQ(back[0].to, "b");
+  EXPECT_EQ(back[0].what, "a -> b carries 160 Mbit/s again (16 Mbit/s while slow, 400 before)");
+  EXPECT_TRUE(table_.RecoveredSince(1).empty());
 
   // A job's streams: the pace they had before, or the probe's if faster.
   table_.Observe("c", "d", 1e6, "job-1", 2e8);
@@ -57,6 +63,28 @@ TEST_F(LinkChecksTest, ALinkSlowerThanBeforeIsInDoubtUntilFoundBackOrItsJobSeesI
   table_.ForgetObserved("c", "d");
   EXPECT_EQ(FastBefore("c", "d"), 0) << "its job's frames arrive at their pace again";
   EXPECT_EQ(table_.recoveries(), 1u) << "the job on it saw it: nothing to weigh";
+}
+
+// The last kRecoveriesKept are told one by one; older ones are counted.
+TEST_F(LinkChecksTest, TheLinksFoundBackAreKeptInOrderTheOldestCounted) {
+  table_.Record("a", {Measured("b", 5e7)});
+  const uint64_t n = LinkTable::kRecoveriesKept + 44;
+  for (uint64_t i = 0; i < n; ++i) {
+    table_.Record("a", {Measured("b", 1e6)});
+    table_.Record("a", {Measured("b", 5e7)});
+  }
+  ASSERT_EQ(table_.recoveries(), n);
+  uint64_t forgotten = 0;
+  std::vector<LinkRecovery> back = table_.RecoveredSince(0, &forgotten);
+  EXPECT_EQ(back.size(), LinkTable::kRecoveriesKept);
+  EXPECT_EQ(forgotten, 44u);
+  EXPECT_EQ(back.front().number, 45u);
+  back = table_.RecoveredSince(n - 10, &forgotten);
+  ASSERT_EQ(back.size(), 10u);
+  EXPECT_EQ(forgotten, 0u);
+  for (uint64_t i = 0; i < back.size(); ++i) EXPECT_EQ(back[i].number, n - 9 + i);
+  EXPECT_TRUE(table_.RecoveredSince(n, &forgotten).empty());
+  EXPECT_EQ(forgotten, 0u);
 }
 
 TEST_F(LinkChecksTest, ALinkWithinOneHostIsMemoryNeverInDoubtNorChecked) {
