@@ -171,40 +171,29 @@ void CoordinatorService::AddProbeTarget(const WorkerRecord& worker,
   const bool idle = worker.job_id.empty();
   const std::vector<std::string> queued = idle ? links.QueuedFrom(worker.name) : std::vector<std::string>();
   if (queued.empty() && !links.CheckDue(worker.name)) return;  // almost always
-  std::map<std::string, WorkerRecord> live;
-  std::set<std::string> unavailable;  // busy with a job, drained or lost: not probed now
-  std::set<std::string> busy, absent;  // with a job; drained or lost
-  for (WorkerRecord& w : registry_.List()) {
-    if (w.lost) {
-      absent.insert(w.name);
-      continue;
-    }
-    if (w.drained) absent.insert(w.name);
-    if (!w.job_id.empty()) busy.insert(w.name);
-    if (w.drained || !w.job_id.empty()) unavailable.insert(w.name);
-    live[w.name] = std::move(w);
-  }
+  const std::shared_ptr<const WorkerAvailability> workers = registry_.Availability();
   for (const std::string& peer : queued) {
-    if (live.count(peer)) continue;
+    if (workers->address.count(peer)) continue;
     LinkRecord failed;
     failed.to = peer;
     failed.error = "the peer is lost";
     links.Record(worker.name, {failed});
   }
-  std::optional<std::string> peer = queued.empty() ? std::nullopt : links.Claim(worker.name, unavailable);
+  std::optional<std::string> peer = queued.empty() ? std::nullopt : links.Claim(worker.name, workers->unavailable);
   const bool check = !peer.has_value();
-  if (check) peer = links.ClaimCheck(worker.name, busy, absent);
+  if (check) peer = links.ClaimCheck(worker.name, workers->busy, workers->absent);
   if (!peer.has_value()) return;
   shardline::v1::ProbeTarget* target = targets->Add();
   target->set_worker(*peer);
-  target->set_address(live[*peer].capabilities.listen_address());
+  auto address = workers->address.find(*peer);
+  target->set_address(address == workers->address.end() ? "" : address->second);
   if (check) {
     target->set_max_transfer_bytes(LinkTable::kCheckBytes);
     const bool measured = links.Get(worker.name, *peer).has_value();
     LOG(INFO) << "checking the link " << worker.name << " -> " << *peer
               << (measured ? " (in doubt: found over 3x slower than before)" : " (never measured)")
               << ", transfers of " << (LinkTable::kCheckBytes >> 20) << " MiB at most"
-              << (busy.count(worker.name) || busy.count(*peer) ? " beside a job" : "");
+              << (workers->busy.count(worker.name) || workers->busy.count(*peer) ? " beside a job" : "");
   }
 }
 

@@ -64,6 +64,7 @@ absl::StatusOr<std::string> WorkerRegistry::Register(
   record.last_heartbeat = clock_();
   record.idle_since = clock_();
   workers_[record.id] = record;
+  availability_.reset();
   return record.id;
 }
 
@@ -101,6 +102,7 @@ absl::StatusOr<WorkerRecord> WorkerRegistry::Leave(const std::string& worker_id)
   if (it == workers_.end() || it->second.lost) return absl::NotFoundError(absl::StrCat("no live worker ", worker_id));
   it->second.lost = true;
   it->second.lost_at = clock_();
+  availability_.reset();
   return it->second;
 }
 
@@ -109,6 +111,7 @@ std::vector<WorkerRecord> WorkerRegistry::ExpireLeases() {
   absl::MutexLock lock(&mu_);
   const absl::Time now = clock_();
   // Lost workers are kept a while for people to see (ListWorkers), then go.
+  const size_t kept = workers_.size();
   for (auto it = workers_.begin(); it != workers_.end();) {
     it = it->second.lost && now - it->second.lost_at > kLostRetention ? workers_.erase(it) : std::next(it);
   }
@@ -119,6 +122,7 @@ std::vector<WorkerRecord> WorkerRegistry::ExpireLeases() {
       lost.push_back(w);
     }
   }
+  if (workers_.size() != kept || !lost.empty()) availability_.reset();
   return lost;
 }
 
@@ -133,6 +137,7 @@ std::vector<WorkerRecord> WorkerRegistry::ExpireSilent(const std::vector<std::st
     it->second.lost_at = now;
     lost.push_back(it->second);
   }
+  if (!lost.empty()) availability_.reset();
   return lost;
 }
 
@@ -156,6 +161,7 @@ absl::StatusOr<WorkerRecord> WorkerRegistry::SetDrained(const std::string& worke
   for (auto& [id, w] : workers_) {
     if (w.lost || (id != worker && w.name != worker)) continue;
     w.drained = drained;
+    availability_.reset();
     return w;
   }
   return absl::NotFoundError(absl::StrCat("no live worker '", worker.substr(0, 128), "'"));
@@ -167,6 +173,22 @@ void WorkerRegistry::SetJob(const std::string& worker_id, const std::string& job
   if (it == workers_.end()) return;
   if (job_id.empty() && !it->second.job_id.empty()) it->second.idle_since = clock_();
   it->second.job_id = job_id;
+  availability_.reset();
+}
+
+std::shared_ptr<const WorkerAvailability> WorkerRegistry::Availability() {
+  absl::MutexLock lock(&mu_);
+  if (availability_ != nullptr) return availability_;
+  auto out = std::make_shared<WorkerAvailability>();
+  for (const auto& [id, w] : workers_) {
+    if (w.lost || w.drained) out->absent.insert(w.name);
+    if (w.lost) continue;
+    out->address[w.name] = w.capabilities.listen_address();
+    if (!w.job_id.empty()) out->busy.insert(w.name);
+    if (w.drained || !w.job_id.empty()) out->unavailable.insert(w.name);
+  }
+  availability_ = std::move(out);
+  return availability_;
 }
 
 }  // namespace shardline::server

@@ -7,6 +7,8 @@
 
 #include <functional>
 #include <map>
+#include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -94,6 +96,15 @@ double PredictingFlops(const WorkerRecord& w);
 // "lost", as shardctl and /metrics show it.
 std::string StateOf(const WorkerRecord& worker);
 
+// Which workers a link probe or check may use now, by name (as the
+// coordinator's heartbeats ask; WorkerRegistry::Availability).
+struct WorkerAvailability {
+  std::set<std::string> busy;         // live, with a job
+  std::set<std::string> absent;       // drained or lost
+  std::set<std::string> unavailable;  // live, busy or drained: not probed now
+  std::map<std::string, std::string> address;  // live workers' listen addresses
+};
+
 class WorkerRegistry {
  public:
   // A lost worker's record stays this long (ListWorkers shows it), and the
@@ -171,6 +182,11 @@ class WorkerRegistry {
   // (drained = false) back; its record. NOT_FOUND for no such live worker.
   absl::StatusOr<WorkerRecord> SetDrained(const std::string& worker, bool drained);
   void SetJob(const std::string& worker_id, const std::string& job_id);
+  // Which workers probes may use now: kept until a worker registers,
+  // leaves, is lost or forgotten, drained or undrained, or gets or ends a
+  // job (every heartbeat asks; a listing of every record would cost each
+  // O(workers)).
+  std::shared_ptr<const WorkerAvailability> Availability();
 
  private:
   const absl::Duration lease_;
@@ -185,6 +201,7 @@ class WorkerRegistry {
 
   absl::Mutex mu_;
   std::map<std::string, WorkerRecord> workers_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<const WorkerAvailability> availability_ ABSL_GUARDED_BY(mu_);  // null: to build
   int64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
 };
 

@@ -2,6 +2,9 @@
 
 #include <cmath>
 #include <limits>
+#include <map>
+#include <memory>
+#include <set>
 #include <string>
 
 #include "gtest/gtest.h"
@@ -32,6 +35,54 @@ TEST(WorkerRegistryTest, LeasesLapseWithoutHeartbeats) {
   EXPECT_TRUE(registry.ExpireLeases().empty()) << "reported once";
   EXPECT_TRUE(registry.Register("b", caps).ok()) << "a lost worker's name can be used again";
   EXPECT_EQ(registry.Register("a", caps).status().code(), absl::StatusCode::kAlreadyExists);
+}
+
+// What probes may use, kept between heartbeats and rebuilt at each change
+// of a worker's state.
+TEST(WorkerRegistryTest, AvailabilityFollowsEveryChangeOfAWorkersState) {
+  absl::Time now = absl::FromUnixSeconds(0);
+  WorkerRegistry registry(absl::Seconds(3), [&] { return now; });
+  using Names = std::set<std::string>;
+  auto caps = Caps();
+  const std::string a = *registry.Register("a", caps);
+  caps.set_listen_address("y:2");
+  const std::string b = *registry.Register("b", caps);
+  std::shared_ptr<const WorkerAvailability> seen = registry.Availability();
+  EXPECT_EQ(seen->address, (std::map<std::string, std::string>{{"a", "x:1"}, {"b", "y:2"}}));
+  EXPECT_TRUE(seen->busy.empty() && seen->absent.empty() && seen->unavailable.empty());
+  ASSERT_TRUE(registry.Heartbeat(a).ok());
+  registry.NoteAchievedRate(a, 1);
+  EXPECT_EQ(registry.Availability(), seen) << "nothing changed: the same, not rebuilt";
+
+  registry.SetJob(a, "job-1");
+  seen = registry.Availability();
+  EXPECT_EQ(seen->busy, Names{"a"});
+  EXPECT_EQ(seen->unavailable, Names{"a"});
+  ASSERT_TRUE(registry.SetDrained("b", true).ok());
+  seen = registry.Availability();
+  EXPECT_EQ(seen->absent, Names{"b"});
+  EXPECT_EQ(seen->unavailable, (Names{"a", "b"}));
+  registry.SetJob(a, "");
+  ASSERT_TRUE(registry.SetDrained("b", false).ok());
+  seen = registry.Availability();
+  EXPECT_TRUE(seen->busy.empty() && seen->absent.empty() && seen->unavailable.empty());
+
+  ASSERT_TRUE(registry.Leave(b).ok());
+  seen = registry.Availability();
+  EXPECT_EQ(seen->absent, Names{"b"});
+  EXPECT_EQ(seen->address.count("b"), 0u) << "lost: no address";
+  now += absl::Seconds(4);
+  ASSERT_EQ(registry.ExpireLeases().size(), 1u);
+  EXPECT_EQ(registry.Availability()->absent, (Names{"a", "b"})) << "a's lease lapsed";
+  const std::string c = *registry.Register("c", Caps());
+  EXPECT_EQ(registry.Availability()->address.count("c"), 1u);
+  ASSERT_EQ(registry.ExpireSilent({c}, absl::ZeroDuration()).size(), 0u) << "it registered just now";
+  now += absl::Seconds(1);
+  ASSERT_EQ(registry.ExpireSilent({c}, absl::ZeroDuration()).size(), 1u);
+  EXPECT_EQ(registry.Availability()->absent, (Names{"a", "b", "c"}));
+  now += WorkerRegistry::kLostRetention + absl::Seconds(1);
+  registry.ExpireLeases();
+  EXPECT_TRUE(registry.Availability()->absent.empty()) << "forgotten";
 }
 
 // The hostile-client probe: lost workers were never removed.
