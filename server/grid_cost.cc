@@ -3,7 +3,10 @@
 #include <algorithm>
 #include <limits>
 #include <map>
+#include <memory>
 #include <set>
+#include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -30,7 +33,18 @@ std::string HostOf(const WorkerRecord& w) {
 }
 
 LinkLookup LinksFrom(const LinkTable* table) {
-  return [table](const WorkerRecord& from, const WorkerRecord& to) {
+  // Each link's estimate from its first lookup on (a search looks up every
+  // pair of a grid at each of its thousands of evaluations: the table's
+  // lock and copies each time cost five times the search itself).
+  struct Memo {
+    std::unordered_map<std::string, uint64_t> index;  // worker name → its number here
+    std::unordered_map<uint64_t, LinkEstimate> estimates;  // by (from, to) numbers
+    uint64_t Number(const std::string& name) {
+      auto it = index.find(name);
+      return it != index.end() ? it->second : index.emplace(name, index.size()).first->second;
+    }
+  };
+  auto estimate = [table](const WorkerRecord& from, const WorkerRecord& to) {
     LinkEstimate e;
     if (from.name == to.name) {
       e.bytes_per_second = std::numeric_limits<double>::infinity();
@@ -69,6 +83,13 @@ LinkLookup LinksFrom(const LinkTable* table) {
       }
     }
     return e;
+  };
+  auto memo = std::make_shared<Memo>();
+  return [memo, estimate](const WorkerRecord& from, const WorkerRecord& to) {
+    const uint64_t key = memo->Number(from.name) << 32 | memo->Number(to.name);
+    auto it = memo->estimates.find(key);
+    if (it == memo->estimates.end()) it = memo->estimates.emplace(key, estimate(from, to)).first;
+    return it->second;
   };
 }
 

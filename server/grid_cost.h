@@ -64,7 +64,9 @@ using LinkLookup = std::function<LinkEstimate(const WorkerRecord& from, const Wo
 // a slowdown a running job observed where it is lower than the probe),
 // else the assumptions above, capped where an end's own link is suspected
 // (LinkTable::Suspect) and the link was not probed since; null:
-// assumptions only.
+// assumptions only. The lookup keeps each link's estimate from its first
+// use on (one planning's view of the table, read once): made for one
+// planning, used from one thread.
 LinkLookup LinksFrom(const LinkTable* table);
 
 // Gradient bytes one worker of a stage holding `parameters` sends per step

@@ -424,6 +424,20 @@ def check_recovery(bin_dir, workdir):
     assert timed < wall, ("the recoveries took longer than the whole benchmark", timed, wall)
 
 
+def check_planner(bin_dir, workdir):
+    sizes = [8, 12]
+    rows, wall = run([os.path.join(bin_dir, "bench_planner"), "--positions=%s" % ",".join(map(str, sizes)),
+                      "--reps=1"], os.path.join(workdir, "planner.json"))
+    assert [r["positions"] for r in rows] == sizes, rows
+    for r in rows:
+        check_fields(r, ["idle_workers", "search_s", "search_without_table_s", "table_cost_ratio"])
+        assert r["idle_workers"] == r["positions"] + 8, r
+        assert r["search_s"] > 0 and r["search_without_table_s"] > 0, r
+        assert close(r["table_cost_ratio"], r["search_s"] / r["search_without_table_s"]), r
+    # The timed searches ran within the benchmark.
+    assert sum(r["search_s"] + r["search_without_table_s"] for r in rows) < wall, (rows, wall)
+
+
 def main():
     bin_dir, workdir, source_dir = sys.argv[1], sys.argv[2], sys.argv[3]
     os.makedirs(workdir, exist_ok=True)
@@ -435,6 +449,7 @@ def main():
     check_stage_layout(bin_dir, workdir)
     check_stage_layout_across_capped_veth(bin_dir, workdir, source_dir)
     check_recovery(bin_dir, workdir)
+    check_planner(bin_dir, workdir)
     print("bench JSON checks passed")
 
 
