@@ -9,6 +9,7 @@
 // costs the search.
 //
 //   bench_planner [--positions=8,32,64] [--reps=3] [--json=FILE]
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -63,6 +64,7 @@ void BenchSize(int positions, int reps, BenchReport& report) {
   for (size_t i = 0; i < n; ++i) {
     WorkerRecord& w = idle[i];
     w.id = absl::StrCat("worker-", i);
+    w.order = static_cast<int64_t>(i);
     w.name = absl::StrCat("w", i);
     w.capabilities.set_gemm_flops(1e11 * static_cast<double>(1 + i % 3));
     w.capabilities.set_memory_bytes(int64_t{64} << 30);
@@ -80,13 +82,13 @@ void BenchSize(int positions, int reps, BenchReport& report) {
     }
     table.Record(idle[i].name, probes);
   }
-  // The same figures without the table: worker-<i> is at i.
+  // The same figures without the table, by registration order.
   const server::LinkLookup matrix = [](const WorkerRecord& from, const WorkerRecord& to) {
     LinkEstimate e;
     e.measured = true;
     e.rtt_seconds = 1e-4;
-    const size_t a = std::stoul(from.id.substr(7)), b = std::stoul(to.id.substr(7));
-    e.bytes_per_second = a == b ? 1e30 : Rate(a, b);
+    const size_t a = static_cast<size_t>(from.order), b = static_cast<size_t>(to.order);
+    e.bytes_per_second = a == b ? std::numeric_limits<double>::infinity() : Rate(a, b);
     return e;
   };
   double seconds[2] = {0, 0};

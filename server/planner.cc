@@ -157,8 +157,8 @@ absl::StatusOr<PipelinePlan> PlanPipeline(const shardline::v1::JobSpec& spec,
   double common_rate = kInfinity;
   for (const WorkerCapacity& w : workers) common_rate = std::min(common_rate, w.flops_per_second);
   const bool even = spec.parallel().placement() == "in_order";
-  auto cut_seconds = [&](int s, const RangeCost& cost) {
-    return even ? cost.flops_per_micro_batch / common_rate : compute_seconds(s, cost);
+  auto cut_seconds = [&](int s, double flops_per_micro_batch) {
+    return flops_per_micro_batch / (even ? common_rate : workers[s].flops_per_second);
   };
   auto tensor_seconds = [&](int s, int a, int b) {
     return workers[s].tensor_seconds_per_byte > 0
@@ -176,21 +176,26 @@ absl::StatusOr<PipelinePlan> PlanPipeline(const shardline::v1::JobSpec& spec,
   }
 
   // best[s][j]: the smallest possible slowest-stage time when stages 0..s
-  // hold units [0, j); cut[s][j] the first unit of stage s in that plan.
+  // hold units [0, j); cut[s][j] the first unit of stage s in that plan
+  // (the lowest of equals). Stage s's first unit a is tried from j − 1
+  // down: its compute only grows as a falls, so once it alone is slower
+  // than the best found no lower a can do better (the search runs at each
+  // of a placement search's thousands of estimates).
   std::vector<std::vector<double>> best(p, std::vector<double>(n + 1, kInfinity));
   std::vector<std::vector<int>> cut(p, std::vector<int>(n + 1, -1));
   for (int s = 0; s < p; ++s) {
     for (int j = s + 1; j <= n - (p - 1 - s); ++j) {
-      for (int a = s; a < j; ++a) {
+      for (int a = j - 1; a >= s; --a) {
+        const double seconds = cut_seconds(s, flops[j] - flops[a]);
+        if (seconds > best[s][j]) break;
         const double before = s == 0 ? (a == 0 ? 0.0 : kInfinity) : best[s - 1][a];
         if (before == kInfinity) continue;
+        const double time = std::max(before, seconds);
+        if (time > best[s][j]) continue;
         const RangeCost cost = range(s, a, j);
         if (cost.memory_bytes > workers[s].memory_bytes || cost.shard_bytes > common::kMaxShardBytes) continue;
-        const double time = std::max(before, cut_seconds(s, cost));
-        if (time < best[s][j]) {
-          best[s][j] = time;
-          cut[s][j] = a;
-        }
+        best[s][j] = time;
+        cut[s][j] = a;
       }
     }
   }
@@ -228,7 +233,7 @@ absl::StatusOr<PipelinePlan> PlanPipeline(const shardline::v1::JobSpec& spec,
     if (!keep) break;
     const RangeCost cost = range(s, a, b);
     keep = cost.memory_bytes <= workers[s].memory_bytes && cost.shard_bytes <= common::kMaxShardBytes;
-    kept_slowest = std::max(kept_slowest, cut_seconds(s, cost));
+    kept_slowest = std::max(kept_slowest, cut_seconds(s, cost.flops_per_micro_batch));
   }
   if (keep && kept_slowest <= keep_slack * slowest) starts = prefer;
   PipelinePlan plan;

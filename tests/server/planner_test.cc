@@ -1,7 +1,9 @@
 #include "server/planner.h"
 
 #include <chrono>
+#include <functional>
 #include <limits>
+#include <random>
 
 #include "common/cost_model.h"
 #include "common/job_spec.h"
@@ -39,6 +41,65 @@ TEST(PlannerTest, EqualWorkersGetBalancedContiguousStages) {
   const double slowest = std::max(plan->stages[0].seconds_per_micro_batch,
                                   plan->stages[1].seconds_per_micro_batch);
   EXPECT_NEAR(plan->predicted_step_seconds, 9 * slowest, 1e-12);
+}
+
+// The cut search against every cut there is: on random small models,
+// rates and memories (some cuts not fitting, some none), the plan's
+// slowest stage is the fastest of all cuts that fit (each cut's own plan:
+// PlanPipeline keeps a preferred cut that fits at any slack).
+TEST(PlannerTest, TheCutIsTheFastestOfEveryCutThatFits) {
+  std::mt19937 rng(20261206);
+  const double rates[] = {1e10, 2e10, 3.7e10, 5e10};
+  const char* schedules[] = {"1f1b", "gpipe", "zb"};
+  int fitting = 0, none = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    const int layers = 1 + static_cast<int>(rng() % 8), n = layers + 2;
+    const int p = 1 + static_cast<int>(rng() % std::min(n, 4));
+    const shardline::v1::JobSpec spec = Spec(layers, p, schedules[rng() % 3]);
+    auto whole = PlanPipeline(Spec(layers, 1), {{"all", 1e10, 1024 * kGiB}});
+    ASSERT_TRUE(whole.ok()) << whole.status();
+    std::vector<WorkerCapacity> workers;
+    for (int s = 0; s < p; ++s) {
+      const double share = 0.4 + 0.015 * static_cast<double>(rng() % 100);
+      workers.push_back({"w" + std::to_string(s), rates[rng() % 4],
+                         static_cast<int64_t>(share * static_cast<double>(whole->stages[0].memory_bytes))});
+    }
+    auto slowest = [](const PipelinePlan& plan) {
+      double out = 0;
+      for (const StagePlan& stage : plan.stages) out = std::max(out, stage.compute_seconds);
+      return out;
+    };
+    double best = std::numeric_limits<double>::infinity();
+    std::vector<int> cut(p);
+    std::function<void(int)> each = [&](int s) {
+      if (s == p) {
+        auto plan = PlanPipeline(spec, workers, cut, std::numeric_limits<double>::infinity());
+        if (!plan.ok()) return;
+        for (int k = 0; k < p; ++k) {
+          if (plan->stages[k].unit_begin != cut[k]) return;  // it did not fit
+        }
+        best = std::min(best, slowest(*plan));
+        return;
+      }
+      for (int a = s == 0 ? 0 : cut[s - 1] + 1; a <= n - (p - s); ++a) {
+        if (s == 0 && a > 0) break;
+        cut[s] = a;
+        each(s + 1);
+      }
+    };
+    each(0);
+    auto plan = PlanPipeline(spec, workers);
+    if (best == std::numeric_limits<double>::infinity()) {
+      ++none;
+      EXPECT_EQ(plan.status().code(), absl::StatusCode::kResourceExhausted) << "trial " << trial;
+      continue;
+    }
+    ++fitting;
+    ASSERT_TRUE(plan.ok()) << "trial " << trial << ": " << plan.status();
+    EXPECT_EQ(slowest(*plan), best) << "trial " << trial << ": " << DescribePlan(*plan);
+  }
+  EXPECT_GT(fitting, 100) << "fitting trials";
+  EXPECT_GT(none, 10) << "trials where nothing fits";
 }
 
 // A restart prefers the cut its surviving workers hold state for: kept when
