@@ -6,7 +6,6 @@
 #include <memory>
 #include <set>
 #include <string>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -15,6 +14,7 @@
 #include "common/int8_blocks.h"
 #include "common/status_macros.h"
 #include "server/link_groups.h"
+#include "server/link_memo.h"
 
 namespace shardline::server {
 namespace {
@@ -33,17 +33,6 @@ std::string HostOf(const WorkerRecord& w) {
 }
 
 LinkLookup LinksFrom(const LinkTable* table) {
-  // Each link's estimate from its first lookup on (a search looks up every
-  // pair of a grid at each of its thousands of evaluations: the table's
-  // lock and copies each time cost five times the search itself).
-  struct Memo {
-    std::unordered_map<std::string, uint64_t> index;  // worker name → its number here
-    std::unordered_map<uint64_t, LinkEstimate> estimates;  // by (from, to) numbers
-    uint64_t Number(const std::string& name) {
-      auto it = index.find(name);
-      return it != index.end() ? it->second : index.emplace(name, index.size()).first->second;
-    }
-  };
   auto estimate = [table](const WorkerRecord& from, const WorkerRecord& to) {
     LinkEstimate e;
     if (from.name == to.name) {
@@ -84,13 +73,10 @@ LinkLookup LinksFrom(const LinkTable* table) {
     }
     return e;
   };
-  auto memo = std::make_shared<Memo>();
-  return [memo, estimate](const WorkerRecord& from, const WorkerRecord& to) {
-    const uint64_t key = memo->Number(from.name) << 32 | memo->Number(to.name);
-    auto it = memo->estimates.find(key);
-    if (it == memo->estimates.end()) it = memo->estimates.emplace(key, estimate(from, to)).first;
-    return it->second;
-  };
+  // Read once a link (LinkMemo): a search looks up every pair of its grid
+  // at each of its thousands of evaluations.
+  auto memo = std::make_shared<LinkMemo>(std::move(estimate));
+  return [memo](const WorkerRecord& from, const WorkerRecord& to) { return memo->Get(from, to); };
 }
 
 absl::StatusOr<GridCost> EstimateGrid(const shardline::v1::JobSpec& spec, const std::vector<WorkerRecord>& grid,
