@@ -19,10 +19,13 @@ LinkGroups::LinkGroups(const std::vector<WorkerRecord>& workers,
     of[i] = it->second;
   }
   const size_t m = first.size();
+  std::vector<double> rate(m * m, 0);  // each link asked once (a search asks at every evaluation)
   std::vector<double> fastest(m, 0);
   for (size_t a = 0; a < m; ++a) {
     for (size_t b = 0; b < m; ++b) {
-      if (a != b) fastest[a] = std::max(fastest[a], bandwidth(first[a], first[b]));
+      if (a == b) continue;
+      rate[a * m + b] = bandwidth(first[a], first[b]);
+      fastest[a] = std::max(fastest[a], rate[a * m + b]);
     }
   }
   std::vector<size_t> parent(m);
@@ -33,7 +36,7 @@ LinkGroups::LinkGroups(const std::vector<WorkerRecord>& workers,
   };
   for (size_t a = 0; a < m; ++a) {
     for (size_t b = a + 1; b < m; ++b) {
-      const double link = std::min(bandwidth(first[a], first[b]), bandwidth(first[b], first[a]));
+      const double link = std::min(rate[a * m + b], rate[b * m + a]);
       if (link > 0 && link >= kNearShare * std::max(fastest[a], fastest[b])) parent[root(a)] = root(b);
     }
   }
