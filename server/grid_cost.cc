@@ -4,6 +4,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -13,7 +14,6 @@
 #include "common/cost_model.h"
 #include "common/int8_blocks.h"
 #include "common/status_macros.h"
-#include "server/link_groups.h"
 #include "server/link_memo.h"
 
 namespace shardline::server {
@@ -79,8 +79,13 @@ LinkLookup LinksFrom(const LinkTable* table) {
   return [memo](const WorkerRecord& from, const WorkerRecord& to) { return memo->Get(from, to); };
 }
 
+LinkGroups GroupsOf(const std::vector<WorkerRecord>& grid, const LinkLookup& links) {
+  return LinkGroups(grid, [&](size_t a, size_t b) { return links(grid[a], grid[b]).bytes_per_second; });
+}
+
 absl::StatusOr<GridCost> EstimateGrid(const shardline::v1::JobSpec& spec, const std::vector<WorkerRecord>& grid,
-                                      const LinkLookup& links, const std::vector<int>& prefer_cut, bool keep_cut) {
+                                      const LinkLookup& links, const std::vector<int>& prefer_cut, bool keep_cut,
+                                      const LinkGroups* known_groups) {
   const int p = spec.parallel().pipeline_stages(), d = std::max(1, spec.parallel().data_parallel());
   const int t = std::max(1, spec.parallel().tensor_parallel());
   const int m = spec.train().micro_batches();
@@ -93,7 +98,9 @@ absl::StatusOr<GridCost> EstimateGrid(const shardline::v1::JobSpec& spec, const 
   // Transfers between two link groups share the wire between them (two
   // hops, two tensor groups' collectives, two all-reduces across one
   // uplink): each gets its part of it.
-  const LinkGroups groups(grid, [&](size_t a, size_t b) { return link(grid[a], grid[b]).bytes_per_second; });
+  std::optional<LinkGroups> built;
+  if (known_groups == nullptr) built.emplace(GroupsOf(grid, links));
+  const LinkGroups& groups = known_groups != nullptr ? *known_groups : *built;
   auto pair_of = [&](size_t a, size_t b) {
     const int x = groups.group(a), y = groups.group(b);
     return std::make_pair(std::min(x, y), std::max(x, y));

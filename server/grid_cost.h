@@ -33,6 +33,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/int8_blocks.h"
+#include "server/link_groups.h"
 #include "server/link_table.h"
 #include "server/planner.h"
 #include "server/worker_registry.h"
@@ -106,9 +107,14 @@ struct GridCost {
 // not fit names the stage and worker). `prefer_cut` (a restart's) is kept
 // unless another is clearly faster on the probes; with `keep_cut` it is
 // kept whenever it fits (a running layout, estimated on what is known now).
+// `groups`: the grid's link groups (LinkGroups over `grid` and `links`),
+// where the caller has them (a search whose move kept the grid's workers
+// and only swapped two positions); built here where null.
 absl::StatusOr<GridCost> EstimateGrid(const shardline::v1::JobSpec& spec, const std::vector<WorkerRecord>& grid,
                                       const LinkLookup& links, const std::vector<int>& prefer_cut = {},
-                                      bool keep_cut = false);
+                                      bool keep_cut = false, const LinkGroups* groups = nullptr);
+// LinkGroups over `grid`, on `links`' bandwidths.
+LinkGroups GroupsOf(const std::vector<WorkerRecord>& grid, const LinkLookup& links);
 
 }  // namespace shardline::server
 

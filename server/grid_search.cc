@@ -69,20 +69,26 @@ absl::StatusOr<std::vector<WorkerRecord>> ChooseGrid(const shardline::v1::JobSpe
   }
   constexpr double kInfinite = std::numeric_limits<double>::infinity();
   int evaluations = 0;
-  auto predicted = [&](const std::vector<WorkerRecord>& g) {
+  // The grid's link groups: a swap of two positions keeps them (its
+  // workers are the same), one with a spare builds them again.
+  LinkGroups groups = GroupsOf(grid, links);
+  auto predicted = [&](const std::vector<WorkerRecord>& g, const LinkGroups* known) {
     ++evaluations;
-    absl::StatusOr<GridCost> cost = EstimateGrid(spec, g, links, prefer_cut);
+    absl::StatusOr<GridCost> cost = EstimateGrid(spec, g, links, prefer_cut, false, known);
     return cost.ok() ? cost->step_seconds : kInfinite;
   };
-  double current = predicted(grid);
+  double current = predicted(grid, &groups);
   for (int round = 0; round < kSearchRounds && evaluations < kSearchEvaluations; ++round) {
     double best = current;
     std::pair<int, int> move{-1, -1};  // (position, position) or (position, n + spare index)
     for (int i = 0; i < n && evaluations < kSearchEvaluations; ++i) {
       for (int j = i + 1; j < n + static_cast<int>(spare.size()) && evaluations < kSearchEvaluations; ++j) {
-        WorkerRecord& other = j < n ? grid[j] : spare[j - n];
+        const bool inside = j < n;
+        WorkerRecord& other = inside ? grid[j] : spare[j - n];
         std::swap(grid[i], other);
-        const double step = predicted(grid);
+        if (inside) groups.Swap(i, j);
+        const double step = predicted(grid, inside ? &groups : nullptr);
+        if (inside) groups.Swap(i, j);
         std::swap(grid[i], other);
         if (step < best) {
           best = step;
@@ -92,8 +98,14 @@ absl::StatusOr<std::vector<WorkerRecord>> ChooseGrid(const shardline::v1::JobSpe
     }
     // Take it only when clearly better (an infeasible start takes any feasible move).
     if (move.first < 0 || !(current == kInfinite || best < current * (1 - kSearchGain))) break;
-    WorkerRecord& other = move.second < n ? grid[move.second] : spare[move.second - n];
+    const bool inside = move.second < n;
+    WorkerRecord& other = inside ? grid[move.second] : spare[move.second - n];
     std::swap(grid[move.first], other);
+    if (inside) {
+      groups.Swap(move.first, move.second);
+    } else {
+      groups = GroupsOf(grid, links);
+    }
     current = best;
   }
   return grid;

@@ -14,6 +14,7 @@
 
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "server/worker_registry.h"
@@ -30,6 +31,9 @@ class LinkGroups {
   // The group of workers[i]: equal for workers of one group.
   int group(size_t i) const { return group_[i]; }
   bool same(size_t a, size_t b) const { return group_[a] == group_[b]; }
+  // Positions a and b traded workers (the grid holds the same ones: the
+  // same groups).
+  void Swap(size_t a, size_t b) { std::swap(group_[a], group_[b]); }
 
  private:
   std::vector<int> group_;

@@ -5,6 +5,7 @@
 
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -75,6 +76,32 @@ TEST(GridSearchTest, TensorGroupsGoOnFastLinksAndTheSlowLinkBetweenReplicas) {
   ASSERT_TRUE(chosen.ok() && plain.ok());
   EXPECT_LT(chosen->step_seconds, 0.75 * plain->step_seconds) << plain->critical_path;
   EXPECT_TRUE(absl::StrContains(plain->critical_path, "tensor collectives")) << plain->critical_path;
+}
+
+// A search reuses a grid's link groups across swaps of two positions: the
+// estimate is the one built from scratch, whichever two positions swap
+// (hops and all-reduces across racks, tensor groups within and across).
+TEST(GridSearchTest, LinkGroupsSwappedWithTheirPositionsEstimateAsBuiltOnes) {
+  const auto spec = Spec(2, 2, 2);
+  std::vector<WorkerRecord> grid = {Worker("a1"), Worker("b1"), Worker("c1"), Worker("a2"),
+                                    Worker("b2"), Worker("c2"), Worker("a3"), Worker("b3")};
+  const LinkLookup links = Racks(10e9, 50e6);
+  LinkGroups groups = GroupsOf(grid, links);
+  int compared = 0;
+  for (size_t i = 0; i < grid.size(); ++i) {
+    for (size_t j = i + 1; j < grid.size(); ++j) {
+      std::swap(grid[i], grid[j]);
+      groups.Swap(i, j);
+      auto reused = EstimateGrid(spec, grid, links, {}, false, &groups);
+      auto built = EstimateGrid(spec, grid, links);
+      ASSERT_TRUE(reused.ok() && built.ok()) << built.status();
+      EXPECT_EQ(reused->step_seconds, built->step_seconds) << i << " <-> " << j;
+      EXPECT_EQ(reused->reduce_seconds, built->reduce_seconds) << i << " <-> " << j;
+      EXPECT_EQ(reused->critical_path, built->critical_path) << i << " <-> " << j;
+      ++compared;  // left swapped: the next pair swaps within a shuffled grid
+    }
+  }
+  EXPECT_EQ(compared, 28);
 }
 
 // A two-stage pipeline from three workers, one of them behind a slow link:
