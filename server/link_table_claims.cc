@@ -317,11 +317,22 @@ std::optional<std::string> LinkTable::ClaimCheck(const std::string& name, const 
   // Never measured with one end busy (a worker that joined while jobs
   // run: its links to their workers; within one host, memory: assumed);
   // two idle ends' is a probe's (Claim).
-  for (auto it = queued_.lower_bound({name, ""}); it != queued_.end() && it->first == name; ++it) {
-    if (!links_.count(*it) && HostLocked(it->first) != HostLocked(it->second) &&
-        (busy.count(it->first) || busy.count(it->second)) && may(*it)) {
-      return take(*it);
+  // One end busy, the other not: `name` busy, only its directions to
+  // peers not busy, and where every worker is busy (a full cluster's
+  // heartbeats) none is scanned: one walk of the two sorted name lists.
+  const bool name_busy = busy.count(name) > 0;
+  auto any_not_busy = [&] {
+    auto b = busy.begin();
+    for (const auto& [worker, host] : hosts_) {
+      while (b != busy.end() && *b < worker) ++b;
+      if (b == busy.end() || *b != worker) return true;
     }
+    return false;
+  };
+  if (name_busy && !any_not_busy()) return std::nullopt;
+  for (auto it = queued_.lower_bound({name, ""}); it != queued_.end() && it->first == name; ++it) {
+    if (busy.count(it->second) == name_busy) continue;  // both busy, or both idle (a plain probe's)
+    if (!links_.count(*it) && HostLocked(it->first) != HostLocked(it->second) && may(*it)) return take(*it);
   }
   return std::nullopt;
 }

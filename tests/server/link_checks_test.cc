@@ -87,6 +87,26 @@ TEST_F(LinkChecksTest, TheLinksFoundBackAreKeptInOrderTheOldestCounted) {
   EXPECT_EQ(forgotten, 0u);
 }
 
+// A worker that joined while jobs run: its links never measured are
+// checked from a busy end only towards a peer that is not busy (two busy
+// ends' jobs would share the transfer), and from an idle one towards busy
+// peers; with every worker busy nothing is handed out.
+TEST_F(LinkChecksTest, ALinkNeverMeasuredIsCheckedWithExactlyOneEndBusy) {
+  table_.Joined("e", "he", {"a", "b", "c", "d", "e"});
+  const std::set<std::string> all = {"a", "b", "c", "d", "e"};
+  for (const std::string& w : all) EXPECT_FALSE(table_.ClaimCheck(w, all).has_value()) << w << ": all busy";
+  EXPECT_TRUE(table_.CheckDue("a")) << "due: only who is busy keeps it from running";
+  std::optional<std::string> peer = table_.ClaimCheck("a", {"a", "b", "c", "d"});
+  EXPECT_EQ(peer, "e") << "a busy, e idle";
+  table_.Record("a", {Measured("e", 1e8)});
+  peer = table_.ClaimCheck("e", {"e"});
+  ASSERT_TRUE(peer.has_value()) << "e busy, its peers idle";
+  table_.Record("e", {Measured(*peer, 1e8)});
+  const std::optional<std::string> next = table_.ClaimCheck("e", {"a", "b", "c", "d"});
+  ASSERT_TRUE(next.has_value()) << "e idle, its peers busy";
+  EXPECT_NE(*next, *peer) << "measured now";
+}
+
 TEST_F(LinkChecksTest, ALinkWithinOneHostIsMemoryNeverInDoubtNorChecked) {
   table_.Joined("e", "ha", {});  // on a's host
   table_.Record("a", {Measured("e", 1e9)});

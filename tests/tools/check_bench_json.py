@@ -438,6 +438,21 @@ def check_planner(bin_dir, workdir):
     assert sum(r["search_s"] + r["search_without_table_s"] for r in rows) < wall, (rows, wall)
 
 
+def check_coordinator(bin_dir, workdir):
+    sizes = [10, 40]
+    rows, wall = run([os.path.join(bin_dir, "bench_coordinator"), "--workers=%s" % ",".join(map(str, sizes)),
+                      "--heartbeats=200"], os.path.join(workdir, "coordinator.json"))
+    assert [r["workers"] for r in rows] == sizes, rows
+    for r in rows:
+        check_fields(r, ["queued_links", "heartbeat_us", "list_us", "list_per_heartbeat"])
+        # Every direction between two workers on hosts of their own, queued.
+        assert r["queued_links"] == r["workers"] * (r["workers"] - 1), r
+        assert r["heartbeat_us"] > 0 and r["list_us"] > 0, r
+        assert close(r["list_per_heartbeat"], r["list_us"] / r["heartbeat_us"]), r
+    # Half of each size's 200 heartbeats took at least the median.
+    assert sum(100 * r["heartbeat_us"] for r in rows) / 1e6 < wall, (rows, wall)
+
+
 def main():
     bin_dir, workdir, source_dir = sys.argv[1], sys.argv[2], sys.argv[3]
     os.makedirs(workdir, exist_ok=True)
@@ -450,6 +465,7 @@ def main():
     check_stage_layout_across_capped_veth(bin_dir, workdir, source_dir)
     check_recovery(bin_dir, workdir)
     check_planner(bin_dir, workdir)
+    check_coordinator(bin_dir, workdir)
     print("bench JSON checks passed")
 
 
