@@ -424,13 +424,21 @@ def check_recovery(bin_dir, workdir):
     assert timed < wall, ("the recoveries took longer than the whole benchmark", timed, wall)
 
 
-def check_planner(bin_dir, workdir):
-    sizes = [8, 12]
-    rows, wall = run([os.path.join(bin_dir, "bench_planner"), "--positions=%s" % ",".join(map(str, sizes)),
-                      "--reps=1"], os.path.join(workdir, "planner.json"))
-    assert [r["positions"] for r in rows] == sizes, rows
+def run_sizes(bin_dir, workdir, bench, size_flag, sizes, fields, extra):
+    """Runs a benchmark with one row per size (--SIZE_FLAG=a,b,...): its rows, in order, each with
+    `fields` finite, and the wall time it took."""
+    rows, wall = run([os.path.join(bin_dir, bench), "--%s=%s" % (size_flag, ",".join(map(str, sizes)))] + extra,
+                     os.path.join(workdir, bench + ".json"))
+    assert [r[size_flag] for r in rows] == sizes, rows
     for r in rows:
-        check_fields(r, ["idle_workers", "search_s", "search_without_table_s", "table_cost_ratio"])
+        check_fields(r, fields)
+    return rows, wall
+
+
+def check_planner(bin_dir, workdir):
+    rows, wall = run_sizes(bin_dir, workdir, "bench_planner", "positions", [8, 12],
+                           ["idle_workers", "search_s", "search_without_table_s", "table_cost_ratio"], ["--reps=1"])
+    for r in rows:
         assert r["idle_workers"] == r["positions"] + 8, r
         assert r["search_s"] > 0 and r["search_without_table_s"] > 0, r
         assert close(r["table_cost_ratio"], r["search_s"] / r["search_without_table_s"]), r
@@ -439,12 +447,9 @@ def check_planner(bin_dir, workdir):
 
 
 def check_coordinator(bin_dir, workdir):
-    sizes = [10, 40]
-    rows, wall = run([os.path.join(bin_dir, "bench_coordinator"), "--workers=%s" % ",".join(map(str, sizes)),
-                      "--heartbeats=200"], os.path.join(workdir, "coordinator.json"))
-    assert [r["workers"] for r in rows] == sizes, rows
+    rows, wall = run_sizes(bin_dir, workdir, "bench_coordinator", "workers", [10, 40],
+                           ["queued_links", "heartbeat_us", "list_us", "list_per_heartbeat"], ["--heartbeats=200"])
     for r in rows:
-        check_fields(r, ["queued_links", "heartbeat_us", "list_us", "list_per_heartbeat"])
         # Every direction between two workers on hosts of their own, queued.
         assert r["queued_links"] == r["workers"] * (r["workers"] - 1), r
         assert r["heartbeat_us"] > 0 and r["list_us"] > 0, r
