@@ -7,7 +7,9 @@
 // busy workers). Timed, in the same run: a heartbeat round trip (the
 // median of `heartbeats`, one worker after another) and a listing of every
 // worker record (WorkerRegistry::List), what each such heartbeat paid
-// before the registry kept which workers probes may use (Availability).
+// before the registry kept which workers probes may use (Availability);
+// and a registration's round trip (the median of the last tenth's: its
+// links to every worker queued).
 //
 //   bench_coordinator [--workers=10,100,1000] [--heartbeats=2000] [--json=FILE]
 #include <grpcpp/grpcpp.h>
@@ -69,6 +71,7 @@ void BenchSize(int workers, int heartbeats, BenchReport& report) {
       grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
 
   std::vector<std::pair<std::string, std::string>> registered;  // (id, secret)
+  std::vector<double> registrations;  // the last tenth's round trips
   for (int i = 0; i < workers; ++i) {
     grpc::ClientContext context;
     shardline::v1::RegisterRequest request;
@@ -77,7 +80,12 @@ void BenchSize(int workers, int heartbeats, BenchReport& report) {
     request.mutable_capabilities()->set_gemm_flops(1e10);
     request.mutable_capabilities()->set_memory_bytes(int64_t{8} << 30);
     shardline::v1::RegisterResponse response;
+    const auto start = std::chrono::steady_clock::now();
     const grpc::Status status = stub->Register(&context, request, &response);
+    if (i >= workers - std::max(1, workers / 10)) {
+      registrations.push_back(
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count());
+    }
     CHECK(status.ok()) << status.error_message();
     registered.emplace_back(response.worker_id(), response.worker_secret());
   }
@@ -112,6 +120,7 @@ void BenchSize(int workers, int heartbeats, BenchReport& report) {
   const double heartbeat_us = Median(round_trips);
   report.Add({{"workers", static_cast<double>(workers)},
               {"queued_links", static_cast<double>(jobs.links().pending())},
+              {"register_us", Median(registrations)},
               {"heartbeat_us", heartbeat_us},
               {"list_us", list_us},
               {"list_per_heartbeat", list_us / heartbeat_us}});

@@ -148,14 +148,23 @@ grpc::ServerUnaryReactor* CoordinatorService::Register(grpc::CallbackServerConte
   response->set_worker_secret(registry_.Get(*id)->secret);
   response->set_lease_ms(absl::ToInt64Milliseconds(registry_.lease()));
   // Its links to every live worker are unknown (or were measured by a
-  // worker of the same name before): measure them as it goes idle.
-  std::set<std::string> known;
+  // worker of the same name before): measure them as it goes idle. The
+  // links of workers the registry forgot go (only then: a scan of them all).
+  const uint64_t forgotten = registry_.forgotten();  // first: one forgotten after is retained next time
+  const std::shared_ptr<const WorkerAvailability> workers = registry_.Availability();
   std::vector<std::string> live;
-  for (const WorkerRecord& w : registry_.List()) {
-    known.insert(w.name);
-    if (!w.lost) live.push_back(w.name);
+  for (const auto& [name, address] : workers->address) live.push_back(name);
+  bool retain = false;
+  {
+    absl::MutexLock lock(&mu_);
+    retain = forgotten != retained_;
+    retained_ = forgotten;
   }
-  jobs_->links().Retain(known);
+  if (retain) {
+    std::set<std::string> known(live.begin(), live.end());
+    known.insert(workers->absent.begin(), workers->absent.end());  // lost ones are shown a while
+    jobs_->links().Retain(known);
+  }
   WorkerRecord joined;
   joined.capabilities = request->capabilities();
   jobs_->links().Joined(request->name(), HostOf(joined), live);

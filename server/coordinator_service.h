@@ -66,6 +66,9 @@ class CoordinatorService final : public shardline::v1::Coordinator::CallbackServ
   absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<StreamMailbox<shardline::v1::Assignment>>> mailboxes_
       ABSL_GUARDED_BY(mu_);
+  // WorkerRegistry::forgotten() when the link table last dropped the
+  // workers the registry forgot (LinkTable::Retain: a scan of every link).
+  uint64_t retained_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace shardline::server

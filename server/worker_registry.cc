@@ -40,6 +40,7 @@ absl::StatusOr<std::string> WorkerRegistry::Register(
       return absl::AlreadyExistsError(absl::StrCat("a live worker is already named '", name, "'"));
     }
     workers_.erase(it);
+    ++forgotten_;
     break;
   }
   if (workers_.size() >= kMaxWorkers) {
@@ -53,6 +54,7 @@ absl::StatusOr<std::string> WorkerRegistry::Register(
                                                        " live workers, the most it takes"));
     }
     workers_.erase(oldest);
+    ++forgotten_;
   }
   WorkerRecord record;
   record.order = next_id_;
@@ -115,6 +117,7 @@ std::vector<WorkerRecord> WorkerRegistry::ExpireLeases() {
   for (auto it = workers_.begin(); it != workers_.end();) {
     it = it->second.lost && now - it->second.lost_at > kLostRetention ? workers_.erase(it) : std::next(it);
   }
+  forgotten_ += kept - workers_.size();
   for (auto& [id, w] : workers_) {
     if (!w.lost && w.lease_expiry < now) {
       w.lost = true;
@@ -174,6 +177,11 @@ void WorkerRegistry::SetJob(const std::string& worker_id, const std::string& job
   if (job_id.empty() && !it->second.job_id.empty()) it->second.idle_since = clock_();
   it->second.job_id = job_id;
   availability_.reset();
+}
+
+uint64_t WorkerRegistry::forgotten() {
+  absl::MutexLock lock(&mu_);
+  return forgotten_;
 }
 
 std::shared_ptr<const WorkerAvailability> WorkerRegistry::Availability() {

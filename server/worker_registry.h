@@ -5,6 +5,7 @@
 #ifndef SHARDLINE_SERVER_WORKER_REGISTRY_H_
 #define SHARDLINE_SERVER_WORKER_REGISTRY_H_
 
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -187,6 +188,11 @@ class WorkerRegistry {
   // job (every heartbeat asks; a listing of every record would cost each
   // O(workers)).
   std::shared_ptr<const WorkerAvailability> Availability();
+  // How many records were forgotten since the registry began (lost ones
+  // past kLostRetention or making room, or replaced by a registration of
+  // the same name): what keeps a record of their names can drop them once
+  // this moves.
+  uint64_t forgotten();
 
  private:
   const absl::Duration lease_;
@@ -202,6 +208,7 @@ class WorkerRegistry {
   absl::Mutex mu_;
   std::map<std::string, WorkerRecord> workers_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<const WorkerAvailability> availability_ ABSL_GUARDED_BY(mu_);  // null: to build
+  uint64_t forgotten_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
 };
 

@@ -266,6 +266,33 @@ TEST_F(CoordinatorServiceTest, AWorkerWatchingAgainAfterItsStreamBrokeGetsItsAss
 // a short transfer, once kCheckEvery has passed; found back, it leaves
 // doubt and counts as a recovery. A busy worker is handed nothing else,
 // but for the links of a worker that joined.
+// A lost worker's links are kept while the registry shows it, and go at
+// the first registration after the registry forgot it (not at every one:
+// each would scan every link).
+TEST_F(CoordinatorServiceTest, TheLinksOfAWorkerTheRegistryForgotGoAtTheNextRegistration) {
+  std::string w0, w1;
+  ASSERT_TRUE(Register("w0", &w0, 1e9, "10.0.0.1:1").ok());
+  ASSERT_TRUE(Register("w1", &w1, 1e9, "10.0.0.2:1").ok());
+  ASSERT_TRUE(Register("w2", nullptr, 1e9, "10.0.0.3:1").ok());
+  auto measured = [](const std::string& to) {
+    LinkRecord l;
+    l.to = to;
+    l.bytes_per_second = 1e8;
+    return l;
+  };
+  jobs_->links().Record("w0", {measured("w1"), measured("w2")});
+  ASSERT_TRUE(registry_->Leave(w1).ok());
+  ASSERT_TRUE(Register("w3", nullptr, 1e9, "10.0.0.4:1").ok());
+  EXPECT_TRUE(jobs_->links().Get("w0", "w1").has_value()) << "lost, still shown: kept";
+  skew_seconds_ += absl::ToInt64Seconds(WorkerRegistry::kLostRetention) + 1;
+  registry_->ExpireLeases();  // the reaper's: w1 forgotten, the others lost now
+  ASSERT_EQ(registry_->forgotten(), 1u);
+  ASSERT_TRUE(Register("w4", nullptr, 1e9, "10.0.0.5:1").ok());
+  EXPECT_FALSE(jobs_->links().Get("w0", "w1").has_value()) << "forgotten: gone";
+  EXPECT_TRUE(jobs_->links().Get("w0", "w2").has_value()) << "w2 is lost, still shown: kept";
+  EXPECT_TRUE(StillServing());
+}
+
 TEST_F(CoordinatorServiceTest, ALinkInDoubtIsCheckedAgainstABusyPeerWithAShortTransfer) {
   std::string w0, w1, w2;  // a host each: a link within one host is memory, never in doubt
   ASSERT_TRUE(Register("w0", &w0, 1e9, "127.0.0.1:1").ok());

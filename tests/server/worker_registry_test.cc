@@ -80,9 +80,11 @@ TEST(WorkerRegistryTest, AvailabilityFollowsEveryChangeOfAWorkersState) {
   now += absl::Seconds(1);
   ASSERT_EQ(registry.ExpireSilent({c}, absl::ZeroDuration()).size(), 1u);
   EXPECT_EQ(registry.Availability()->absent, (Names{"a", "b", "c"}));
+  EXPECT_EQ(registry.forgotten(), 0u);
   now += WorkerRegistry::kLostRetention + absl::Seconds(1);
   registry.ExpireLeases();
   EXPECT_TRUE(registry.Availability()->absent.empty()) << "forgotten";
+  EXPECT_EQ(registry.forgotten(), 3u);
 }
 
 // The hostile-client probe: lost workers were never removed.

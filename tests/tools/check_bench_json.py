@@ -448,11 +448,12 @@ def check_planner(bin_dir, workdir):
 
 def check_coordinator(bin_dir, workdir):
     rows, wall = run_sizes(bin_dir, workdir, "bench_coordinator", "workers", [10, 40],
-                           ["queued_links", "heartbeat_us", "list_us", "list_per_heartbeat"], ["--heartbeats=200"])
+                           ["queued_links", "register_us", "heartbeat_us", "list_us", "list_per_heartbeat"],
+                           ["--heartbeats=200"])
     for r in rows:
         # Every direction between two workers on hosts of their own, queued.
         assert r["queued_links"] == r["workers"] * (r["workers"] - 1), r
-        assert r["heartbeat_us"] > 0 and r["list_us"] > 0, r
+        assert r["register_us"] > 0 and r["heartbeat_us"] > 0 and r["list_us"] > 0, r
         assert close(r["list_per_heartbeat"], r["list_us"] / r["heartbeat_us"]), r
     # Half of each size's 200 heartbeats took at least the median.
     assert sum(100 * r["heartbeat_us"] for r in rows) / 1e6 < wall, (rows, wall)
