@@ -318,18 +318,19 @@ std::optional<std::string> LinkTable::ClaimCheck(const std::string& name, const 
   // run: its links to their workers; within one host, memory: assumed);
   // two idle ends' is a probe's (Claim).
   // One end busy, the other not: `name` busy, only its directions to
-  // peers not busy, and where every worker is busy (a full cluster's
-  // heartbeats) none is scanned: one walk of the two sorted name lists.
+  // peers not busy, and where every worker is busy or absent (a full
+  // cluster's heartbeats) none is scanned: one walk of the sorted names.
   const bool name_busy = busy.count(name) > 0;
-  auto any_not_busy = [&] {
-    auto b = busy.begin();
+  auto any_idle = [&] {
+    auto b = busy.begin(), a = absent.begin();
     for (const auto& [worker, host] : hosts_) {
       while (b != busy.end() && *b < worker) ++b;
-      if (b == busy.end() || *b != worker) return true;
+      while (a != absent.end() && *a < worker) ++a;
+      if ((b == busy.end() || *b != worker) && (a == absent.end() || *a != worker)) return true;
     }
     return false;
   };
-  if (name_busy && !any_not_busy()) return std::nullopt;
+  if (name_busy && !any_idle()) return std::nullopt;
   for (auto it = queued_.lower_bound({name, ""}); it != queued_.end() && it->first == name; ++it) {
     if (busy.count(it->second) == name_busy) continue;  // both busy, or both idle (a plain probe's)
     if (!links_.count(*it) && HostLocked(it->first) != HostLocked(it->second) && may(*it)) return take(*it);

@@ -95,6 +95,7 @@ TEST_F(LinkChecksTest, ALinkNeverMeasuredIsCheckedWithExactlyOneEndBusy) {
   table_.Joined("e", "he", {"a", "b", "c", "d", "e"});
   const std::set<std::string> all = {"a", "b", "c", "d", "e"};
   for (const std::string& w : all) EXPECT_FALSE(table_.ClaimCheck(w, all).has_value()) << w << ": all busy";
+  EXPECT_FALSE(table_.ClaimCheck("a", {"a", "b", "c", "d"}, {"e"}).has_value()) << "e absent: none idle";
   EXPECT_TRUE(table_.CheckDue("a")) << "due: only who is busy keeps it from running";
   std::optional<std::string> peer = table_.ClaimCheck("a", {"a", "b", "c", "d"});
   EXPECT_EQ(peer, "e") << "a busy, e idle";
