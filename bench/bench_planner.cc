@@ -6,7 +6,8 @@
 // runs twice in the same process: links from a LinkTable holding every
 // measurement (what the coordinator plans on: LinksFrom) and from a
 // precomputed matrix (no table at all); the ratio is what reading the table
-// costs the search.
+// costs the search. Beside it, the chosen grid's predicted step and the
+// plain choice's (registration order), where the search starts.
 //
 //   bench_planner [--positions=8,32,64] [--reps=3] [--json=FILE]
 #include <limits>
@@ -93,6 +94,7 @@ void BenchSize(int positions, int reps, BenchReport& report) {
   };
   double seconds[2] = {0, 0};
   std::vector<std::string> grids[2];
+  std::vector<WorkerRecord> chosen;
   for (int with_table = 0; with_table < 2; ++with_table) {
     seconds[with_table] = MedianSeconds(reps, [&] {
       absl::StatusOr<std::vector<WorkerRecord>> grid =
@@ -100,14 +102,24 @@ void BenchSize(int positions, int reps, BenchReport& report) {
       BENCH_CHECK_OK(grid.status());
       grids[with_table].clear();
       for (const WorkerRecord& w : *grid) grids[with_table].push_back(w.name);
+      chosen = *grid;
     });
   }
   CHECK(grids[0] == grids[1]) << "the same figures chose another grid";
+  // What the search found: the chosen grid's predicted step against the
+  // plain choice's (registration order).
+  const std::vector<WorkerRecord> plain(idle.begin(), idle.begin() + positions);
+  absl::StatusOr<server::GridCost> found = server::EstimateGrid(spec, chosen, server::LinksFrom(&table));
+  absl::StatusOr<server::GridCost> start = server::EstimateGrid(spec, plain, server::LinksFrom(&table));
+  BENCH_CHECK_OK(found.status());
+  BENCH_CHECK_OK(start.status());
   report.Add({{"positions", static_cast<double>(positions)},
               {"idle_workers", static_cast<double>(n)},
               {"search_s", seconds[1]},
               {"search_without_table_s", seconds[0]},
-              {"table_cost_ratio", seconds[1] / seconds[0]}});
+              {"table_cost_ratio", seconds[1] / seconds[0]},
+              {"plain_step_s", start->step_seconds},
+              {"chosen_step_s", found->step_seconds}});
 }
 
 }  // namespace

@@ -437,11 +437,14 @@ def run_sizes(bin_dir, workdir, bench, size_flag, sizes, fields, extra):
 
 def check_planner(bin_dir, workdir):
     rows, wall = run_sizes(bin_dir, workdir, "bench_planner", "positions", [8, 12],
-                           ["idle_workers", "search_s", "search_without_table_s", "table_cost_ratio"], ["--reps=1"])
+                           ["idle_workers", "search_s", "search_without_table_s", "table_cost_ratio",
+                            "plain_step_s", "chosen_step_s"], ["--reps=1"])
     for r in rows:
         assert r["idle_workers"] == r["positions"] + 8, r
         assert r["search_s"] > 0 and r["search_without_table_s"] > 0, r
         assert close(r["table_cost_ratio"], r["search_s"] / r["search_without_table_s"]), r
+        # The search starts from the plain choice and takes only moves that shorten the step.
+        assert 0 < r["chosen_step_s"] <= r["plain_step_s"], r
     # The timed searches ran within the benchmark.
     assert sum(r["search_s"] + r["search_without_table_s"] for r in rows) < wall, (rows, wall)
 
