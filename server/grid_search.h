@@ -7,6 +7,11 @@
 // each round takes the best single move (two positions swap workers, or an
 // idle worker not in the grid takes a position) while it shortens the step
 // by more than kSearchGain, so measured noise never reshuffles a grid.
+// The search also runs from constructive starts (the fastest runs of t
+// sorted by rate, dealt stage by stage so a stage's replicas run alike:
+// ByRate in grid_search.cc) predicted clearly faster than the plain
+// choice, each search on an equal share of kSearchEvaluations; the fastest
+// result is chosen (the plain search's on a tie).
 // With measured links this puts a tensor group's ranks on fast links and
 // the slow links where the fewest bytes cross; with faster and slower
 // workers it puts them where the cut can use them. parallel.placement

@@ -10,6 +10,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/job_spec.h"
 #include "gtest/gtest.h"
 
@@ -140,6 +141,59 @@ TEST(GridSearchTest, ASlowerWorkerGetsFewerLayersAndEqualOnesKeepTheirOrder) {
                           LinksFrom(nullptr));
   ASSERT_TRUE(equal.ok());
   EXPECT_EQ(Names(*equal), (std::vector<std::string>{"w0", "w1", "w2", "w3"}));
+}
+
+// Five rates mixed through registration order, four workers each, for 4
+// stages × 4 replicas: every stage of the plain choice holds a slow
+// worker, and no single move changes that. The search starts from the
+// workers sorted by rate, a stage's replicas alike, the slowest four left
+// out (bench_planner measures it on larger clusters).
+TEST(GridSearchTest, MixedRatesGiveEachStageReplicasOfOneRate) {
+  const auto spec = Spec(4, 4, 1, 16);
+  std::vector<WorkerRecord> idle;
+  for (int i = 0; i < 20; ++i) idle.push_back(Worker(absl::StrCat("w", i), 1e11 * (1 + i % 5)));
+  auto grid = ChooseGrid(spec, idle, {}, LinksFrom(nullptr));
+  ASSERT_TRUE(grid.ok()) << grid.status();
+  for (int s = 0; s < 4; ++s) {
+    std::set<double> rates;
+    for (int r = 0; r < 4; ++r) rates.insert((*grid)[r * 4 + s].capabilities.gemm_flops());
+    EXPECT_EQ(rates.size(), 1u) << "stage " << s << ": " << absl::StrJoin(Names(*grid), " ");
+    EXPECT_GT(*rates.begin(), 1e11) << "stage " << s << " holds one of the slowest";
+  }
+  auto chosen = EstimateGrid(spec, *grid, LinksFrom(nullptr));
+  auto plain = EstimateGrid(spec, {idle.begin(), idle.begin() + 16}, LinksFrom(nullptr));
+  ASSERT_TRUE(chosen.ok() && plain.ok());
+  EXPECT_LT(chosen->step_seconds, 0.8 * plain->step_seconds) << plain->critical_path;
+}
+
+// The same with tensor groups: six hosts of two workers, rates by host
+// (fast, slow, slow, fast, fast, fast) for 2 stages × 2 replicas × 2 ranks.
+// The plain choice gives each stage a slow host; a single move splits a
+// tensor group across hosts. The start by rate takes the four fast hosts,
+// each a tensor group.
+TEST(GridSearchTest, MixedRatesAmongHostsKeepTensorGroupsOnOneHost) {
+  const auto spec = Spec(2, 2, 2, 16);
+  const std::vector<double> host_rate = {3e11, 1e11, 1e11, 3e11, 3e11, 3e11};
+  std::vector<WorkerRecord> idle;
+  for (int h = 0; h < 6; ++h) {
+    for (int k = 0; k < 2; ++k) {
+      WorkerRecord w = Worker(absl::StrCat("h", h, "w", k), host_rate[h]);
+      w.capabilities.set_listen_address(absl::StrCat("h", h, ".example:740", k));
+      idle.push_back(w);
+    }
+  }
+  auto grid = ChooseGrid(spec, idle, {}, LinksFrom(nullptr));
+  ASSERT_TRUE(grid.ok()) << grid.status();
+  for (int g = 0; g < 4; ++g) {
+    const WorkerRecord& a = (*grid)[2 * g];
+    const WorkerRecord& b = (*grid)[2 * g + 1];
+    EXPECT_EQ(HostOf(a), HostOf(b)) << "tensor group " << g << ": " << absl::StrJoin(Names(*grid), " ");
+    EXPECT_EQ(a.capabilities.gemm_flops(), 3e11) << "tensor group " << g << ": " << absl::StrJoin(Names(*grid), " ");
+  }
+  auto chosen = EstimateGrid(spec, *grid, LinksFrom(nullptr));
+  auto plain = EstimateGrid(spec, {idle.begin(), idle.begin() + 8}, LinksFrom(nullptr));
+  ASSERT_TRUE(chosen.ok() && plain.ok());
+  EXPECT_LT(chosen->step_seconds, 0.6 * plain->step_seconds) << plain->critical_path;
 }
 
 // parallel.placement "in_order", the baseline: the first idle workers in
