@@ -50,6 +50,11 @@ ABSL_FLAG(int32_t, concurrent_probes, shardline::server::LinkTable::kDefaultConc
 ABSL_FLAG(absl::Duration, delete_ended_jobs_after, absl::InfiniteDuration(),
           "delete a job this long after it ended (e.g. 168h): its record, checkpoint, trace and metrics, as "
           "shardctl delete does; inf: keep ended jobs until an operator deletes them");
+ABSL_FLAG(bool, tls_worker_names, true,
+          "under mutual TLS, a worker registers only under a name its client certificate holds (its common name or "
+          "a subject alternative name), or such a name followed by -SUFFIX (HOST-0, HOST-1 under HOST's "
+          "certificate); false where workers share one certificate (Compose, Kubernetes) and so may take each "
+          "other's names (docs/operations.md, Worker names and certificates)");
 ABSL_FLAG(std::string, port_file, "", "write the bound port here once serving (for launchers)");
 ABSL_FLAG(std::string, metrics_listen, "",
           "serve Prometheus metrics at http://HOST:PORT/metrics (port 0: any free port); empty: none");
@@ -123,6 +128,13 @@ int Run() {
   const std::string tag = absl::StrFormat("i%d-%06x", (*store)->incarnation(), absl::Uniform<uint32_t>(absl::BitGen(), 0, 1 << 24));
   WorkerRegistry registry(lease, [] { return absl::Now(); }, tag);
   CoordinatorService coordinator(registry);
+  const bool bind_names = (*security)->tls() && absl::GetFlag(FLAGS_tls_worker_names);
+  coordinator.set_bind_worker_names(bind_names);
+  if ((*security)->tls()) {
+    LOG(INFO) << "worker names: "
+              << (bind_names ? "bound to their certificates (--tls_worker_names)"
+                             : "any certificate of the CA may register any name (--tls_worker_names=false)");
+  }
   JobManager jobs(registry, **weights, **store, [&](const std::string& worker, shardline::v1::Assignment a) {
     coordinator.Deliver(worker, std::move(a));
   });

@@ -12,6 +12,7 @@
 #include "common/input_limits.h"
 #include "common/safetensors.h"
 #include "glog/logging.h"
+#include "server/certificate_names.h"
 #include "server/grid_cost.h"
 #include "server/grpc_mailbox_writer.h"
 #include "server/request_validation.h"
@@ -138,6 +139,13 @@ grpc::ServerUnaryReactor* CoordinatorService::Register(grpc::CallbackServerConte
                                                        const shardline::v1::RegisterRequest* request,
                                                        shardline::v1::RegisterResponse* response) {
   if (absl::Status s = ValidateRequest(*request); !s.ok()) return Done(context, s);
+  if (bind_worker_names_) {
+    const absl::Status s = CheckWorkerName(request->name(), CertificateNames(context->auth_context().get()));
+    if (!s.ok()) {
+      LOG(WARNING) << "registration refused: " << s.message();
+      return Done(context, s);
+    }
+  }
   absl::StatusOr<std::string> id = registry_.Register(request->name(), request->capabilities());
   if (!id.ok()) return Done(context, id.status());
   {

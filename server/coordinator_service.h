@@ -5,6 +5,7 @@
 #ifndef SHARDLINE_SERVER_COORDINATOR_SERVICE_H_
 #define SHARDLINE_SERVER_COORDINATOR_SERVICE_H_
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <string>
@@ -23,6 +24,9 @@ class CoordinatorService final : public shardline::v1::Coordinator::CallbackServ
   explicit CoordinatorService(WorkerRegistry& registry) : registry_(registry) {}
   // Set once, before the server starts.
   void set_jobs(JobManager* jobs) { jobs_ = jobs; }
+  // A worker registers only under a name its client certificate holds
+  // (server/certificate_names.h).
+  void set_bind_worker_names(bool on) { bind_worker_names_ = on; }
   // JobManager's Deliver: queue an assignment for a worker's watch stream.
   void Deliver(const std::string& worker_id, shardline::v1::Assignment assignment);
 
@@ -63,6 +67,7 @@ class CoordinatorService final : public shardline::v1::Coordinator::CallbackServ
 
   WorkerRegistry& registry_;
   JobManager* jobs_ = nullptr;
+  std::atomic<bool> bind_worker_names_{false};
   absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<StreamMailbox<shardline::v1::Assignment>>> mailboxes_
       ABSL_GUARDED_BY(mu_);

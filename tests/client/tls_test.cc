@@ -6,9 +6,11 @@
 // PERMISSION_DENIED while the daemons keep serving; a CA added to the file
 // the coordinator reads is trusted without a restart; and a daemon refuses
 // to listen beyond loopback in plaintext or without tokens unless told
-// --insecure.
+// --insecure; a worker registers only under a name its certificate holds.
 #include <fstream>
+#include <algorithm>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -161,6 +163,51 @@ TEST_F(TlsTest, ACaAddedToTheFilesIsTrustedWithoutARestart) {
     if (!trusted) std::this_thread::sleep_for(std::chrono::milliseconds(500));
   }
   EXPECT_TRUE(trusted) << "the new CA was not trusted within 15 s";
+}
+
+// Worker names are bound to certificates (--tls_worker_names, on under
+// TLS): w0's certificate cannot register as w1 (once w1 is lost, that would
+// take its place and its jobs' positions) nor as w5: the worker exits 2
+// naming its certificate's names and no worker record changes. It can
+// register as w0-extra.
+TEST_F(TlsTest, AWorkerRegistersOnlyUnderANameItsCertificateHolds) {
+  const std::string dir = cluster_->dir();
+  auto worker = [&](const std::string& name) {
+    std::vector<std::string> argv = {kBin + "/shardline-worker", "--coordinator=" + cluster_->address(),
+                                     "--name=" + name, "--threads=1", "--listen=127.0.0.1:0", "--gemm_flops=1e9",
+                                     "--port_file=" + dir + "/" + name + ".port"};
+    for (const std::string& flag : TlsFlags(*certs_, "w0")) argv.push_back(flag);
+    return argv;
+  };
+  auto workers = [&] {  // "NAME ID" of each registered worker
+    const CtlRun listed = Ctl({"-o", "json", "get", "workers"});
+    EXPECT_EQ(listed.ended, "exited with status 0") << listed.err;
+    shardline::v1::ListWorkersResponse list;
+    google::protobuf::util::JsonParseOptions lenient;
+    lenient.ignore_unknown_fields = true;
+    EXPECT_TRUE(google::protobuf::util::JsonStringToMessage(listed.out, &list, lenient).ok()) << listed.out;
+    std::set<std::string> out;
+    for (const auto& w : list.workers()) out.insert(w.name() + " " + w.worker_id());
+    return out;
+  };
+  const std::set<std::string> before = workers();
+  ASSERT_EQ(before.size(), 2u);
+  ASSERT_EQ(before.rbegin()->substr(0, 3), "w1 ");
+  for (const std::string name : {"w1", "w5"}) {
+    const std::string ended = RunToEnd(worker(name), dir + "/" + name + "-impostor.out", 30,
+                                       dir + "/" + name + "-impostor.err");
+    const std::string err = common::ReadFile(dir + "/" + name + "-impostor.err").value_or("");
+    EXPECT_EQ(ended, "exited with status 2") << name << ": " << err;
+    EXPECT_NE(err.find("may not register under that name: its certificate names w0"), std::string::npos) << err;
+    EXPECT_EQ(workers(), before) << name << ": a refused registration changes no worker";
+  }
+  auto extra = ChildProcess::Start(worker("w0-extra"), dir + "/w0-extra.log");
+  ASSERT_TRUE(extra.ok()) << extra.status();
+  EXPECT_FALSE(WaitForPort(dir + "/w0-extra.port").empty()) << common::ReadFile(dir + "/w0-extra.log").value_or("");
+  const std::set<std::string> after = workers();
+  EXPECT_EQ(after.size(), 3u);
+  EXPECT_TRUE(std::any_of(after.begin(), after.end(), [](const std::string& w) { return w.rfind("w0-extra ", 0) == 0; }));
+  EXPECT_TRUE(Serving());
 }
 
 TEST_F(TlsTest, ADaemonRefusesToListenBeyondLoopbackWithoutTlsAndTokensUnlessInsecure) {

@@ -104,6 +104,20 @@ TEST_F(CoordinatorServiceTest, AJobTakesABoundedNumberOfWatchers) {
   for (size_t i = 1; i < watches.size(); ++i) (void)watches[i]->Finish();
 }
 
+// With worker names bound to certificates (--tls_worker_names), a
+// registration without one is refused before anything is kept, naming why;
+// the coordinator serves on (client_tls_test registers with certificates).
+TEST_F(CoordinatorServiceTest, ANameBoundToCertificatesIsRefusedToACallerWithoutOne) {
+  coordinator_->set_bind_worker_names(true);
+  const grpc::Status refused = Register("w0");
+  EXPECT_EQ(refused.error_code(), StatusCode::PERMISSION_DENIED);
+  EXPECT_NE(refused.error_message().find("no client certificate"), std::string::npos) << refused.error_message();
+  EXPECT_TRUE(registry_->List().empty());
+  coordinator_->set_bind_worker_names(false);
+  EXPECT_TRUE(Register("w0").ok());
+  EXPECT_EQ(registry_->List().size(), 1u);
+}
+
 // The hostile-client probe: ReportStep with an empty worker_id was accepted
 // for every stage, and forged shards committed. A worker's calls must carry
 // its registration's secret, and only a position's own worker may report it.
