@@ -2,6 +2,7 @@
 
 #include <grpcpp/security/tls_certificate_verifier.h>
 #include <grpcpp/security/tls_credentials_options.h>
+#include <sys/stat.h>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/match.h"
@@ -16,6 +17,10 @@ ABSL_FLAG(int64_t, tls_refresh_s, 60, "seconds between re-reads of the TLS files
 ABSL_FLAG(bool, tls_verify_hostname, true,
           "check that a server's certificate names the host dialled (false: the CA's signature alone, for hosts "
           "named at start, such as Compose replicas; then use a CA of this cluster's own)");
+ABSL_FLAG(std::string, tls_crl_dir, "",
+          "directory of certificate revocation lists in OpenSSL's hashed form (deploy/certs.sh DIR --crl, "
+          "--revoke NAME): a revoked certificate, or any of a CA whose list is missing or expired, is refused "
+          "in the handshake; empty: none checked");
 ABSL_FLAG(bool, insecure, false,
           "plaintext, without TLS: required to listen beyond loopback without --tls_*; for trusted networks only");
 
@@ -44,6 +49,9 @@ absl::StatusOr<std::shared_ptr<TransportSecurity>> TransportSecurity::Create(con
   if (given != 0 && given != 3) {
     return absl::InvalidArgumentError("TLS needs all of --tls_cert, --tls_key and --tls_ca");
   }
+  if (given == 0 && !files.crl_dir.empty()) {
+    return absl::InvalidArgumentError("--tls_crl_dir needs --tls_cert, --tls_key and --tls_ca");
+  }
   if (given == 3 && files.insecure) {
     return absl::InvalidArgumentError("--insecure contradicts --tls_cert, --tls_key and --tls_ca");
   }
@@ -55,6 +63,12 @@ absl::StatusOr<std::shared_ptr<TransportSecurity>> TransportSecurity::Create(con
   if (absl::Status s = CheckPem("tls_cert", files.cert); !s.ok()) return s;
   if (absl::Status s = CheckPem("tls_key", files.key); !s.ok()) return s;
   if (absl::Status s = CheckPem("tls_ca", files.ca); !s.ok()) return s;
+  if (!files.crl_dir.empty()) {
+    struct stat st;
+    if (::stat(files.crl_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+      return absl::NotFoundError(absl::StrCat("--tls_crl_dir: ", Quote(files.crl_dir), " is not a directory"));
+    }
+  }
   security->provider_ = std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
       files.key, files.cert, files.ca, static_cast<unsigned int>(absl::ToInt64Seconds(files.refresh)));
   return security;
@@ -67,6 +81,7 @@ absl::StatusOr<std::shared_ptr<TransportSecurity>> TransportSecurity::FromFlags(
   files.ca = absl::GetFlag(FLAGS_tls_ca);
   files.refresh = absl::Seconds(absl::GetFlag(FLAGS_tls_refresh_s));
   files.verify_hostname = absl::GetFlag(FLAGS_tls_verify_hostname);
+  files.crl_dir = absl::GetFlag(FLAGS_tls_crl_dir);
   files.insecure = absl::GetFlag(FLAGS_insecure);
   return Create(files);
 }
@@ -85,6 +100,7 @@ absl::Status TransportSecurity::CheckListenAddress(const std::string& address) c
 std::string TransportSecurity::Describe() const {
   if (tls()) {
     return absl::StrCat("mutual TLS (CA ", files_.ca, ", certificate ", files_.cert,
+                        files_.crl_dir.empty() ? "" : absl::StrCat(", revocation lists in ", files_.crl_dir),
                         files_.verify_hostname ? ")" : ", server names not checked)");
   }
   return files_.insecure ? "plaintext (--insecure)" : "plaintext (loopback only)";
@@ -96,6 +112,7 @@ std::shared_ptr<grpc::ServerCredentials> TransportSecurity::ServerCredentials() 
   options.watch_root_certs();
   options.watch_identity_key_cert_pairs();
   options.set_cert_request_type(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  if (!files_.crl_dir.empty()) options.set_crl_directory(files_.crl_dir);
   return grpc::experimental::TlsServerCredentials(options);
 }
 
@@ -106,6 +123,7 @@ std::shared_ptr<grpc::ChannelCredentials> TransportSecurity::ChannelCredentials(
   options.watch_root_certs();
   options.watch_identity_key_cert_pairs();
   options.set_verify_server_certs(true);  // the chain, against the CA
+  if (!files_.crl_dir.empty()) options.set_crl_directory(files_.crl_dir);
   if (!files_.verify_hostname) {
     options.set_certificate_verifier(std::make_shared<grpc::experimental::NoOpCertificateVerifier>());
     options.set_check_call_host(false);

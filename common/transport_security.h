@@ -7,6 +7,7 @@
 //                                    rotated certificate is used without a
 //                                    restart: gRPC's file-watcher provider);
 //   --tls_verify_hostname            clients check the server's name (default);
+//   --tls_crl_dir                    revocation lists checked in every handshake;
 //   --insecure                       plaintext, knowingly.
 // With TLS, servers require and verify a client certificate from the CA
 // (mutual TLS, REQUIRE_AND_VERIFY) and clients verify the server's
@@ -38,6 +39,8 @@ struct TlsFiles {
   // only at start: Compose replicas, Kubernetes pods; use a CA of the
   // cluster's own then, since any certificate it signed passes).
   bool verify_hostname = true;
+  // Certificate revocation lists, OpenSSL's hashed form (empty: none).
+  std::string crl_dir;
   bool insecure = false;  // no TLS, and the operator said so
 };
 

@@ -6,7 +6,8 @@
 // PERMISSION_DENIED while the daemons keep serving; a CA added to the file
 // the coordinator reads is trusted without a restart; and a daemon refuses
 // to listen beyond loopback in plaintext or without tokens unless told
-// --insecure; a worker registers only under a name its certificate holds.
+// --insecure; a worker registers only under a name its certificate holds;
+// revoked certificates are refused where a revocation list is given.
 #include <fstream>
 #include <algorithm>
 #include <memory>
@@ -208,6 +209,69 @@ TEST_F(TlsTest, AWorkerRegistersOnlyUnderANameItsCertificateHolds) {
   EXPECT_EQ(after.size(), 3u);
   EXPECT_TRUE(std::any_of(after.begin(), after.end(), [](const std::string& w) { return w.rfind("w0-extra ", 0) == 0; }));
   EXPECT_TRUE(Serving());
+}
+
+// Revocation lists (--tls_crl_dir; deploy/certs.sh DIR --revoke NAME): a
+// coordinator given one refuses a revoked client certificate in the
+// handshake, also one revoked while it runs, and serves the others on; a
+// client given one refuses a server whose certificate was revoked. A
+// missing directory, or one without TLS, stops a daemon at start.
+TEST_F(TlsTest, RevokedCertificatesAreRefusedInTheHandshake) {
+  const std::string ca = TempDir("tls-crl");
+  for (const char* name : {"coordinator", "shardctl", "gone", "later"}) ASSERT_TRUE(MakeCert(ca, name));
+  auto certs = [&](const std::vector<std::string>& args, const std::string& log) {
+    std::vector<std::string> argv = {"/bin/bash", std::string(SHARDLINE_SOURCE_DIR) + "/deploy/certs.sh", ca};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return RunToEnd(argv, ca + "/" + log + ".log", 60);
+  };
+  ASSERT_EQ(certs({"--revoke", "gone"}, "revoke-gone"), "exited with status 0")
+      << common::ReadFile(ca + "/revoke-gone.log").value_or("");
+  const std::string crl = "--tls_crl_dir=" + ca + "/crl";
+  std::vector<std::string> argv = {kBin + "/shardline-coordinator", "--listen=127.0.0.1:0",
+                                   "--state_dir=" + ca + "/state", "--port_file=" + ca + "/coordinator.port", crl};
+  for (const std::string& flag : TlsFlags(ca, "coordinator")) argv.push_back(flag);
+  auto coordinator = ChildProcess::Start(argv, ca + "/coordinator.log");
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status();
+  const std::string port = WaitForPort(ca + "/coordinator.port");
+  ASSERT_FALSE(port.empty()) << common::ReadFile(ca + "/coordinator.log").value_or("");
+  EXPECT_NE(common::ReadFile(ca + "/coordinator.log").value_or("").find("revocation lists in " + ca + "/crl"),
+            std::string::npos);
+  auto ctl = [&](const std::string& name, bool with_crl) {
+    std::vector<std::string> args = TlsFlags(ca, name);
+    if (with_crl) args.push_back(crl);
+    args.insert(args.end(), {"get", "workers"});
+    return cluster_->Ctl(args, "127.0.0.1:" + port);
+  };
+  EXPECT_EQ(ctl("shardctl", true).ended, "exited with status 0") << ctl("shardctl", true).err;
+  const CtlRun revoked = ctl("gone", false);
+  EXPECT_NE(revoked.ended, "exited with status 0") << "a revoked certificate was served";
+  EXPECT_NE(revoked.err.find("UNAVAILABLE"), std::string::npos) << revoked.err;
+  EXPECT_EQ(ctl("shardctl", false).ended, "exited with status 0") << "the coordinator serves on";
+  // Revoked while the coordinator runs: the next handshake reads the new list.
+  EXPECT_EQ(ctl("later", false).ended, "exited with status 0");
+  ASSERT_EQ(certs({"--revoke", "later"}, "revoke-later"), "exited with status 0");
+  const CtlRun later = ctl("later", false);
+  EXPECT_NE(later.ended, "exited with status 0") << "a certificate revoked while the coordinator ran was served";
+  EXPECT_NE(later.err.find("UNAVAILABLE"), std::string::npos) << later.err;
+  // The coordinator's own certificate revoked: a client with the list
+  // refuses it, one without it (no list to check) does not.
+  ASSERT_EQ(certs({"--revoke", "coordinator"}, "revoke-coordinator"), "exited with status 0");
+  const CtlRun refused = ctl("shardctl", true);
+  EXPECT_NE(refused.ended, "exited with status 0") << "a client with the list served by a revoked server";
+  EXPECT_EQ(ctl("shardctl", false).ended, "exited with status 0");
+  // Bad flags stop a daemon before it serves.
+  const std::string missing =
+      RunToEnd({kBin + "/shardline-coordinator", "--listen=127.0.0.1:0", "--state_dir=" + ca + "/state2",
+                "--tls_cert=" + ca + "/coordinator.pem", "--tls_key=" + ca + "/coordinator.key",
+                "--tls_ca=" + ca + "/ca.pem", "--tls_crl_dir=" + ca + "/nothere"},
+               ca + "/missing.out", 30, ca + "/missing.err");
+  EXPECT_EQ(missing, "exited with status 3");
+  EXPECT_NE(common::ReadFile(ca + "/missing.err").value_or("").find("--tls_crl_dir"), std::string::npos);
+  const std::string plain = RunToEnd({kBin + "/shardline-coordinator", "--listen=127.0.0.1:0",
+                                      "--state_dir=" + ca + "/state3", crl},
+                                     ca + "/plain.out", 30, ca + "/plain.err");
+  EXPECT_EQ(plain, "exited with status 3");
+  EXPECT_NE(common::ReadFile(ca + "/plain.err").value_or("").find("--tls_crl_dir needs"), std::string::npos);
 }
 
 TEST_F(TlsTest, ADaemonRefusesToListenBeyondLoopbackWithoutTlsAndTokensUnlessInsecure) {
