@@ -7,6 +7,8 @@ find_package(gRPC CONFIG REQUIRED)
 find_package(absl CONFIG REQUIRED)
 find_package(glog CONFIG REQUIRED)
 find_package(OpenBLAS CONFIG REQUIRED)
+# libcrypto: reading revocation lists at start (common/revocation_lists).
+find_package(OpenSSL REQUIRED)
 
 # OpenBLAS' CMake config only sets variables; wrap them in an imported target.
 add_library(shardline_openblas INTERFACE IMPORTED)

@@ -2,13 +2,13 @@
 
 #include <grpcpp/security/tls_certificate_verifier.h>
 #include <grpcpp/security/tls_credentials_options.h>
-#include <sys/stat.h>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/file_util.h"
 #include "common/input_limits.h"
+#include "glog/logging.h"
 
 ABSL_FLAG(std::string, tls_cert, "", "PEM certificate chain of this process (mutual TLS; with --tls_key, --tls_ca)");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
@@ -64,9 +64,14 @@ absl::StatusOr<std::shared_ptr<TransportSecurity>> TransportSecurity::Create(con
   if (absl::Status s = CheckPem("tls_key", files.key); !s.ok()) return s;
   if (absl::Status s = CheckPem("tls_ca", files.ca); !s.ok()) return s;
   if (!files.crl_dir.empty()) {
-    struct stat st;
-    if (::stat(files.crl_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-      return absl::NotFoundError(absl::StrCat("--tls_crl_dir: ", Quote(files.crl_dir), " is not a directory"));
+    const absl::Time now = absl::Now();
+    absl::StatusOr<RevocationSummary> lists = CheckRevocationLists(files.crl_dir, files.ca, now);
+    if (!lists.ok()) return lists.status();
+    security->revocation_ = *lists;
+    if (lists->next_update - now < kRevocationListWarning) {
+      LOG(WARNING) << "--tls_crl_dir: a revocation list in " << files.crl_dir << " expires at "
+                   << absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", lists->next_update, absl::UTCTimeZone())
+                   << ": every certificate of its CA will be refused then; write a new one (deploy/certs.sh DIR --crl)";
     }
   }
   security->provider_ = std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
@@ -100,7 +105,11 @@ absl::Status TransportSecurity::CheckListenAddress(const std::string& address) c
 std::string TransportSecurity::Describe() const {
   if (tls()) {
     return absl::StrCat("mutual TLS (CA ", files_.ca, ", certificate ", files_.cert,
-                        files_.crl_dir.empty() ? "" : absl::StrCat(", revocation lists in ", files_.crl_dir),
+                        files_.crl_dir.empty()
+                            ? ""
+                            : absl::StrCat(", revocation lists in ", files_.crl_dir, ": ", revocation_.revoked,
+                                           " revoked, next update ",
+                                           absl::FormatTime("%Y-%m-%d", revocation_.next_update, absl::UTCTimeZone())),
                         files_.verify_hostname ? ")" : ", server names not checked)");
   }
   return files_.insecure ? "plaintext (--insecure)" : "plaintext (loopback only)";

@@ -26,8 +26,12 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/revocation_lists.h"
 
 namespace shardline::common {
+
+// A revocation list expiring sooner than this is warned about at start.
+inline constexpr absl::Duration kRevocationListWarning = absl::Hours(7 * 24);
 
 struct TlsFiles {
   std::string cert;  // PEM certificate chain of this process
@@ -39,7 +43,8 @@ struct TlsFiles {
   // only at start: Compose replicas, Kubernetes pods; use a CA of the
   // cluster's own then, since any certificate it signed passes).
   bool verify_hostname = true;
-  // Certificate revocation lists, OpenSSL's hashed form (empty: none).
+  // Certificate revocation lists, OpenSSL's hashed form (empty: none):
+  // every CA of `ca` must have one there, not expired (CheckRevocationLists).
   std::string crl_dir;
   bool insecure = false;  // no TLS, and the operator said so
 };
@@ -49,8 +54,9 @@ class TransportSecurity {
   // All three files, or none with `insecure` (or none at all: plaintext,
   // which CheckListenAddress confines to loopback). INVALID_ARGUMENT for
   // some but not all, or with --insecure; NOT_FOUND for a file that cannot
-  // be read or holds no PEM block. Nothing is allocated for the channels
-  // until every file checks out.
+  // be read or holds no PEM block; CheckRevocationLists' errors for a
+  // `crl_dir` that would refuse every peer. Nothing is allocated for the
+  // channels until every file checks out.
   static absl::StatusOr<std::shared_ptr<TransportSecurity>> Create(const TlsFiles& files);
   // From the --tls_* and --insecure flags (DEFINEd by transport_security.cc).
   static absl::StatusOr<std::shared_ptr<TransportSecurity>> FromFlags();
@@ -74,6 +80,7 @@ class TransportSecurity {
  private:
   explicit TransportSecurity(TlsFiles files) : files_(std::move(files)) {}
   const TlsFiles files_;
+  RevocationSummary revocation_;  // of files_.crl_dir, checked at Create
   std::shared_ptr<grpc::experimental::FileWatcherCertificateProvider> provider_;
 };
 

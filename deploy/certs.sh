@@ -62,7 +62,11 @@ write_crl() {
   date +%s >"$dir/ca-crl-time"
   local crl
   crl=$(mktemp "$dir/crl/new.XXXXXX")
-  openssl ca -config "$dir/ca-crl.cnf" -gencrl -out "$crl" 2>/dev/null
+  if ! out=$(openssl ca -config "$dir/ca-crl.cnf" -gencrl -out "$crl" 2>&1); then
+    rm -f "$crl"
+    echo "certs.sh: cannot write the revocation list: $out" >&2
+    exit 1
+  fi
   # OpenSSL's hashed form: HASH.r0, HASH.r1, … A running daemon has read
   # the files it found and reads only those with a higher suffix, so each
   # list is written as the next one; the earlier files get it too, so a
@@ -78,6 +82,10 @@ write_crl() {
 
 if [[ $name == --revoke || $name == --crl ]]; then
   umask 077
+  if [[ ! ${SHARDLINE_CRL_DAYS:-30} =~ ^[1-9][0-9]{0,3}$ ]]; then
+    echo "certs.sh: SHARDLINE_CRL_DAYS must be a number of days within [1, 9999]" >&2
+    exit 2
+  fi
   if [[ ! -f $dir/ca.pem || ! -f $dir/ca.key ]]; then
     echo "certs.sh: $dir holds no CA (ca.pem, ca.key)" >&2
     exit 2

@@ -8,7 +8,7 @@ packages=(
   build-essential cmake pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libgoogle-glog-dev libgflags-dev libgtest-dev libgmock-dev
-  libgoogle-perftools-dev libopenblas-dev libsqlite3-dev libsystemd-dev libmicrohttpd-dev
+  libgoogle-perftools-dev libopenblas-dev libsqlite3-dev libsystemd-dev libmicrohttpd-dev libssl-dev
   # For tests only: the Prometheus server and promtool, a Docker engine with
   # Compose and debootstrap for the Compose cluster (tests start their own).
   prometheus docker.io docker-compose debootstrap

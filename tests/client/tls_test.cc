@@ -8,13 +8,17 @@
 // to listen beyond loopback in plaintext or without tokens unless told
 // --insecure; a worker registers only under a name its certificate holds;
 // revoked certificates are refused where a revocation list is given.
+#include <chrono>
+#include <filesystem>
 #include <fstream>
+#include <thread>
 #include <algorithm>
 #include <memory>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/file_util.h"
@@ -259,14 +263,39 @@ TEST_F(TlsTest, RevokedCertificatesAreRefusedInTheHandshake) {
   const CtlRun refused = ctl("shardctl", true);
   EXPECT_NE(refused.ended, "exited with status 0") << "a client with the list served by a revoked server";
   EXPECT_EQ(ctl("shardctl", false).ended, "exited with status 0");
-  // Bad flags stop a daemon before it serves.
-  const std::string missing =
-      RunToEnd({kBin + "/shardline-coordinator", "--listen=127.0.0.1:0", "--state_dir=" + ca + "/state2",
-                "--tls_cert=" + ca + "/coordinator.pem", "--tls_key=" + ca + "/coordinator.key",
-                "--tls_ca=" + ca + "/ca.pem", "--tls_crl_dir=" + ca + "/nothere"},
-               ca + "/missing.out", 30, ca + "/missing.err");
-  EXPECT_EQ(missing, "exited with status 3");
-  EXPECT_NE(common::ReadFile(ca + "/missing.err").value_or("").find("--tls_crl_dir"), std::string::npos);
+  // A directory that would refuse every peer stops a daemon before it
+  // serves: missing, holding no list of the CA, a file that is no list, or
+  // the CA's newest list expired.
+  auto start = [&](const std::string& dir, const std::string& log) {
+    const std::string ended =
+        RunToEnd({kBin + "/shardline-coordinator", "--listen=127.0.0.1:0", "--state_dir=" + ca + "/state-" + log,
+                  "--tls_cert=" + ca + "/coordinator.pem", "--tls_key=" + ca + "/coordinator.key",
+                  "--tls_ca=" + ca + "/ca.pem", "--tls_crl_dir=" + dir},
+                 ca + "/" + log + ".out", 30, ca + "/" + log + ".err");
+    return std::make_pair(ended, common::ReadFile(ca + "/" + log + ".err").value_or(""));
+  };
+  std::string hashed;  // the CA's list's file name, HASH.r0
+  for (const auto& entry : std::filesystem::directory_iterator(ca + "/crl")) {
+    if (absl::EndsWith(entry.path().filename().string(), ".r0")) hashed = entry.path().filename().string();
+  }
+  ASSERT_FALSE(hashed.empty());
+  for (const char* d : {"/empty", "/junk", "/expired"}) std::filesystem::create_directory(ca + d);
+  std::ofstream(ca + "/junk/" + hashed) << "not a list\n";
+  ASSERT_EQ(RunToEnd({"/usr/bin/openssl", "ca", "-config", ca + "/ca-crl.cnf", "-gencrl", "-crlsec", "1", "-out",
+                      ca + "/expired/" + hashed},
+                     ca + "/expired.log", 30),
+            "exited with status 0");
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  const std::vector<std::pair<std::string, std::string>> refusals = {
+      {ca + "/nothere", "is not a directory"},
+      {ca + "/empty", "holds no revocation list of CA /CN=Shardline development CA"},
+      {ca + "/junk", "is not a PEM certificate revocation list"},
+      {ca + "/expired", "expired at"}};
+  for (const auto& [dir, why] : refusals) {
+    const auto [ended, err] = start(dir, std::filesystem::path(dir).filename().string());
+    EXPECT_EQ(ended, "exited with status 3") << dir << ": " << err;
+    EXPECT_NE(err.find(why), std::string::npos) << dir << ": " << err;
+  }
   const std::string plain = RunToEnd({kBin + "/shardline-coordinator", "--listen=127.0.0.1:0",
                                       "--state_dir=" + ca + "/state3", crl},
                                      ca + "/plain.out", 30, ca + "/plain.err");

@@ -1,0 +1,35 @@
+// RevocationLists: what a --tls_crl_dir holds for the CAs of a --tls_ca
+// bundle, read the way OpenSSL reads it in a handshake (files HASH.rN, each
+// a PEM certificate revocation list). A CA with no list there, or whose
+// newest list is past its next update, makes OpenSSL refuse every
+// certificate it signed: a daemon checks at start and refuses to start
+// instead of refusing every peer (TransportSecurity::Create).
+#ifndef SHARDLINE_COMMON_REVOCATION_LISTS_H_
+#define SHARDLINE_COMMON_REVOCATION_LISTS_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace shardline::common {
+
+struct RevocationSummary {
+  int lists = 0;    // files read
+  int revoked = 0;  // certificates the CAs' newest lists revoke
+  // The earliest of the CAs' newest lists' next updates: after it, the
+  // daemons refuse every certificate of that CA.
+  absl::Time next_update = absl::InfiniteFuture();
+};
+
+// Reads `dir` (files named HASH.rN) against the CA certificates of the PEM
+// bundle `ca_path`, at time `now`. NOT_FOUND: no directory, no CA in the
+// bundle; INVALID_ARGUMENT: a HASH.rN file that is not a PEM revocation
+// list, or one no CA of the bundle signed; FAILED_PRECONDITION: a CA with
+// no list, or whose newest list expired (naming it and when).
+absl::StatusOr<RevocationSummary> CheckRevocationLists(const std::string& dir, const std::string& ca_path,
+                                                        absl::Time now);
+
+}  // namespace shardline::common
+
+#endif  // SHARDLINE_COMMON_REVOCATION_LISTS_H_
