@@ -4,12 +4,12 @@
 #include <openssl/pem.h>
 #include <openssl/x509.h>
 
+#include <algorithm>
 #include <cctype>
 #include <memory>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
 #include "common/file_util.h"
 #include "common/input_limits.h"
 

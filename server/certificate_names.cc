@@ -31,8 +31,12 @@ absl::Status CheckWorkerName(const std::string& name, const std::vector<std::str
                                                     "\" showed no client certificate; the coordinator binds worker "
                                                     "names to certificates (--tls_worker_names)"));
   }
+  // A certificate may hold many names: the message stays short.
+  constexpr size_t kNamesTold = 8;
+  std::string told = absl::StrJoin(names.begin(), names.begin() + std::min(names.size(), kNamesTold), ", ");
+  if (names.size() > kNamesTold) absl::StrAppend(&told, " and ", names.size() - kNamesTold, " more");
   return absl::PermissionDeniedError(absl::StrCat(
-      "worker \"", name, "\" may not register under that name: its certificate names ", absl::StrJoin(names, ", "),
+      "worker \"", name, "\" may not register under that name: its certificate names ", told,
       " (a worker registers as one of them, or as one followed by -SUFFIX; the coordinator's --tls_worker_names)"));
 }
 

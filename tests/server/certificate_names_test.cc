@@ -25,6 +25,16 @@ TEST(CertificateNamesTest, AWorkerRegistersUnderItsCertificatesNamesOrOneWithASu
   EXPECT_TRUE(absl::StrContains(none.message(), "no client certificate")) << none;
 }
 
+TEST(CertificateNamesTest, ARefusalNamesAtMostEightOfTheCertificatesNames) {
+  std::vector<std::string> names;
+  for (int i = 0; i < 500; ++i) names.push_back("host-" + std::to_string(i) + ".example.net");
+  const absl::Status s = CheckWorkerName("w0", names);
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_TRUE(absl::StrContains(s.message(), "host-7.example.net and 492 more")) << s;
+  EXPECT_FALSE(absl::StrContains(s.message(), "host-8.example.net")) << s;
+  EXPECT_TRUE(CheckWorkerName("host-499.example.net-2", names).ok());
+}
+
 TEST(CertificateNamesTest, NoAuthContextHoldsNoNames) { EXPECT_TRUE(CertificateNames(nullptr).empty()); }
 
 }  // namespace
