@@ -63,8 +63,7 @@ absl::Time TimeOf(const ASN1_TIME* t, absl::Time missing) {
 
 }  // namespace
 
-absl::StatusOr<RevocationSummary> CheckRevocationLists(const std::string& dir, const std::string& ca_path,
-                                                        absl::Time now) {
+absl::StatusOr<RevocationSummary> ReadRevocationLists(const std::string& dir, const std::string& ca_path) {
   absl::StatusOr<std::string> bundle = ReadFileBounded(ca_path, 1 << 20);
   if (!bundle.ok()) return absl::NotFoundError(absl::StrCat("--tls_ca: ", bundle.status().message()));
   std::vector<X509Ptr> cas;
@@ -115,22 +114,36 @@ absl::StatusOr<RevocationSummary> CheckRevocationLists(const std::string& dir, c
   for (size_t i = 0; i < cas.size(); ++i) {
     const std::string ca = NameOf(X509_get_subject_name(cas[i].get()));
     if (newest[i] == nullptr) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "--tls_crl_dir: ", Quote(dir), " holds no revocation list of CA ", ca,
-          ": every certificate it signed would be refused (deploy/certs.sh DIR --crl writes one)"));
+      if (out.missing_ca.empty()) out.missing_ca = ca;
+      continue;
     }
     const absl::Time next = TimeOf(X509_CRL_get0_nextUpdate(newest[i].get()), absl::InfiniteFuture());
-    if (next <= now) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "--tls_crl_dir: the revocation list of CA ", ca, " in ", Quote(dir), " expired at ",
-          absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", next, absl::UTCTimeZone()),
-          ": every certificate it signed would be refused (deploy/certs.sh DIR --crl writes a new one)"));
+    if (next < out.next_update) {
+      out.next_update = next;
+      out.next_update_ca = ca;
     }
-    out.next_update = std::min(out.next_update, next);
     const STACK_OF(X509_REVOKED)* revoked = X509_CRL_get_REVOKED(newest[i].get());
     out.revoked += revoked == nullptr ? 0 : sk_X509_REVOKED_num(revoked);
   }
   return out;
+}
+
+absl::StatusOr<RevocationSummary> CheckRevocationLists(const std::string& dir, const std::string& ca_path,
+                                                        absl::Time now) {
+  absl::StatusOr<RevocationSummary> lists = ReadRevocationLists(dir, ca_path);
+  if (!lists.ok()) return lists.status();
+  if (!lists->missing_ca.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--tls_crl_dir: ", Quote(dir), " holds no revocation list of CA ", lists->missing_ca,
+        ": every certificate it signed would be refused (deploy/certs.sh DIR --crl writes one)"));
+  }
+  if (lists->next_update <= now) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--tls_crl_dir: the revocation list of CA ", lists->next_update_ca, " in ", Quote(dir), " expired at ",
+        absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", lists->next_update, absl::UTCTimeZone()),
+        ": every certificate it signed would be refused (deploy/certs.sh DIR --crl writes a new one)"));
+  }
+  return lists;
 }
 
 }  // namespace shardline::common

@@ -17,16 +17,21 @@ namespace shardline::common {
 struct RevocationSummary {
   int lists = 0;    // files read
   int revoked = 0;  // certificates the CAs' newest lists revoke
-  // The earliest of the CAs' newest lists' next updates: after it, the
-  // daemons refuse every certificate of that CA.
+  // The earliest of the CAs' newest lists' next updates (after it the
+  // daemons refuse every certificate of that CA), and that CA.
   absl::Time next_update = absl::InfiniteFuture();
+  std::string next_update_ca;
+  std::string missing_ca;  // a CA of the bundle with no list (empty: none)
 };
 
 // Reads `dir` (files named HASH.rN) against the CA certificates of the PEM
-// bundle `ca_path`, at time `now`. NOT_FOUND: no directory, no CA in the
-// bundle; INVALID_ARGUMENT: a HASH.rN file that is not a PEM revocation
-// list, or one no CA of the bundle signed; FAILED_PRECONDITION: a CA with
-// no list, or whose newest list expired (naming it and when).
+// bundle `ca_path`. NOT_FOUND: no directory, no CA in the bundle;
+// INVALID_ARGUMENT: a HASH.rN file that is not a PEM revocation list, or
+// one no CA of the bundle signed.
+absl::StatusOr<RevocationSummary> ReadRevocationLists(const std::string& dir, const std::string& ca_path);
+
+// ReadRevocationLists, and FAILED_PRECONDITION where a CA has no list or
+// its newest list expired before `now` (naming it and when).
 absl::StatusOr<RevocationSummary> CheckRevocationLists(const std::string& dir, const std::string& ca_path,
                                                         absl::Time now);
 

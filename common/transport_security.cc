@@ -115,6 +115,12 @@ std::string TransportSecurity::Describe() const {
   return files_.insecure ? "plaintext (--insecure)" : "plaintext (loopback only)";
 }
 
+absl::Time TransportSecurity::RevocationNextUpdate() const {
+  absl::StatusOr<RevocationSummary> lists = ReadRevocationLists(files_.crl_dir, files_.ca);
+  if (!lists.ok() || !lists->missing_ca.empty()) return absl::InfinitePast();
+  return lists->next_update;
+}
+
 std::shared_ptr<grpc::ServerCredentials> TransportSecurity::ServerCredentials() const {
   if (!tls()) return grpc::InsecureServerCredentials();
   grpc::experimental::TlsServerCredentialsOptions options(provider_);

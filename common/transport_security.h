@@ -70,6 +70,12 @@ class TransportSecurity {
   // Refuses to serve plaintext on an address beyond loopback unless
   // --insecure was given (FAILED_PRECONDITION naming the flags).
   absl::Status CheckListenAddress(const std::string& address) const;
+  // Whether handshakes check revocation lists (--tls_crl_dir).
+  bool checks_revocation() const { return tls() && !files_.crl_dir.empty(); }
+  // The revocation lists' next update read now (ReadRevocationLists: they
+  // may have been replaced since the start); InfinitePast where they cannot
+  // be read or a CA has none: every peer of that CA is refused.
+  absl::Time RevocationNextUpdate() const;
   // One line for the start-up log: "mutual TLS (CA …, certificate …)" or
   // "plaintext (--insecure)".
   std::string Describe() const;

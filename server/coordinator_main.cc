@@ -21,6 +21,7 @@
 #include "common/init.h"
 #include "common/metrics_http_server.h"
 #include "common/service_notifier.h"
+#include "common/revocation_gauge.h"
 #include "common/transport_security.h"
 #include "glog/logging.h"
 #include "server/admin_service.h"
@@ -150,6 +151,7 @@ int Run() {
   AdminService admin(jobs, registry, **weights, tokens.get());
   shardline::common::MetricsRegistry metrics_registry;
   CoordinatorMetrics metrics(metrics_registry, registry, jobs);
+  shardline::common::AddRevocationGauge(metrics_registry, *security);
   auto metrics_server = shardline::common::MetricsHttpServer::StartIfAsked(
       absl::GetFlag(FLAGS_metrics_listen), absl::GetFlag(FLAGS_metrics_port_file), metrics_registry);
   if (!metrics_server.ok()) {

@@ -18,6 +18,7 @@
 #include "common/file_util.h"
 #include "common/init.h"
 #include "common/metrics_http_server.h"
+#include "common/revocation_gauge.h"
 #include "common/service_notifier.h"
 #include "common/transport_security.h"
 #include "glog/logging.h"
@@ -108,6 +109,7 @@ int main(int argc, char** argv) {
   // worker registers.
   shardline::common::MetricsRegistry metrics;
   options.metrics = &metrics;
+  shardline::common::AddRevocationGauge(metrics, *security);
   auto metrics_server = shardline::common::MetricsHttpServer::StartIfAsked(
       absl::GetFlag(FLAGS_metrics_listen), absl::GetFlag(FLAGS_metrics_port_file), metrics);
   if (!metrics_server.ok()) {

@@ -21,6 +21,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
 #include "common/file_util.h"
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
@@ -232,7 +233,8 @@ TEST_F(TlsTest, RevokedCertificatesAreRefusedInTheHandshake) {
       << common::ReadFile(ca + "/revoke-gone.log").value_or("");
   const std::string crl = "--tls_crl_dir=" + ca + "/crl";
   std::vector<std::string> argv = {kBin + "/shardline-coordinator", "--listen=127.0.0.1:0",
-                                   "--state_dir=" + ca + "/state", "--port_file=" + ca + "/coordinator.port", crl};
+                                   "--state_dir=" + ca + "/state", "--port_file=" + ca + "/coordinator.port", crl,
+                                   "--metrics_listen=127.0.0.1:0", "--metrics_port_file=" + ca + "/metrics.port"};
   for (const std::string& flag : TlsFlags(ca, "coordinator")) argv.push_back(flag);
   auto coordinator = ChildProcess::Start(argv, ca + "/coordinator.log");
   ASSERT_TRUE(coordinator.ok()) << coordinator.status();
@@ -240,6 +242,22 @@ TEST_F(TlsTest, RevokedCertificatesAreRefusedInTheHandshake) {
   ASSERT_FALSE(port.empty()) << common::ReadFile(ca + "/coordinator.log").value_or("");
   EXPECT_NE(common::ReadFile(ca + "/coordinator.log").value_or("").find("revocation lists in " + ca + "/crl"),
             std::string::npos);
+  // The lists' next update for an alert before they expire: certs.sh's 30 days.
+  const std::string metrics_port = WaitForPort(ca + "/metrics.port");
+  ASSERT_FALSE(metrics_port.empty());
+  ASSERT_EQ(RunToEnd({"/bin/bash", "-c",
+                      "exec 3<>/dev/tcp/127.0.0.1/" + metrics_port +
+                          " && printf 'GET /metrics HTTP/1.0\\r\\n\\r\\n' >&3 && cat <&3"},
+                     ca + "/metrics.txt", 30),
+            "exited with status 0");
+  const std::string scraped = common::ReadFile(ca + "/metrics.txt").value_or("");
+  const std::string series = "\nshardline_tls_crl_next_update_timestamp_seconds ";
+  const size_t at = scraped.find(series);
+  ASSERT_NE(at, std::string::npos) << scraped;
+  const double next_update = std::stod(scraped.substr(at + series.size()));
+  const double now = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
+  EXPECT_GT(next_update, now + 29 * 86400.0);
+  EXPECT_LT(next_update, now + 31 * 86400.0);
   auto ctl = [&](const std::string& name, bool with_crl) {
     std::vector<std::string> args = TlsFlags(ca, name);
     if (with_crl) args.push_back(crl);
