@@ -22,8 +22,9 @@
 #                        reader out here applies it: a FIFO in the work dir)
 #   TESTBED_LINK_RATE    a command that changes a node's link, both ways:
 #                        $TESTBED_LINK_RATE NAME RATE (a link getting slower)
-# Every daemon runs with mutual TLS (deploy/certs.sh) and an admin token, as
-# beyond loopback it must. A worker's `cpu=F` puts it in a cgroup of its own
+# Every daemon runs with mutual TLS (deploy/certs.sh), the CA's revocation
+# list checked in every handshake, and an admin token, as beyond loopback
+# it must. A worker's `cpu=F` puts it in a cgroup of its own
 # with F CPUs (deploy/testbed/cpu_cap.sh). Needs root, ip netns, a bridge
 # and tc tbf (and a cgroup cpu controller for cpu=). Exit:
 # COMMAND's status; 2 for a bad topology or flag; 77 when this machine
@@ -130,11 +131,12 @@ tls=$work/tls
 rm -rf "$tls"
 for i in "${!node_names[@]}"; do bash "$source_dir/deploy/certs.sh" "$tls" "${node_names[$i]}" "${node_ips[$i]}" >/dev/null; done
 bash "$source_dir/deploy/certs.sh" "$tls" shardctl >/dev/null
+bash "$source_dir/deploy/certs.sh" "$tls" --crl >/dev/null  # revocation lists checked on every channel
 token=$(openssl rand -hex 32)
 echo "admin testbed $token" >"$tls/admin-tokens"
 echo "$token" >"$tls/token"
 chmod 600 "$tls/admin-tokens" "$tls/token"
-secure() { echo "--tls_cert=$tls/$1.pem --tls_key=$tls/$1.key --tls_ca=$tls/ca.pem"; }
+secure() { echo "--tls_cert=$tls/$1.pem --tls_key=$tls/$1.key --tls_ca=$tls/ca.pem --tls_crl_dir=$tls/crl"; }
 
 # --- The daemons, each in its namespace, each with a deadline.
 coordinator=${node_ips[0]}:7400

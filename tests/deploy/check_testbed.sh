@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The testbed (deploy/testbed/testbed.sh) as a user runs it: a topology
 # with a bad line is refused before anything is made; two racks joined by a
-# capped uplink come up, a three-stage job runs across the namespaces (a
+# capped uplink come up, a three-stage job runs across the namespaces, every
+# daemon checking the CA's revocation list in its handshakes (a
 # stage link crosses the uplink: its token bucket counts the bytes) and
 # succeeds, and the links the workers measured on joining show the uplink's
 # rate across racks and a much higher one inside; with two workers in each
@@ -104,6 +105,11 @@ timeout 300 $TESTBED_SHARDCTL watch "$job" >"$TESTBED_WORK/watch.log" 2>&1 \
   || { echo "FAIL: the job did not succeed"; tail -n 5 "$TESTBED_WORK/watch.log"; ctl describe job "$job"; exit 1; }
 ctl -o json describe job "$job" >"$TESTBED_WORK/job.json"
 ctl -o json get workers >"$TESTBED_WORK/workers.json"
+# Every daemon checked the CA's revocation list in its handshakes.
+for log in coordinator a1 a2 b1; do
+  grep -q "revocation lists in $TESTBED_WORK/tls/crl" "$TESTBED_WORK/logs/$log.log" \
+    || { echo "FAIL: $log did not check revocation lists"; grep "channels:" "$TESTBED_WORK/logs/$log.log"; exit 1; }
+done
 # Bytes the uplink's token buckets passed (both directions).
 ip netns exec "${TESTBED_NETNS_PREFIX}sw" tc -s qdisc show | awk '/^qdisc tbf/ {dev=$5} /Sent/ && dev ~ /^up/ {s += $2} END {print s + 0}' \
   >"$TESTBED_WORK/uplink.bytes"
