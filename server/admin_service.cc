@@ -9,6 +9,8 @@
 #include "common/job_spec.h"
 #include "common/safetensors.h"
 #include "common/grpc_chunk_writer.h"
+#include "glog/logging.h"
+#include "server/certificate_names.h"
 #include "server/grpc_mailbox_writer.h"
 #include "server/request_validation.h"
 
@@ -59,26 +61,32 @@ shardline::v1::WorkerStatus ToWorkerStatus(const WorkerRecord& w) {
   return out;
 }
 
+// The audit line of an admin call that changed something.
+void Audit(const std::string& who, const std::string& what) { LOG(INFO) << "admin: " << who << ": " << what; }
+
 }  // namespace
 
-absl::Status AdminService::Authorize(const grpc::CallbackServerContext* context, AdminRole role) {
-  if (tokens_ == nullptr) return absl::OkStatus();
-  const std::string header = common::MetadataValue(*context, "authorization");
-  absl::StatusOr<std::string> holder = tokens_->Check(header, role);
-  return holder.status();
+absl::StatusOr<std::string> AdminService::Authorize(const grpc::CallbackServerContext* context, AdminRole role) {
+  if (tokens_ != nullptr) return tokens_->Check(common::MetadataValue(*context, "authorization"), role);
+  const std::vector<std::string> names = CertificateNames(context->auth_context().get());
+  return names.empty() ? std::string(kAnOperator) : absl::StrCat("certificate ", names.front());
 }
+
 
 grpc::ServerUnaryReactor* AdminService::SubmitJob(grpc::CallbackServerContext* context,
                                                   const shardline::v1::SubmitJobRequest* request,
                                                   JobStatus* response) {
-  if (absl::Status s = Authorize(context, AdminRole::kAdmin); !s.ok()) return Done(context, s);
-  return Reply(context, jobs_.Submit(request->spec()), response);
+  absl::StatusOr<std::string> who = Authorize(context, AdminRole::kAdmin);
+  if (!who.ok()) return Done(context, who.status());
+  absl::StatusOr<JobStatus> submitted = jobs_.Submit(request->spec());
+  if (submitted.ok()) Audit(*who, absl::StrCat("submitted job ", submitted->job_id(), " (", submitted->name(), ")"));
+  return Reply(context, std::move(submitted), response);
 }
 
 grpc::ServerUnaryReactor* AdminService::GetJob(grpc::CallbackServerContext* context,
                                                const shardline::v1::GetJobRequest* request,
                                                JobStatus* response) {
-  if (absl::Status s = Authorize(context, AdminRole::kViewer); !s.ok()) return Done(context, s);
+  if (absl::Status s = Authorize(context, AdminRole::kViewer).status(); !s.ok()) return Done(context, s);
   if (absl::Status s = ValidateRequest(*request); !s.ok()) return Done(context, s);
   return Reply(context, jobs_.Get(request->job_id()), response);
 }
@@ -86,7 +94,7 @@ grpc::ServerUnaryReactor* AdminService::GetJob(grpc::CallbackServerContext* cont
 grpc::ServerUnaryReactor* AdminService::GetTrace(grpc::CallbackServerContext* context,
                                                  const shardline::v1::GetTraceRequest* request,
                                                  shardline::v1::GetTraceResponse* response) {
-  if (absl::Status s = Authorize(context, AdminRole::kViewer); !s.ok()) return Done(context, s);
+  if (absl::Status s = Authorize(context, AdminRole::kViewer).status(); !s.ok()) return Done(context, s);
   if (absl::Status s = ValidateRequest(*request); !s.ok()) return Done(context, s);
   if (request->first_step() < 0 || request->last_step() < 0 ||
       (request->last_step() > 0 && request->first_step() > request->last_step())) {
@@ -99,14 +107,14 @@ grpc::ServerUnaryReactor* AdminService::GetTrace(grpc::CallbackServerContext* co
 grpc::ServerUnaryReactor* AdminService::ListJobs(grpc::CallbackServerContext* context,
                                                  const shardline::v1::ListJobsRequest* request,
                                                  shardline::v1::ListJobsResponse* response) {
-  if (absl::Status s = Authorize(context, AdminRole::kViewer); !s.ok()) return Done(context, s);
+  if (absl::Status s = Authorize(context, AdminRole::kViewer).status(); !s.ok()) return Done(context, s);
   for (JobStatus& job : jobs_.List()) *response->add_jobs() = std::move(job);
   return Done(context, absl::OkStatus());
 }
 
 grpc::ServerWriteReactor<JobStatus>* AdminService::WatchJob(grpc::CallbackServerContext* context,
                                                             const shardline::v1::GetJobRequest* request) {
-  if (absl::Status s = Authorize(context, AdminRole::kViewer); !s.ok()) return new RejectedWriter<JobStatus>(ToGrpcStatus(s));
+  if (absl::Status s = Authorize(context, AdminRole::kViewer).status(); !s.ok()) return new RejectedWriter<JobStatus>(ToGrpcStatus(s));
   if (absl::Status s = ValidateRequest(*request); !s.ok()) return new RejectedWriter<JobStatus>(ToGrpcStatus(s));
   auto mailbox = std::make_shared<StreamMailbox<JobStatus>>(kMaxQueuedStatuses, kMaxQueuedStatusBytes);
   if (absl::Status s = jobs_.Watch(request->job_id(), mailbox); !s.ok()) {
@@ -118,31 +126,38 @@ grpc::ServerWriteReactor<JobStatus>* AdminService::WatchJob(grpc::CallbackServer
 grpc::ServerUnaryReactor* AdminService::CancelJob(grpc::CallbackServerContext* context,
                                                   const shardline::v1::GetJobRequest* request,
                                                   JobStatus* response) {
-  if (absl::Status s = Authorize(context, AdminRole::kAdmin); !s.ok()) return Done(context, s);
+  absl::StatusOr<std::string> who = Authorize(context, AdminRole::kAdmin);
+  if (!who.ok()) return Done(context, who.status());
   if (absl::Status s = ValidateRequest(*request); !s.ok()) return Done(context, s);
-  return Reply(context, jobs_.Cancel(request->job_id()), response);
+  absl::StatusOr<JobStatus> cancelled = jobs_.Cancel(request->job_id(), *who);
+  if (cancelled.ok()) Audit(*who, absl::StrCat("cancelled job ", request->job_id()));
+  return Reply(context, std::move(cancelled), response);
 }
 
 grpc::ServerUnaryReactor* AdminService::ReplanJob(grpc::CallbackServerContext* context,
                                                   const shardline::v1::GetJobRequest* request,
                                                   JobStatus* response) {
-  if (absl::Status s = Authorize(context, AdminRole::kAdmin); !s.ok()) return Done(context, s);
+  absl::StatusOr<std::string> who = Authorize(context, AdminRole::kAdmin);
+  if (!who.ok()) return Done(context, who.status());
   if (absl::Status s = ValidateRequest(*request); !s.ok()) return Done(context, s);
-  return Reply(context, jobs_.Replan(request->job_id(), "asked by an operator"), response);
+  absl::StatusOr<JobStatus> replanned = jobs_.Replan(request->job_id(), absl::StrCat("asked by ", *who));
+  if (replanned.ok()) Audit(*who, absl::StrCat("re-planned job ", request->job_id()));
+  return Reply(context, std::move(replanned), response);
 }
 
 grpc::ServerUnaryReactor* AdminService::DeleteJob(grpc::CallbackServerContext* context,
                                                   const shardline::v1::GetJobRequest* request,
                                                   shardline::v1::DeleteJobResponse* response) {
-  if (absl::Status s = Authorize(context, AdminRole::kAdmin); !s.ok()) return Done(context, s);
+  absl::StatusOr<std::string> who = Authorize(context, AdminRole::kAdmin);
+  if (!who.ok()) return Done(context, who.status());
   if (absl::Status s = ValidateRequest(*request); !s.ok()) return Done(context, s);
-  return Reply(context, jobs_.Delete(request->job_id()), response);
+  return Reply(context, jobs_.Delete(request->job_id(), *who), response);  // logged there
 }
 
 grpc::ServerUnaryReactor* AdminService::ListWorkers(grpc::CallbackServerContext* context,
                                                     const shardline::v1::ListWorkersRequest* request,
                                                     shardline::v1::ListWorkersResponse* response) {
-  if (absl::Status s = Authorize(context, AdminRole::kViewer); !s.ok()) return Done(context, s);
+  if (absl::Status s = Authorize(context, AdminRole::kViewer).status(); !s.ok()) return Done(context, s);
   for (const WorkerRecord& w : registry_.List()) *response->add_workers() = ToWorkerStatus(w);
   return Done(context, absl::OkStatus());
 }
@@ -150,7 +165,7 @@ grpc::ServerUnaryReactor* AdminService::ListWorkers(grpc::CallbackServerContext*
 grpc::ServerUnaryReactor* AdminService::ListLinks(grpc::CallbackServerContext* context,
                                                   const shardline::v1::ListLinksRequest* request,
                                                   shardline::v1::ListLinksResponse* response) {
-  if (absl::Status s = Authorize(context, AdminRole::kViewer); !s.ok()) return Done(context, s);
+  if (absl::Status s = Authorize(context, AdminRole::kViewer).status(); !s.ok()) return Done(context, s);
   const LinkTable& links = jobs_.links();
   for (const LinkRecord& l : links.Links()) {
     shardline::v1::LinkStatus* out = response->add_links();
@@ -191,7 +206,8 @@ grpc::ServerUnaryReactor* AdminService::ListLinks(grpc::CallbackServerContext* c
 grpc::ServerUnaryReactor* AdminService::ProbeLinks(grpc::CallbackServerContext* context,
                                                    const shardline::v1::ProbeLinksRequest* request,
                                                    shardline::v1::ProbeLinksResponse* response) {
-  if (absl::Status s = Authorize(context, AdminRole::kAdmin); !s.ok()) return Done(context, s);
+  absl::StatusOr<std::string> who = Authorize(context, AdminRole::kAdmin);
+  if (!who.ok()) return Done(context, who.status());
   if (absl::Status s = ValidateRequest(*request); !s.ok()) return Done(context, s);
   std::vector<std::string> names;
   if (request->workers().empty()) {
@@ -212,29 +228,34 @@ grpc::ServerUnaryReactor* AdminService::ProbeLinks(grpc::CallbackServerContext* 
                              "a link needs two live workers; ", names.size(), " to probe between")));
   }
   response->set_queued(jobs_.links().Request(names));
+  Audit(*who, absl::StrCat("asked for link probes among ", names.size(), " workers (", response->queued(),
+                           " directions queued)"));
   return Done(context, absl::OkStatus());
 }
 
 grpc::ServerUnaryReactor* AdminService::DrainWorker(grpc::CallbackServerContext* context,
                                                     const shardline::v1::DrainWorkerRequest* request,
                                                     shardline::v1::WorkerStatus* response) {
-  if (absl::Status s = Authorize(context, AdminRole::kAdmin); !s.ok()) return Done(context, s);
+  absl::StatusOr<std::string> who = Authorize(context, AdminRole::kAdmin);
+  if (!who.ok()) return Done(context, who.status());
   if (absl::Status s = ValidateRequest(*request); !s.ok()) return Done(context, s);
-  absl::StatusOr<WorkerRecord> w = jobs_.Drain(request->worker(), request->undo(), request->at_once());
+  absl::StatusOr<WorkerRecord> w = jobs_.Drain(request->worker(), request->undo(), request->at_once(), *who);
   if (w.ok()) *response = ToWorkerStatus(*w);
+  if (w.ok() && request->undo()) Audit(*who, absl::StrCat("undrained worker ", w->name));  // a drain is logged there
   return Done(context, w.status());
 }
 
 grpc::ServerUnaryReactor* AdminService::PlanJob(grpc::CallbackServerContext* context,
                                                 const shardline::v1::SubmitJobRequest* request,
                                                 shardline::v1::PlanResponse* response) {
-  if (absl::Status s = Authorize(context, AdminRole::kViewer); !s.ok()) return Done(context, s);
+  if (absl::Status s = Authorize(context, AdminRole::kViewer).status(); !s.ok()) return Done(context, s);
   return Reply(context, jobs_.Plan(request->spec()), response);
 }
 
 grpc::ServerWriteReactor<shardline::v1::ExportChunk>* AdminService::ExportWeights(
     grpc::CallbackServerContext* context, const shardline::v1::GetJobRequest* request) {
-  if (absl::Status s = Authorize(context, AdminRole::kAdmin); !s.ok()) return new RejectedWriter<shardline::v1::ExportChunk>(ToGrpcStatus(s));
+  absl::StatusOr<std::string> who = Authorize(context, AdminRole::kAdmin);
+  if (!who.ok()) return new RejectedWriter<shardline::v1::ExportChunk>(ToGrpcStatus(who.status()));
   if (absl::Status s = ValidateRequest(*request); !s.ok()) return new RejectedWriter<shardline::v1::ExportChunk>(ToGrpcStatus(s));
   absl::StatusOr<shardline::v1::JobSpec> spec = jobs_.Spec(request->job_id());
   absl::StatusOr<common::SafetensorsContents> contents =
@@ -247,6 +268,7 @@ grpc::ServerWriteReactor<shardline::v1::ExportChunk>* AdminService::ExportWeight
   absl::StatusOr<std::string> bytes =
       contents.ok() ? common::SerializeSafetensors(*contents) : contents.status();
   if (!bytes.ok()) return new RejectedWriter<shardline::v1::ExportChunk>(ToGrpcStatus(bytes.status()));
+  Audit(*who, absl::StrCat("exported the weights of job ", request->job_id(), " (", bytes->size(), " bytes)"));
   return new common::ChunkWriter<shardline::v1::ExportChunk>(std::move(*bytes));
 }
 

@@ -68,8 +68,11 @@ class AdminService final : public shardline::v1::Admin::CallbackService {
   WorkerRegistry& registry_;
   WeightStore& weights_;
   AdminTokens* const tokens_;
-  // The call's bearer token grants `role` (always, without tokens_).
-  absl::Status Authorize(const grpc::CallbackServerContext* context, AdminRole role);
+  // The call's bearer token grants `role` (always, without tokens_); who
+  // asked: the token's name, else the client certificate's first name
+  // ("certificate shardctl"), else kAnOperator. What an admin call changed
+  // is logged with it ("admin: ops: cancelled job j-3").
+  absl::StatusOr<std::string> Authorize(const grpc::CallbackServerContext* context, AdminRole role);
 };
 
 }  // namespace shardline::server

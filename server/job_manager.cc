@@ -119,18 +119,18 @@ absl::StatusOr<std::vector<std::string>> JobManager::StageWorkers(const std::str
   return names;
 }
 
-absl::StatusOr<shardline::v1::JobStatus> JobManager::Cancel(const std::string& job_id) {
+absl::StatusOr<shardline::v1::JobStatus> JobManager::Cancel(const std::string& job_id, const std::string& by) {
   absl::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(RunningJob * job, Find(job_id));
   if (job->ended()) {
     return absl::FailedPreconditionError(absl::StrCat("job ", job_id, " has already ended (",
                                                       JobState_Name(job->status().state()), ")"));
   }
-  End(*job, shardline::v1::CANCELLED, "cancelled by an operator");
+  End(*job, shardline::v1::CANCELLED, absl::StrCat("cancelled by ", by));
   return job->status();
 }
 
-absl::StatusOr<shardline::v1::DeleteJobResponse> JobManager::Delete(const std::string& job_id) {
+absl::StatusOr<shardline::v1::DeleteJobResponse> JobManager::Delete(const std::string& job_id, const std::string& by) {
   shardline::v1::DeleteJobResponse out;
   {
     absl::MutexLock lock(&mu_);
@@ -151,7 +151,7 @@ absl::StatusOr<shardline::v1::DeleteJobResponse> JobManager::Delete(const std::s
   jobs_.erase(job_id);
   order_.erase(std::remove(order_.begin(), order_.end(), job_id), order_.end());
   if (delete_observer_) delete_observer_(job_id);
-  LOG(INFO) << "job " << job_id << " deleted by an operator (" << freed << " bytes of checkpoint freed)";
+  LOG(INFO) << "job " << job_id << " deleted by " << by << " (" << freed << " bytes of checkpoint freed)";
   return out;
 }
 
@@ -343,15 +343,16 @@ void JobManager::FailOver(const WorkerRecord& w, const std::string& why) {
   }
 }
 
-absl::StatusOr<WorkerRecord> JobManager::Drain(const std::string& worker, bool undo, bool at_once) {
+absl::StatusOr<WorkerRecord> JobManager::Drain(const std::string& worker, bool undo, bool at_once,
+                                               const std::string& by) {
   ASSIGN_OR_RETURN(const WorkerRecord w, registry_.SetDrained(worker, !undo));
   absl::MutexLock lock(&mu_);
   if (!undo) {
-    LOG(INFO) << "worker " << w.name << " drained by an operator" << (at_once ? ", its job moved at once" : "");
+    LOG(INFO) << "worker " << w.name << " drained by " << by << (at_once ? ", its job moved at once" : "");
     if (at_once) {
-      FailOver(w, "was drained by an operator");
+      FailOver(w, absl::StrCat("was drained by ", by));
     } else {
-      MoveOffAtAStep(w, "was drained by an operator");
+      MoveOffAtAStep(w, absl::StrCat("was drained by ", by));
     }
   }
   ScheduleLocked();  // a waiting job may take it back, or recover without it

@@ -40,6 +40,10 @@
 
 namespace shardline::server {
 
+// Who asked, in messages and the log, where the Admin service cannot say
+// (no tokens, no certificate).
+inline constexpr char kAnOperator[] = "an operator";
+
 class JobManager {
  public:
   // Sends an assignment (or cancellation) to a worker's watch stream.
@@ -88,13 +92,15 @@ class JobManager {
   // What the job's positions did in their recent steps in [first, last]
   // (0: no bound); NOT_FOUND for no such job.
   absl::StatusOr<shardline::v1::GetTraceResponse> Trace(const std::string& job_id, int64_t first, int64_t last);
-  // FAILED_PRECONDITION for a job that has already ended.
-  absl::StatusOr<shardline::v1::JobStatus> Cancel(const std::string& job_id);
+  // FAILED_PRECONDITION for a job that has already ended. `by`: who asked
+  // (its message: "cancelled by ops"), as for Delete and Drain.
+  absl::StatusOr<shardline::v1::JobStatus> Cancel(const std::string& job_id, const std::string& by = kAnOperator);
   // Forgets an ended job: its checkpoint (WeightStore::DeleteJob, first:
   // a coordinator killed midway still lists the job, and deleting it again
   // finishes), then its record, its trace and (the delete observer) its
   // metrics. FAILED_PRECONDITION for a job that has not ended.
-  absl::StatusOr<shardline::v1::DeleteJobResponse> Delete(const std::string& job_id);
+  absl::StatusOr<shardline::v1::DeleteJobResponse> Delete(const std::string& job_id,
+                                                         const std::string& by = kAnOperator);
   // The plan the spec would get on the idle workers now.
   absl::StatusOr<shardline::v1::PlanResponse> Plan(shardline::v1::JobSpec spec);
   // Which worker runs which stage of a job (names, for messages).
@@ -130,7 +136,8 @@ class JobManager {
   // checkpoint, and moves off it once that step is committed (as Replan;
   // nothing replayed), or with `at_once` fails over at once (from the
   // committed step). Its record; NOT_FOUND for no such live worker.
-  absl::StatusOr<WorkerRecord> Drain(const std::string& worker, bool undo, bool at_once = false);
+  absl::StatusOr<WorkerRecord> Drain(const std::string& worker, bool undo, bool at_once = false,
+                                     const std::string& by = kAnOperator);
   // An operator's re-plan: the job stops a little ahead (half a second's
   // steps), checkpoints, and moves to the best layout on what is known
   // now from there (a restart at a new epoch; no step lost), whether or

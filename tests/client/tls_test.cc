@@ -111,6 +111,10 @@ TEST_F(TlsTest, AJobRunsWithEveryChannelUnderMutualTls) {
   google::protobuf::util::JsonParseOptions lenient;
   lenient.ignore_unknown_fields = true;
   ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(submitted.out, &job, lenient).ok()) << submitted.out;
+  EXPECT_NE(common::ReadFile(cluster_->dir() + "/coordinator0.log")
+                .value_or("")
+                .find("admin: ops: submitted job " + job.job_id() + " (tls)"),
+            std::string::npos);
   const CtlRun watched = Ctl({"watch", job.job_id()}, kViewerToken);
   EXPECT_EQ(watched.ended, "exited with status 0") << watched.out << watched.err;
   EXPECT_NE(watched.out.find("SUCCEEDED"), std::string::npos) << watched.out;
@@ -149,6 +153,19 @@ TEST_F(TlsTest, TokensAreCheckedOnEveryCallWithTheirRoles) {
   EXPECT_EQ(log.find(kAdminToken), std::string::npos) << "a token in the log";
   EXPECT_EQ(log.find(kViewerToken), std::string::npos) << "a token in the log";
   EXPECT_TRUE(Serving());
+}
+
+// What an admin call changed is logged with who asked (the token's name),
+// never the token; a viewer's reads are not.
+TEST_F(TlsTest, AdminCallsAreLoggedWithWhoAsked) {
+  ASSERT_EQ(Ctl({"drain", "w0"}).ended, "exited with status 0");
+  ASSERT_EQ(Ctl({"undrain", "w0"}).ended, "exited with status 0");
+  ASSERT_EQ(Ctl({"get", "workers"}, kViewerToken).ended, "exited with status 0");
+  const std::string log = common::ReadFile(cluster_->dir() + "/coordinator0.log").value_or("");
+  EXPECT_NE(log.find("worker w0 drained by ops"), std::string::npos) << log;
+  EXPECT_NE(log.find("admin: ops: undrained worker w0"), std::string::npos) << log;
+  EXPECT_EQ(log.find("admin: dash"), std::string::npos) << "a viewer's read logged";
+  EXPECT_EQ(log.find(kAdminToken), std::string::npos) << "a token in the log";
 }
 
 // --tls_refresh_s=1: a CA added to the bundle the coordinator reads is
