@@ -244,7 +244,9 @@ std::string DescribeJob(const shardline::v1::JobStatus& s) {
   }
   if (!s.message().empty()) absl::StrAppend(&out, "Message:    ", s.message(), "\n");
   if (!s.weighed().empty()) absl::StrAppend(&out, "Weighed:    ", s.weighed(), "\n");
-  absl::StrAppend(&out, "Submitted:  ", When(s.submitted_at()), "\nStarted:    ", When(s.started_at()), "\n");
+  absl::StrAppend(&out, "Submitted:  ", When(s.submitted_at()),
+                  s.submitted_by().empty() ? "" : absl::StrCat(" by ", s.submitted_by()), "\nStarted:    ",
+                  When(s.started_at()), "\n");
   if (s.ended_at() > 0) absl::StrAppend(&out, "Ended:      ", When(s.ended_at()), "\n");
   if (s.stages_size() > 0) {
     bool replicas = false, tensor = false;

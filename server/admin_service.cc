@@ -78,7 +78,7 @@ grpc::ServerUnaryReactor* AdminService::SubmitJob(grpc::CallbackServerContext* c
                                                   JobStatus* response) {
   absl::StatusOr<std::string> who = Authorize(context, AdminRole::kAdmin);
   if (!who.ok()) return Done(context, who.status());
-  absl::StatusOr<JobStatus> submitted = jobs_.Submit(request->spec());
+  absl::StatusOr<JobStatus> submitted = jobs_.Submit(request->spec(), *who);
   if (submitted.ok()) Audit(*who, absl::StrCat("submitted job ", submitted->job_id(), " (", submitted->name(), ")"));
   return Reply(context, std::move(submitted), response);
 }

@@ -48,12 +48,12 @@ absl::Status JobManager::Recover() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<shardline::v1::JobStatus> JobManager::Submit(shardline::v1::JobSpec spec) {
+absl::StatusOr<shardline::v1::JobStatus> JobManager::Submit(shardline::v1::JobSpec spec, const std::string& by) {
   RETURN_IF_ERROR(common::ValidateJobSpec(spec));
   absl::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(const int64_t number, store_.TakeJobNumber());
   const std::string id = absl::StrCat("job-", number);
-  RunningJob job(id, std::move(spec), registry_.Now());
+  RunningJob job(id, std::move(spec), registry_.Now(), by);
   // Acknowledged only once durable.
   RETURN_IF_ERROR(store_.SaveJob(job.spec(), job.status()));
   jobs_.emplace(id, std::move(job));

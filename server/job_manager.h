@@ -85,7 +85,7 @@ class JobManager {
   absl::Status Recover();
 
   // INVALID_ARGUMENT for a spec that fails validation (naming the field).
-  absl::StatusOr<shardline::v1::JobStatus> Submit(shardline::v1::JobSpec spec);
+  absl::StatusOr<shardline::v1::JobStatus> Submit(shardline::v1::JobSpec spec, const std::string& by = kAnOperator);
   absl::StatusOr<shardline::v1::JobStatus> Get(const std::string& job_id);
   absl::StatusOr<shardline::v1::JobSpec> Spec(const std::string& job_id);
   std::vector<shardline::v1::JobStatus> List();

@@ -13,10 +13,12 @@ double UnixSeconds(absl::Time t) { return absl::ToDoubleSeconds(t - absl::UnixEp
 
 }  // namespace
 
-RunningJob::RunningJob(const std::string& id, shardline::v1::JobSpec spec, absl::Time submitted)
+RunningJob::RunningJob(const std::string& id, shardline::v1::JobSpec spec, absl::Time submitted,
+                       const std::string& by)
     : spec_(std::move(spec)) {
   status_.set_job_id(id);
   status_.set_submitted_at(UnixSeconds(submitted));
+  status_.set_submitted_by(by);
   status_.set_name(spec_.name());
   status_.set_state(shardline::v1::PENDING);
   status_.set_total_steps(spec_.train().steps());

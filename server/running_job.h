@@ -40,8 +40,8 @@ class RunningJob {
   // Watchers get the statuses of this many last completed steps first.
   static constexpr size_t kRecentSteps = 256;
 
-  // PENDING, submitted at `submitted`.
-  RunningJob(const std::string& id, shardline::v1::JobSpec spec, absl::Time submitted);
+  // PENDING, submitted at `submitted` by `by`.
+  RunningJob(const std::string& id, shardline::v1::JobSpec spec, absl::Time submitted, const std::string& by);
   // As saved (CoordinatorStore): an ended job as it ended; one that had
   // not ended RECOVERING, to resume from its committed step.
   RunningJob(shardline::v1::JobSpec spec, shardline::v1::JobStatus saved);

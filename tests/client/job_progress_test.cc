@@ -122,6 +122,9 @@ TEST(JobProgressTest, JobsShowTheirAgeAndDescribeTheirTimes) {
   EXPECT_NE(text.find("Submitted:  2027-01-15 08:00:00 UTC\nStarted:    2027-01-15 08:00:42 UTC\n"), std::string::npos)
       << text;
   EXPECT_EQ(text.find("Ended:"), std::string::npos) << text;
+  s.set_submitted_by("ops");
+  text = DescribeJob(s);
+  EXPECT_NE(text.find("Submitted:  2027-01-15 08:00:00 UTC by ops\nStarted:"), std::string::npos) << text;
   s.set_ended_at(1'800'003'600.0);
   text = DescribeJob(s);
   EXPECT_NE(text.find("Ended:      2027-01-15 09:00:00 UTC\n"), std::string::npos) << text;

@@ -115,6 +115,7 @@ TEST_F(TlsTest, AJobRunsWithEveryChannelUnderMutualTls) {
                 .value_or("")
                 .find("admin: ops: submitted job " + job.job_id() + " (tls)"),
             std::string::npos);
+  EXPECT_EQ(job.submitted_by(), "ops");
   const CtlRun watched = Ctl({"watch", job.job_id()}, kViewerToken);
   EXPECT_EQ(watched.ended, "exited with status 0") << watched.out << watched.err;
   EXPECT_NE(watched.out.find("SUCCEEDED"), std::string::npos) << watched.out;
