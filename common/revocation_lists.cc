@@ -91,7 +91,6 @@ absl::StatusOr<RevocationSummary> ReadRevocationLists(const std::string& dir, co
       return absl::InvalidArgumentError(
           absl::StrCat("--tls_crl_dir: ", Quote(path), " is not a PEM certificate revocation list"));
     }
-    ++out.lists;
     bool signed_by_a_ca = false;
     for (size_t i = 0; i < cas.size(); ++i) {
       if (X509_NAME_cmp(X509_CRL_get_issuer(crl.get()), X509_get_subject_name(cas[i].get())) != 0) continue;

@@ -15,7 +15,6 @@
 namespace shardline::common {
 
 struct RevocationSummary {
-  int lists = 0;    // files read
   int revoked = 0;  // certificates the CAs' newest lists revoke
   // The earliest of the CAs' newest lists' next updates (after it the
   // daemons refuse every certificate of that CA), and that CA.
