@@ -1,6 +1,8 @@
 #include "common/revocation_lists.h"
 
 #include <dirent.h>
+#include <sys/stat.h>
+#include <openssl/bn.h>
 #include <openssl/pem.h>
 #include <openssl/x509.h>
 
@@ -54,6 +56,21 @@ bool Hashed(const std::string& file) {
 }
 
 // `missing` where the field is absent.
+std::string HexOf(const ASN1_INTEGER* serial) {
+  BIGNUM* number = ASN1_INTEGER_to_BN(serial, nullptr);
+  if (number == nullptr) return "?";
+  char* hex = BN_bn2hex(number);
+  std::string out = hex != nullptr ? hex : "?";
+  OPENSSL_free(hex);
+  BN_free(number);
+  return out;
+}
+
+// Issuer and serial: what a list revokes by.
+std::string KeyOf(const X509_NAME* issuer, const ASN1_INTEGER* serial) {
+  return NameOf(issuer) + "#" + HexOf(serial);
+}
+
 absl::Time TimeOf(const ASN1_TIME* t, absl::Time missing) {
   struct tm parts {};
   if (t == nullptr) return missing;
@@ -121,8 +138,12 @@ absl::StatusOr<RevocationSummary> ReadRevocationLists(const std::string& dir, co
       out.next_update = next;
       out.next_update_ca = ca;
     }
-    const STACK_OF(X509_REVOKED)* revoked = X509_CRL_get_REVOKED(newest[i].get());
-    out.revoked += revoked == nullptr ? 0 : sk_X509_REVOKED_num(revoked);
+    STACK_OF(X509_REVOKED)* revoked = X509_CRL_get_REVOKED(newest[i].get());
+    for (int r = 0; revoked != nullptr && r < sk_X509_REVOKED_num(revoked); ++r) {
+      const X509_REVOKED* entry = sk_X509_REVOKED_value(revoked, r);
+      out.revoked.emplace(KeyOf(X509_CRL_get_issuer(newest[i].get()), X509_REVOKED_get0_serialNumber(entry)),
+                          TimeOf(X509_REVOKED_get0_revocationDate(entry), absl::InfinitePast()));
+    }
   }
   return out;
 }
@@ -143,6 +164,36 @@ absl::StatusOr<RevocationSummary> CheckRevocationLists(const std::string& dir, c
         ": every certificate it signed would be refused (deploy/certs.sh DIR --crl writes a new one)"));
   }
   return lists;
+}
+
+std::string RevocationListsStamp(const std::string& dir, const std::string& ca_path) {
+  std::vector<std::string> files = {ca_path};
+  if (DIR* d = ::opendir(dir.c_str()); d != nullptr) {
+    while (const dirent* e = ::readdir(d)) {
+      if (Hashed(e->d_name) && files.size() <= kMaxLists) files.push_back(dir + "/" + e->d_name);
+    }
+    ::closedir(d);
+  }
+  std::sort(files.begin() + 1, files.end());
+  std::string out;
+  for (const std::string& path : files) {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) continue;
+    absl::StrAppend(&out, path, " ", st.st_size, " ", st.st_mtim.tv_sec, ".", st.st_mtim.tv_nsec, "\n");
+  }
+  return out;
+}
+
+absl::StatusOr<CertificateIdentity> IdentifyCertificate(absl::string_view pem) {
+  if (pem.size() > (1 << 20)) return absl::InvalidArgumentError("a certificate chain over 1 MiB");
+  BioPtr bio(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
+  X509Ptr cert(PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr));
+  if (cert == nullptr) return absl::InvalidArgumentError("no PEM certificate");
+  CertificateIdentity out;
+  out.key = KeyOf(X509_get_issuer_name(cert.get()), X509_get0_serialNumber(cert.get()));
+  out.subject = NameOf(X509_get_subject_name(cert.get()));
+  out.serial = HexOf(X509_get0_serialNumber(cert.get()));
+  return out;
 }
 
 }  // namespace shardline::common

@@ -9,13 +9,16 @@
 
 #include <string>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 
 namespace shardline::common {
 
 struct RevocationSummary {
-  int revoked = 0;  // certificates the CAs' newest lists revoke
+  // The certificates the CAs' newest lists revoke, by CertificateKey: when.
+  absl::flat_hash_map<std::string, absl::Time> revoked;
   // The earliest of the CAs' newest lists' next updates (after it the
   // daemons refuse every certificate of that CA), and that CA.
   absl::Time next_update = absl::InfiniteFuture();
@@ -33,6 +36,22 @@ absl::StatusOr<RevocationSummary> ReadRevocationLists(const std::string& dir, co
 // its newest list expired before `now` (naming it and when).
 absl::StatusOr<RevocationSummary> CheckRevocationLists(const std::string& dir, const std::string& ca_path,
                                                         absl::Time now);
+
+// What changes when a list or the bundle is replaced: the names, sizes and
+// modification times of `dir`'s HASH.rN files and of `ca_path` (a file
+// that cannot be looked at is left out).
+std::string RevocationListsStamp(const std::string& dir, const std::string& ca_path);
+
+// A certificate as revocation lists name it: its issuer and serial number.
+struct CertificateIdentity {
+  std::string key;      // issuer and serial: RevocationSummary::revoked's key
+  std::string subject;  // e.g. "/CN=w7", for messages
+  std::string serial;   // hex
+};
+
+// The identity of the first certificate of a PEM chain (a peer's, as gRPC
+// hands it over); INVALID_ARGUMENT where `pem` holds none.
+absl::StatusOr<CertificateIdentity> IdentifyCertificate(absl::string_view pem);
 
 }  // namespace shardline::common
 

@@ -20,7 +20,8 @@ ABSL_FLAG(bool, tls_verify_hostname, true,
 ABSL_FLAG(std::string, tls_crl_dir, "",
           "directory of certificate revocation lists in OpenSSL's hashed form (deploy/certs.sh DIR --crl, "
           "--revoke NAME): a revoked certificate, or any of a CA whose list is missing or expired, is refused "
-          "in the handshake; empty: none checked");
+          "in the handshake, and a revoked client's calls also on connections it opened before; empty: none "
+          "checked");
 ABSL_FLAG(bool, insecure, false,
           "plaintext, without TLS: required to listen beyond loopback without --tls_*; for trusted networks only");
 
@@ -68,6 +69,7 @@ absl::StatusOr<std::shared_ptr<TransportSecurity>> TransportSecurity::Create(con
     absl::StatusOr<RevocationSummary> lists = CheckRevocationLists(files.crl_dir, files.ca, now);
     if (!lists.ok()) return lists.status();
     security->revocation_ = *lists;
+    security->call_check_ = std::make_shared<RevocationCallCheck>(files.crl_dir, files.ca);
     if (lists->next_update - now < kRevocationListWarning) {
       LOG(WARNING) << "--tls_crl_dir: a revocation list in " << files.crl_dir << " expires at "
                    << absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", lists->next_update, absl::UTCTimeZone())
@@ -107,7 +109,7 @@ std::string TransportSecurity::Describe() const {
     return absl::StrCat("mutual TLS (CA ", files_.ca, ", certificate ", files_.cert,
                         files_.crl_dir.empty()
                             ? ""
-                            : absl::StrCat(", revocation lists in ", files_.crl_dir, ": ", revocation_.revoked,
+                            : absl::StrCat(", revocation lists in ", files_.crl_dir, ": ", revocation_.revoked.size(),
                                            " revoked, next update ",
                                            absl::FormatTime("%Y-%m-%d", revocation_.next_update, absl::UTCTimeZone())),
                         files_.verify_hostname ? ")" : ", server names not checked)");
@@ -128,7 +130,10 @@ std::shared_ptr<grpc::ServerCredentials> TransportSecurity::ServerCredentials() 
   options.watch_identity_key_cert_pairs();
   options.set_cert_request_type(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
   if (!files_.crl_dir.empty()) options.set_crl_directory(files_.crl_dir);
-  return grpc::experimental::TlsServerCredentials(options);
+  std::shared_ptr<grpc::ServerCredentials> credentials = grpc::experimental::TlsServerCredentials(options);
+  // The handshake checks the lists once per connection; this, every call.
+  if (call_check_ != nullptr) credentials->SetAuthMetadataProcessor(call_check_);
+  return credentials;
 }
 
 std::shared_ptr<grpc::ChannelCredentials> TransportSecurity::ChannelCredentials() const {

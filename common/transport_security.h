@@ -7,7 +7,8 @@
 //                                    rotated certificate is used without a
 //                                    restart: gRPC's file-watcher provider);
 //   --tls_verify_hostname            clients check the server's name (default);
-//   --tls_crl_dir                    revocation lists checked in every handshake;
+//   --tls_crl_dir                    revocation lists checked in every handshake
+//                                    and, by servers, on every call;
 //   --insecure                       plaintext, knowingly.
 // With TLS, servers require and verify a client certificate from the CA
 // (mutual TLS, REQUIRE_AND_VERIFY) and clients verify the server's
@@ -26,6 +27,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/revocation_call_check.h"
 #include "common/revocation_lists.h"
 
 namespace shardline::common {
@@ -87,6 +89,8 @@ class TransportSecurity {
   explicit TransportSecurity(TlsFiles files) : files_(std::move(files)) {}
   const TlsFiles files_;
   RevocationSummary revocation_;  // of files_.crl_dir, checked at Create
+  // Every call a server takes checked against files_.crl_dir (null: none).
+  std::shared_ptr<RevocationCallCheck> call_check_;
   std::shared_ptr<grpc::experimental::FileWatcherCertificateProvider> provider_;
 };
 

@@ -12,7 +12,8 @@
 #   --tls_cert=DIR/NAME.pem --tls_key=DIR/NAME.key --tls_ca=DIR/ca.pem
 # and shardctl with a certificate of its own (deploy/certs.sh DIR shardctl).
 # Rotation: run it again for NAME (a new key and certificate over the old
-# files); the daemons read them again within --tls_refresh_s. A new CA:
+# files; the old certificate kept as DIR/NAME.previous.pem, to revoke with
+# --revoke NAME.previous); the daemons read them again within --tls_refresh_s. A new CA:
 # put both CAs in the ca.pem every daemon reads, re-issue, then drop the old.
 # For production, issue certificates from your own CA the same way (EC P-256,
 # serverAuth and clientAuth: every daemon is both).
@@ -146,6 +147,7 @@ openssl x509 -req -in "$work/csr.pem" -CA "$dir/ca.pem" -CAkey "$dir/ca.key" -CA
   -days "$days" -extfile "$work/ext.cnf" -out "$work/cert.pem" 2>/dev/null
 # Replaced whole, key first, so that a daemon re-reading them never pairs a
 # new certificate with an old key for longer than one refresh.
+if [[ -f $dir/$name.pem ]]; then cp "$dir/$name.pem" "$dir/$name.previous.pem"; fi
 mv "$work/key.pem" "$dir/$name.key"
 mv "$work/cert.pem" "$dir/$name.pem"
 echo "certs.sh: $dir/$name.pem ($sans), signed by $dir/ca.pem"

@@ -17,22 +17,45 @@ using common::FromGrpcStatus;
 
 GrpcCoordinatorClient::GrpcCoordinatorClient(const std::string& address, absl::Duration deadline,
                                              std::shared_ptr<grpc::ChannelCredentials> credentials)
-    : deadline_(deadline),
+    : address_(address),
+      deadline_(deadline),
       credentials_(credentials != nullptr ? std::move(credentials) : grpc::InsecureChannelCredentials()) {
+  Reconnect();
+}
+
+void GrpcCoordinatorClient::Reconnect() {
+  std::lock_guard<std::mutex> lock(stubs_mu_);
+  ++connections_;
   // Two connections: checkpoints and state (megabytes, as long as the
   // link takes) on one, heartbeats, step reports and assignments on the
   // other. On one connection a heartbeat waits behind whatever state
   // bytes fill the socket's buffers: on a slow link that is seconds, more
-  // than a lease. Channels whose arguments differ never share one.
+  // than a lease. Channels whose arguments differ never share one (and so
+  // a reconnection's channels never share the old ones').
   const auto channel = [&](const char* purpose) {
     grpc::ChannelArguments args;
     args.SetMaxSendMessageSize(64 << 20);
     args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 30000);
+    // gRPC waits up to 120 s between attempts after failed ones: a
+    // coordinator back from a restart, or a certificate replaced after a
+    // revocation, would wait as long for its workers.
+    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 5000);
     args.SetString("shardline.connection", purpose);
-    return grpc::CreateCustomChannel(address, credentials_, args);
+    args.SetInt("shardline.connections", connections_);
+    return grpc::CreateCustomChannel(address_, credentials_, args);
   };
   stub_ = shardline::v1::Coordinator::NewStub(channel("control"));
   bulk_stub_ = shardline::v1::Coordinator::NewStub(channel("bulk"));
+}
+
+std::shared_ptr<shardline::v1::Coordinator::Stub> GrpcCoordinatorClient::Control() {
+  std::lock_guard<std::mutex> lock(stubs_mu_);
+  return stub_;
+}
+
+std::shared_ptr<shardline::v1::Coordinator::Stub> GrpcCoordinatorClient::Bulk() {
+  std::lock_guard<std::mutex> lock(stubs_mu_);
+  return bulk_stub_;
 }
 
 void GrpcCoordinatorClient::SetDeadline(grpc::ClientContext& context) const {
@@ -55,7 +78,7 @@ absl::StatusOr<shardline::v1::RegisterResponse> GrpcCoordinatorClient::Register(
   SetDeadline(context);
   context.set_wait_for_ready(true);  // the coordinator may still be starting
   shardline::v1::RegisterResponse response;
-  const grpc::Status status = stub_->Register(&context, request, &response);
+  const grpc::Status status = Control()->Register(&context, request, &response);
   if (!status.ok()) return FromGrpcStatus(status);
   std::lock_guard<std::mutex> lock(registration_mu_);
   worker_id_ = response.worker_id();
@@ -74,7 +97,7 @@ absl::StatusOr<shardline::v1::HeartbeatResponse> GrpcCoordinatorClient::Heartbea
   if (activity.has_value()) *request.mutable_activity() = *activity;
   if (compute.has_value()) *request.mutable_compute() = *compute;
   shardline::v1::HeartbeatResponse response;
-  RETURN_IF_ERROR(FromGrpcStatus(stub_->Heartbeat(&context, request, &response)));
+  RETURN_IF_ERROR(FromGrpcStatus(Control()->Heartbeat(&context, request, &response)));
   return response;
 }
 
@@ -84,7 +107,7 @@ absl::StatusOr<shardline::v1::ReportLinksResponse> GrpcCoordinatorClient::Report
   SetDeadline(context);
   Authorize(context);
   shardline::v1::ReportLinksResponse response;
-  RETURN_IF_ERROR(FromGrpcStatus(stub_->ReportLinks(&context, request, &response)));
+  RETURN_IF_ERROR(FromGrpcStatus(Control()->ReportLinks(&context, request, &response)));
   return response;
 }
 
@@ -96,7 +119,7 @@ absl::Status GrpcCoordinatorClient::Leave(const std::string& worker_id, const st
   request.set_worker_id(worker_id);
   request.set_reason(reason);
   shardline::v1::LeaveResponse response;
-  return FromGrpcStatus(stub_->Leave(&context, request, &response));
+  return FromGrpcStatus(Control()->Leave(&context, request, &response));
 }
 
 absl::Status GrpcCoordinatorClient::WatchAssignments(
@@ -110,7 +133,8 @@ absl::Status GrpcCoordinatorClient::WatchAssignments(
   }
   shardline::v1::WatchAssignmentsRequest request;
   request.set_worker_id(worker_id);
-  auto reader = stub_->WatchAssignments(&context, request);
+  const auto stub = Control();  // held while its stream lives
+  auto reader = stub->WatchAssignments(&context, request);
   shardline::v1::Assignment assignment;
   while (reader->Read(&assignment)) on_assignment(assignment);
   const grpc::Status status = reader->Finish();
@@ -137,7 +161,7 @@ absl::StatusOr<bool> GrpcCoordinatorClient::ReportStep(const shardline::v1::Repo
     SetDeadline(context);
     Authorize(context);
     shardline::v1::ReportStepResponse response;
-    const grpc::Status status = stub_->ReportStep(&context, report, &response);
+    const grpc::Status status = Control()->ReportStep(&context, report, &response);
     if (status.ok()) return response.stop();
     const bool transient = status.error_code() == grpc::StatusCode::UNAVAILABLE ||
                            status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
@@ -177,7 +201,8 @@ absl::Status GrpcCoordinatorClient::ReportShard(const ShardSnapshot& shard, cons
     {
       CallWatchdog watchdog(context, cancelled);
       watchdog.Arm(deadline_);
-      auto writer = bulk_stub_->ReportShard(&context, &response);
+      const auto stub = Bulk();  // held while its stream lives
+      auto writer = stub->ReportShard(&context, &response);
       shardline::v1::ShardChunk chunk;
       *chunk.mutable_header() = shard.header();
       chunk.mutable_header()->set_offset(offset);
@@ -282,7 +307,8 @@ absl::StatusOr<common::SafetensorsContents> GrpcCoordinatorClient::FetchState(
   const std::atomic<bool> never{false};
   CallWatchdog watchdog(context, never);
   watchdog.Arm(deadline_);
-  auto reader = bulk_stub_->FetchState(&context, request);
+  const auto stub = Bulk();  // held while its stream lives
+  auto reader = stub->FetchState(&context, request);
   return ReadStateStream(context, *reader, watchdog, deadline_, "the coordinator");
 }
 

@@ -11,6 +11,7 @@
 
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 
@@ -47,6 +48,12 @@ class GrpcCoordinatorClient final : public StageReporter {
   absl::Status WatchAssignments(const std::string& worker_id,
                                 const std::function<void(const shardline::v1::Assignment&)>& on_assignment);
   void CancelWatch();
+  // New connections for every later call, made with the certificate files
+  // as they are now: after the coordinator refused this worker's
+  // certificate as revoked (common::kRevokedCertificate) on a connection
+  // opened before, a replaced certificate is used at once; gRPC keeps a
+  // connection as long as it works. Calls under way finish on the old ones.
+  void Reconnect();
 
   // Retried (jittered backoff, one deadline in all) while UNAVAILABLE or
   // DEADLINE_EXCEEDED: the coordinator applies a report once.
@@ -67,11 +74,17 @@ class GrpcCoordinatorClient final : public StageReporter {
   // Adds the registration's secret to the call.
   void Authorize(grpc::ClientContext& context);
   std::string worker_id();
+  // The stubs of the current connections (Reconnect replaces them).
+  std::shared_ptr<shardline::v1::Coordinator::Stub> Control();  // everything small
+  std::shared_ptr<shardline::v1::Coordinator::Stub> Bulk();     // ReportShard, FetchState
 
+  const std::string address_;
   const absl::Duration deadline_;
   const std::shared_ptr<grpc::ChannelCredentials> credentials_;
-  std::unique_ptr<shardline::v1::Coordinator::Stub> stub_;       // everything small
-  std::unique_ptr<shardline::v1::Coordinator::Stub> bulk_stub_;  // ReportShard, FetchState
+  std::mutex stubs_mu_;
+  int connections_ = 0;  // guarded by stubs_mu_: how many times connected
+  std::shared_ptr<shardline::v1::Coordinator::Stub> stub_;       // guarded by stubs_mu_
+  std::shared_ptr<shardline::v1::Coordinator::Stub> bulk_stub_;  // guarded by stubs_mu_
   std::mutex watch_mu_;
   grpc::ClientContext* watch_context_ = nullptr;  // guarded by watch_mu_
   std::mutex registration_mu_;

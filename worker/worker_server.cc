@@ -11,6 +11,7 @@
 #include "glog/logging.h"
 #include "common/heartbeat.h"
 #include "common/init.h"
+#include "common/revocation_call_check.h"
 #include "worker/backend/backend_factory.h"
 #include "worker/gemm_rate.h"
 #include "worker/grpc_job_groups.h"
@@ -202,6 +203,22 @@ void WorkerServer::HeartbeatLoop(absl::Duration every) {
       PublishHealth();
       RegisterAgain();
       reachable = true;
+      continue;
+    }
+    // Refused on a connection opened before this worker's certificate was
+    // revoked: connect again with the files as they are now. A certificate
+    // replaced meanwhile carries on (the same registration, if within the
+    // lease); the revoked one is refused in the handshake, so heartbeats
+    // fail until a new one is in place, the lease lapses and the job fails
+    // over, and the worker registers again once it has one.
+    if (absl::IsUnauthenticated(status) && absl::StrContains(status.message(), common::kRevokedCertificate)) {
+      LOG(ERROR) << "the coordinator refuses this worker's certificate (" << status.message()
+                 << "): connecting again with the files of --tls_cert as they are now; until they hold a "
+                    "certificate not revoked, this worker takes no work";
+      coordinator_->Reconnect();
+      coordinator_->CancelWatch();  // the assignment stream too: watched again on the new connection
+      reachable = false;
+      at_once = true;
       continue;
     }
     if (answer.ok() && answer->probe_targets_size() > 0) {

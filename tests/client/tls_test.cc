@@ -7,10 +7,12 @@
 // the coordinator reads is trusted without a restart; and a daemon refuses
 // to listen beyond loopback in plaintext or without tokens unless told
 // --insecure; a worker registers only under a name its certificate holds;
-// revoked certificates are refused where a revocation list is given.
+// revoked certificates are refused where a revocation list is given, in the
+// handshake and on connections opened before.
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <thread>
 #include <algorithm>
 #include <memory>
@@ -45,6 +47,16 @@ bool MakeCert(const std::string& dir, const std::string& name) {
 std::vector<std::string> TlsFlags(const std::string& dir, const std::string& name, const std::string& ca = "") {
   return {"--tls_cert=" + dir + "/" + name + ".pem", "--tls_key=" + dir + "/" + name + ".key",
           "--tls_ca=" + (ca.empty() ? dir + "/ca.pem" : ca), "--tls_refresh_s=1"};
+}
+
+// The workers of `shardctl -o json get workers`.
+std::vector<shardline::v1::WorkerStatus> Listed(const CtlRun& listed) {
+  EXPECT_EQ(listed.ended, "exited with status 0") << listed.err;
+  shardline::v1::ListWorkersResponse list;
+  google::protobuf::util::JsonParseOptions lenient;
+  lenient.ignore_unknown_fields = true;
+  EXPECT_TRUE(google::protobuf::util::JsonStringToMessage(listed.out, &list, lenient).ok()) << listed.out;
+  return {list.workers().begin(), list.workers().end()};
 }
 
 class TlsTest : public ::testing::Test {
@@ -204,14 +216,10 @@ TEST_F(TlsTest, AWorkerRegistersOnlyUnderANameItsCertificateHolds) {
     return argv;
   };
   auto workers = [&] {  // "NAME ID" of each registered worker
-    const CtlRun listed = Ctl({"-o", "json", "get", "workers"});
-    EXPECT_EQ(listed.ended, "exited with status 0") << listed.err;
-    shardline::v1::ListWorkersResponse list;
-    google::protobuf::util::JsonParseOptions lenient;
-    lenient.ignore_unknown_fields = true;
-    EXPECT_TRUE(google::protobuf::util::JsonStringToMessage(listed.out, &list, lenient).ok()) << listed.out;
     std::set<std::string> out;
-    for (const auto& w : list.workers()) out.insert(w.name() + " " + w.worker_id());
+    for (const shardline::v1::WorkerStatus& w : Listed(Ctl({"-o", "json", "get", "workers"}))) {
+      out.insert(w.name() + " " + w.worker_id());
+    }
     return out;
   };
   const std::set<std::string> before = workers();
@@ -337,6 +345,95 @@ TEST_F(TlsTest, RevokedCertificatesAreRefusedInTheHandshake) {
                                      ca + "/plain.out", 30, ca + "/plain.err");
   EXPECT_EQ(plain, "exited with status 3");
   EXPECT_NE(common::ReadFile(ca + "/plain.err").value_or("").find("--tls_crl_dir needs"), std::string::npos);
+}
+
+// A connection opened before a revocation is not checked in a handshake
+// again: the coordinator checks every call's certificate against its lists
+// too. A worker's certificate rotated, then the old one revoked: its open
+// connections are refused, it connects again with the new certificate and
+// keeps its registration. Its current certificate revoked: refused on the
+// open connections and in the handshake, it is lost when its lease lapses,
+// and registers again once it has a new certificate.
+TEST_F(TlsTest, RevokedCertificatesAreRefusedOnConnectionsOpenedBefore) {
+  const std::string ca = TempDir("tls-crl-open");
+  for (const char* name : {"coordinator", "shardctl", "w0"}) ASSERT_TRUE(MakeCert(ca, name));
+  auto certs = [&](const std::vector<std::string>& args, const std::string& log) {
+    std::vector<std::string> argv = {"/bin/bash", std::string(SHARDLINE_SOURCE_DIR) + "/deploy/certs.sh", ca};
+    argv.insert(argv.end(), args.begin(), args.end());
+    const std::string ended = RunToEnd(argv, ca + "/" + log + ".log", 60);
+    EXPECT_EQ(ended, "exited with status 0") << common::ReadFile(ca + "/" + log + ".log").value_or("");
+    return ended == "exited with status 0";
+  };
+  ASSERT_TRUE(certs({"--crl"}, "crl"));
+  const std::string crl = "--tls_crl_dir=" + ca + "/crl";
+  std::vector<std::string> argv = {kBin + "/shardline-coordinator", "--listen=127.0.0.1:0", "--lease_ms=6000",
+                                   "--state_dir=" + ca + "/state", "--port_file=" + ca + "/coordinator.port", crl};
+  for (const std::string& flag : TlsFlags(ca, "coordinator")) argv.push_back(flag);
+  auto coordinator = ChildProcess::Start(argv, ca + "/coordinator.log");
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status();
+  const std::string address = "127.0.0.1:" + WaitForPort(ca + "/coordinator.port");
+  ASSERT_NE(address, "127.0.0.1:") << common::ReadFile(ca + "/coordinator.log").value_or("");
+  std::vector<std::string> worker_argv = {kBin + "/shardline-worker", "--coordinator=" + address, "--name=w0",
+                                          "--threads=1", "--listen=127.0.0.1:0", "--gemm_flops=1e9",
+                                          "--port_file=" + ca + "/w0.port", crl};
+  for (const std::string& flag : TlsFlags(ca, "w0")) worker_argv.push_back(flag);
+  auto worker = ChildProcess::Start(worker_argv, ca + "/w0.log");
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  ASSERT_FALSE(WaitForPort(ca + "/w0.port").empty()) << common::ReadFile(ca + "/w0.log").value_or("");
+  auto workers = [&] {  // "NAME ID STATE" of each registered worker
+    std::vector<std::string> args = TlsFlags(ca, "shardctl");
+    args.insert(args.end(), {crl, "-o", "json", "get", "workers"});
+    std::set<std::string> out;
+    for (const shardline::v1::WorkerStatus& w : Listed(cluster_->Ctl(args, address))) {
+      out.insert(w.name() + " " + w.worker_id() + " " + w.state());
+    }
+    return out;
+  };
+  auto wait_for = [](const std::function<bool()>& done, absl::Duration limit) {
+    for (const absl::Time until = absl::Now() + limit; absl::Now() < until;) {
+      if (done()) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(250));
+    }
+    return done();
+  };
+  auto logged = [](const std::string& path, const std::string& line, int times = 1) {
+    const std::string log = common::ReadFile(path).value_or("");
+    int seen = 0;
+    for (size_t at = log.find(line); at != std::string::npos; at = log.find(line, at + 1)) ++seen;
+    return seen >= times;
+  };
+  const std::set<std::string> registered = workers();
+  ASSERT_EQ(registered.size(), 1u);
+  ASSERT_TRUE(absl::EndsWith(*registered.begin(), " idle")) << *registered.begin();
+  const std::string id = registered.begin()->substr(0, registered.begin()->rfind(' '));
+  const std::string refused_on_open = "refusing the calls of a peer on a connection opened before its certificate";
+  const std::string worker_refused = "the coordinator refuses this worker's certificate";
+
+  // Rotated, then the old certificate revoked.
+  ASSERT_TRUE(MakeCert(ca, "w0"));
+  ASSERT_TRUE(std::filesystem::exists(ca + "/w0.previous.pem"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // --tls_refresh_s=1
+  ASSERT_TRUE(certs({"--revoke", "w0.previous"}, "revoke-previous"));
+  EXPECT_TRUE(wait_for([&] { return logged(ca + "/w0.log", worker_refused); }, absl::Seconds(20)))
+      << "the worker's open connection was not refused";
+  EXPECT_TRUE(logged(ca + "/coordinator.log", refused_on_open));
+  EXPECT_TRUE(wait_for([&] { return logged(ca + "/w0.log", "heartbeats again"); }, absl::Seconds(20)))
+      << common::ReadFile(ca + "/w0.log").value_or("");
+  EXPECT_EQ(workers(), registered) << "the worker kept its registration on a new connection";
+
+  // The current certificate revoked: lost, then back with a new one.
+  ASSERT_TRUE(certs({"--revoke", "w0"}, "revoke-current"));
+  EXPECT_TRUE(wait_for([&] { return logged(ca + "/w0.log", worker_refused, 2); }, absl::Seconds(20)));
+  EXPECT_TRUE(wait_for([&] { return workers() == std::set<std::string>{id + " lost"}; }, absl::Seconds(30)))
+      << "a worker with a revoked certificate kept its lease";
+  ASSERT_TRUE(MakeCert(ca, "w0"));
+  auto back = [&] {  // w0 under a new registration
+    for (const std::string& w : workers()) {
+      if (absl::StartsWith(w, "w0 ") && absl::EndsWith(w, " idle") && w != *registered.begin()) return true;
+    }
+    return false;
+  };
+  EXPECT_TRUE(wait_for(back, absl::Seconds(60))) << common::ReadFile(ca + "/w0.log").value_or("");
 }
 
 TEST_F(TlsTest, ADaemonRefusesToListenBeyondLoopbackWithoutTlsAndTokensUnlessInsecure) {
