@@ -63,6 +63,7 @@ absl::Status RevocationCallCheck::Check(absl::string_view pem) {
   }
   const auto revoked = revoked_.find(it->second.identity.key);
   if (revoked == revoked_.end()) return absl::OkStatus();
+  refused_.fetch_add(1, std::memory_order_relaxed);
   Peer& peer = it->second;
   const std::string why = absl::StrCat(kRevokedCertificate, " at ", Utc(revoked->second), " (", peer.identity.subject,
                                        ", serial ", peer.identity.serial, ")");

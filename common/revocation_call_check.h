@@ -17,6 +17,8 @@
 
 #include <grpcpp/security/auth_metadata_processor.h>
 
+#include <atomic>
+#include <cstdint>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
@@ -43,6 +45,8 @@ class RevocationCallCheck : public grpc::AuthMetadataProcessor {
   // OK, or UNAUTHENTICATED where the first certificate of `pem` (a peer's
   // chain, PEM) is revoked by the lists as they are now.
   absl::Status Check(absl::string_view pem);
+  // Calls refused so far (a Prometheus counter).
+  int64_t refused() const { return refused_.load(std::memory_order_relaxed); }
 
   // The call's peer certificate (x509_pem_cert) through Check; a call with
   // none (plaintext) passes: the handshake decided about it.
@@ -56,6 +60,7 @@ class RevocationCallCheck : public grpc::AuthMetadataProcessor {
 
   const std::string dir_;
   const std::string ca_path_;
+  std::atomic<int64_t> refused_{0};
   absl::Mutex mu_;
   absl::Time looked_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   std::string stamp_ ABSL_GUARDED_BY(mu_);  // RevocationListsStamp at the last read

@@ -78,6 +78,9 @@ class TransportSecurity {
   // may have been replaced since the start); InfinitePast where they cannot
   // be read or a CA has none: every peer of that CA is refused.
   absl::Time RevocationNextUpdate() const;
+  // Calls its servers refused for a revoked client certificate on a
+  // connection opened before the revocation (RevocationCallCheck).
+  int64_t RevokedCallsRefused() const { return call_check_ != nullptr ? call_check_->refused() : 0; }
   // One line for the start-up log: "mutual TLS (CA …, certificate …)" or
   // "plaintext (--insecure)".
   std::string Describe() const;

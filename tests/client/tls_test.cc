@@ -10,6 +10,7 @@
 // revoked certificates are refused where a revocation list is given, in the
 // handshake and on connections opened before.
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -57,6 +58,22 @@ std::vector<shardline::v1::WorkerStatus> Listed(const CtlRun& listed) {
   lenient.ignore_unknown_fields = true;
   EXPECT_TRUE(google::protobuf::util::JsonStringToMessage(listed.out, &list, lenient).ok()) << listed.out;
   return {list.workers().begin(), list.workers().end()};
+}
+
+// The value of `series` (no labels) at the /metrics of the daemon whose
+// --metrics_port_file is DIR/metrics.port; NaN where it is not there.
+double Scraped(const std::string& dir, const std::string& series) {
+  const std::string port = WaitForPort(dir + "/metrics.port");
+  EXPECT_FALSE(port.empty());
+  EXPECT_EQ(RunToEnd({"/bin/bash", "-c",
+                      "exec 3<>/dev/tcp/127.0.0.1/" + port +
+                          " && printf 'GET /metrics HTTP/1.0\\r\\n\\r\\n' >&3 && cat <&3"},
+                     dir + "/metrics.txt", 30),
+            "exited with status 0");
+  const std::string scraped = common::ReadFile(dir + "/metrics.txt").value_or("");
+  const size_t at = scraped.find("\n" + series + " ");
+  EXPECT_NE(at, std::string::npos) << series << " not in " << scraped;
+  return at == std::string::npos ? std::nan("") : std::stod(scraped.substr(at + series.size() + 2));
 }
 
 class TlsTest : public ::testing::Test {
@@ -269,18 +286,7 @@ TEST_F(TlsTest, RevokedCertificatesAreRefusedInTheHandshake) {
   EXPECT_NE(common::ReadFile(ca + "/coordinator.log").value_or("").find("revocation lists in " + ca + "/crl"),
             std::string::npos);
   // The lists' next update for an alert before they expire: certs.sh's 30 days.
-  const std::string metrics_port = WaitForPort(ca + "/metrics.port");
-  ASSERT_FALSE(metrics_port.empty());
-  ASSERT_EQ(RunToEnd({"/bin/bash", "-c",
-                      "exec 3<>/dev/tcp/127.0.0.1/" + metrics_port +
-                          " && printf 'GET /metrics HTTP/1.0\\r\\n\\r\\n' >&3 && cat <&3"},
-                     ca + "/metrics.txt", 30),
-            "exited with status 0");
-  const std::string scraped = common::ReadFile(ca + "/metrics.txt").value_or("");
-  const std::string series = "\nshardline_tls_crl_next_update_timestamp_seconds ";
-  const size_t at = scraped.find(series);
-  ASSERT_NE(at, std::string::npos) << scraped;
-  const double next_update = std::stod(scraped.substr(at + series.size()));
+  const double next_update = Scraped(ca, "shardline_tls_crl_next_update_timestamp_seconds");
   const double now = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
   EXPECT_GT(next_update, now + 29 * 86400.0);
   EXPECT_LT(next_update, now + 31 * 86400.0);
@@ -367,7 +373,8 @@ TEST_F(TlsTest, RevokedCertificatesAreRefusedOnConnectionsOpenedBefore) {
   ASSERT_TRUE(certs({"--crl"}, "crl"));
   const std::string crl = "--tls_crl_dir=" + ca + "/crl";
   std::vector<std::string> argv = {kBin + "/shardline-coordinator", "--listen=127.0.0.1:0", "--lease_ms=6000",
-                                   "--state_dir=" + ca + "/state", "--port_file=" + ca + "/coordinator.port", crl};
+                                   "--state_dir=" + ca + "/state", "--port_file=" + ca + "/coordinator.port", crl,
+                                   "--metrics_listen=127.0.0.1:0", "--metrics_port_file=" + ca + "/metrics.port"};
   for (const std::string& flag : TlsFlags(ca, "coordinator")) argv.push_back(flag);
   auto coordinator = ChildProcess::Start(argv, ca + "/coordinator.log");
   ASSERT_TRUE(coordinator.ok()) << coordinator.status();
@@ -407,6 +414,7 @@ TEST_F(TlsTest, RevokedCertificatesAreRefusedOnConnectionsOpenedBefore) {
   ASSERT_TRUE(absl::EndsWith(*registered.begin(), " idle")) << *registered.begin();
   const std::string id = registered.begin()->substr(0, registered.begin()->rfind(' '));
   const std::string refused_on_open = "refusing the calls of a peer on a connection opened before its certificate";
+  EXPECT_EQ(Scraped(ca, "shardline_tls_revoked_calls_total"), 0);
   const std::string worker_refused = "the coordinator refuses this worker's certificate";
 
   // Rotated, then the old certificate revoked.
@@ -417,6 +425,7 @@ TEST_F(TlsTest, RevokedCertificatesAreRefusedOnConnectionsOpenedBefore) {
   EXPECT_TRUE(wait_for([&] { return logged(ca + "/w0.log", worker_refused); }, absl::Seconds(20)))
       << "the worker's open connection was not refused";
   EXPECT_TRUE(logged(ca + "/coordinator.log", refused_on_open));
+  EXPECT_GE(Scraped(ca, "shardline_tls_revoked_calls_total"), 1);
   EXPECT_TRUE(wait_for([&] { return logged(ca + "/w0.log", "heartbeats again"); }, absl::Seconds(20)))
       << common::ReadFile(ca + "/w0.log").value_or("");
   EXPECT_EQ(workers(), registered) << "the worker kept its registration on a new connection";
