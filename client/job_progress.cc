@@ -231,6 +231,9 @@ std::string DescribeJob(const shardline::v1::JobStatus& s) {
           ? absl::StrCat("step ", s.committed_step(),
                          s.checkpoint_bytes() > 0 ? absl::StrCat(" (", Size(s.checkpoint_bytes()), ")") : "")
           : "none");
+  if (!s.init_from().empty()) {
+    absl::StrAppend(&out, "Started at: the weights of ", s.init_from(), " at its step ", s.init_step(), "\n");
+  }
   if (s.predicted_step_seconds() > 0) {
     // The plan's prediction against the last step as it went.
     absl::StrAppendFormat(&out, "Step time:  %s, predicted %.3f s%s\n",

@@ -235,6 +235,13 @@ absl::Status ValidateJobSpec(JobSpec& spec) {
                                    "micro-batches of global_batch / (data_parallel × micro_batches) sequences"));
   }
   RETURN_IF_ERROR(ValidateSizes(spec));
+  // A job id as the coordinator makes them (job-N); the coordinator checks
+  // that it is one of its own.
+  const std::string& from = spec.init().from_job();
+  if (!from.empty() && (from.size() > 64 || from.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                                                    "0123456789._-") != std::string::npos)) {
+    return FieldError("init.from_job", "must be a job id (1-64 characters of [A-Za-z0-9._-])");
+  }
   if (!spec.checkpoint().has_every_steps()) spec.mutable_checkpoint()->set_every_steps(0);
   RETURN_IF_ERROR(CheckRange("checkpoint.every_steps", spec.checkpoint().every_steps(), 0, 1 << 30));
   return absl::OkStatus();

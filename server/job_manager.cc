@@ -7,6 +7,7 @@
 #include "common/job_spec.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
+#include "google/protobuf/util/message_differencer.h"
 #include "server/grid_placement.h"
 
 namespace shardline::server {
@@ -50,16 +51,61 @@ absl::Status JobManager::Recover() {
 
 absl::StatusOr<shardline::v1::JobStatus> JobManager::Submit(shardline::v1::JobSpec spec, const std::string& by) {
   RETURN_IF_ERROR(common::ValidateJobSpec(spec));
+  const std::string from = spec.init().from_job();
+  std::string id;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!from.empty()) RETURN_IF_ERROR(CheckInitSource(spec));
+    ASSIGN_OR_RETURN(const int64_t number, store_.TakeJobNumber());
+    id = absl::StrCat("job-", number);
+  }
+  // The source's weights become this job's step 0 before the job exists
+  // (outside the jobs' lock: the whole model is read and written).
+  int64_t init_step = -1;
+  if (!from.empty()) {
+    absl::StatusOr<int64_t> seeded = weights_.SeedWeights(id, from);
+    if (absl::IsNotFound(seeded.status())) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "init.from_job: job ", from, " has no checkpoint to start from yet (one comes every "
+          "checkpoint.every_steps steps and at its end)"));
+    }
+    if (!seeded.ok()) return seeded.status();
+    init_step = *seeded;
+  }
   absl::MutexLock lock(&mu_);
-  ASSIGN_OR_RETURN(const int64_t number, store_.TakeJobNumber());
-  const std::string id = absl::StrCat("job-", number);
   RunningJob job(id, std::move(spec), registry_.Now(), by);
+  if (!from.empty()) {
+    absl::StatusOr<WeightStore::Version> seeded = weights_.CommittedVersion(id);
+    job.Commit(0, seeded.ok() ? seeded->bytes : 0);
+    job.SetInit(from, init_step);
+  }
   // Acknowledged only once durable.
-  RETURN_IF_ERROR(store_.SaveJob(job.spec(), job.status()));
+  if (absl::Status saved = store_.SaveJob(job.spec(), job.status()); !saved.ok()) {
+    if (!from.empty()) (void)weights_.DeleteJob(id);
+    return saved;
+  }
+  if (!from.empty()) {
+    LOG(INFO) << "job " << id << " starts from the weights of job " << from << " at step " << init_step;
+  }
   jobs_.emplace(id, std::move(job));
   order_.push_back(id);
   ScheduleLocked();
   return jobs_.at(id).status();
+}
+
+absl::Status JobManager::CheckInitSource(const shardline::v1::JobSpec& spec) {
+  const std::string& from = spec.init().from_job();
+  auto it = jobs_.find(from);
+  if (it == jobs_.end()) {
+    return absl::NotFoundError(absl::StrCat("init.from_job: no job ", from, " (shardctl get jobs lists them)"));
+  }
+  const shardline::v1::ModelSpec& theirs = it->second.spec().model();
+  if (!google::protobuf::util::MessageDifferencer::Equals(theirs, spec.model())) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "init.from_job: job ", from, "'s model (", theirs.ShortDebugString(), ") is not this spec's (",
+        spec.model().ShortDebugString(), "): its weights fit only the same model"));
+  }
+  return absl::OkStatus();
 }
 
 void JobManager::Save(const RunningJob& job) {

@@ -280,6 +280,9 @@ class JobManager {
   // for a re-plan moves then; one ending before it could stop ends on it.
   void MoveOffAtAStep(const WorkerRecord& w, const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Saves the job's record; a failure is logged (the job goes on).
+  // JobSpec.init.from_job names a job of this coordinator with the same
+  // model (NOT_FOUND, FAILED_PRECONDITION naming both models).
+  absl::Status CheckInitSource(const shardline::v1::JobSpec& spec) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Save(const RunningJob& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   WorkerRegistry& registry_;

@@ -182,6 +182,11 @@ class RunningJob {
   absl::Status AddReport(int position, const shardline::v1::ReportStepRequest& report);
   // The weights of `step` are committed, in files of `bytes` bytes.
   void Commit(int64_t step, int64_t bytes);
+  // It starts from the weights of job `from` at its step `step` (JobSpec.init).
+  void SetInit(const std::string& from, int64_t step) {
+    status_.set_init_from(from);
+    status_.set_init_step(step);
+  }
   // What the positions did in their recent steps (AddReport keeps it).
   const JobTrace& trace() const { return trace_; }
   // Every step run and the last one's weights committed.

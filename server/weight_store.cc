@@ -318,6 +318,25 @@ absl::StatusOr<common::SafetensorsContents> WeightStore::ExportWeights(
   return out;
 }
 
+absl::StatusOr<int64_t> WeightStore::SeedWeights(const std::string& to, const std::string& from) {
+  RETURN_IF_ERROR(ValidateJobId(to));
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    auto it = jobs_.find(to);
+    if (it != jobs_.end() && (it->second.committed_step >= 0 || !it->second.arrived.empty())) {
+      return absl::FailedPreconditionError(absl::StrCat("job ", to, " has shards already"));
+    }
+  }
+  ASSIGN_OR_RETURN(common::SafetensorsContents weights, ExportWeights(from, {{"init_from", from}}));
+  const int64_t step = std::stoll(weights.metadata["step"]);
+  weights.metadata["step"] = "0";  // to's step 0; from's step stays in init_step
+  weights.metadata["init_step"] = std::to_string(step);
+  ASSIGN_OR_RETURN(const bool committed, Report({{to, /*shard=*/0, /*shard_count=*/1, /*step=*/0, /*epoch=*/0},
+                                                 std::move(weights)}));
+  if (!committed) return absl::InternalError(absl::StrCat("job ", to, ": its weights of step 0 did not commit"));
+  return step;
+}
+
 absl::StatusOr<common::SafetensorsContents> WeightStore::FetchShard(const std::string& job_id,
                                                                      int shard) {
   absl::ReaderMutexLock lock(&mu_);

@@ -97,6 +97,13 @@ class WeightStore {
   // contents, tensors by global name, with `metadata` added.
   absl::StatusOr<common::SafetensorsContents> ExportWeights(
       const std::string& job_id, const std::map<std::string, std::string>& metadata);
+  // `to`'s version of step 0: the weights of `from`'s committed version (no
+  // optimizer state), one shard, durable; returns `from`'s committed step.
+  // A job that starts from another's weights (JobSpec.init.from_job) loads
+  // them as a restart loads a checkpoint, and keeps them when `from` goes.
+  // NOT_FOUND: `from` has no committed version; FAILED_PRECONDITION: `to`
+  // has shards already.
+  absl::StatusOr<int64_t> SeedWeights(const std::string& to, const std::string& from);
   // One shard of the committed version, optimizer state included (recovery).
   absl::StatusOr<common::SafetensorsContents> FetchShard(const std::string& job_id, int shard);
   // The tensors `names` of the committed version with their optimizer

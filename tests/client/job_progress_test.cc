@@ -125,6 +125,11 @@ TEST(JobProgressTest, JobsShowTheirAgeAndDescribeTheirTimes) {
   s.set_submitted_by("ops");
   text = DescribeJob(s);
   EXPECT_NE(text.find("Submitted:  2027-01-15 08:00:00 UTC by ops\nStarted:"), std::string::npos) << text;
+  EXPECT_EQ(text.find("Started at:"), std::string::npos) << "from the seed: " << text;
+  s.set_init_from("job-3");
+  s.set_init_step(40);
+  text = DescribeJob(s);
+  EXPECT_NE(text.find("\nStarted at: the weights of job-3 at its step 40\n"), std::string::npos) << text;
   s.set_ended_at(1'800'003'600.0);
   text = DescribeJob(s);
   EXPECT_NE(text.find("Ended:      2027-01-15 09:00:00 UTC\n"), std::string::npos) << text;

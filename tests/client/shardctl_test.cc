@@ -261,6 +261,78 @@ TEST_F(ShardctlTest, ASubmittedJobIsWatchedDescribedListedAndExported) {
   }
 }
 
+// A job that starts from another's committed weights (init.from_job), on
+// another layout: exactly what shardline-train makes of its spec from the
+// other's exported weights (--init_weights), which it needs for such a spec.
+TEST_F(ShardctlTest, AJobStartsFromAnothersWeightsAsTheReferenceRunDoes) {
+  const std::string dir = cluster().dir();
+  auto run = [&](const std::string& spec) {  // submitted and watched to its end: its id
+    const CtlRun submitted = cluster().Ctl({"-o", "json", "submit", spec});
+    EXPECT_EQ(submitted.ended, kOk) << submitted.err;
+    const std::string id = FromJson<shardline::v1::JobStatus>(submitted.out).job_id();
+    const CtlRun watched = cluster().Ctl({"watch", id});
+    EXPECT_EQ(watched.ended, kOk) << watched.out << watched.err;
+    return id;
+  };
+  const std::string first = run(Spec(4));
+  const std::string first_weights = dir + "/first.safetensors";
+  ASSERT_EQ(cluster().Ctl({"export", first, "-o", first_weights}).ended, kOk);
+  // One stage, two replicas (the first ran two stages); another learning rate.
+  const std::string spec = dir + "/from-first.json";
+  std::ofstream(spec) << R"({"name": "tuned",
+    "model": {"kind": "gpt", "vocab_size": 16, "context": 12, "d_model": 32, "n_heads": 2, "n_layers": 3},
+    "data": {"kind": "addition", "digits": 2},
+    "train": {"steps": 3, "global_batch": 8, "micro_batches": 2, "seed": 7,
+              "optimizer": {"kind": "adamw", "lr": 0.001}},
+    "parallel": {"pipeline_stages": 1, "data_parallel": 2},
+    "init": {"from_job": ")" << first << R"("}})";
+  const std::string tuned = run(spec);
+  const CtlRun described = cluster().Ctl({"describe", "job", tuned});
+  EXPECT_NE(described.out.find("Started at: the weights of " + first + " at its step 4\n"), std::string::npos)
+      << described.out;
+  const std::string tuned_weights = dir + "/tuned.safetensors";
+  ASSERT_EQ(cluster().Ctl({"export", tuned, "-o", tuned_weights}).ended, kOk);
+
+  EXPECT_EQ(RunToEnd({kBin + "/shardline-train", spec, "--threads=1", "--out=" + dir + "/no.safetensors"},
+                     dir + "/train-no-init.log", 60, dir + "/train-no-init.err"),
+            kInvalid);
+  EXPECT_NE(common::ReadFile(dir + "/train-no-init.err").value_or("").find("--init_weights=FILE"), std::string::npos);
+  ASSERT_EQ(RunToEnd({kBin + "/shardline-train", spec, "--threads=1", "--init_weights=" + first_weights,
+                      "--out=" + dir + "/tuned-ref.safetensors"},
+                     dir + "/train-init.log", 120),
+            kOk);
+  auto got = common::ReadSafetensors(tuned_weights);
+  auto want = common::ReadSafetensors(dir + "/tuned-ref.safetensors");
+  auto start = common::ReadSafetensors(first_weights);
+  ASSERT_TRUE(got.ok() && want.ok() && start.ok()) << got.status() << want.status() << start.status();
+  ASSERT_EQ(got->tensors.size(), want->tensors.size());
+  bool moved = false;
+  for (const auto& [name, tensor] : want->tensors) {
+    ASSERT_EQ(got->tensors.count(name), 1u) << name;
+    const common::Tensor& mine = got->tensors.at(name);
+    const auto a = mine.values<float>(), b = tensor.values<float>();
+    ASSERT_TRUE(std::equal(a.begin(), a.end(), b.begin(), b.end())) << name;
+    const common::Tensor& initial = start->tensors.at(name);
+    const auto s = initial.values<float>();
+    moved |= !std::equal(a.begin(), a.end(), s.begin(), s.end());
+  }
+  EXPECT_TRUE(moved) << "it trained on from there";
+
+  // Weights of another model, from the coordinator and from a file.
+  std::string other = common::ReadFile(spec).value_or("");
+  other.replace(other.find("\"n_layers\": 3"), 13, "\"n_layers\": 2");
+  std::ofstream(dir + "/other-model.json") << other;
+  const CtlRun refused = cluster().Ctl({"submit", dir + "/other-model.json"});
+  EXPECT_NE(refused.ended, kOk);
+  EXPECT_NE(refused.err.find("its weights fit only the same model"), std::string::npos) << refused.err;
+  EXPECT_EQ(RunToEnd({kBin + "/shardline-train", dir + "/other-model.json", "--threads=1",
+                      "--init_weights=" + first_weights},
+                     dir + "/train-other.log", 60, dir + "/train-other.err"),
+            kInvalid);
+  EXPECT_NE(common::ReadFile(dir + "/train-other.err").value_or("").find("which the spec's model does not have"),
+            std::string::npos);
+}
+
 TEST_F(ShardctlTest, CancelStopsARunningJobAndWatchThenFails) {
   const CtlRun submitted = cluster().Ctl({"-o", "json", "submit", Spec(100000)});
   ASSERT_EQ(submitted.ended, kOk) << submitted.err;

@@ -158,6 +158,18 @@ TEST(JobSpecTest, PlacementIsPlannedByDefaultOrInOrder) {
   ExpectInvalid(json, "parallel.placement");
 }
 
+TEST(JobSpecTest, InitFromJobIsAJobId) {
+  EXPECT_EQ(ParseJobSpec(kValid)->init().from_job(), "");
+  std::string json = kValid;
+  json.insert(json.rfind('}'), R"(, "init": {"from_job": "job-3"})");
+  EXPECT_EQ(ParseJobSpec(json)->init().from_job(), "job-3");
+  for (const std::string& bad : {std::string("../job-3"), std::string("job 3"), std::string(65, 'j')}) {
+    json = kValid;
+    json.insert(json.rfind('}'), absl::StrCat(R"(, "init": {"from_job": ")", bad, R"("})"));
+    ExpectInvalid(json, "init.from_job");
+  }
+}
+
 TEST(JobSpecTest, MoreStagesThanUnitsIsRefused) {
   std::string json = kValid;
   json.insert(json.rfind('}'), R"(, "parallel": {"pipeline_stages": 5})");

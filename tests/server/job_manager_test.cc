@@ -59,6 +59,51 @@ TEST_F(JobManagerTest, StepsCompleteWhenEveryStageReportsAndTheJobSucceedsAfterT
   EXPECT_EQ(jobs_->Cancel(job.job_id()).status().code(), absl::StatusCode::kFailedPrecondition);
 }
 
+// A job that starts from another's weights (JobSpec.init.from_job):
+// checked at submission (a job of this coordinator, the same model, a
+// checkpoint to start from), its committed weights copied as the new job's
+// step 0 without their optimizer state, kept when the other job goes and
+// across a restart.
+TEST_F(JobManagerTest, AJobStartsFromTheCommittedWeightsOfAnother) {
+  auto spec = Spec(1);
+  spec.mutable_init()->set_from_job("job-99");
+  EXPECT_EQ(jobs_->Submit(spec).status().code(), absl::StatusCode::kNotFound);
+  const JobStatus source = ThreeStagesCommittedAtStep1();
+  spec.mutable_init()->set_from_job(source.job_id());
+  auto other_model = spec;
+  other_model.mutable_model()->set_n_layers(3);
+  const auto refused = jobs_->Submit(other_model);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.status().message().find("its weights fit only the same model"), std::string::npos)
+      << refused.status();
+  const JobStatus unsaved = *jobs_->Submit(Spec(1));  // waits: every worker is busy
+  auto from_unsaved = spec;
+  from_unsaved.mutable_init()->set_from_job(unsaved.job_id());
+  const auto none = jobs_->Submit(from_unsaved);
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(none.status().message().find("has no checkpoint to start from yet"), std::string::npos) << none.status();
+  const size_t jobs_before = jobs_->List().size();
+
+  const auto started = jobs_->Submit(spec);
+  ASSERT_TRUE(started.ok()) << started.status();
+  EXPECT_EQ(jobs_->List().size(), jobs_before + 1) << "refused submissions left no job";
+  EXPECT_EQ(started->committed_step(), 0);
+  EXPECT_GT(started->checkpoint_bytes(), 0);
+  EXPECT_EQ(started->init_from(), source.job_id());
+  EXPECT_EQ(started->init_step(), 1);
+  auto weights = weights_->FetchTensors(started->job_id(), {"p0", "p1", "p2"});
+  ASSERT_TRUE(weights.ok()) << weights.status();
+  EXPECT_EQ(weights->metadata["step"], "0");
+  EXPECT_EQ(weights->tensors.size(), 3u) << "weights alone";
+  ASSERT_TRUE(jobs_->Cancel(source.job_id()).ok());
+  ASSERT_TRUE(jobs_->Delete(source.job_id()).ok());
+  Open();
+  const JobStatus recovered = *jobs_->Get(started->job_id());
+  EXPECT_EQ(recovered.committed_step(), 0);
+  EXPECT_EQ(recovered.init_from(), source.job_id());
+  EXPECT_TRUE(weights_->FetchTensors(started->job_id(), {"p0", "p1", "p2"}).ok()) << "its own copy";
+}
+
 // What a stage reports, as the job's status shows it: the page faults per
 // GiB received (the allocator-churn figure), busy fraction, link peak and
 // micro-batches held; a stage that received nothing has no faults per GiB.

@@ -152,6 +152,11 @@ class PipelineStage {
   // (every rank of the stage calls it at the same point): the shard is in
   // the global layout, the same on every rank and in every grid.
   absl::StatusOr<ShardRuntime::HostTensors> ExportState(ShardRuntime::HostTensors reuse = {});
+  // Weights alone (a job's starting weights, JobSpec.init): the optimizer
+  // state stays as it starts.
+  absl::Status ImportWeights(const std::map<std::string, common::Tensor>& weights) {
+    return runtime_.ImportWeights(weights);
+  }
   // Before the first RunStep of a restart: the weights and whole optimizer
   // state ExportState wrote at the committed step, in the global layout of
   // any grid (a split rank takes its slices; this replica keeps its share

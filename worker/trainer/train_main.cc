@@ -1,20 +1,24 @@
 // shardline-train SPEC [--device=cpu|cuda:N] [--threads=N] [--metrics_out=FILE] [--out=FILE]
+//                     [--init_weights=FILE]
 //
-// Trains the job spec in one process (the reference run), shows progress,
-// writes JSONL metrics, evaluates on held-out data and saves the final
-// weights as safetensors. Exit codes: 0 done, 1 training failed, 3 invalid
+// Trains the job spec in one process (the reference run), from the seed's
+// weights or those of --init_weights, shows progress, writes JSONL metrics,
+// evaluates on held-out data and saves the final weights as safetensors. Exit codes: 0 done, 1 training failed, 3 invalid
 // input (spec, data, flags).
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <string>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "common/init.h"
+#include "common/input_limits.h"
 #include "common/job_spec.h"
 #include "common/metrics_log.h"
 #include "common/safetensors.h"
+#include "common/status_macros.h"
 #include "glog/logging.h"
 #include "worker/backend/backend_factory.h"
 #include "worker/trainer/trainer.h"
@@ -25,6 +29,10 @@ ABSL_FLAG(std::string, metrics_out, "", "write JSON Lines metrics to this file")
 ABSL_FLAG(std::string, eval_weights, "",
           "skip training: load these safetensors weights, evaluate, and append the evaluation "
           "record to --metrics_out");
+ABSL_FLAG(std::string, init_weights, "",
+          "start from these safetensors weights (every parameter of the model, nothing else; e.g. `shardctl "
+          "export JOB`, what a spec's init.from_job starts from) instead of train.seed's; the optimizer starts "
+          "fresh");
 ABSL_FLAG(std::string, out, "",
           "final weights (safetensors); default: <name>.safetensors next to --metrics_out, or in "
           "the current directory");
@@ -74,6 +82,27 @@ int EvaluateOnly(const shardline::v1::JobSpec& spec, const std::string& path, Tr
   return 0;
 }
 
+// --init_weights into the trainer's model: every parameter with its shape
+// and no tensor the model does not have (weights of another model).
+absl::Status ImportInitWeights(const std::string& path, Trainer& trainer) {
+  ASSIGN_OR_RETURN(common::SafetensorsContents weights, common::ReadSafetensors(path));
+  absl::flat_hash_set<std::string> names;
+  for (const nn::Parameter* p : trainer.runtime().parameters()) names.insert(p->name);
+  for (const auto& [name, tensor] : weights.tensors) {
+    if (!names.contains(name)) {
+      return absl::InvalidArgumentError(absl::StrCat("--init_weights: ", common::Quote(path), " holds ", name,
+                                                     ", which the spec's model does not have"));
+    }
+  }
+  if (absl::Status s = trainer.runtime().ImportWeights(weights.tensors); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--init_weights: ", common::Quote(path), ": ", s.message()));
+  }
+  const auto step = weights.metadata.find("step");
+  std::printf("starting from the weights in %s%s\n", path.c_str(),
+              step == weights.metadata.end() ? "" : absl::StrCat(" (step ", step->second, ")").c_str());
+  return absl::OkStatus();
+}
+
 int Run(const std::string& spec_path) {
   absl::StatusOr<shardline::v1::JobSpec> spec = common::LoadJobSpec(spec_path);
   if (!spec.ok()) return Fail(kExitInvalid, spec.status());
@@ -85,6 +114,16 @@ int Run(const std::string& spec_path) {
   auto log = common::MetricsLog::Open(absl::GetFlag(FLAGS_metrics_out), !eval_weights.empty());
   if (!log.ok()) return Fail(kExitInvalid, log.status());
   if (!eval_weights.empty()) return EvaluateOnly(*spec, eval_weights, **trainer, **log);
+  const std::string init_weights = absl::GetFlag(FLAGS_init_weights);
+  if (init_weights.empty() && !spec->init().from_job().empty()) {
+    return Fail(kExitInvalid, absl::InvalidArgumentError(absl::StrCat(
+                                  "the spec starts from the weights of job ", spec->init().from_job(),
+                                  " (init.from_job): give them with --init_weights=FILE (shardctl export ",
+                                  spec->init().from_job(), " -o FILE)")));
+  }
+  if (!init_weights.empty()) {
+    if (absl::Status s = ImportInitWeights(init_weights, **trainer); !s.ok()) return Fail(kExitInvalid, s);
+  }
 
   const auto& train = spec->train();
   const int replicas = spec->parallel().data_parallel();
@@ -144,7 +183,8 @@ int Run(const std::string& spec_path) {
 int main(int argc, char** argv) {
   std::vector<std::string> args = shardline::common::InitProcess(
       argc, argv,
-      "shardline-train SPEC [--device=cpu|cuda:N] [--threads=N] [--metrics_out=FILE] [--out=FILE]");
+      "shardline-train SPEC [--device=cpu|cuda:N] [--threads=N] [--metrics_out=FILE] [--out=FILE] "
+      "[--init_weights=FILE]");
   if (args.size() != 2) {
     std::fprintf(stderr, "Error: expected exactly one job spec path (see --help)\n");
     return 3;
