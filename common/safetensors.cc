@@ -68,27 +68,28 @@ absl::StatusOr<uint64_t> Index(const google::protobuf::Value& v, absl::string_vi
 
 }  // namespace
 
-absl::StatusOr<std::string> SafetensorsHeader(const SafetensorsContents& contents) {
+absl::StatusOr<std::string> SafetensorsHeader(const std::map<std::string, SafetensorsEntry>& entries,
+                                              const std::map<std::string, std::string>& metadata) {
   std::string header = "{";
   bool first = true;
-  if (!contents.metadata.empty()) {
+  if (!metadata.empty()) {
     absl::StrAppend(&header, JsonString(kMetadataKey), ":{");
-    for (const auto& [key, value] : contents.metadata) {
+    for (const auto& [key, value] : metadata) {
       absl::StrAppend(&header, first ? "" : ",", JsonString(key), ":", JsonString(value));
       first = false;
     }
     header += "}";
     first = false;
   }
-  size_t offset = 0;
-  for (const auto& [name, tensor] : contents.tensors) {
+  uint64_t offset = 0;
+  for (const auto& [name, entry] : entries) {
     if (name.empty() || name == kMetadataKey) return Invalid(absl::StrCat("bad tensor name '", name, "'"));
+    ASSIGN_OR_RETURN(const size_t bytes, ByteSize(entry.dtype, entry.shape));
     std::string shape;
-    for (size_t i = 0; i < tensor.rank(); ++i) absl::StrAppend(&shape, i ? "," : "", tensor.dim(i));
-    absl::StrAppend(&header, first ? "" : ",", JsonString(name), ":{\"dtype\":\"",
-                    SafetensorsDType(tensor.dtype()), "\",\"shape\":[", shape,
-                    "],\"data_offsets\":[", offset, ",", offset + tensor.byte_size(), "]}");
-    offset += tensor.byte_size();
+    for (size_t i = 0; i < entry.shape.size(); ++i) absl::StrAppend(&shape, i ? "," : "", entry.shape[i]);
+    absl::StrAppend(&header, first ? "" : ",", JsonString(name), ":{\"dtype\":\"", SafetensorsDType(entry.dtype),
+                    "\",\"shape\":[", shape, "],\"data_offsets\":[", offset, ",", offset + bytes, "]}");
+    offset += bytes;
     first = false;
   }
   header += "}";
@@ -97,6 +98,16 @@ absl::StatusOr<std::string> SafetensorsHeader(const SafetensorsContents& content
   const uint64_t n = header.size();
   for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((n >> (8 * i)) & 0xff);
   return out + header;
+}
+
+absl::StatusOr<std::string> SafetensorsHeader(const SafetensorsContents& contents) {
+  std::map<std::string, SafetensorsEntry> entries;
+  for (const auto& [name, tensor] : contents.tensors) {
+    SafetensorsEntry& e = entries[name];
+    e.dtype = tensor.dtype();
+    for (size_t i = 0; i < tensor.rank(); ++i) e.shape.push_back(tensor.dim(i));
+  }
+  return SafetensorsHeader(entries, contents.metadata);
 }
 
 absl::StatusOr<std::string> SerializeSafetensors(const SafetensorsContents& contents) {

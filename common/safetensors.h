@@ -44,6 +44,10 @@ absl::StatusOr<std::string> SerializeSafetensors(const SafetensorsContents& cont
 // What SerializeSafetensors writes before the tensors' data (the 8-byte
 // length and the padded JSON header); the data follows in name order.
 absl::StatusOr<std::string> SafetensorsHeader(const SafetensorsContents& contents);
+// The same for tensors known by their entries' dtype and shape (offsets are
+// given in name order, whatever `entries` says).
+absl::StatusOr<std::string> SafetensorsHeader(const std::map<std::string, SafetensorsEntry>& entries,
+                                              const std::map<std::string, std::string>& metadata);
 // The header's length from a file's first 8 bytes; INVALID_ARGUMENT when
 // it cannot fit a file of `file_size` bytes (or is absurd).
 absl::StatusOr<uint64_t> SafetensorsHeaderSize(absl::string_view head, uint64_t file_size);

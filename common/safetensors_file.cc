@@ -63,4 +63,11 @@ absl::StatusOr<Tensor> SafetensorsFile::Read(const std::string& name) const {
   return tensor;
 }
 
+absl::Status SafetensorsFile::ReadData(uint64_t offset, absl::Span<char> out) const {
+  if (offset > size_ - index_.data_offset || out.size() > size_ - index_.data_offset - offset) {
+    return absl::OutOfRangeError(absl::StrCat(path_, ": ", out.size(), " bytes at ", offset, " are past its data"));
+  }
+  return ReadAt(fd_, path_, index_.data_offset + offset, out.size(), out.data());
+}
+
 }  // namespace shardline::common

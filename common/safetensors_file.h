@@ -10,6 +10,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "common/safetensors.h"
 #include "common/tensor.h"
 
@@ -28,6 +29,9 @@ class SafetensorsFile {
   uint64_t size() const { return size_; }
   // NOT_FOUND for a name the file lacks; DATA_LOSS when the read comes short.
   absl::StatusOr<Tensor> Read(const std::string& name) const;
+  // `out.size()` bytes of the data from `offset` (relative to the data's
+  // start: an entry's begin). OUT_OF_RANGE past the file; DATA_LOSS short.
+  absl::Status ReadData(uint64_t offset, absl::Span<char> out) const;
 
  private:
   SafetensorsFile(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}

@@ -258,18 +258,22 @@ grpc::ServerWriteReactor<shardline::v1::ExportChunk>* AdminService::ExportWeight
   if (!who.ok()) return new RejectedWriter<shardline::v1::ExportChunk>(ToGrpcStatus(who.status()));
   if (absl::Status s = ValidateRequest(*request); !s.ok()) return new RejectedWriter<shardline::v1::ExportChunk>(ToGrpcStatus(s));
   absl::StatusOr<shardline::v1::JobSpec> spec = jobs_.Spec(request->job_id());
-  absl::StatusOr<common::SafetensorsContents> contents =
-      spec.ok() ? weights_.ExportWeights(request->job_id(),
-                                         {{"format", "pt"},
-                                          {"producer", "shardline-coordinator"},
-                                          {"job_id", request->job_id()},
-                                          {"spec", common::JobSpecToJson(*spec)}})
+  // Read from the shard files a chunk at a time as the stream goes: the
+  // coordinator never holds the model.
+  absl::StatusOr<std::unique_ptr<common::SafetensorsConcat>> file =
+      spec.ok() ? weights_.OpenWeights(request->job_id(),
+                                       {{"format", "pt"},
+                                        {"producer", "shardline-coordinator"},
+                                        {"job_id", request->job_id()},
+                                        {"spec", common::JobSpecToJson(*spec)}})
                 : spec.status();
-  absl::StatusOr<std::string> bytes =
-      contents.ok() ? common::SerializeSafetensors(*contents) : contents.status();
-  if (!bytes.ok()) return new RejectedWriter<shardline::v1::ExportChunk>(ToGrpcStatus(bytes.status()));
-  Audit(*who, absl::StrCat("exported the weights of job ", request->job_id(), " (", bytes->size(), " bytes)"));
-  return new common::ChunkWriter<shardline::v1::ExportChunk>(std::move(*bytes));
+  if (!file.ok()) return new RejectedWriter<shardline::v1::ExportChunk>(ToGrpcStatus(file.status()));
+  Audit(*who, absl::StrCat("exported the weights of job ", request->job_id(), " (", (*file)->size(), " bytes)"));
+  const uint64_t size = (*file)->size();
+  return new common::ChunkWriter<shardline::v1::ExportChunk>(
+      size, [held = std::shared_ptr<const common::SafetensorsConcat>(std::move(*file))](uint64_t offset, size_t max) {
+        return held->Read(offset, max);
+      });
 }
 
 }  // namespace shardline::server

@@ -296,26 +296,40 @@ int64_t WeightStore::VersionBytes(const std::string& job_id, int64_t step, int s
   return bytes;
 }
 
-absl::StatusOr<common::SafetensorsContents> WeightStore::ExportWeights(
-    const std::string& job_id, const std::map<std::string, std::string>& metadata) {
+absl::StatusOr<WeightStore::Pinned> WeightStore::Pin(const std::string& job_id) {
   absl::ReaderMutexLock lock(&mu_);
   ASSIGN_OR_RETURN(const Job* job, Committed(job_id));
-  common::SafetensorsContents out;
-  out.metadata = metadata;
-  out.metadata["step"] = std::to_string(job->committed_step);
+  Pinned out;
+  out.step = job->committed_step;
   for (int s = 0; s < job->committed_shards; ++s) {
     ASSIGN_OR_RETURN(std::unique_ptr<common::SafetensorsFile> shard,
                      common::SafetensorsFile::Open(ShardPath(job_id, job->committed_step, s)));
-    for (const auto& [name, entry] : shard->index().entries) {
-      if (absl::StartsWith(name, kOptimizerPrefix)) continue;
-      if (out.tensors.count(name)) {
-        return absl::DataLossError(absl::StrCat("job ", job_id, ": tensor ", name, " is in more than one shard"));
-      }
-      ASSIGN_OR_RETURN(common::Tensor tensor, shard->Read(name));
-      out.tensors.emplace(name, std::move(tensor));
-    }
+    out.shards.push_back(std::move(shard));
   }
   return out;
+}
+
+absl::StatusOr<std::unique_ptr<common::SafetensorsConcat>> WeightStore::WeightsOf(
+    const std::string& job_id, Pinned pinned, const std::map<std::string, std::string>& metadata) {
+  absl::StatusOr<std::unique_ptr<common::SafetensorsConcat>> file = common::SafetensorsConcat::Create(
+      std::move(pinned.shards), [](const std::string& name) { return !absl::StartsWith(name, kOptimizerPrefix); },
+      metadata);
+  if (!file.ok()) return absl::Status(file.status().code(), absl::StrCat("job ", job_id, ": ", file.status().message()));
+  return file;
+}
+
+absl::StatusOr<std::unique_ptr<common::SafetensorsConcat>> WeightStore::OpenWeights(
+    const std::string& job_id, std::map<std::string, std::string> metadata) {
+  ASSIGN_OR_RETURN(Pinned pinned, Pin(job_id));
+  metadata["step"] = std::to_string(pinned.step);
+  return WeightsOf(job_id, std::move(pinned), metadata);
+}
+
+absl::StatusOr<common::SafetensorsContents> WeightStore::ExportWeights(
+    const std::string& job_id, const std::map<std::string, std::string>& metadata) {
+  ASSIGN_OR_RETURN(std::unique_ptr<common::SafetensorsConcat> file, OpenWeights(job_id, metadata));
+  ASSIGN_OR_RETURN(const std::string bytes, file->ReadAll());
+  return common::ParseSafetensors(bytes);
 }
 
 absl::StatusOr<int64_t> WeightStore::SeedWeights(const std::string& to, const std::string& from) {
@@ -327,13 +341,51 @@ absl::StatusOr<int64_t> WeightStore::SeedWeights(const std::string& to, const st
       return absl::FailedPreconditionError(absl::StrCat("job ", to, " has shards already"));
     }
   }
-  ASSIGN_OR_RETURN(common::SafetensorsContents weights, ExportWeights(from, {{"init_from", from}}));
-  const int64_t step = std::stoll(weights.metadata["step"]);
-  weights.metadata["step"] = "0";  // to's step 0; from's step stays in init_step
-  weights.metadata["init_step"] = std::to_string(step);
-  ASSIGN_OR_RETURN(const bool committed, Report({{to, /*shard=*/0, /*shard_count=*/1, /*step=*/0, /*epoch=*/0},
-                                                 std::move(weights)}));
-  if (!committed) return absl::InternalError(absl::StrCat("job ", to, ": its weights of step 0 did not commit"));
+  ASSIGN_OR_RETURN(Pinned pinned, Pin(from));
+  const int64_t step = pinned.step;
+  // to's step 0; from's step stays in init_step.
+  ASSIGN_OR_RETURN(std::unique_ptr<common::SafetensorsConcat> weights,
+                   WeightsOf(from, std::move(pinned),
+                             {{"init_from", from}, {"init_step", std::to_string(step)}, {"step", "0"}}));
+  // A megabyte at a time into the uploads' directory (emptied at start, so
+  // a coordinator stopped midway leaves nothing), then in as an upload.
+  const std::string path = (fs::path(root_) / ".uploads" / absl::StrCat("seed-", to, ".part")).string();
+  common::ShardDigest digest;
+  absl::Status written = [&]() -> absl::Status {
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0) return absl::InternalError(absl::StrCat("cannot create ", path, ": ", std::strerror(errno)));
+    absl::Status status;
+    for (uint64_t offset = 0; status.ok() && offset < weights->size();) {
+      absl::StatusOr<std::string> chunk = weights->Read(offset, 1 << 20);
+      if (!chunk.ok()) {
+        status = chunk.status();
+        break;
+      }
+      digest.Update(*chunk);
+      for (size_t done = 0; status.ok() && done < chunk->size();) {
+        const ssize_t n = ::write(fd, chunk->data() + done, chunk->size() - done);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) status = absl::InternalError(absl::StrCat("cannot write ", path, ": ", std::strerror(errno)));
+        if (n > 0) done += static_cast<size_t>(n);
+      }
+      offset += chunk->size();
+    }
+    if (status.ok() && ::fsync(fd) != 0) status = absl::InternalError(absl::StrCat("cannot flush ", path));
+    ::close(fd);
+    return status;
+  }();
+  if (written.ok()) {
+    absl::StatusOr<bool> committed =
+        Ingest({to, /*shard=*/0, /*shard_count=*/1, /*step=*/0, /*epoch=*/0}, path, digest.Finish());
+    written = !committed.ok() ? committed.status()
+              : *committed   ? absl::OkStatus()
+                             : absl::InternalError(absl::StrCat("job ", to, ": its weights of step 0 did not commit"));
+  }
+  if (!written.ok()) {
+    std::error_code ignored;
+    fs::remove(path, ignored);
+    return written;
+  }
   return step;
 }
 

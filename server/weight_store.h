@@ -28,6 +28,8 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "common/safetensors.h"
+#include "common/safetensors_concat.h"
+#include "common/safetensors_file.h"
 #include "server/shard_uploads.h"
 
 namespace shardline::server {
@@ -93,8 +95,13 @@ class WeightStore {
     int64_t bytes = 0;
   };
   absl::StatusOr<Version> CommittedVersion(const std::string& job_id);
-  // The committed version's weights (no optimizer state) as one file's
-  // contents, tensors by global name, with `metadata` added.
+  // The committed version's weights (no optimizer state) as one
+  // safetensors file, tensors by global name, with `metadata` and "step",
+  // read a piece at a time (its shard files stay open: a newer commit
+  // meanwhile does not change it).
+  absl::StatusOr<std::unique_ptr<common::SafetensorsConcat>> OpenWeights(const std::string& job_id,
+                                                                         std::map<std::string, std::string> metadata);
+  // OpenWeights, read whole (tests, small models).
   absl::StatusOr<common::SafetensorsContents> ExportWeights(
       const std::string& job_id, const std::map<std::string, std::string>& metadata);
   // `to`'s version of step 0: the weights of `from`'s committed version (no
@@ -113,6 +120,16 @@ class WeightStore {
                                                            const std::vector<std::string>& names);
 
  private:
+  // The committed version's shard files, open.
+  struct Pinned {
+    int64_t step = -1;
+    std::vector<std::unique_ptr<common::SafetensorsFile>> shards;
+  };
+  absl::StatusOr<Pinned> Pin(const std::string& job_id);
+  // Their weights as one file with `metadata`.
+  static absl::StatusOr<std::unique_ptr<common::SafetensorsConcat>> WeightsOf(
+      const std::string& job_id, Pinned pinned, const std::map<std::string, std::string>& metadata);
+
   struct Job {
     int64_t committed_step = -1;
     int committed_shards = 0;

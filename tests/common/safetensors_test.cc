@@ -1,9 +1,12 @@
 #include "common/safetensors.h"
 
+#include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "common/file_util.h"
+#include "common/safetensors_concat.h"
 #include "common/safetensors_file.h"
 #include "gtest/gtest.h"
 
@@ -116,6 +119,59 @@ TEST(SafetensorsTest, AFileReadsOneTensorAtATime) {
   ASSERT_TRUE(WriteFileAtomically(path, bytes.substr(0, 5)).ok());
   EXPECT_EQ(SafetensorsFile::Open(path).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(SafetensorsFile::Open(path + ".missing").status().code(), absl::StatusCode::kNotFound);
+}
+
+// Tensors of two files as one (those the filter keeps): the bytes
+// SerializeSafetensors gives for them, read in any pieces, also once the
+// files are deleted; a name in both files is refused.
+TEST(SafetensorsTest, FilesConcatenateIntoOneReadPieceByPiece) {
+  SafetensorsContents first = Sample(), second;
+  second.tensors.emplace("d.weight", *Tensor::FromValues<float>({2}, std::vector<float>{9.0f, -9.0f}));
+  second.tensors.emplace("skip.me", *Tensor::FromValues<float>({1}, std::vector<float>{1.0f}));
+  second.tensors.emplace("a.empty", *Tensor::Zeros(DType::kF32, {0, 3}));
+  const std::string dir = ::testing::TempDir();
+  auto open = [&](const std::string& name, const SafetensorsContents& c) {
+    EXPECT_TRUE(WriteSafetensors(dir + "/" + name, c).ok());
+    return std::move(*SafetensorsFile::Open(dir + "/" + name));
+  };
+  std::vector<std::unique_ptr<SafetensorsFile>> files;
+  files.push_back(open("first.safetensors", first));
+  files.push_back(open("second.safetensors", second));
+  const std::map<std::string, std::string> metadata = {{"step", "4"}};
+  auto concat = SafetensorsConcat::Create(
+      std::move(files), [](const std::string& name) { return name != "skip.me"; }, metadata);
+  ASSERT_TRUE(concat.ok()) << concat.status();
+  std::remove((dir + "/first.safetensors").c_str());  // open files stay readable
+  std::remove((dir + "/second.safetensors").c_str());
+
+  SafetensorsContents want;
+  for (const SafetensorsContents* c : {&first, &second}) {
+    for (const auto& [name, tensor] : c->tensors) {
+      if (name != "skip.me") want.tensors.emplace(name, tensor);
+    }
+  }
+  want.metadata = metadata;
+  const std::string bytes = *SerializeSafetensors(want);
+  EXPECT_EQ((*concat)->size(), bytes.size());
+  EXPECT_EQ(*(*concat)->ReadAll(), bytes);
+  for (size_t piece : {1, 7, 64, 1000}) {
+    std::string read;
+    for (uint64_t at = 0; at < (*concat)->size();) {
+      auto chunk = (*concat)->Read(at, piece);
+      ASSERT_TRUE(chunk.ok()) << chunk.status();
+      ASSERT_FALSE(chunk->empty());
+      read += *chunk;
+      at += chunk->size();
+    }
+    EXPECT_EQ(read, bytes) << "pieces of " << piece;
+  }
+  EXPECT_EQ(*(*concat)->Read((*concat)->size(), 10), "");
+
+  std::vector<std::unique_ptr<SafetensorsFile>> twice;
+  twice.push_back(open("again1.safetensors", first));
+  twice.push_back(open("again2.safetensors", first));
+  EXPECT_EQ(SafetensorsConcat::Create(std::move(twice), [](const std::string&) { return true; }, {}).status().code(),
+            absl::StatusCode::kDataLoss);
 }
 
 }  // namespace

@@ -70,6 +70,48 @@ TEST_F(WeightStoreTest, ExportHasTheLayoutOfOneWholeFile) {
   EXPECT_EQ(*common::SerializeSafetensors(*exported), *common::SerializeSafetensors(whole));
 }
 
+// An export is read as it streams, from the version committed when it
+// began: a newer commit meanwhile (which deletes the older files) changes
+// nothing of it.
+TEST_F(WeightStoreTest, AnExportUnderWayKeepsItsVersionThroughANewerCommit) {
+  ASSERT_TRUE(store_->Report(Shard("j", 0, 5)).ok());
+  ASSERT_TRUE(store_->Report(Shard("j", 1, 5)).ok());
+  const std::string at5 = *common::SerializeSafetensors(*store_->ExportWeights("j", {}));
+  auto open = store_->OpenWeights("j", {});
+  ASSERT_TRUE(open.ok()) << open.status();
+  const std::string head = *(*open)->Read(0, 100);
+  ASSERT_TRUE(store_->Report(Shard("j", 0, 10)).ok());
+  ASSERT_TRUE(*store_->Report(Shard("j", 1, 10)));
+  EXPECT_FALSE(std::filesystem::exists(root_ + "/j/step-5")) << "the older version's files are gone";
+  EXPECT_EQ(head + *(*open)->Read(100, (*open)->size()), at5);
+  EXPECT_NE(*common::SerializeSafetensors(*store_->ExportWeights("j", {})), at5) << "a new export sees step 10";
+}
+
+// Another job's weights as a job's version of step 0: weights alone, one
+// shard, what the other exports; refused for a job with shards.
+TEST_F(WeightStoreTest, AJobIsSeededWithAnothersWeightsAsItsStepZero) {
+  ASSERT_TRUE(store_->Report(Shard("j", 0, 5)).ok());
+  ASSERT_TRUE(store_->Report(Shard("j", 1, 5)).ok());
+  EXPECT_EQ(store_->SeedWeights("k", "none").status().code(), absl::StatusCode::kNotFound);
+  ASSERT_EQ(*store_->SeedWeights("k", "j"), 5);
+  EXPECT_EQ(*store_->CommittedStep("k"), 0);
+  auto seeded = store_->FetchShard("k", 0);
+  ASSERT_TRUE(seeded.ok()) << seeded.status();
+  const auto weights = store_->ExportWeights("j", {});
+  ASSERT_EQ(seeded->tensors.size(), 2u) << "no optimizer state";
+  for (const auto& [name, tensor] : weights->tensors) {
+    ASSERT_EQ(seeded->tensors.count(name), 1u) << name;
+    EXPECT_EQ(*common::SerializeSafetensors({{{name, seeded->tensors.at(name)}}, {}}),
+              *common::SerializeSafetensors({{{name, tensor}}, {}}));
+  }
+  EXPECT_EQ(seeded->metadata.at("init_step"), "5");
+  EXPECT_EQ(store_->SeedWeights("k", "j").status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(std::filesystem::is_empty(root_ + "/.uploads")) << "nothing left behind";
+  auto reopened = WeightStore::Open(root_);
+  ASSERT_TRUE(reopened.ok());
+  EXPECT_EQ(*(*reopened)->CommittedStep("k"), 0);
+}
+
 TEST_F(WeightStoreTest, ReportsAreIdempotentAndContradictionsRefused) {
   ASSERT_FALSE(*store_->Report(Shard("j", 0, 10)));
   EXPECT_FALSE(*store_->Report(Shard("j", 0, 10))) << "a retried report is accepted once";

@@ -1,4 +1,4 @@
-"""Runs the transport, collective, pipeline, stage layout and recovery benchmarks small and checks what they write.
+"""Runs the transport, collective, pipeline, stage layout, recovery, planner, coordinator and export benchmarks small and checks what they write.
 
 The figures themselves depend on the machine and are not judged here (they
 belong in docs/benchmarks.md), but for the capped wire below; what is
@@ -462,6 +462,19 @@ def check_coordinator(bin_dir, workdir):
     assert sum(100 * r["heartbeat_us"] for r in rows) / 1e6 < wall, (rows, wall)
 
 
+def check_export(bin_dir, workdir):
+    rows, wall = run([os.path.join(bin_dir, "bench_export"), "--mib=32", "--shards=2"],
+                     os.path.join(workdir, "bench_export.json"))
+    assert [r["path"] for r in rows] == ["streamed", "in_memory"], rows
+    for r in rows:
+        check_fields(r, ["out_mib", "seconds", "peak_growth_mib"])
+        # The weights, a header of a few hundred bytes, no optimizer state.
+        assert 32 <= r["out_mib"] < 32.01, r
+        assert r["seconds"] > 0 and r["peak_growth_mib"] >= 0, r
+    assert rows[0]["out_mib"] == rows[1]["out_mib"], rows
+    assert sum(r["seconds"] for r in rows) < wall, (rows, wall)
+
+
 def main():
     bin_dir, workdir, source_dir = sys.argv[1], sys.argv[2], sys.argv[3]
     os.makedirs(workdir, exist_ok=True)
@@ -475,6 +488,7 @@ def main():
     check_recovery(bin_dir, workdir)
     check_planner(bin_dir, workdir)
     check_coordinator(bin_dir, workdir)
+    check_export(bin_dir, workdir)
     print("bench JSON checks passed")
 
 
