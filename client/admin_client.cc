@@ -1,7 +1,11 @@
 #include "client/admin_client.h"
 
+#include <algorithm>
+#include <fstream>
+
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
+#include "common/input_limits.h"
 
 namespace shardline::client {
 
@@ -166,6 +170,43 @@ absl::StatusOr<std::string> AdminClient::Export(const std::string& job_id) {
   const grpc::Status status = reader->Finish();
   if (!status.ok()) return FromGrpcStatus(status);
   return bytes;
+}
+
+absl::StatusOr<shardline::v1::JobStatus> AdminClient::SubmitWithWeights(const shardline::v1::JobSpec& spec,
+                                                                        const std::string& path) {
+  std::ifstream file(path, std::ios::binary | std::ios::ate);
+  if (!file) return absl::NotFoundError(absl::StrCat("--init_weights: cannot read ", common::Quote(path)));
+  const int64_t size = static_cast<int64_t>(file.tellg());
+  file.seekg(0);
+  grpc::ClientContext context;
+  // As long as the bytes take at 10 MB/s, and a deadline more.
+  context.set_deadline(absl::ToChronoTime(absl::Now() + deadline_ + absl::Seconds(static_cast<double>(size) / 10e6)));
+  Authorize(context);
+  shardline::v1::JobStatus response;
+  auto writer = stub_->SubmitJobWithWeights(&context, &response);
+  shardline::v1::WeightsChunk chunk;
+  *chunk.mutable_spec() = spec;
+  chunk.set_total_bytes(size);
+  std::string buffer(1 << 20, '\0');
+  bool sending = true;
+  for (int64_t sent = 0; sending && (sent < size || sent == 0);) {
+    const size_t n = static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(buffer.size()), size - sent));
+    if (!file.read(buffer.data(), static_cast<std::streamsize>(n))) {
+      writer->WritesDone();
+      context.TryCancel();
+      (void)writer->Finish();
+      return absl::DataLossError(absl::StrCat("--init_weights: ", common::Quote(path), " ended while read"));
+    }
+    chunk.set_data(buffer.data(), n);
+    sending = writer->Write(chunk);  // false: the coordinator ended the call (its status says why)
+    chunk.Clear();
+    sent += static_cast<int64_t>(n);
+    if (n == 0) break;
+  }
+  writer->WritesDone();
+  const grpc::Status status = writer->Finish();
+  if (!status.ok()) return FromGrpcStatus(status);
+  return response;
 }
 
 }  // namespace shardline::client

@@ -47,6 +47,10 @@ class AdminClient {
   absl::StatusOr<shardline::v1::GetTraceResponse> Trace(const std::string& job_id, int64_t first, int64_t last);
   // The committed weights as safetensors bytes.
   absl::StatusOr<std::string> Export(const std::string& job_id);
+  // Submit, the job starting from the weights in the safetensors file at
+  // `path`, sent in chunks (NOT_FOUND: no such file, before connecting).
+  absl::StatusOr<shardline::v1::JobStatus> SubmitWithWeights(const shardline::v1::JobSpec& spec,
+                                                             const std::string& path);
 
  private:
   std::unique_ptr<grpc::ClientContext> Context() const;  // with the deadline, authorized

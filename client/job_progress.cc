@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/job_spec.h"
 
 namespace shardline::client {
 namespace {
@@ -231,7 +232,9 @@ std::string DescribeJob(const shardline::v1::JobStatus& s) {
           ? absl::StrCat("step ", s.committed_step(),
                          s.checkpoint_bytes() > 0 ? absl::StrCat(" (", Size(s.checkpoint_bytes()), ")") : "")
           : "none");
-  if (!s.init_from().empty()) {
+  if (s.init_from() == common::kSentWeights) {
+    absl::StrAppend(&out, "Started at: the weights sent with it (step ", s.init_step(), " of what trained them)\n");
+  } else if (!s.init_from().empty()) {
     absl::StrAppend(&out, "Started at: the weights of ", s.init_from(), " at its step ", s.init_step(), "\n");
   }
   if (s.predicted_step_seconds() > 0) {

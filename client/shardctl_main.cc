@@ -1,7 +1,8 @@
 // shardctl: the admin CLI.
 //
 //   shardctl [--coordinator=HOST:PORT] [-o table|json] COMMAND ...
-//     get workers | get jobs | get links | describe job ID | plan SPEC [--explain] | submit SPEC
+//     get workers | get jobs | get links | describe job ID | plan SPEC [--explain]
+//     submit SPEC [--init_weights=FILE]
 //     probe [WORKER...]
 //     watch ID | cancel ID | replan ID | delete ID | drain [--at_once] WORKER | undrain WORKER | export ID -o FILE
 //     health [ADDRESS [SERVICE]] | trace ID [--steps=A:B] -o FILE | completion bash
@@ -48,6 +49,9 @@ ABSL_FLAG(bool, at_once, false,
           "drain: move the worker's job off it at once, from its committed step (default: at a step boundary a "
           "little ahead, checkpointed, so that nothing is replayed)");
 ABSL_FLAG(bool, explain, false, "plan: each position's predicted compute, communication and memory, and the critical path");
+ABSL_FLAG(std::string, init_weights, "",
+          "submit: the job starts from the weights of this safetensors file (sent with it; from shardctl export "
+          "or shardline-train, of the spec's model), not the seed's");
 ABSL_FLAG(int64_t, probe_wait_s, 120, "probe: wait this long at most for the queued probes, then print the links");
 ABSL_FLAG(std::string, steps, "", "trace: the steps A:B (either end may be left out; default: all the coordinator keeps)");
 
@@ -74,7 +78,8 @@ int Fail(const absl::Status& status) {
 int Usage(const std::string& problem) {
   std::fprintf(stderr,
                "Error: %s\nusage: shardctl [--coordinator=HOST:PORT] [-o table|json] "
-               "get workers|jobs|links | probe [WORKER...] | describe job ID | plan SPEC | submit SPEC | "
+               "get workers|jobs|links | probe [WORKER...] | describe job ID | plan SPEC | "
+               "submit SPEC [--init_weights=FILE] | "
                "watch ID | cancel ID | replan ID | "
                "drain [--at_once] WORKER | undrain WORKER | export ID -o FILE | health [ADDRESS [SERVICE]] | "
                "trace ID [--steps=A:B] -o FILE | completion bash\n",
@@ -215,6 +220,8 @@ int Run(const std::vector<std::string>& args) {
     absl::StatusOr<shardline::v1::JobSpec> spec = common::LoadJobSpec(args[1]);
     if (!spec.ok()) return Fail(spec.status());
     if (command == "plan") return Print(admin.Plan(*spec), absl::GetFlag(FLAGS_explain) ? &ExplainPlan : &PlanTable);
+    const std::string weights = absl::GetFlag(FLAGS_init_weights);
+    if (!weights.empty()) return Print(admin.SubmitWithWeights(*spec, weights), &StatusLine);
     return Print(admin.Submit(*spec), &StatusLine);
   }
   if (command == "watch" && args.size() == 2) return Watch(admin, args[1]);

@@ -16,6 +16,10 @@
 
 namespace shardline::common {
 
+// JobStatus.init_from of a job that starts from weights sent with it
+// (shardctl submit --init_weights), not another job's (init.from_job).
+inline constexpr char kSentWeights[] = "sent weights";
+
 // Parses JSON (unknown fields are errors) and validates.
 absl::StatusOr<shardline::v1::JobSpec> ParseJobSpec(absl::string_view json);
 // Reads the file, then ParseJobSpec. NOT_FOUND / INVALID_ARGUMENT name the path.

@@ -57,7 +57,9 @@ absl::Status RevocationCallCheck::Check(absl::string_view pem) {
     absl::StatusOr<CertificateIdentity> identity = IdentifyCertificate(pem);
     // gRPC verified this chain in the handshake; one it cannot parse is no
     // certificate the lists could name.
-    if (!identity.ok()) return absl::UnauthenticatedError(absl::StrCat("peer certificate: ", identity.status().message()));
+    if (!identity.ok()) {
+      return absl::UnauthenticatedError(absl::StrCat("peer certificate: ", identity.status().message()));
+    }
     if (peers_.size() >= kMaxPeers) peers_.clear();
     it = peers_.emplace(std::string(pem), Peer{*std::move(identity)}).first;
   }

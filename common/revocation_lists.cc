@@ -1,10 +1,10 @@
 #include "common/revocation_lists.h"
 
 #include <dirent.h>
-#include <sys/stat.h>
 #include <openssl/bn.h>
 #include <openssl/pem.h>
 #include <openssl/x509.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cctype>
@@ -55,7 +55,6 @@ bool Hashed(const std::string& file) {
   return true;
 }
 
-// `missing` where the field is absent.
 std::string HexOf(const ASN1_INTEGER* serial) {
   BIGNUM* number = ASN1_INTEGER_to_BN(serial, nullptr);
   if (number == nullptr) return "?";
@@ -71,6 +70,7 @@ std::string KeyOf(const X509_NAME* issuer, const ASN1_INTEGER* serial) {
   return NameOf(issuer) + "#" + HexOf(serial);
 }
 
+// `missing` where the field is absent.
 absl::Time TimeOf(const ASN1_TIME* t, absl::Time missing) {
   struct tm parts {};
   if (t == nullptr) return missing;

@@ -13,6 +13,7 @@
 #include "server/certificate_names.h"
 #include "server/grpc_mailbox_writer.h"
 #include "server/request_validation.h"
+#include "server/weights_upload.h"
 
 namespace shardline::server {
 namespace {
@@ -81,6 +82,23 @@ grpc::ServerUnaryReactor* AdminService::SubmitJob(grpc::CallbackServerContext* c
   absl::StatusOr<JobStatus> submitted = jobs_.Submit(request->spec(), *who);
   if (submitted.ok()) Audit(*who, absl::StrCat("submitted job ", submitted->job_id(), " (", submitted->name(), ")"));
   return Reply(context, std::move(submitted), response);
+}
+
+grpc::ServerReadReactor<shardline::v1::WeightsChunk>* AdminService::SubmitJobWithWeights(
+    grpc::CallbackServerContext* context, JobStatus* response) {
+  absl::StatusOr<std::string> who = Authorize(context, AdminRole::kAdmin);
+  if (!who.ok()) {
+    // Refused before a byte is read.
+    class Refused final : public grpc::ServerReadReactor<shardline::v1::WeightsChunk> {
+     public:
+      explicit Refused(const absl::Status& status) { Finish(ToGrpcStatus(status)); }
+      void OnDone() override { delete this; }
+    };
+    return new Refused(who.status());
+  }
+  return new WeightsUpload(jobs_, weights_, *who, response, [who = *who](const JobStatus& job) {
+    Audit(who, absl::StrCat("submitted job ", job.job_id(), " (", job.name(), ") with the weights it starts from"));
+  });
 }
 
 grpc::ServerUnaryReactor* AdminService::GetJob(grpc::CallbackServerContext* context,

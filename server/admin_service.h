@@ -2,8 +2,8 @@
 // (shardctl, shardline-local): jobs, workers, plans, weight export. It
 // translates between RPCs and the JobManager / WorkerRegistry / WeightStore.
 // With AdminTokens every call needs a bearer token of the role it asks for
-// (admin: SubmitJob, CancelJob, ReplanJob, DeleteJob, DrainWorker, ExportWeights,
-// ProbeLinks; viewer: the rest); without, the service is open (a coordinator on loopback, or one
+// (admin: SubmitJob, SubmitJobWithWeights, CancelJob, ReplanJob, DeleteJob,
+// DrainWorker, ExportWeights, ProbeLinks; viewer: the rest); without, the service is open (a coordinator on loopback, or one
 // run with --insecure). Thread-safe.
 #ifndef SHARDLINE_SERVER_ADMIN_SERVICE_H_
 #define SHARDLINE_SERVER_ADMIN_SERVICE_H_
@@ -53,6 +53,8 @@ class AdminService final : public shardline::v1::Admin::CallbackService {
                                     shardline::v1::PlanResponse* response) override;
   grpc::ServerWriteReactor<shardline::v1::ExportChunk>* ExportWeights(
       grpc::CallbackServerContext* context, const shardline::v1::GetJobRequest* request) override;
+  grpc::ServerReadReactor<shardline::v1::WeightsChunk>* SubmitJobWithWeights(
+      grpc::CallbackServerContext* context, shardline::v1::JobStatus* response) override;
   grpc::ServerUnaryReactor* ListLinks(grpc::CallbackServerContext* context,
                                       const shardline::v1::ListLinksRequest* request,
                                       shardline::v1::ListLinksResponse* response) override;

@@ -46,46 +46,94 @@ absl::Status JobManager::Recover() {
     Save(job);
   }
   if (!saved.empty()) LOG(INFO) << "recovered " << saved.size() << " jobs";
+  ForgetUnownedCheckpoints();
   return absl::OkStatus();
+}
+
+void JobManager::ForgetUnownedCheckpoints() {
+  for (const std::string& id : weights_.CommittedJobs()) {
+    if (jobs_.count(id)) continue;
+    absl::StatusOr<WeightStore::Version> version = weights_.CommittedVersion(id);
+    if (!version.ok()) continue;
+    // A step 0 is only ever another job's weights copied for a submission
+    // (init.from_job): one stopped before its record was saved, never
+    // acknowledged.
+    if (version->step == 0) {
+      absl::StatusOr<int64_t> freed = weights_.DeleteJob(id);
+      LOG(WARNING) << "removed the starting weights copied for " << id << ", a submission cut short before it was "
+                   << "saved (" << (freed.ok() ? absl::StrCat(*freed, " bytes") : freed.status().ToString()) << ")";
+      continue;
+    }
+    LOG(WARNING) << "--state_dir holds a checkpoint of " << id << " (step " << version->step
+                 << ") that no job record names; left in place";
+  }
 }
 
 absl::StatusOr<shardline::v1::JobStatus> JobManager::Submit(shardline::v1::JobSpec spec, const std::string& by) {
   RETURN_IF_ERROR(common::ValidateJobSpec(spec));
   const std::string from = spec.init().from_job();
-  std::string id;
+  if (from.empty()) return SubmitSeeded(std::move(spec), by, "", nullptr);
   {
     absl::MutexLock lock(&mu_);
-    if (!from.empty()) RETURN_IF_ERROR(CheckInitSource(spec));
-    ASSIGN_OR_RETURN(const int64_t number, store_.TakeJobNumber());
-    id = absl::StrCat("job-", number);
+    RETURN_IF_ERROR(CheckInitSource(spec));
   }
-  // The source's weights become this job's step 0 before the job exists
-  // (outside the jobs' lock: the whole model is read and written).
-  int64_t init_step = -1;
-  if (!from.empty()) {
+  return SubmitSeeded(std::move(spec), by, from, [&](const std::string& id) -> absl::StatusOr<int64_t> {
     absl::StatusOr<int64_t> seeded = weights_.SeedWeights(id, from);
     if (absl::IsNotFound(seeded.status())) {
       return absl::FailedPreconditionError(absl::StrCat(
           "init.from_job: job ", from, " has no checkpoint to start from yet (one comes every "
           "checkpoint.every_steps steps and at its end)"));
     }
-    if (!seeded.ok()) return seeded.status();
-    init_step = *seeded;
+    return seeded;
+  });
+}
+
+absl::StatusOr<shardline::v1::JobStatus> JobManager::SubmitWithWeights(shardline::v1::JobSpec spec,
+                                                                       const std::string& by, const std::string& path,
+                                                                       uint64_t digest, int64_t step) {
+  RETURN_IF_ERROR(common::ValidateJobSpec(spec));
+  if (!spec.init().from_job().empty()) {
+    return absl::InvalidArgumentError(
+        "init.from_job and the weights sent both say where the job starts: give one (shardctl submit without "
+        "--init_weights, or without init.from_job)");
+  }
+  return SubmitSeeded(std::move(spec), by, common::kSentWeights, [&](const std::string& id) -> absl::StatusOr<int64_t> {
+    RETURN_IF_ERROR(weights_.AdoptWeights(id, path, digest));
+    return step;
+  });
+}
+
+absl::StatusOr<shardline::v1::JobStatus> JobManager::SubmitSeeded(
+    shardline::v1::JobSpec spec, const std::string& by, const std::string& init_from,
+    const std::function<absl::StatusOr<int64_t>(const std::string& id)>& seed) {
+  std::string id;
+  {
+    absl::MutexLock lock(&mu_);
+    ASSIGN_OR_RETURN(const int64_t number, store_.TakeJobNumber());
+    id = absl::StrCat("job-", number);
+  }
+  // The starting weights become this job's step 0 before the job exists
+  // (outside the jobs' lock: the whole model is read and written).
+  int64_t init_step = -1;
+  if (seed) {
+    ASSIGN_OR_RETURN(init_step, seed(id));
   }
   absl::MutexLock lock(&mu_);
   RunningJob job(id, std::move(spec), registry_.Now(), by);
-  if (!from.empty()) {
+  if (seed) {
     absl::StatusOr<WeightStore::Version> seeded = weights_.CommittedVersion(id);
     job.Commit(0, seeded.ok() ? seeded->bytes : 0);
-    job.SetInit(from, init_step);
+    job.SetInit(init_from, init_step);
   }
   // Acknowledged only once durable.
   if (absl::Status saved = store_.SaveJob(job.spec(), job.status()); !saved.ok()) {
-    if (!from.empty()) (void)weights_.DeleteJob(id);
+    if (seed) (void)weights_.DeleteJob(id);
     return saved;
   }
-  if (!from.empty()) {
-    LOG(INFO) << "job " << id << " starts from the weights of job " << from << " at step " << init_step;
+  if (seed) {
+    LOG(INFO) << "job " << id << " starts from "
+              << (init_from == common::kSentWeights ? "the weights sent with it" : "the weights of " + init_from)
+              << ", step " << init_step;
   }
   jobs_.emplace(id, std::move(job));
   order_.push_back(id);
@@ -275,6 +323,7 @@ void JobManager::ScheduleLocked() {
       registry_.SetJob(worker, id);
       assignments[position].set_plan_epoch(*epoch);
       assignments[position].set_link_token(job.link_token());  // the job's workers alone know it
+      assignments[position].set_initial_weights(job.first_step() == 1 && !job.status().init_from().empty());
       deliver_(worker, std::move(assignments[position]));
     }
     job.rate_watch().Start(job.first_step());

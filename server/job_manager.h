@@ -86,6 +86,12 @@ class JobManager {
 
   // INVALID_ARGUMENT for a spec that fails validation (naming the field).
   absl::StatusOr<shardline::v1::JobStatus> Submit(shardline::v1::JobSpec spec, const std::string& by = kAnOperator);
+  // Submit, the job starting from the weights file at `path` (ShardDigest
+  // `digest`, written at `step` of whatever trained it), moved into the
+  // store as its version of step 0 (WeightStore::AdoptWeights' errors);
+  // INVALID_ARGUMENT for a spec with init.from_job too.
+  absl::StatusOr<shardline::v1::JobStatus> SubmitWithWeights(shardline::v1::JobSpec spec, const std::string& by,
+                                                             const std::string& path, uint64_t digest, int64_t step);
   absl::StatusOr<shardline::v1::JobStatus> Get(const std::string& job_id);
   absl::StatusOr<shardline::v1::JobSpec> Spec(const std::string& job_id);
   std::vector<shardline::v1::JobStatus> List();
@@ -280,6 +286,16 @@ class JobManager {
   // for a re-plan moves then; one ending before it could stop ends on it.
   void MoveOffAtAStep(const WorkerRecord& w, const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Saves the job's record; a failure is logged (the job goes on).
+  // Takes a job number; `seed` (if any) gives the job's version of step 0
+  // and returns the step it comes from (JobStatus.init_step; `init_from`
+  // names where); then the job is saved and scheduled.
+  absl::StatusOr<shardline::v1::JobStatus> SubmitSeeded(
+      shardline::v1::JobSpec spec, const std::string& by, const std::string& init_from,
+      const std::function<absl::StatusOr<int64_t>(const std::string& id)>& seed) ABSL_LOCKS_EXCLUDED(mu_);
+  // At Recover: a checkpoint of step 0 that no job owns is removed (an
+  // init.from_job copy whose submission was cut short); another is left,
+  // with a warning.
+  void ForgetUnownedCheckpoints() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // JobSpec.init.from_job names a job of this coordinator with the same
   // model (NOT_FOUND, FAILED_PRECONDITION naming both models).
   absl::Status CheckInitSource(const shardline::v1::JobSpec& spec) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -275,6 +275,15 @@ absl::StatusOr<const WeightStore::Job*> WeightStore::Committed(const std::string
   return &it->second;
 }
 
+std::vector<std::string> WeightStore::CommittedJobs() {
+  absl::ReaderMutexLock lock(&mu_);
+  std::vector<std::string> out;
+  for (const auto& [id, job] : jobs_) {
+    if (job.committed_step >= 0) out.push_back(id);
+  }
+  return out;
+}
+
 absl::StatusOr<int64_t> WeightStore::CommittedStep(const std::string& job_id) {
   ASSIGN_OR_RETURN(const Version version, CommittedVersion(job_id));
   return version.step;
@@ -349,7 +358,7 @@ absl::StatusOr<int64_t> WeightStore::SeedWeights(const std::string& to, const st
                              {{"init_from", from}, {"init_step", std::to_string(step)}, {"step", "0"}}));
   // A megabyte at a time into the uploads' directory (emptied at start, so
   // a coordinator stopped midway leaves nothing), then in as an upload.
-  const std::string path = (fs::path(root_) / ".uploads" / absl::StrCat("seed-", to, ".part")).string();
+  const std::string path = UploadPath(absl::StrCat("seed-", to, ".part"));
   common::ShardDigest digest;
   absl::Status written = [&]() -> absl::Status {
     const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
@@ -374,19 +383,41 @@ absl::StatusOr<int64_t> WeightStore::SeedWeights(const std::string& to, const st
     ::close(fd);
     return status;
   }();
-  if (written.ok()) {
-    absl::StatusOr<bool> committed =
-        Ingest({to, /*shard=*/0, /*shard_count=*/1, /*step=*/0, /*epoch=*/0}, path, digest.Finish());
-    written = !committed.ok() ? committed.status()
-              : *committed   ? absl::OkStatus()
-                             : absl::InternalError(absl::StrCat("job ", to, ": its weights of step 0 did not commit"));
-  }
+  if (written.ok()) written = AdoptWeights(to, path, digest.Finish());
   if (!written.ok()) {
     std::error_code ignored;
     fs::remove(path, ignored);
     return written;
   }
   return step;
+}
+
+absl::Status WeightStore::AdoptWeights(const std::string& to, const std::string& path, uint64_t digest) {
+  RETURN_IF_ERROR(ValidateJobId(to));
+  {
+    ASSIGN_OR_RETURN(std::unique_ptr<common::SafetensorsFile> file, common::SafetensorsFile::Open(path));
+    for (const auto& [name, entry] : file->index().entries) {
+      if (absl::StartsWith(name, kOptimizerPrefix)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "the weights hold optimizer state (", name, "): a job starts with a fresh optimizer"));
+      }
+    }
+  }
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    auto it = jobs_.find(to);
+    if (it != jobs_.end() && (it->second.committed_step >= 0 || !it->second.arrived.empty())) {
+      return absl::FailedPreconditionError(absl::StrCat("job ", to, " has shards already"));
+    }
+  }
+  ASSIGN_OR_RETURN(const bool committed,
+                   Ingest({to, /*shard=*/0, /*shard_count=*/1, /*step=*/0, /*epoch=*/0}, path, digest));
+  if (!committed) return absl::InternalError(absl::StrCat("job ", to, ": its weights of step 0 did not commit"));
+  return absl::OkStatus();
+}
+
+std::string WeightStore::UploadPath(const std::string& name) const {
+  return (fs::path(root_) / ".uploads" / name).string();
 }
 
 absl::StatusOr<common::SafetensorsContents> WeightStore::FetchShard(const std::string& job_id,

@@ -86,6 +86,8 @@ class WeightStore {
   // on (the fence rises to the end). INVALID_ARGUMENT for a malformed id.
   absl::StatusOr<int64_t> DeleteJob(const std::string& job_id);
 
+  // The jobs with a committed version.
+  std::vector<std::string> CommittedJobs();
   // The committed step of a job; NOT_FOUND before the first commit.
   absl::StatusOr<int64_t> CommittedStep(const std::string& job_id);
   // And the bytes its files take on disk (the shards, optimizer state
@@ -111,6 +113,14 @@ class WeightStore {
   // NOT_FOUND: `from` has no committed version; FAILED_PRECONDITION: `to`
   // has shards already.
   absl::StatusOr<int64_t> SeedWeights(const std::string& to, const std::string& from);
+  // `to`'s version of step 0 from a weights file of `path` whose
+  // ShardDigest is `digest` (moved into place; best written under
+  // UploadPath). INVALID_ARGUMENT: no safetensors file, or one holding
+  // optimizer state; FAILED_PRECONDITION: `to` has shards already.
+  absl::Status AdoptWeights(const std::string& to, const std::string& path, uint64_t digest);
+  // Where to write a file on its way in (the uploads' directory, emptied
+  // when the store opens): `name` under it.
+  std::string UploadPath(const std::string& name) const;
   // One shard of the committed version, optimizer state included (recovery).
   absl::StatusOr<common::SafetensorsContents> FetchShard(const std::string& job_id, int shard);
   // The tensors `names` of the committed version with their optimizer

@@ -137,9 +137,10 @@ absl::Status RunStageJob(const shardline::v1::Assignment& a, const std::string& 
     if (created.ok()) stage = std::move(*created);
   }
   std::string resumed_from;
-  // A job that starts from another's weights (JobSpec.init) loads them as
-  // the coordinator's version of step 0, as a restart loads a checkpoint.
-  if (status.ok() && (a.first_step() > 1 || !spec.init().from_job().empty())) {
+  // A job that starts from given weights (another job's, or sent with it)
+  // loads them as the coordinator's version of step 0, as a restart loads a
+  // checkpoint.
+  if (status.ok() && (a.first_step() > 1 || a.initial_weights())) {
     doing(a.first_step(), absl::StrCat("loads the state of step ", a.first_step() - 1));
     absl::StatusOr<std::string> source = LoadState(a, worker_id, *runtime, *stage, reporter, cache);
     status = source.status();

@@ -277,15 +277,20 @@ TEST_F(ShardctlTest, AJobStartsFromAnothersWeightsAsTheReferenceRunDoes) {
   const std::string first = run(Spec(4));
   const std::string first_weights = dir + "/first.safetensors";
   ASSERT_EQ(cluster().Ctl({"export", first, "-o", first_weights}).ended, kOk);
-  // One stage, two replicas (the first ran two stages); another learning rate.
-  const std::string spec = dir + "/from-first.json";
-  std::ofstream(spec) << R"({"name": "tuned",
-    "model": {"kind": "gpt", "vocab_size": 16, "context": 12, "d_model": 32, "n_heads": 2, "n_layers": 3},
-    "data": {"kind": "addition", "digits": 2},
-    "train": {"steps": 3, "global_batch": 8, "micro_batches": 2, "seed": 7,
-              "optimizer": {"kind": "adamw", "lr": 0.001}},
-    "parallel": {"pipeline_stages": 1, "data_parallel": 2},
-    "init": {"from_job": ")" << first << R"("}})";
+  // One stage, two replicas (the first ran two stages); another learning
+  // rate. Starting from the first job's weights, and the same spec without.
+  auto tuned_spec = [&](const std::string& path, const std::string& init) {
+    std::ofstream(path) << R"({"name": "tuned",
+      "model": {"kind": "gpt", "vocab_size": 16, "context": 12, "d_model": 32, "n_heads": 2, "n_layers": 3},
+      "data": {"kind": "addition", "digits": 2},
+      "train": {"steps": 3, "global_batch": 8, "micro_batches": 2, "seed": 7,
+                "optimizer": {"kind": "adamw", "lr": 0.001}},
+      "parallel": {"pipeline_stages": 1, "data_parallel": 2})"
+                        << init << "}";
+    return path;
+  };
+  const std::string spec = tuned_spec(dir + "/from-first.json", R"(, "init": {"from_job": ")" + first + R"("})");
+  const std::string plain = tuned_spec(dir + "/plain.json", "");
   const std::string tuned = run(spec);
   const CtlRun described = cluster().Ctl({"describe", "job", tuned});
   EXPECT_NE(described.out.find("Started at: the weights of " + first + " at its step 4\n"), std::string::npos)
@@ -318,13 +323,51 @@ TEST_F(ShardctlTest, AJobStartsFromAnothersWeightsAsTheReferenceRunDoes) {
   }
   EXPECT_TRUE(moved) << "it trained on from there";
 
-  // Weights of another model, from the coordinator and from a file.
-  std::string other = common::ReadFile(spec).value_or("");
-  other.replace(other.find("\"n_layers\": 3"), 13, "\"n_layers\": 2");
-  std::ofstream(dir + "/other-model.json") << other;
-  const CtlRun refused = cluster().Ctl({"submit", dir + "/other-model.json"});
-  EXPECT_NE(refused.ended, kOk);
+  // The same start sent as a file (submit --init_weights): the same bits.
+  const size_t jobs_before =
+      FromJson<shardline::v1::ListJobsResponse>(cluster().Ctl({"-o", "json", "get", "jobs"}).out).jobs_size();
+  const CtlRun sent = cluster().Ctl({"-o", "json", "submit", plain, "--init_weights=" + first_weights});
+  ASSERT_EQ(sent.ended, kOk) << sent.err;
+  const std::string sent_id = FromJson<shardline::v1::JobStatus>(sent.out).job_id();
+  ASSERT_EQ(cluster().Ctl({"watch", sent_id}).ended, kOk);
+  EXPECT_NE(cluster().Ctl({"describe", "job", sent_id}).out.find(
+                "Started at: the weights sent with it (step 4 of what trained them)\n"),
+            std::string::npos);
+  ASSERT_EQ(cluster().Ctl({"export", sent_id, "-o", dir + "/sent.safetensors"}).ended, kOk);
+  auto from_file = common::ReadSafetensors(dir + "/sent.safetensors");
+  ASSERT_TRUE(from_file.ok()) << from_file.status();
+  for (const auto& [name, tensor] : want->tensors) {
+    const common::Tensor& mine = from_file->tensors.at(name);
+    const auto a = mine.values<float>(), b = tensor.values<float>();
+    ASSERT_TRUE(std::equal(a.begin(), a.end(), b.begin(), b.end())) << name;
+  }
+  // Refused, nothing kept: both starts, a file that is no weights, none.
+  const std::vector<std::pair<std::vector<std::string>, std::string>> refusals = {
+      {{"submit", spec, "--init_weights=" + first_weights}, "both say where the job starts"},
+      {{"submit", plain, "--init_weights=" + spec}, "the weights sent"},
+      {{"submit", plain, "--init_weights=" + dir + "/none.safetensors"}, "cannot read"}};
+  for (const auto& [args, why] : refusals) {
+    const CtlRun refused = cluster().Ctl(args);
+    EXPECT_EQ(refused.ended, kInvalid) << args.back() << ": " << refused.err;
+    EXPECT_NE(refused.err.find(why), std::string::npos) << refused.err;
+  }
+  EXPECT_EQ(FromJson<shardline::v1::ListJobsResponse>(cluster().Ctl({"-o", "json", "get", "jobs"}).out).jobs_size(),
+            jobs_before + 1);
+
+  // Weights of another model: from the coordinator, sent, and from a file.
+  auto other_model = [&](const std::string& from, const std::string& to) {
+    std::string text = common::ReadFile(from).value_or("");
+    text.replace(text.find("\"n_layers\": 3"), 13, "\"n_layers\": 2");
+    std::ofstream(to) << text;
+    return to;
+  };
+  const CtlRun refused = cluster().Ctl({"submit", other_model(spec, dir + "/other-model.json")});
+  EXPECT_EQ(refused.ended, kFailed);
   EXPECT_NE(refused.err.find("its weights fit only the same model"), std::string::npos) << refused.err;
+  const CtlRun refused_sent =
+      cluster().Ctl({"submit", other_model(plain, dir + "/other-plain.json"), "--init_weights=" + first_weights});
+  EXPECT_EQ(refused_sent.ended, kFailed);
+  EXPECT_NE(refused_sent.err.find("they fit only the same model"), std::string::npos) << refused_sent.err;
   EXPECT_EQ(RunToEnd({kBin + "/shardline-train", dir + "/other-model.json", "--threads=1",
                       "--init_weights=" + first_weights},
                      dir + "/train-other.log", 60, dir + "/train-other.err"),

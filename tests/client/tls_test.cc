@@ -179,6 +179,14 @@ TEST_F(TlsTest, TokensAreCheckedOnEveryCallWithTheirRoles) {
   const CtlRun viewer_deletes = Ctl({"delete", "job-1"}, kViewerToken);
   EXPECT_NE(viewer_deletes.err.find("viewer's; this call needs an admin's"), std::string::npos)
       << viewer_deletes.err;
+  // Weights sent with a submission: refused before a byte is kept.
+  const std::string spec = cluster_->dir() + "/viewer-job.json";
+  std::ofstream(spec) << R"({"name": "v",
+    "model": {"kind": "gpt", "vocab_size": 16, "context": 12, "d_model": 16, "n_heads": 2, "n_layers": 2},
+    "data": {"kind": "addition", "digits": 2},
+    "train": {"steps": 2, "global_batch": 4, "micro_batches": 2, "optimizer": {"kind": "adamw", "lr": 0.003}}})";
+  const CtlRun viewer_sends = Ctl({"submit", spec, "--init_weights=" + spec}, kViewerToken);
+  EXPECT_NE(viewer_sends.err.find("viewer's; this call needs an admin's"), std::string::npos) << viewer_sends.err;
   const std::string log = common::ReadFile(cluster_->dir() + "/coordinator0.log").value_or("");
   EXPECT_EQ(log.find(kAdminToken), std::string::npos) << "a token in the log";
   EXPECT_EQ(log.find(kViewerToken), std::string::npos) << "a token in the log";

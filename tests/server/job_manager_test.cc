@@ -1,9 +1,12 @@
 // The coordinator's job state machine, without gRPC: scheduling on idle
 // workers, step aggregation, success once the last shards commit, and
 // failures that name the stage or the lost worker.
+#include <filesystem>
 #include <set>
 #include <utility>
 
+#include "common/file_util.h"
+#include "common/shard_digest.h"
 #include "tests/server/job_manager_fixture.h"
 
 namespace shardline::server {
@@ -31,6 +34,7 @@ TEST_F(JobManagerTest, PendingUntilEnoughWorkersThenPlannedAndAssigned) {
   // Stage 1 dials stage 0's worker.
   EXPECT_EQ(delivered_[1].second.upstream_address(), registry_->Get(delivered_[0].first)->capabilities.listen_address());
   EXPECT_EQ(delivered_[0].second.plan_epoch(), running.plan_epoch());
+  EXPECT_FALSE(delivered_[0].second.initial_weights()) << "from the seed";
   EXPECT_EQ(registry_->Idle().size(), 0u);
 }
 
@@ -102,6 +106,59 @@ TEST_F(JobManagerTest, AJobStartsFromTheCommittedWeightsOfAnother) {
   EXPECT_EQ(recovered.committed_step(), 0);
   EXPECT_EQ(recovered.init_from(), source.job_id());
   EXPECT_TRUE(weights_->FetchTensors(started->job_id(), {"p0", "p1", "p2"}).ok()) << "its own copy";
+}
+
+// A job that starts from a weights file sent with it: the file moved into
+// the store as its step 0; refused with optimizer state in it or with
+// init.from_job too, no job kept.
+TEST_F(JobManagerTest, AJobStartsFromAWeightsFileSentWithIt) {
+  auto write = [&](const std::string& name, bool with_optimizer) {
+    common::SafetensorsContents c;
+    for (const char* p : {"p0", "p1"}) c.tensors.emplace(p, *common::Tensor::Zeros(common::DType::kF32, {2}));
+    if (with_optimizer) c.tensors.emplace("optimizer.m.p0", *common::Tensor::Zeros(common::DType::kF32, {2}));
+    const std::string path = weights_->UploadPath(name);
+    const std::string bytes = *common::SerializeSafetensors(c);
+    EXPECT_TRUE(common::WriteFileAtomically(path, bytes).ok());
+    return std::make_pair(path, common::ShardDigest::Of(bytes));
+  };
+  const auto [with_state, with_state_digest] = write("state.part", true);
+  const auto refused = jobs_->SubmitWithWeights(Spec(1), "ops", with_state, with_state_digest, 3);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("optimizer state"), std::string::npos) << refused.status();
+  auto both = Spec(1);
+  both.mutable_init()->set_from_job("job-1");
+  const auto [path, digest] = write("weights.part", false);
+  EXPECT_EQ(jobs_->SubmitWithWeights(both, "ops", path, digest, 3).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(jobs_->List().empty()) << "refused submissions left no job";
+
+  const auto started = jobs_->SubmitWithWeights(Spec(1), "ops", path, digest, 3);
+  ASSERT_TRUE(started.ok()) << started.status();
+  EXPECT_EQ(started->committed_step(), 0);
+  EXPECT_EQ(started->init_from(), common::kSentWeights);
+  EXPECT_EQ(started->init_step(), 3);
+  EXPECT_FALSE(std::filesystem::exists(path)) << "moved into the store";
+  EXPECT_TRUE(weights_->FetchTensors(started->job_id(), {"p0", "p1"}).ok());
+  AddWorker("a");
+  ASSERT_EQ(delivered_.size(), 1u);
+  EXPECT_EQ(delivered_[0].second.first_step(), 1);
+  EXPECT_TRUE(delivered_[0].second.initial_weights()) << "told to load them before step 1";
+}
+
+// Starting weights copied for a submission that stopped before its record
+// was saved are removed at the next start; another checkpoint no record
+// names is left alone.
+TEST_F(JobManagerTest, StartingWeightsOfASubmissionCutShortAreRemovedAtTheNextStart) {
+  const JobStatus source = ThreeStagesCommittedAtStep1();
+  ASSERT_TRUE(weights_->SeedWeights("job-77", source.job_id()).ok());
+  ShardReport stray;
+  stray.key = {"job-78", 0, 1, /*step=*/5, /*epoch=*/1};
+  stray.contents.tensors.emplace("p0", *common::Tensor::Zeros(common::DType::kF32, {2}));
+  ASSERT_TRUE(*weights_->Report(stray));
+  Open();
+  EXPECT_EQ(weights_->CommittedStep("job-77").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(*weights_->CommittedStep("job-78"), 5);
+  EXPECT_EQ(*weights_->CommittedStep(source.job_id()), 1);
 }
 
 // What a stage reports, as the job's status shows it: the page faults per

@@ -1,4 +1,5 @@
-"""Runs the transport, collective, pipeline, stage layout, recovery, planner, coordinator and export benchmarks small and checks what they write.
+"""Runs the transport, collective, pipeline, stage layout, recovery, planner, coordinator and export
+benchmarks small and checks what they write.
 
 The figures themselves depend on the machine and are not judged here (they
 belong in docs/benchmarks.md), but for the capped wire below; what is

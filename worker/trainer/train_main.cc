@@ -3,8 +3,9 @@
 //
 // Trains the job spec in one process (the reference run), from the seed's
 // weights or those of --init_weights, shows progress, writes JSONL metrics,
-// evaluates on held-out data and saves the final weights as safetensors. Exit codes: 0 done, 1 training failed, 3 invalid
-// input (spec, data, flags).
+// evaluates on held-out data and saves the final weights as safetensors.
+// Exit codes: 0 done, 1 training failed, 3 invalid input (spec, data,
+// flags).
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
