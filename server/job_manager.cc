@@ -55,12 +55,12 @@ void JobManager::ForgetUnownedCheckpoints() {
     if (jobs_.count(id)) continue;
     absl::StatusOr<WeightStore::Version> version = weights_.CommittedVersion(id);
     if (!version.ok()) continue;
-    // A step 0 is only ever another job's weights copied for a submission
-    // (init.from_job): one stopped before its record was saved, never
-    // acknowledged.
+    // A step 0 is only ever the starting weights of a submission (another
+    // job's copied, or a file sent with it): one stopped before its record
+    // was saved, never acknowledged.
     if (version->step == 0) {
       absl::StatusOr<int64_t> freed = weights_.DeleteJob(id);
-      LOG(WARNING) << "removed the starting weights copied for " << id << ", a submission cut short before it was "
+      LOG(WARNING) << "removed the starting weights kept for " << id << ", a submission cut short before it was "
                    << "saved (" << (freed.ok() ? absl::StrCat(*freed, " bytes") : freed.status().ToString()) << ")";
       continue;
     }

@@ -292,9 +292,9 @@ class JobManager {
   absl::StatusOr<shardline::v1::JobStatus> SubmitSeeded(
       shardline::v1::JobSpec spec, const std::string& by, const std::string& init_from,
       const std::function<absl::StatusOr<int64_t>(const std::string& id)>& seed) ABSL_LOCKS_EXCLUDED(mu_);
-  // At Recover: a checkpoint of step 0 that no job owns is removed (an
-  // init.from_job copy whose submission was cut short); another is left,
-  // with a warning.
+  // At Recover: a checkpoint of step 0 that no job owns is removed (the
+  // starting weights of a submission cut short); another is left, with a
+  // warning.
   void ForgetUnownedCheckpoints() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // JobSpec.init.from_job names a job of this coordinator with the same
   // model (NOT_FOUND, FAILED_PRECONDITION naming both models).
