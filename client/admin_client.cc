@@ -1,6 +1,11 @@
 #include "client/admin_client.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <filesystem>
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
@@ -172,11 +177,53 @@ absl::StatusOr<std::string> AdminClient::Export(const std::string& job_id) {
   return bytes;
 }
 
+absl::StatusOr<int64_t> AdminClient::ExportTo(const std::string& job_id, const std::string& path) {
+  const std::string partial = absl::StrCat(path, ".partial.", ::getpid());
+  const int fd = ::open(partial.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return absl::InvalidArgumentError(absl::StrCat("cannot create ", common::Quote(partial)));
+  shardline::v1::GetJobRequest request;
+  request.set_job_id(job_id);
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + deadline_ * 30));
+  Authorize(context);
+  auto reader = stub_->ExportWeights(&context, request);
+  shardline::v1::ExportChunk chunk;
+  int64_t written = 0;
+  absl::Status local;
+  while (local.ok() && reader->Read(&chunk)) {
+    const std::string& data = chunk.data();
+    for (size_t done = 0; local.ok() && done < data.size();) {
+      const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) local = absl::DataLossError(absl::StrCat("cannot write ", common::Quote(partial)));
+      if (n > 0) done += static_cast<size_t>(n);
+    }
+    written += static_cast<int64_t>(data.size());
+  }
+  if (!local.ok()) context.TryCancel();
+  const grpc::Status status = reader->Finish();
+  if (local.ok() && !status.ok()) local = FromGrpcStatus(status);
+  if (local.ok() && ::fsync(fd) != 0) local = absl::DataLossError(absl::StrCat("cannot flush ", common::Quote(partial)));
+  ::close(fd);
+  if (local.ok() && ::rename(partial.c_str(), path.c_str()) != 0) {
+    local = absl::InvalidArgumentError(absl::StrCat("cannot rename onto ", common::Quote(path)));
+  }
+  if (!local.ok()) {
+    ::unlink(partial.c_str());
+    return local;
+  }
+  return written;
+}
+
 absl::StatusOr<shardline::v1::JobStatus> AdminClient::SubmitWithWeights(const shardline::v1::JobSpec& spec,
                                                                         const std::string& path) {
+  std::error_code error;
+  const bool regular = std::filesystem::is_regular_file(path, error);
   std::ifstream file(path, std::ios::binary | std::ios::ate);
-  if (!file) return absl::NotFoundError(absl::StrCat("--init_weights: cannot read ", common::Quote(path)));
-  const int64_t size = static_cast<int64_t>(file.tellg());
+  const int64_t size = regular && file ? static_cast<int64_t>(file.tellg()) : -1;
+  if (size < 0) {
+    return absl::NotFoundError(absl::StrCat("--init_weights: cannot read ", common::Quote(path), " (a file)"));
+  }
   file.seekg(0);
   grpc::ClientContext context;
   // As long as the bytes take at 10 MB/s, and a deadline more.

@@ -47,6 +47,10 @@ class AdminClient {
   absl::StatusOr<shardline::v1::GetTraceResponse> Trace(const std::string& job_id, int64_t first, int64_t last);
   // The committed weights as safetensors bytes.
   absl::StatusOr<std::string> Export(const std::string& job_id);
+  // The same into the file at `path` as they come (a temporary file beside
+  // it, fsynced, then renamed: nothing at `path` unless all came); the
+  // bytes written. The weights are never all in memory.
+  absl::StatusOr<int64_t> ExportTo(const std::string& job_id, const std::string& path);
   // Submit, the job starting from the weights in the safetensors file at
   // `path`, sent in chunks (NOT_FOUND: no such file, before connecting).
   absl::StatusOr<shardline::v1::JobStatus> SubmitWithWeights(const shardline::v1::JobSpec& spec,

@@ -157,12 +157,9 @@ int Run(const std::string& spec_path) {
     return Fail(kFailed, absl::StrCat("job ", job_id, " ", JobState_Name(last->state()), ": ", last->message(),
                                       " (logs in ", cluster.dir(), ")"));
   }
-  absl::StatusOr<std::string> weights = admin.Export(job_id);
-  if (!weights.ok()) return Fail(kFailed, std::string(weights.status().message()));
   const std::string path = WeightsPath(*spec);
-  if (absl::Status s = common::WriteFileAtomically(path, *weights); !s.ok()) {
-    return Fail(kFailed, std::string(s.message()));
-  }
+  absl::StatusOr<int64_t> weights = admin.ExportTo(job_id, path);
+  if (!weights.ok()) return Fail(kFailed, std::string(weights.status().message()));
   std::printf("weights of %s written to %s\n", job_id.c_str(), path.c_str());
   // Evaluate the exported weights with the reference code path.
   const std::string spec_file = cluster.dir() + "/spec.json";

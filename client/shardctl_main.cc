@@ -234,10 +234,9 @@ int Run(const std::vector<std::string>& args) {
   }
   if (command == "export" && args.size() == 2) {
     if (format == "table" || format == "json") return Usage("export needs -o FILE");
-    absl::StatusOr<std::string> bytes = admin.Export(args[1]);
+    absl::StatusOr<int64_t> bytes = admin.ExportTo(args[1], format);
     if (!bytes.ok()) return Fail(bytes.status());
-    if (absl::Status s = common::WriteFileAtomically(format, *bytes); !s.ok()) return Fail(s);
-    std::printf("wrote %zu bytes to %s\n", bytes->size(), format.c_str());
+    std::printf("wrote %lld bytes to %s\n", static_cast<long long>(*bytes), format.c_str());
     return kOk;
   }
   if (command == "trace" && args.size() == 2) {

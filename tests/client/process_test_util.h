@@ -47,11 +47,12 @@ inline std::string RunToEnd(const std::vector<std::string>& argv, const std::str
   return ended;
 }
 
-// The port a daemon wrote to `path` (--port_file), waiting up to 10 s for
-// it; empty if it never came.
+// The port a daemon wrote to `path` (--port_file), waiting up to 30 s for
+// it (a worker registers after measuring its GEMM rate: seconds on cores
+// other tests' daemons share); empty if it never came.
 inline std::string WaitForPort(const std::string& path) {
   std::string port;
-  for (int i = 0; i < 500 && port.empty(); ++i) {
+  for (int i = 0; i < 1500 && port.empty(); ++i) {
     port = std::string(absl::StripTrailingAsciiWhitespace(common::ReadFile(path).value_or("")));
     if (port.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }

@@ -345,7 +345,8 @@ TEST_F(ShardctlTest, AJobStartsFromAnothersWeightsAsTheReferenceRunDoes) {
   const std::vector<std::pair<std::vector<std::string>, std::string>> refusals = {
       {{"submit", spec, "--init_weights=" + first_weights}, "both say where the job starts"},
       {{"submit", plain, "--init_weights=" + spec}, "the weights sent"},
-      {{"submit", plain, "--init_weights=" + dir + "/none.safetensors"}, "cannot read"}};
+      {{"submit", plain, "--init_weights=" + dir + "/none.safetensors"}, "cannot read"},
+      {{"submit", plain, "--init_weights=" + dir}, "cannot read"}};
   for (const auto& [args, why] : refusals) {
     const CtlRun refused = cluster().Ctl(args);
     EXPECT_EQ(refused.ended, kInvalid) << args.back() << ": " << refused.err;
