@@ -55,7 +55,8 @@ absl::StatusOr<std::string> LoadState(const shardline::v1::Assignment& a, const 
     return absl::FailedPreconditionError(absl::StrCat("the committed version is of step ", state.metadata["step"],
                                                       ", not ", step, " as the assignment says"));
   }
-  // Step 0 is a job's starting weights (JobSpec.init): no optimizer state.
+  // Step 0 is a job's starting weights (Assignment.initial_weights): no
+  // optimizer state.
   RETURN_IF_ERROR(step == 0 ? stage.ImportWeights(state.tensors) : stage.ImportState(state.tensors));
   return std::string("the coordinator");
 }

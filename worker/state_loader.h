@@ -1,9 +1,9 @@
 // LoadState gives a position that starts after step 1 (a restart after a
 // lost worker, a drain or a coordinator restart), or at step 1 of a job
-// that starts from another's weights (JobSpec.init: the coordinator's
-// version of step 0, weights only), the state of the step before its
-// first: the weights and optimizer state of its units, from the first
-// source that has them, nearest first: this worker's StateCache (it
+// that starts from given weights (Assignment.initial_weights: the
+// coordinator's version of step 0, weights only), the state of the step
+// before its first: the weights and optimizer state of its units, from the
+// first source that has them, nearest first: this worker's StateCache (it
 // held this position and took that step's snapshot), a data-parallel twin's
 // memory (Assignment.state_peers), the coordinator's committed version.
 // Returns where they came from ("its own memory", "its twin at ADDRESS",

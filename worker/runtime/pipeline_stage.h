@@ -152,8 +152,8 @@ class PipelineStage {
   // (every rank of the stage calls it at the same point): the shard is in
   // the global layout, the same on every rank and in every grid.
   absl::StatusOr<ShardRuntime::HostTensors> ExportState(ShardRuntime::HostTensors reuse = {});
-  // Weights alone (a job's starting weights, JobSpec.init): the optimizer
-  // state stays as it starts.
+  // Weights alone (a job's starting weights, Assignment.initial_weights):
+  // the optimizer state stays as it starts.
   absl::Status ImportWeights(const std::map<std::string, common::Tensor>& weights) {
     return runtime_.ImportWeights(weights);
   }
