@@ -162,7 +162,8 @@ absl::StatusOr<shardline::v1::JobStatus> AdminClient::Watch(
   return last;
 }
 
-absl::StatusOr<std::string> AdminClient::Export(const std::string& job_id) {
+absl::Status AdminClient::ReadExport(const std::string& job_id,
+                                     const std::function<absl::Status(const std::string&)>& sink) {
   shardline::v1::GetJobRequest request;
   request.set_job_id(job_id);
   grpc::ClientContext context;
@@ -170,10 +171,21 @@ absl::StatusOr<std::string> AdminClient::Export(const std::string& job_id) {
   Authorize(context);
   auto reader = stub_->ExportWeights(&context, request);
   shardline::v1::ExportChunk chunk;
-  std::string bytes;
-  while (reader->Read(&chunk)) bytes += chunk.data();
+  absl::Status local;
+  while (local.ok() && reader->Read(&chunk)) local = sink(chunk.data());
+  if (!local.ok()) context.TryCancel();
   const grpc::Status status = reader->Finish();
-  if (!status.ok()) return FromGrpcStatus(status);
+  if (!local.ok()) return local;
+  return FromGrpcStatus(status);
+}
+
+absl::StatusOr<std::string> AdminClient::Export(const std::string& job_id) {
+  std::string bytes;
+  absl::Status read = ReadExport(job_id, [&](const std::string& data) {
+    bytes += data;
+    return absl::OkStatus();
+  });
+  if (!read.ok()) return read;
   return bytes;
 }
 
@@ -181,28 +193,17 @@ absl::StatusOr<int64_t> AdminClient::ExportTo(const std::string& job_id, const s
   const std::string partial = absl::StrCat(path, ".partial.", ::getpid());
   const int fd = ::open(partial.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return absl::InvalidArgumentError(absl::StrCat("cannot create ", common::Quote(partial)));
-  shardline::v1::GetJobRequest request;
-  request.set_job_id(job_id);
-  grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + deadline_ * 30));
-  Authorize(context);
-  auto reader = stub_->ExportWeights(&context, request);
-  shardline::v1::ExportChunk chunk;
   int64_t written = 0;
-  absl::Status local;
-  while (local.ok() && reader->Read(&chunk)) {
-    const std::string& data = chunk.data();
-    for (size_t done = 0; local.ok() && done < data.size();) {
+  absl::Status local = ReadExport(job_id, [&](const std::string& data) {
+    for (size_t done = 0; done < data.size();) {
       const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
       if (n < 0 && errno == EINTR) continue;
-      if (n < 0) local = absl::DataLossError(absl::StrCat("cannot write ", common::Quote(partial)));
-      if (n > 0) done += static_cast<size_t>(n);
+      if (n < 0) return absl::DataLossError(absl::StrCat("cannot write ", common::Quote(partial)));
+      done += static_cast<size_t>(n);
     }
     written += static_cast<int64_t>(data.size());
-  }
-  if (!local.ok()) context.TryCancel();
-  const grpc::Status status = reader->Finish();
-  if (local.ok() && !status.ok()) local = FromGrpcStatus(status);
+    return absl::OkStatus();
+  });
   if (local.ok() && ::fsync(fd) != 0) local = absl::DataLossError(absl::StrCat("cannot flush ", common::Quote(partial)));
   ::close(fd);
   if (local.ok() && ::rename(partial.c_str(), path.c_str()) != 0) {

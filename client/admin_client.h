@@ -57,6 +57,9 @@ class AdminClient {
                                                              const std::string& path);
 
  private:
+  // The ExportWeights stream of `job_id`, each chunk to `sink` (its error
+  // ends the call); the call's status.
+  absl::Status ReadExport(const std::string& job_id, const std::function<absl::Status(const std::string&)>& sink);
   std::unique_ptr<grpc::ClientContext> Context() const;  // with the deadline, authorized
   void Authorize(grpc::ClientContext& context) const;     // adds the bearer token, if any
   const absl::Duration deadline_;
