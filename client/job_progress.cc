@@ -233,7 +233,8 @@ std::string DescribeJob(const shardline::v1::JobStatus& s) {
                          s.checkpoint_bytes() > 0 ? absl::StrCat(" (", Size(s.checkpoint_bytes()), ")") : "")
           : "none");
   if (s.init_from() == common::kSentWeights) {
-    absl::StrAppend(&out, "Started at: the weights sent with it (step ", s.init_step(), " of what trained them)\n");
+    absl::StrAppend(&out, "Started at: the weights sent with it",
+                    s.init_step() >= 0 ? absl::StrCat(" (step ", s.init_step(), " of what trained them)") : "", "\n");
   } else if (!s.init_from().empty()) {
     absl::StrAppend(&out, "Started at: the weights of ", s.init_from(), " at its step ", s.init_step(), "\n");
   }

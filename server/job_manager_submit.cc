@@ -93,7 +93,7 @@ absl::StatusOr<shardline::v1::JobStatus> JobManager::SubmitSeeded(
   if (seed) {
     LOG(INFO) << "job " << id << " starts from "
               << (init_from == common::kSentWeights ? "the weights sent with it" : "the weights of " + init_from)
-              << ", step " << init_step;
+              << (init_step >= 0 ? absl::StrCat(", step ", init_step) : "");
   }
   jobs_.emplace(id, std::move(job));
   order_.push_back(id);

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
 #include "common/job_spec.h"
+#include "common/model_layout.h"
 #include "common/random_token.h"
 #include "common/safetensors_file.h"
 #include "common/status_macros.h"
@@ -103,7 +104,7 @@ absl::Status WeightsUpload::Submit() {
   if (::fsync(fd_) != 0) return absl::InternalError(absl::StrCat("cannot flush ", path_));
   ::close(fd_);
   fd_ = -1;
-  int64_t step = 0;
+  int64_t step = -1;  // the step their metadata names, if any
   {
     absl::StatusOr<std::unique_ptr<common::SafetensorsFile>> file = common::SafetensorsFile::Open(path_);
     if (!file.ok()) {
@@ -112,24 +113,25 @@ absl::Status WeightsUpload::Submit() {
       absl::ConsumePrefix(&why, path_ + ": ");
       return absl::InvalidArgumentError(absl::StrCat("the weights sent are no safetensors file: ", why));
     }
+    // Weights shardctl export or shardline-train wrote name their model:
+    // another model's are told apart by its spec. Any file must hold this
+    // model's tensors, each with its whole shape.
     const auto& metadata = (*file)->index().metadata;
     const auto written_for = metadata.find("spec");
-    if (written_for == metadata.end()) {
-      return absl::InvalidArgumentError(
-          "the weights sent name no model (their __metadata__ holds no \"spec\": weights shardctl export or "
-          "shardline-train wrote)");
+    if (written_for != metadata.end()) {
+      absl::StatusOr<shardline::v1::JobSpec> theirs = common::ParseJobSpec(written_for->second);
+      if (!theirs.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat("the weights sent: their spec: ", theirs.status().message()));
+      }
+      if (!google::protobuf::util::MessageDifferencer::Equals(theirs->model(), spec_.model())) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "the weights sent are of another model (", theirs->model().ShortDebugString(), ") than this spec's (",
+            spec_.model().ShortDebugString(), "): they fit only the same model"));
+      }
     }
-    absl::StatusOr<shardline::v1::JobSpec> theirs = common::ParseJobSpec(written_for->second);
-    if (!theirs.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("the weights sent: their spec: ", theirs.status().message()));
-    }
-    if (!google::protobuf::util::MessageDifferencer::Equals(theirs->model(), spec_.model())) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "the weights sent are of another model (", theirs->model().ShortDebugString(), ") than this spec's (",
-          spec_.model().ShortDebugString(), "): they fit only the same model"));
-    }
+    RETURN_IF_ERROR(common::CheckWeightsFitModel((*file)->index(), spec_.model(), "the weights sent"));
     const auto at = metadata.find("step");
-    if (at != metadata.end() && !absl::SimpleAtoi(at->second, &step)) step = 0;
+    if (at != metadata.end() && (!absl::SimpleAtoi(at->second, &step) || step < 0)) step = -1;
   }
   absl::StatusOr<shardline::v1::JobStatus> job = jobs_.SubmitWithWeights(spec_, who_, path_, digest_.Finish(), step);
   if (!job.ok()) return job.status();

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
+#include "common/job_spec.h"
 #include "gtest/gtest.h"
 
 namespace shardline::client {
@@ -130,6 +131,13 @@ TEST(JobProgressTest, JobsShowTheirAgeAndDescribeTheirTimes) {
   s.set_init_step(40);
   text = DescribeJob(s);
   EXPECT_NE(text.find("\nStarted at: the weights of job-3 at its step 40\n"), std::string::npos) << text;
+  s.set_init_from(common::kSentWeights);
+  text = DescribeJob(s);
+  EXPECT_NE(text.find("\nStarted at: the weights sent with it (step 40 of what trained them)\n"), std::string::npos)
+      << text;
+  s.set_init_step(-1);  // a file that names no step
+  text = DescribeJob(s);
+  EXPECT_NE(text.find("\nStarted at: the weights sent with it\n"), std::string::npos) << text;
   s.set_ended_at(1'800'003'600.0);
   text = DescribeJob(s);
   EXPECT_NE(text.find("Ended:      2027-01-15 09:00:00 UTC\n"), std::string::npos) << text;

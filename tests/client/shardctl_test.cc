@@ -341,19 +341,53 @@ TEST_F(ShardctlTest, AJobStartsFromAnothersWeightsAsTheReferenceRunDoes) {
     const auto a = mine.values<float>(), b = tensor.values<float>();
     ASSERT_TRUE(std::equal(a.begin(), a.end(), b.begin(), b.end())) << name;
   }
-  // Refused, nothing kept: both starts, a file that is no weights, none.
+  // The same tensors from elsewhere, with no __metadata__ naming a model or
+  // step: checked against the model's layout, and the same bits.
+  common::SafetensorsContents bare;
+  bare.tensors = start->tensors;
+  ASSERT_TRUE(common::WriteFileAtomically(dir + "/bare.safetensors", *common::SerializeSafetensors(bare)).ok());
+  const CtlRun sent_bare = cluster().Ctl({"-o", "json", "submit", plain, "--init_weights=" + dir + "/bare.safetensors"});
+  ASSERT_EQ(sent_bare.ended, kOk) << sent_bare.err;
+  const std::string bare_id = FromJson<shardline::v1::JobStatus>(sent_bare.out).job_id();
+  ASSERT_EQ(cluster().Ctl({"watch", bare_id}).ended, kOk);
+  EXPECT_NE(cluster().Ctl({"describe", "job", bare_id}).out.find("Started at: the weights sent with it\n"),
+            std::string::npos);
+  ASSERT_EQ(cluster().Ctl({"export", bare_id, "-o", dir + "/bare-out.safetensors"}).ended, kOk);
+  auto from_bare = common::ReadSafetensors(dir + "/bare-out.safetensors");
+  ASSERT_TRUE(from_bare.ok()) << from_bare.status();
+  for (const auto& [name, tensor] : want->tensors) {
+    const common::Tensor& mine = from_bare->tensors.at(name);
+    const auto a = mine.values<float>(), b = tensor.values<float>();
+    ASSERT_TRUE(std::equal(a.begin(), a.end(), b.begin(), b.end())) << name;
+  }
+  // Tensors that do not fit the model, with or without a spec naming it.
+  common::SafetensorsContents short_one = bare;
+  short_one.tensors.erase("ln_f.bias");
+  ASSERT_TRUE(
+      common::WriteFileAtomically(dir + "/short.safetensors", *common::SerializeSafetensors(short_one)).ok());
+  short_one.metadata = start->metadata;
+  short_one.tensors.erase("blocks.0.mlp.fc.weight");
+  ASSERT_TRUE(
+      common::WriteFileAtomically(dir + "/short-spec.safetensors", *common::SerializeSafetensors(short_one)).ok());
+
+  // Refused, nothing kept: both starts, a file that is no weights, none,
+  // weights short of the model's.
   const std::vector<std::pair<std::vector<std::string>, std::string>> refusals = {
       {{"submit", spec, "--init_weights=" + first_weights}, "both say where the job starts"},
       {{"submit", plain, "--init_weights=" + spec}, "the weights sent"},
       {{"submit", plain, "--init_weights=" + dir + "/none.safetensors"}, "cannot read"},
-      {{"submit", plain, "--init_weights=" + dir}, "cannot read"}};
+      {{"submit", plain, "--init_weights=" + dir}, "cannot read"},
+      {{"submit", plain, "--init_weights=" + dir + "/short.safetensors"},
+       "the weights sent do not fit the spec's model"},
+      {{"submit", plain, "--init_weights=" + dir + "/short-spec.safetensors"},
+       "they lack 2 of its"}};
   for (const auto& [args, why] : refusals) {
     const CtlRun refused = cluster().Ctl(args);
     EXPECT_EQ(refused.ended, kInvalid) << args.back() << ": " << refused.err;
     EXPECT_NE(refused.err.find(why), std::string::npos) << refused.err;
   }
   EXPECT_EQ(FromJson<shardline::v1::ListJobsResponse>(cluster().Ctl({"-o", "json", "get", "jobs"}).out).jobs_size(),
-            jobs_before + 1);
+            jobs_before + 2);
 
   // Weights of another model: from the coordinator, sent, and from a file.
   auto other_model = [&](const std::string& from, const std::string& to) {
@@ -373,7 +407,7 @@ TEST_F(ShardctlTest, AJobStartsFromAnothersWeightsAsTheReferenceRunDoes) {
                       "--init_weights=" + first_weights},
                      dir + "/train-other.log", 60, dir + "/train-other.err"),
             kInvalid);
-  EXPECT_NE(common::ReadFile(dir + "/train-other.err").value_or("").find("which the spec's model does not have"),
+  EXPECT_NE(common::ReadFile(dir + "/train-other.err").value_or("").find("tensors it does not have ('blocks.2."),
             std::string::npos);
 }
 

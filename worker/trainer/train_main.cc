@@ -9,16 +9,18 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <memory>
 #include <string>
 
-#include "absl/container/flat_hash_set.h"
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "common/init.h"
 #include "common/input_limits.h"
 #include "common/job_spec.h"
 #include "common/metrics_log.h"
+#include "common/model_layout.h"
 #include "common/safetensors.h"
+#include "common/safetensors_file.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "worker/backend/backend_factory.h"
@@ -84,17 +86,15 @@ int EvaluateOnly(const shardline::v1::JobSpec& spec, const std::string& path, Tr
 }
 
 // --init_weights into the trainer's model: every parameter with its shape
-// and no tensor the model does not have (weights of another model).
-absl::Status ImportInitWeights(const std::string& path, Trainer& trainer) {
-  ASSIGN_OR_RETURN(common::SafetensorsContents weights, common::ReadSafetensors(path));
-  absl::flat_hash_set<std::string> names;
-  for (const nn::Parameter* p : trainer.runtime().parameters()) names.insert(p->name);
-  for (const auto& [name, tensor] : weights.tensors) {
-    if (!names.contains(name)) {
-      return absl::InvalidArgumentError(absl::StrCat("--init_weights: ", common::Quote(path), " holds ", name,
-                                                     ", which the spec's model does not have"));
-    }
+// and no tensor the model does not have, as the coordinator checks weights
+// sent with a job.
+absl::Status ImportInitWeights(const std::string& path, const shardline::v1::ModelSpec& model, Trainer& trainer) {
+  {
+    ASSIGN_OR_RETURN(std::unique_ptr<common::SafetensorsFile> file, common::SafetensorsFile::Open(path));
+    RETURN_IF_ERROR(common::CheckWeightsFitModel(file->index(), model,
+                                                 absl::StrCat("--init_weights: the weights in ", common::Quote(path))));
   }
+  ASSIGN_OR_RETURN(common::SafetensorsContents weights, common::ReadSafetensors(path));
   if (absl::Status s = trainer.runtime().ImportWeights(weights.tensors); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--init_weights: ", common::Quote(path), ": ", s.message()));
   }
@@ -123,7 +123,7 @@ int Run(const std::string& spec_path) {
                                   spec->init().from_job(), " -o FILE)")));
   }
   if (!init_weights.empty()) {
-    if (absl::Status s = ImportInitWeights(init_weights, **trainer); !s.ok()) return Fail(kExitInvalid, s);
+    if (absl::Status s = ImportInitWeights(init_weights, spec->model(), **trainer); !s.ok()) return Fail(kExitInvalid, s);
   }
 
   const auto& train = spec->train();
