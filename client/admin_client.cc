@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/call_watchdog.h"
 #include "common/grpc_status.h"
 #include "common/input_limits.h"
 
@@ -166,16 +167,31 @@ absl::Status AdminClient::ReadExport(const std::string& job_id,
                                      const std::function<absl::Status(const std::string&)>& sink) {
   shardline::v1::GetJobRequest request;
   request.set_job_id(job_id);
+  // However long the whole takes (a large model over a slow link), each
+  // chunk must come within the deadline of the last.
   grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + deadline_ * 30));
   Authorize(context);
+  common::CallWatchdog watchdog(context);
+  watchdog.Arm(deadline_);
   auto reader = stub_->ExportWeights(&context, request);
   shardline::v1::ExportChunk chunk;
   absl::Status local;
-  while (local.ok() && reader->Read(&chunk)) local = sink(chunk.data());
+  int64_t received = 0;
+  while (local.ok() && reader->Read(&chunk)) {
+    watchdog.Disarm();  // the sink's time is ours
+    received += static_cast<int64_t>(chunk.data().size());
+    local = sink(chunk.data());
+    watchdog.Arm(deadline_);
+  }
   if (!local.ok()) context.TryCancel();
   const grpc::Status status = reader->Finish();
+  watchdog.Disarm();
   if (!local.ok()) return local;
+  if (watchdog.fired()) {
+    return absl::DeadlineExceededError(absl::StrCat("the coordinator sent nothing of ", job_id, "'s weights for ",
+                                                    absl::FormatDuration(deadline_), " (", received,
+                                                    " bytes came): cancelled"));
+  }
   return FromGrpcStatus(status);
 }
 
@@ -226,10 +242,11 @@ absl::StatusOr<shardline::v1::JobStatus> AdminClient::SubmitWithWeights(const sh
     return absl::NotFoundError(absl::StrCat("--init_weights: cannot read ", common::Quote(path), " (a file)"));
   }
   file.seekg(0);
+  // However large the file, each chunk must be taken within the deadline.
   grpc::ClientContext context;
-  // As long as the bytes take at 10 MB/s, and a deadline more.
-  context.set_deadline(absl::ToChronoTime(absl::Now() + deadline_ + absl::Seconds(static_cast<double>(size) / 10e6)));
   Authorize(context);
+  common::CallWatchdog watchdog(context);
+  watchdog.Arm(deadline_);
   shardline::v1::JobStatus response;
   auto writer = stub_->SubmitJobWithWeights(&context, &response);
   shardline::v1::WeightsChunk chunk;
@@ -246,13 +263,24 @@ absl::StatusOr<shardline::v1::JobStatus> AdminClient::SubmitWithWeights(const sh
       return absl::DataLossError(absl::StrCat("--init_weights: ", common::Quote(path), " ended while read"));
     }
     chunk.set_data(buffer.data(), n);
+    watchdog.Arm(deadline_);
     sending = writer->Write(chunk);  // false: the coordinator ended the call (its status says why)
     chunk.Clear();
     sent += static_cast<int64_t>(n);
     if (n == 0) break;
   }
+  // Before it answers the coordinator reads what the transport still held
+  // (chunks the writes above handed over) and flushes the file to disk.
+  const absl::Duration answer = 3 * deadline_ + absl::Seconds(static_cast<double>(size) / 100e6);
+  watchdog.Arm(answer);
   writer->WritesDone();
   const grpc::Status status = writer->Finish();
+  watchdog.Disarm();
+  if (watchdog.fired()) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "the coordinator took no more of the weights, or gave no answer, in time (", absl::FormatDuration(deadline_),
+        " a chunk, ", absl::FormatDuration(answer), " the answer): cancelled"));
+  }
   if (!status.ok()) return FromGrpcStatus(status);
   return response;
 }

@@ -4,12 +4,12 @@
 
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
+#include "common/call_watchdog.h"
 #include "common/grpc_metadata.h"
 #include "common/grpc_status.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "shardline/v1/stage_link.grpc.pb.h"
-#include "worker/call_watchdog.h"
 
 namespace shardline::worker {
 
@@ -199,7 +199,7 @@ absl::Status GrpcCoordinatorClient::ReportShard(const ShardSnapshot& shard, cons
     grpc::Status status;
     bool fired = false;
     {
-      CallWatchdog watchdog(context, cancelled);
+      common::CallWatchdog watchdog(context, cancelled);
       watchdog.Arm(deadline_);
       const auto stub = Bulk();  // held while its stream lives
       auto writer = stub->ReportShard(&context, &response);
@@ -259,7 +259,7 @@ namespace {
 // within `per_chunk` of the last: `watchdog` cuts a stalled stream.
 absl::StatusOr<common::SafetensorsContents> ReadStateStream(grpc::ClientContext& context,
                                                             grpc::ClientReader<shardline::v1::ShardChunk>& reader,
-                                                            CallWatchdog& watchdog, absl::Duration per_chunk,
+                                                            common::CallWatchdog& watchdog, absl::Duration per_chunk,
                                                             const std::string& from) {
   shardline::v1::ShardChunk chunk;
   int64_t total = -1;
@@ -304,8 +304,7 @@ absl::StatusOr<common::SafetensorsContents> GrpcCoordinatorClient::FetchState(
     const shardline::v1::FetchStateRequest& request) {
   grpc::ClientContext context;
   Authorize(context);
-  const std::atomic<bool> never{false};
-  CallWatchdog watchdog(context, never);
+  common::CallWatchdog watchdog(context);
   watchdog.Arm(deadline_);
   const auto stub = Bulk();  // held while its stream lives
   auto reader = stub->FetchState(&context, request);
@@ -319,8 +318,7 @@ absl::StatusOr<common::SafetensorsContents> GrpcCoordinatorClient::FetchStateFro
   auto stub = shardline::v1::WorkerState::NewStub(
       grpc::CreateCustomChannel(address, credentials_, args));
   grpc::ClientContext context;
-  const std::atomic<bool> never{false};
-  CallWatchdog watchdog(context, never);
+  common::CallWatchdog watchdog(context);
   watchdog.Arm(deadline_);
   auto reader = stub->FetchState(&context, request);
   return ReadStateStream(context, *reader, watchdog, deadline_, "the twin at " + address);

@@ -8,11 +8,12 @@
 #include <grpcpp/grpcpp.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "gtest/gtest.h"
+#include "tests/testing/loopback_server.h"
 #include "worker/transport/link_probe_service.h"
 
 namespace shardline::worker {
@@ -28,12 +29,10 @@ shardline::v1::ProbeTarget Target(const std::string& worker, const std::string& 
 class GrpcLinkProbesTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    grpc::ServerBuilder builder;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
-    builder.RegisterService(&service_);
-    server_ = builder.BuildAndStart();
-    ASSERT_NE(server_, nullptr);
-    address_ = absl::StrCat("127.0.0.1:", port_);
+    ::shardline::testing::LoopbackServer started = ::shardline::testing::StartLoopbackServer({&service_});
+    ASSERT_NE(started.server, nullptr);
+    server_ = std::move(started.server);
+    address_ = started.address();
   }
   void TearDown() override { server_->Shutdown(); }
 
@@ -69,7 +68,6 @@ class GrpcLinkProbesTest : public ::testing::Test {
   }
 
   transport::LinkProbeService service_;
-  int port_ = 0;
   std::unique_ptr<grpc::Server> server_;
   std::string address_;
   absl::Mutex mu_;

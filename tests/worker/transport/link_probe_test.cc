@@ -6,10 +6,11 @@
 #include <atomic>
 #include <memory>
 #include <string>
+#include <utility>
 
-#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "shardline/v1/link_probe.grpc.pb.h"
+#include "tests/testing/loopback_server.h"
 #include "worker/transport/grpc_link_prober.h"
 #include "worker/transport/link_probe_service.h"
 
@@ -19,12 +20,10 @@ namespace {
 class LinkProbeTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    grpc::ServerBuilder builder;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
-    builder.RegisterService(&service_);
-    server_ = builder.BuildAndStart();
-    ASSERT_NE(server_, nullptr);
-    address_ = absl::StrCat("127.0.0.1:", port_);
+    ::shardline::testing::LoopbackServer started = ::shardline::testing::StartLoopbackServer({&service_});
+    ASSERT_NE(started.server, nullptr);
+    server_ = std::move(started.server);
+    address_ = started.address();
   }
   void TearDown() override { server_->Shutdown(); }
 
@@ -33,7 +32,6 @@ class LinkProbeTest : public ::testing::Test {
   }
 
   LinkProbeService service_;
-  int port_ = 0;
   std::unique_ptr<grpc::Server> server_;
   std::string address_;
   std::atomic<bool> not_cancelled_{false};

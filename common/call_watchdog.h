@@ -2,10 +2,12 @@
 // operation is bracketed by Arm(limit) … Disarm(), and one that takes
 // longer than its limit has the call's context cancelled (fired() tells
 // why the call then failed). It also cancels the call soon after
-// `abandon` turns true. One thread of its own, for the watchdog's life.
+// `abandon` turns true (where given). One thread of its own, for the
+// watchdog's life. Streams of unknown length (a model's weights) take it
+// instead of a deadline for the whole call: each piece must come in time.
 // Thread-safe.
-#ifndef SHARDLINE_WORKER_CALL_WATCHDOG_H_
-#define SHARDLINE_WORKER_CALL_WATCHDOG_H_
+#ifndef SHARDLINE_COMMON_CALL_WATCHDOG_H_
+#define SHARDLINE_COMMON_CALL_WATCHDOG_H_
 
 #include <grpcpp/grpcpp.h>
 
@@ -16,11 +18,12 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 
-namespace shardline::worker {
+namespace shardline::common {
 
 class CallWatchdog {
  public:
   CallWatchdog(grpc::ClientContext& context, const std::atomic<bool>& abandon);
+  explicit CallWatchdog(grpc::ClientContext& context) : CallWatchdog(context, never_) {}
   ~CallWatchdog();
 
   void Arm(absl::Duration limit);
@@ -31,6 +34,7 @@ class CallWatchdog {
  private:
   void Watch();
 
+  const std::atomic<bool> never_{false};
   grpc::ClientContext& context_;
   const std::atomic<bool>& abandon_;
   absl::Mutex mu_;
@@ -41,6 +45,6 @@ class CallWatchdog {
   std::thread thread_;
 };
 
-}  // namespace shardline::worker
+}  // namespace shardline::common
 
-#endif  // SHARDLINE_WORKER_CALL_WATCHDOG_H_
+#endif  // SHARDLINE_COMMON_CALL_WATCHDOG_H_

@@ -1,6 +1,6 @@
-#include "worker/call_watchdog.h"
+#include "common/call_watchdog.h"
 
-namespace shardline::worker {
+namespace shardline::common {
 
 CallWatchdog::CallWatchdog(grpc::ClientContext& context, const std::atomic<bool>& abandon)
     : context_(context), abandon_(abandon), thread_([this] { Watch(); }) {}
@@ -43,4 +43,4 @@ void CallWatchdog::Watch() {
   }
 }
 
-}  // namespace shardline::worker
+}  // namespace shardline::common
