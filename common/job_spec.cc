@@ -41,20 +41,46 @@ absl::Status ValidateModel(const shardline::v1::ModelSpec& m) {
   return absl::OkStatus();
 }
 
+// A data file's path: given, bounded, no NUL.
+absl::Status CheckPath(absl::string_view field, const std::string& path, const std::string& kind) {
+  if (path.empty()) return FieldError(field, absl::StrCat("is required for data.kind ", kind));
+  RETURN_IF_ERROR(CheckLength(absl::StrCat("job spec: ", field), path, kMaxPathBytes));
+  if (path.find('\0') != std::string::npos) return FieldError(field, "holds a NUL byte");
+  return absl::OkStatus();
+}
+
 absl::Status ValidateData(shardline::v1::DataSpec& d) {
   if (d.kind() == "addition") {
     RETURN_IF_ERROR(CheckRange("data.digits", d.digits(), 1, 4));
     if (!d.path().empty()) return FieldError("data.path", "is not used by data.kind 'addition'");
     if (!d.has_holdout_fraction()) d.set_holdout_fraction(0.1);
     RETURN_IF_ERROR(CheckRange("data.holdout_fraction", d.holdout_fraction(), 0.0, 0.5));
-  } else if (d.kind() == "text_bytes") {
-    if (d.path().empty()) return FieldError("data.path", "is required for data.kind 'text_bytes'");
-    RETURN_IF_ERROR(CheckLength("job spec: data.path", d.path(), kMaxPathBytes));
-    if (d.path().find('\0') != std::string::npos) return FieldError("data.path", "holds a NUL byte");
-    if (!d.has_val_fraction()) d.set_val_fraction(0.1);
-    RETURN_IF_ERROR(CheckRange("data.val_fraction", d.val_fraction(), 0.01, 0.5));
+    if (!d.val_path().empty()) return FieldError("data.val_path", "is not used by data.kind 'addition'");
+    if (d.token_bytes() != 0) return FieldError("data.token_bytes", "is not used by data.kind 'addition'");
+  } else if (d.kind() == "text_bytes" || d.kind() == "tokens") {
+    const std::string kind = Quote(d.kind());
+    RETURN_IF_ERROR(CheckPath("data.path", d.path(), kind));
+    if (d.val_path().empty()) {
+      if (!d.has_val_fraction()) d.set_val_fraction(0.1);
+      RETURN_IF_ERROR(CheckRange("data.val_fraction", d.val_fraction(), 0.01, 0.5));
+    } else {
+      RETURN_IF_ERROR(CheckPath("data.val_path", d.val_path(), kind));
+      if (d.has_val_fraction()) {
+        return FieldError("data.val_fraction", "and data.val_path both say where validation data is: give one");
+      }
+    }
+    if (d.kind() == "text_bytes" && d.token_bytes() != 0) {
+      return FieldError("data.token_bytes", "is not used by data.kind 'text_bytes' (one byte, one token)");
+    }
+    if (d.kind() == "tokens") {
+      if (d.token_bytes() == 0) d.set_token_bytes(2);
+      if (d.token_bytes() != 2 && d.token_bytes() != 4) {
+        return FieldError("data.token_bytes", absl::StrCat("is ", d.token_bytes(), ", must be 2 or 4"));
+      }
+    }
   } else {
-    return FieldError("data.kind", absl::StrCat("is ", Quote(d.kind()), ", must be 'addition' or 'text_bytes'"));
+    return FieldError("data.kind",
+                      absl::StrCat("is ", Quote(d.kind()), ", must be 'addition', 'text_bytes' or 'tokens'"));
   }
   return absl::OkStatus();
 }

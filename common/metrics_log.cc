@@ -41,7 +41,9 @@ std::string MetricsLog::EvalJson(const EvalMetrics& m) {
   std::string metric = m.exact_match
                            ? absl::StrCat("\"accuracy\": ", Number(m.accuracy))
                            : absl::StrCat("\"val_loss\": ", Number(m.val_loss),
-                                          ", \"bits_per_byte\": ", Number(m.bits_per_byte));
+                                          std::isnan(m.bits_per_byte)
+                                              ? ""
+                                              : absl::StrCat(", \"bits_per_byte\": ", Number(m.bits_per_byte)));
   // train_seconds only when this process trained (not for --eval_weights).
   const std::string seconds =
       m.train_seconds > 0 ? absl::StrFormat(", \"train_seconds\": %.1f", m.train_seconds) : "";

@@ -28,7 +28,7 @@ struct EvalMetrics {
   bool exact_match = false;  // accuracy when true, else val_loss and bits_per_byte
   double accuracy = 0.0;
   double val_loss = 0.0;
-  double bits_per_byte = 0.0;
+  double bits_per_byte = 0.0;  // NaN: not bytes (left out)
   int64_t examples = 0;
   double train_seconds = 0.0;
 };

@@ -68,7 +68,7 @@ class Rng:
 
 
 class TextBytes:
-    """worker/data/text_bytes_data.cc"""
+    """worker/data/token_file_data.cc (text_bytes)"""
 
     def __init__(self, data, context, seed):
         self.text = open(data["path"], "rb").read()

@@ -53,6 +53,10 @@ class HostileInputTest : public ::testing::Test {
   static void SetUpTestSuite() {
     data_root_ = new std::string(TempDir("hostile-data"));  // fresh: no FIFO of an earlier run
     std::ofstream(*data_root_ + "/text.txt") << std::string(4096, 'a');
+    std::ofstream(*data_root_ + "/ids.bin", std::ios::binary) << std::string(4096, '\1');  // uint16 257s
+    std::string small_ids;
+    for (int i = 0; i < 2048; ++i) small_ids += {static_cast<char>(i % 200), '\0'};
+    std::ofstream(*data_root_ + "/small-ids.bin", std::ios::binary) << small_ids;
     ProcessCluster::Options options;
     options.worker_flags = {"--data_root=" + *data_root_};
     cluster_ = ProcessCluster::Start("hostile", options).release();
@@ -160,6 +164,20 @@ TEST_F(HostileInputTest, DataPathsOutsideTheRootOrNotRegularFilesFailTheJobClear
   }
   const shardline::v1::JobStatus good = RunToEnd(Spec("data", R"({"kind": "text_bytes", "path": "text.txt"})"));
   EXPECT_EQ(good.state(), shardline::v1::SUCCEEDED) << good.message();
+  // Token ids: the validation file is confined the same way; ids the
+  // model's vocabulary (256) cannot hold fail the job.
+  const shardline::v1::JobStatus val_outside = RunToEnd(
+      Spec("data", R"({"kind": "tokens", "path": "small-ids.bin", "val_path": "../../../../../../etc/passwd"})"));
+  EXPECT_EQ(val_outside.state(), shardline::v1::FAILED);
+  EXPECT_NE(val_outside.message().find("outside this worker's --data_root"), std::string::npos)
+      << val_outside.message();
+  const shardline::v1::JobStatus too_large = RunToEnd(Spec("data", R"({"kind": "tokens", "path": "ids.bin"})"));
+  EXPECT_EQ(too_large.state(), shardline::v1::FAILED);
+  EXPECT_NE(too_large.message().find("needs 258 (its token ids go up to 257)"), std::string::npos)
+      << too_large.message();
+  const shardline::v1::JobStatus tokens =
+      RunToEnd(Spec("data", R"({"kind": "tokens", "path": "small-ids.bin", "val_path": "small-ids.bin"})"));
+  EXPECT_EQ(tokens.state(), shardline::v1::SUCCEEDED) << tokens.message();
   ExpectEveryDaemonServing();
 }
 

@@ -191,6 +191,30 @@ TEST(JobSpecTest, MissingSectionsAndBadKindsAreNamed) {
   ExpectInvalid("not json", "job spec");
 }
 
+TEST(JobSpecTest, TokenFilesNameTheirWidthAndWhereValidationIs) {
+  const std::string data = R"("data": {"kind": "addition", "digits": 2})";
+  auto tokens = ParseJobSpec(Edit(data, R"("data": {"kind": "tokens", "path": "train.bin"})"));
+  ASSERT_TRUE(tokens.ok()) << tokens.status();
+  EXPECT_EQ(tokens->data().token_bytes(), 2) << "uint16 by default";
+  EXPECT_DOUBLE_EQ(tokens->data().val_fraction(), 0.1);
+  auto separate = ParseJobSpec(
+      Edit(data, R"("data": {"kind": "tokens", "path": "train.bin", "val_path": "val.bin", "token_bytes": 4})"));
+  ASSERT_TRUE(separate.ok()) << separate.status();
+  EXPECT_FALSE(separate->data().has_val_fraction());
+  EXPECT_TRUE(ParseJobSpec(Edit(data, R"("data": {"kind": "text_bytes", "path": "a", "val_path": "b"})")).ok());
+  ExpectInvalid(Edit(data, R"("data": {"kind": "tokens"})"), "data.path is required for data.kind 'tokens'");
+  ExpectInvalid(Edit(data, R"("data": {"kind": "tokens", "path": "a", "token_bytes": 3})"),
+                "data.token_bytes is 3, must be 2 or 4");
+  ExpectInvalid(Edit(data, R"("data": {"kind": "text_bytes", "path": "a", "token_bytes": 2})"),
+                "data.token_bytes is not used by data.kind 'text_bytes'");
+  ExpectInvalid(Edit(data, R"("data": {"kind": "tokens", "path": "a", "val_path": "b", "val_fraction": 0.2})"),
+                "data.val_fraction and data.val_path both");
+  ExpectInvalid(Edit(data, R"("data": {"kind": "addition", "digits": 2, "val_path": "b"})"),
+                "data.val_path is not used by data.kind 'addition'");
+  ExpectInvalid(Edit(data, R"("data": {"kind": "tokens", "path": "a", "val_path": "b\u0000c"})"),
+                "data.val_path holds a NUL byte");
+}
+
 TEST(JobSpecTest, ShippedExamplesAreValid) {
   for (const char* name : {"addition.json", "text.json"}) {
     auto spec = LoadJobSpec(std::string(SHARDLINE_SOURCE_DIR) + "/examples/" + name);

@@ -4,7 +4,7 @@
 #include "common/input_limits.h"
 #include "common/status_macros.h"
 #include "worker/data/addition_data.h"
-#include "worker/data/text_bytes_data.h"
+#include "worker/data/token_file_data.h"
 
 namespace shardline::worker::data {
 
@@ -14,16 +14,16 @@ absl::StatusOr<std::unique_ptr<DataSource>> CreateDataSource(const shardline::v1
   std::unique_ptr<DataSource> source;
   if (d.kind() == "addition") {
     source = std::make_unique<AdditionData>(d.digits(), d.holdout_fraction(), spec.train().seed());
-  } else if (d.kind() == "text_bytes") {
-    ASSIGN_OR_RETURN(source, TextBytesData::Load(d.path(), d.val_fraction(), spec.model().context(),
-                                                 spec.train().seed(), access));
+  } else if (d.kind() == "text_bytes" || d.kind() == "tokens") {
+    const TokenFiles files{d.path(), d.val_path(), d.val_fraction(), d.kind() == "tokens" ? d.token_bytes() : 1};
+    ASSIGN_OR_RETURN(source, TokenFileData::Load(files, spec.model().context(), spec.train().seed(), access));
   } else {
     return absl::InvalidArgumentError(absl::StrCat("data.kind: unknown ", common::Quote(d.kind())));
   }
   if (spec.model().vocab_size() < source->vocab_needed()) {
     return absl::InvalidArgumentError(
         absl::StrCat("model.vocab_size is ", spec.model().vocab_size(), " but data.kind '", d.kind(),
-                     "' emits ", source->vocab_needed(), " distinct tokens"));
+                     "' needs ", source->vocab_needed(), " (its token ids go up to ", source->vocab_needed() - 1, ")"));
   }
   if (spec.model().context() < source->sequence_length()) {
     return absl::InvalidArgumentError(

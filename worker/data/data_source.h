@@ -3,7 +3,7 @@
 // stage, process and run (design brief §4). Each sequence is keyed by its
 // place in the global batch (micro_batch · sequences + i), so the global
 // batch of a step does not depend on how it is split into micro-batches. It also describes its held-out
-// evaluation. Implementations: AdditionData, TextBytesData; create one with
+// evaluation. Implementations: AdditionData, TokenFileData; create one with
 // CreateDataSource(). Thread-safe: every method is const and pure.
 #ifndef SHARDLINE_WORKER_DATA_DATA_SOURCE_H_
 #define SHARDLINE_WORKER_DATA_DATA_SOURCE_H_

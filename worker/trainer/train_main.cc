@@ -7,6 +7,7 @@
 // Exit codes: 0 done, 1 training failed, 3 invalid input (spec, data,
 // flags).
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -14,6 +15,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/init.h"
 #include "common/input_limits.h"
 #include "common/job_spec.h"
@@ -56,8 +58,10 @@ void PrintEval(const EvalResult& eval) {
     std::printf("held-out exact match: %.2f%% of %lld problems\n", 100.0 * eval.accuracy,
                 static_cast<long long>(eval.examples));
   } else {
-    std::printf("validation loss %.4f (%.3f bits per byte) over %lld windows\n", eval.val_loss,
-                eval.bits_per_byte, static_cast<long long>(eval.examples));
+    const std::string bits =
+        std::isnan(eval.bits_per_byte) ? "" : absl::StrFormat(" (%.3f bits per byte)", eval.bits_per_byte);
+    std::printf("validation loss %.4f%s over %lld windows\n", eval.val_loss, bits.c_str(),
+                static_cast<long long>(eval.examples));
   }
 }
 

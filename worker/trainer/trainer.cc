@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "common/status_macros.h"
 #include "worker/nn/model_config.h"
@@ -144,7 +145,8 @@ absl::StatusOr<EvalResult> Trainer::EvaluateLoss(const data::EvalSet& set) {
     runtime_->Discard(kEvalSlot);
     RETURN_IF_ERROR(status);
   }
-  result.bits_per_byte = result.val_loss / std::log(2.0);
+  result.bits_per_byte = spec_.data().kind() == "text_bytes" ? result.val_loss / std::log(2.0)
+                                                              : std::numeric_limits<double>::quiet_NaN();
   return result;
 }
 

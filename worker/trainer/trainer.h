@@ -35,7 +35,7 @@ struct EvalResult {
   bool exact_match = false;  // addition: accuracy; otherwise val_loss
   double accuracy = 0.0;
   double val_loss = 0.0;
-  double bits_per_byte = 0.0;
+  double bits_per_byte = 0.0;  // text_bytes; NaN for token ids (their bytes are unknown)
   int64_t examples = 0;
 };
 

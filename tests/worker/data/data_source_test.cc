@@ -1,11 +1,15 @@
 #include "worker/data/data_source.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <fstream>
 #include <set>
+#include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "worker/data/addition_data.h"
-#include "worker/data/text_bytes_data.h"
+#include "worker/data/token_file_data.h"
 
 namespace shardline::worker::data {
 namespace {
@@ -77,7 +81,7 @@ TEST(AdditionDataTest, TrainingNeverSeesHeldOutPairs) {
   EXPECT_EQ(data.MakeEvalSet(10).prompts.size(), 10u);
 }
 
-class TextBytesDataTest : public ::testing::Test {
+class TokenFileDataTest : public ::testing::Test {
  protected:
   std::string Write(const std::string& name, const std::string& text) {
     const std::string path = ::testing::TempDir() + "/" + name;
@@ -86,12 +90,13 @@ class TextBytesDataTest : public ::testing::Test {
   }
 };
 
-TEST_F(TextBytesDataTest, SplitsTrainingAndValidationByPosition) {
+TEST_F(TokenFileDataTest, SplitsTrainingAndValidationByPosition) {
   std::string text;
   for (int i = 0; i < 1000; ++i) text += static_cast<char>('a' + i % 26);
-  auto data = TextBytesData::Load(Write("alpha.txt", text), 0.2, 8, 1);
+  auto data = TokenFileData::Load({Write("alpha.txt", text), "", 0.2}, 8, 1);
   ASSERT_TRUE(data.ok()) << data.status();
-  EXPECT_EQ((*data)->train_bytes(), 800u);
+  EXPECT_EQ((*data)->train_tokens(), 800u);
+  EXPECT_EQ((*data)->vocab_needed(), 256);
   const Batch b = (*data)->TrainBatch(1, 0, 16);
   EXPECT_EQ(b.ids.size(), 16u * 8);
   for (size_t i = 0; i < b.ids.size(); ++i) {
@@ -106,10 +111,10 @@ TEST_F(TextBytesDataTest, SplitsTrainingAndValidationByPosition) {
 }
 
 // What a replica counts without making the other replicas' batches.
-TEST_F(TextBytesDataTest, TrainTargetsCountWhatTheBatchesScore) {
+TEST_F(TokenFileDataTest, TrainTargetsCountWhatTheBatchesScore) {
   std::string text;
   for (int i = 0; i < 1000; ++i) text += static_cast<char>('a' + i % 26);
-  auto bytes = TextBytesData::Load(Write("count.txt", text), 0.2, 8, 1);
+  auto bytes = TokenFileData::Load({Write("count.txt", text), "", 0.2}, 8, 1);
   ASSERT_TRUE(bytes.ok());
   AdditionData addition(2, 0.1, 3);
   for (const DataSource* data : {static_cast<const DataSource*>(bytes->get()), static_cast<const DataSource*>(&addition)}) {
@@ -121,13 +126,106 @@ TEST_F(TextBytesDataTest, TrainTargetsCountWhatTheBatchesScore) {
   }
 }
 
-TEST_F(TextBytesDataTest, BadFilesGiveClearErrors) {
-  EXPECT_EQ(TextBytesData::Load("/nonexistent", 0.1, 8, 1).status().code(),
+TEST_F(TokenFileDataTest, BadFilesGiveClearErrors) {
+  EXPECT_EQ(TokenFileData::Load({"/nonexistent"}, 8, 1).status().code(),
             absl::StatusCode::kNotFound);
-  EXPECT_EQ(TextBytesData::Load(Write("empty.txt", ""), 0.1, 8, 1).status().code(),
+  EXPECT_EQ(TokenFileData::Load({Write("empty.txt", "")}, 8, 1).status().code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(TextBytesData::Load(Write("short.txt", "tiny text"), 0.1, 8, 1).status().code(),
+  EXPECT_EQ(TokenFileData::Load({Write("short.txt", "tiny text")}, 8, 1).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// Little-endian ids of `width` bytes, as numpy's tofile writes uint16/uint32.
+std::string Ids(const std::vector<uint32_t>& ids, int width) {
+  std::string out;
+  for (uint32_t id : ids) {
+    for (int b = 0; b < width; ++b) out += static_cast<char>((id >> (8 * b)) & 0xff);
+  }
+  return out;
+}
+
+TEST_F(TokenFileDataTest, ReadsLittleEndianTokenIdsOfTwoOrFourBytes) {
+  for (int width : {2, 4}) {
+    SCOPED_TRACE(width);
+    // id i = 1000 + 7 i (mod 50000): the next id follows from the last.
+    std::vector<uint32_t> ids;
+    for (uint32_t i = 0; i < 500; ++i) ids.push_back((1000 + 7 * i) % 50000 + (width == 4 ? 70000 : 0));
+    auto data = TokenFileData::Load({Write("ids.bin", Ids(ids, width)), "", 0.1, width}, 16, 3);
+    ASSERT_TRUE(data.ok()) << data.status();
+    EXPECT_EQ((*data)->train_tokens(), 450u);
+    EXPECT_EQ((*data)->val_tokens(), 50u);
+    EXPECT_EQ((*data)->vocab_needed(), *std::max_element(ids.begin(), ids.end()) + 1);
+    const Batch b = (*data)->TrainBatch(2, 1, 8);
+    ASSERT_EQ(b.ids.size(), 8u * 16);
+    for (int64_t s = 0; s < b.batch; ++s) {
+      // Each window is consecutive ids of the training part.
+      const auto first = std::find(ids.begin(), ids.begin() + 450, static_cast<uint32_t>(b.ids[s * 16]));
+      ASSERT_NE(first, ids.begin() + 450);
+      const size_t at = static_cast<size_t>(first - ids.begin());
+      ASSERT_LE(at + 17, 450u);
+      for (size_t j = 0; j < 16; ++j) {
+        EXPECT_EQ(b.ids[s * 16 + j], static_cast<int32_t>(ids[at + j]));
+        EXPECT_EQ(b.targets[s * 16 + j], static_cast<int32_t>(ids[at + j + 1]));
+      }
+    }
+    const EvalSet eval = (*data)->MakeEvalSet(100);
+    ASSERT_EQ(eval.batches.size(), 1u);
+    EXPECT_EQ(eval.batches[0].batch, (50 - 1) / 16);
+    EXPECT_EQ(eval.batches[0].ids[0], static_cast<int32_t>(ids[450]));
+  }
+}
+
+TEST_F(TokenFileDataTest, TakesValidationFromItsOwnFile) {
+  std::vector<uint32_t> train, val;
+  for (uint32_t i = 0; i < 100; ++i) train.push_back(i % 40);
+  for (uint32_t i = 0; i < 40; ++i) val.push_back(40 + i);
+  auto data = TokenFileData::Load({Write("train.bin", Ids(train, 2)), Write("val.bin", Ids(val, 2)), 0.1, 2}, 8, 3);
+  ASSERT_TRUE(data.ok()) << data.status();
+  EXPECT_EQ((*data)->train_tokens(), 100u) << "all of path is for training";
+  EXPECT_EQ((*data)->vocab_needed(), 80) << "the largest id of either file";
+  for (int step = 1; step <= 20; ++step) {
+    for (int32_t id : (*data)->TrainBatch(step, 0, 4).ids) ASSERT_LT(id, 40) << "never a validation token";
+  }
+  const EvalSet eval = (*data)->MakeEvalSet(100);
+  int64_t windows = 0;
+  for (const Batch& vb : eval.batches) {
+    windows += vb.batch;
+    for (int32_t id : vb.ids) EXPECT_GE(id, 40);
+  }
+  EXPECT_EQ(windows, (40 - 1) / 8);
+}
+
+TEST_F(TokenFileDataTest, TokenFilesThatDoNotFitGiveClearErrors) {
+  auto odd = TokenFileData::Load({Write("odd.bin", Ids(std::vector<uint32_t>(100, 5), 2) + "x"), "", 0.1, 2}, 8, 1);
+  EXPECT_EQ(odd.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(odd.status().message().find("has 201 bytes: not a whole number of 2-byte token ids"), std::string::npos)
+      << odd.status();
+  const std::string ok = Write("ok.bin", Ids(std::vector<uint32_t>(100, 5), 2));
+  auto short_val = TokenFileData::Load({ok, Write("short-val.bin", Ids({1, 2, 3}, 2)), 0.1, 2}, 8, 1);
+  EXPECT_EQ(short_val.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(short_val.status().message().find("data.val_path 3"), std::string::npos) << short_val.status();
+  EXPECT_EQ(TokenFileData::Load({ok, "/nonexistent/val.bin", 0.1, 2}, 8, 1).status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+// The spec's model must hold every id the files use.
+TEST_F(TokenFileDataTest, AVocabularyTooSmallForTheIdsIsRefused) {
+  std::vector<uint32_t> ids(200, 3);
+  ids[150] = 300;
+  shardline::v1::JobSpec spec;
+  spec.mutable_model()->set_vocab_size(256);
+  spec.mutable_model()->set_context(8);
+  spec.mutable_data()->set_kind("tokens");
+  spec.mutable_data()->set_path(Write("big-id.bin", Ids(ids, 2)));
+  spec.mutable_data()->set_val_fraction(0.1);
+  spec.mutable_data()->set_token_bytes(2);
+  auto source = CreateDataSource(spec);
+  EXPECT_EQ(source.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(source.status().message().find("model.vocab_size is 256 but data.kind 'tokens' needs 301"),
+            std::string::npos)
+      << source.status();
+  spec.mutable_model()->set_vocab_size(301);
+  EXPECT_TRUE(CreateDataSource(spec).ok());
 }
 
 }  // namespace

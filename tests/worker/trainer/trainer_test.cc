@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -106,6 +107,61 @@ TEST(TrainerTest, TextBytesTrainsAndReportsValidationLoss) {
   auto after = (*trainer)->Evaluate();
   ASSERT_TRUE(after.ok());
   EXPECT_LT(after->val_loss, before->val_loss - 1.0);
+}
+
+// A text's bytes written as uint16 token ids (numpy's tofile) train exactly
+// as the text does; validation from a file of its own is the same as from
+// the tail of one.
+TEST(TrainerTest, TokenIdsTrainAsTheBytesTheyHold) {
+  std::string text;
+  for (int i = 0; i < 200; ++i) text += "the quick brown fox jumps over the lazy dog " + std::to_string(i) + "\n";
+  auto ids = [](const std::string& bytes) {
+    std::string out;
+    for (unsigned char c : bytes) out += {static_cast<char>(c), '\0'};
+    return out;
+  };
+  const std::string dir = ::testing::TempDir();
+  std::ofstream(dir + "/bytes.txt") << text;
+  std::ofstream(dir + "/ids.bin", std::ios::binary) << ids(text);
+  const size_t split = static_cast<size_t>(static_cast<double>(text.size()) * 0.9);
+  std::ofstream(dir + "/train.bin", std::ios::binary) << ids(text.substr(0, split));
+  std::ofstream(dir + "/val.bin", std::ios::binary) << ids(text.substr(split));
+
+  auto spec = testing::TinySpec();
+  spec.mutable_model()->set_vocab_size(256);
+  spec.mutable_model()->set_context(16);
+  spec.mutable_train()->set_eval_examples(20);
+  auto* data = spec.mutable_data();
+  data->Clear();
+  data->set_kind("text_bytes");
+  data->set_path(dir + "/bytes.txt");
+  data->set_val_fraction(0.1);
+  auto tokens = spec;
+  tokens.mutable_data()->set_kind("tokens");
+  tokens.mutable_data()->set_path(dir + "/ids.bin");
+  tokens.mutable_data()->set_token_bytes(2);
+  auto separate = tokens;
+  separate.mutable_data()->set_path(dir + "/train.bin");
+  separate.mutable_data()->set_val_path(dir + "/val.bin");
+  separate.mutable_data()->clear_val_fraction();
+
+  auto backend = testing::CpuBackend();
+  const std::vector<double> want = Losses(spec, 6, *backend);
+  EXPECT_EQ(Losses(tokens, 6, *backend), want);
+  EXPECT_EQ(Losses(separate, 6, *backend), want);
+  auto evaluate = [&](const shardline::v1::JobSpec& s) {
+    auto trainer = Trainer::Create(s, *backend);
+    EXPECT_TRUE(trainer.ok()) << trainer.status();
+    auto eval = (*trainer)->Evaluate();
+    EXPECT_TRUE(eval.ok()) << eval.status();
+    return *eval;
+  };
+  const EvalResult bytes_eval = evaluate(spec), ids_eval = evaluate(tokens), separate_eval = evaluate(separate);
+  EXPECT_EQ(ids_eval.val_loss, bytes_eval.val_loss);
+  EXPECT_EQ(separate_eval.val_loss, bytes_eval.val_loss);
+  EXPECT_EQ(separate_eval.examples, bytes_eval.examples);
+  EXPECT_FALSE(std::isnan(bytes_eval.bits_per_byte));
+  EXPECT_TRUE(std::isnan(ids_eval.bits_per_byte)) << "token ids are not bytes";
 }
 
 TEST(TrainerTest, BadDataPathsAreClearErrors) {
