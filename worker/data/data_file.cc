@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -12,11 +13,10 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/input_limits.h"
+#include "common/status_macros.h"
 
 namespace shardline::worker::data {
 namespace {
-
-constexpr size_t kPieceBytes = size_t{1} << 20;
 
 // The canonical path (symlinks and .. resolved); NOT_FOUND when it does not exist.
 absl::StatusOr<std::string> Canonical(const std::string& path) {
@@ -43,10 +43,20 @@ class Fd {
 
 }  // namespace
 
-absl::StatusOr<std::string> ReadDataFile(const std::string& path, const DataAccess& access) {
+absl::Status DataAccess::Check(absl::Time start) const {
+  if (cancelled != nullptr && cancelled->load()) return absl::CancelledError("reading data.path was cancelled");
+  if (absl::Now() > start + deadline) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("reading data.path took longer than ", absl::FormatDuration(deadline)));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<DataFile>> DataFile::Open(const std::string& path, const DataAccess& access) {
   if (path.empty() || path.size() > common::kMaxPathBytes || path.find('\0') != std::string::npos) {
     return absl::InvalidArgumentError("data.path: empty, too long, or holds a NUL byte");
   }
+  RETURN_IF_ERROR(access.Check(absl::Now()));
   std::string candidate = path;
   if (!access.root.empty()) {
     absl::StatusOr<std::string> root = Canonical(access.root);
@@ -76,27 +86,18 @@ absl::StatusOr<std::string> ReadDataFile(const std::string& path, const DataAcce
     return absl::InvalidArgumentError(absl::StrCat("data.path ", common::Quote(path), " holds ", st.st_size,
                                                    " bytes, more than the ", access.max_bytes, " a worker reads"));
   }
-  const absl::Time deadline = absl::Now() + access.deadline;
-  std::string bytes(static_cast<size_t>(st.st_size), '\0');
-  size_t done = 0;
-  while (done < bytes.size()) {
-    if (access.cancelled != nullptr && access.cancelled->load()) {
-      return absl::CancelledError("reading data.path was cancelled");
-    }
-    if (absl::Now() > deadline) {
-      return absl::DeadlineExceededError(absl::StrCat("reading data.path took longer than ",
-                                                      absl::FormatDuration(access.deadline)));
-    }
-    const ssize_t n = ::read(fd.get(), bytes.data() + done, std::min(kPieceBytes, bytes.size() - done));
-    if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-    if (n < 0) {
-      return absl::NotFoundError(absl::StrCat("data.path: cannot read ", common::Quote(path), ": ", std::strerror(errno)));
-    }
-    if (n == 0) break;  // it shrank meanwhile
-    done += static_cast<size_t>(n);
+  const size_t size = static_cast<size_t>(st.st_size);
+  if (size == 0) return std::unique_ptr<DataFile>(new DataFile(nullptr, 0));
+  void* data = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd.get(), 0);
+  if (data == MAP_FAILED) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("data.path: cannot map ", common::Quote(path), ": ", std::strerror(errno)));
   }
-  bytes.resize(done);
-  return bytes;
+  return std::unique_ptr<DataFile>(new DataFile(data, size));
+}
+
+DataFile::~DataFile() {
+  if (data_ != nullptr) ::munmap(const_cast<void*>(data_), size_);
 }
 
 }  // namespace shardline::worker::data

@@ -1,34 +1,59 @@
-// ReadDataFile: the one way a worker reads a job's data file (data.path).
-// The spec comes from whoever may submit jobs, so the path is confined and
-// the read bounded: a regular file only (a FIFO, device or directory is
-// refused without blocking: it is opened non-blocking and checked first),
-// resolved with symlinks under `root` when one is set (a relative path is
-// taken from there; an absolute one outside it is refused), at most
-// `max_bytes`, read in pieces between which `cancelled` and the deadline
-// are checked. Thread-safe.
+// DataFile: the one way a worker opens a job's data files (data.path,
+// data.val_path). The spec comes from whoever may submit jobs, so the path
+// is confined and the file bounded: a regular file only (a FIFO, device or
+// directory is refused without blocking: it is opened non-blocking and
+// checked first), resolved with symlinks under `root` when one is set (a
+// relative path is taken from there; an absolute one outside it is
+// refused), at most `max_bytes`. The file is mapped read-only, not read:
+// its pages come from the page cache as windows are drawn, shared by every
+// worker on the machine, so a data set may be larger than memory. A file
+// truncated while mapped faults its reader (SIGBUS), as numpy.memmap does:
+// replace a data file by renaming a new one over it, never in place.
+// Thread-safe after Open.
 #ifndef SHARDLINE_WORKER_DATA_DATA_FILE_H_
 #define SHARDLINE_WORKER_DATA_DATA_FILE_H_
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 
 namespace shardline::worker::data {
 
 struct DataAccess {
   std::string root;  // empty: any path (the single-process trainer)
-  int64_t max_bytes = int64_t{4} << 30;
+  int64_t max_bytes = int64_t{1} << 40;
+  // For work over a whole file (a token file's scan for its largest id).
   absl::Duration deadline = absl::Minutes(10);
-  const std::atomic<bool>* cancelled = nullptr;  // set: the read stops with CANCELLED
+  const std::atomic<bool>* cancelled = nullptr;  // set: that work stops with CANCELLED
+
+  // CANCELLED once `cancelled` is set, DEADLINE_EXCEEDED once `deadline`
+  // has passed since `start`.
+  absl::Status Check(absl::Time start) const;
 };
 
-// The file's bytes. PERMISSION_DENIED outside the root, NOT_FOUND when it
-// cannot be opened, INVALID_ARGUMENT for a non-regular or too large file,
-// CANCELLED / DEADLINE_EXCEEDED when stopped.
-absl::StatusOr<std::string> ReadDataFile(const std::string& path, const DataAccess& access);
+class DataFile {
+ public:
+  // PERMISSION_DENIED outside the root, NOT_FOUND when it cannot be
+  // opened, INVALID_ARGUMENT for a non-regular or too large file,
+  // CANCELLED when `access` is.
+  static absl::StatusOr<std::unique_ptr<DataFile>> Open(const std::string& path, const DataAccess& access);
+  ~DataFile();
+  DataFile(const DataFile&) = delete;
+  DataFile& operator=(const DataFile&) = delete;
+
+  absl::string_view bytes() const { return absl::string_view(static_cast<const char*>(data_), size_); }
+
+ private:
+  DataFile(const void* data, size_t size) : data_(data), size_(size) {}
+
+  const void* const data_;  // null for an empty file
+  const size_t size_;
+};
 
 }  // namespace shardline::worker::data
 

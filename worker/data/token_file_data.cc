@@ -11,13 +11,32 @@ namespace shardline::worker::data {
 
 namespace {
 
-// The largest little-endian id of `width` bytes in `bytes`.
-uint32_t LargestId(const std::string& bytes, int width) {
+const unsigned char* Bytes(const DataFile& file) {
+  return reinterpret_cast<const unsigned char*>(file.bytes().data());
+}
+
+// The largest little-endian id of `width` bytes in `file`, looking at
+// `access` every 64 MiB.
+absl::StatusOr<uint32_t> LargestId(const DataFile* file, int width, const DataAccess& access, absl::Time start) {
+  if (file == nullptr) return 0;
+  const unsigned char* p = Bytes(*file);
+  const size_t n = file->bytes().size() / static_cast<size_t>(width);
+  constexpr size_t kIdsBetweenChecks = size_t{64} << 20;
   uint32_t largest = 0;
-  for (size_t i = 0; i + static_cast<size_t>(width) <= bytes.size(); i += static_cast<size_t>(width)) {
-    uint32_t id = 0;
-    for (int b = width - 1; b >= 0; --b) id = (id << 8) | static_cast<unsigned char>(bytes[i + static_cast<size_t>(b)]);
-    largest = std::max(largest, id);
+  for (size_t first = 0; first < n; first += kIdsBetweenChecks) {
+    RETURN_IF_ERROR(access.Check(start));
+    const size_t last = std::min(n, first + kIdsBetweenChecks);
+    if (width == 2) {
+      uint16_t top = 0;
+      for (size_t i = first; i < last; ++i) top = std::max<uint16_t>(top, static_cast<uint16_t>(p[2 * i] | p[2 * i + 1] << 8));
+      largest = std::max<uint32_t>(largest, top);
+    } else {
+      for (size_t i = first; i < last; ++i) {
+        const unsigned char* q = p + 4 * i;
+        largest = std::max(largest, static_cast<uint32_t>(q[0]) | static_cast<uint32_t>(q[1]) << 8 |
+                                        static_cast<uint32_t>(q[2]) << 16 | static_cast<uint32_t>(q[3]) << 24);
+      }
+    }
   }
   return largest;
 }
@@ -26,23 +45,25 @@ uint32_t LargestId(const std::string& bytes, int width) {
 
 absl::StatusOr<std::unique_ptr<TokenFileData>> TokenFileData::Load(const TokenFiles& files, int64_t context,
                                                                    uint64_t seed, const DataAccess& access) {
+  const absl::Time start = absl::Now();
   const int width = files.token_bytes;
   if (width != 1 && width != 2 && width != 4) {
     return absl::InvalidArgumentError(absl::StrCat("data.token_bytes is ", width, ", must be 2 or 4"));
   }
   std::unique_ptr<TokenFileData> data(new TokenFileData(width, context, seed));
-  // Reads one file as whole token ids.
-  auto read = [&](const std::string& field, const std::string& path, std::string& into) -> absl::Status {
-    ASSIGN_OR_RETURN(into, ReadDataFile(path, access));
-    if (into.empty()) return absl::InvalidArgumentError(absl::StrCat(field, " ", common::Quote(path), " is empty"));
-    if (into.size() % static_cast<size_t>(width) != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(field, " ", common::Quote(path), " has ", into.size(),
+  // Opens one file of whole token ids.
+  auto open = [&](const std::string& field, const std::string& path) -> absl::StatusOr<std::unique_ptr<DataFile>> {
+    ASSIGN_OR_RETURN(std::unique_ptr<DataFile> file, DataFile::Open(path, access));
+    const size_t size = file->bytes().size();
+    if (size == 0) return absl::InvalidArgumentError(absl::StrCat(field, " ", common::Quote(path), " is empty"));
+    if (size % static_cast<size_t>(width) != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(field, " ", common::Quote(path), " has ", size,
                                                      " bytes: not a whole number of ", width, "-byte token ids"));
     }
-    return absl::OkStatus();
+    return file;
   };
-  RETURN_IF_ERROR(read("data.path", files.path, data->file_));
-  const size_t tokens = data->file_.size() / static_cast<size_t>(width);
+  ASSIGN_OR_RETURN(data->file_, open("data.path", files.path));
+  const size_t tokens = data->file_->bytes().size() / static_cast<size_t>(width);
   const size_t window = static_cast<size_t>(context) + 1;
   if (files.val_path.empty()) {
     const size_t split = static_cast<size_t>(static_cast<double>(tokens) * (1.0 - files.val_fraction));
@@ -51,29 +72,29 @@ absl::StatusOr<std::unique_ptr<TokenFileData>> TokenFileData::Load(const TokenFi
           "data.path ", common::Quote(files.path), " has ", tokens, " tokens; with data.val_fraction ",
           files.val_fraction, " each part needs at least model.context + 1 = ", window));
     }
-    data->train_ = {&data->file_, 0, split};
-    data->val_ = {&data->file_, split, tokens};
+    data->train_ = {Bytes(*data->file_), 0, split};
+    data->val_ = {Bytes(*data->file_), split, tokens};
   } else {
-    RETURN_IF_ERROR(read("data.val_path", files.val_path, data->val_file_));
-    const size_t val_tokens = data->val_file_.size() / static_cast<size_t>(width);
+    ASSIGN_OR_RETURN(data->val_file_, open("data.val_path", files.val_path));
+    const size_t val_tokens = data->val_file_->bytes().size() / static_cast<size_t>(width);
     if (tokens < window || val_tokens < window) {
       return absl::InvalidArgumentError(absl::StrCat("data.path has ", tokens, " tokens and data.val_path ",
                                                      val_tokens, ": each needs at least model.context + 1 = ",
                                                      window));
     }
-    data->train_ = {&data->file_, 0, tokens};
-    data->val_ = {&data->val_file_, 0, val_tokens};
+    data->train_ = {Bytes(*data->file_), 0, tokens};
+    data->val_ = {Bytes(*data->val_file_), 0, val_tokens};
   }
   if (width > 1) {
-    data->vocab_needed_ = 1 + static_cast<int64_t>(std::max(LargestId(data->file_, width),
-                                                            LargestId(data->val_file_, width)));
+    ASSIGN_OR_RETURN(const uint32_t largest, LargestId(data->file_.get(), width, access, start));
+    ASSIGN_OR_RETURN(const uint32_t largest_val, LargestId(data->val_file_.get(), width, access, start));
+    data->vocab_needed_ = 1 + static_cast<int64_t>(std::max(largest, largest_val));
   }
   return data;
 }
 
 int32_t TokenFileData::Token(const Part& part, size_t i) const {
-  const unsigned char* p =
-      reinterpret_cast<const unsigned char*>(part.bytes->data()) + i * static_cast<size_t>(token_bytes_);
+  const unsigned char* p = part.bytes + i * static_cast<size_t>(token_bytes_);
   uint32_t id = 0;
   for (int b = token_bytes_ - 1; b >= 0; --b) id = (id << 8) | p[b];
   return static_cast<int32_t>(id);

@@ -6,7 +6,8 @@
 // hold. Validation data is a second file (val_path), or else the last
 // val_fraction of the first. Training sequences start at seeded random
 // offsets in the training tokens; validation uses consecutive windows.
-// The files are held in memory as read (token_bytes per token).
+// The files are mapped (DataFile): ids are decoded from the page cache as
+// windows are drawn, so a data set may be larger than memory.
 #ifndef SHARDLINE_WORKER_DATA_TOKEN_FILE_DATA_H_
 #define SHARDLINE_WORKER_DATA_TOKEN_FILE_DATA_H_
 
@@ -29,9 +30,10 @@ struct TokenFiles {
 
 class TokenFileData final : public DataSource {
  public:
-  // The files read by ReadDataFile under `access` (its errors), then
+  // The files opened by DataFile under `access` (its errors), then
   // INVALID_ARGUMENT for an empty one, one that is not whole token ids, or
-  // one too short for a sequence in each part.
+  // one too short for a sequence in each part. Token ids are scanned once
+  // for the largest (under `access`'s deadline and cancellation).
   static absl::StatusOr<std::unique_ptr<TokenFileData>> Load(const TokenFiles& files, int64_t context,
                                                              uint64_t seed, const DataAccess& access = {});
 
@@ -51,7 +53,7 @@ class TokenFileData final : public DataSource {
  private:
   // Tokens [begin, end) of a file's bytes.
   struct Part {
-    const std::string* bytes = nullptr;
+    const unsigned char* bytes = nullptr;
     size_t begin = 0;
     size_t end = 0;
   };
@@ -64,7 +66,7 @@ class TokenFileData final : public DataSource {
   const int token_bytes_;
   const int64_t context_;
   const uint64_t seed_;
-  std::string file_, val_file_;
+  std::unique_ptr<DataFile> file_, val_file_;  // val_file_: with val_path
   Part train_, val_;
   int64_t vocab_needed_ = 256;
 };

@@ -36,26 +36,26 @@ class DataFileTest : public ::testing::Test {
 };
 
 TEST_F(DataFileTest, RelativePathsAreTakenFromTheRootAndAbsoluteOnesMustLieUnderIt) {
-  auto relative = ReadDataFile("text.txt", Access());
+  auto relative = DataFile::Open("text.txt", Access());
   ASSERT_TRUE(relative.ok()) << relative.status();
-  EXPECT_EQ(*relative, "hello, world");
-  auto absolute = ReadDataFile(root_ + "/text.txt", Access());
+  EXPECT_EQ((*relative)->bytes(), "hello, world");
+  auto absolute = DataFile::Open(root_ + "/text.txt", Access());
   ASSERT_TRUE(absolute.ok()) << absolute.status();
-  EXPECT_EQ(*absolute, "hello, world");
+  EXPECT_EQ((*absolute)->bytes(), "hello, world");
 }
 
 // The hostile-client probe: /etc/shadow was trained on and its weights exported.
 TEST_F(DataFileTest, PathsOutsideTheRootAreRefusedHoweverSpelt) {
   for (const std::string& path : {std::string("/etc/shadow"), std::string("/etc/passwd"), dir_ + "/secret.txt",
                                    std::string("../secret.txt"), root_ + "/../secret.txt"}) {
-    auto read = ReadDataFile(path, Access());
+    auto read = DataFile::Open(path, Access());
     EXPECT_FALSE(read.ok()) << path;
     if (read.status().code() != absl::StatusCode::kNotFound) {
       EXPECT_EQ(read.status().code(), absl::StatusCode::kPermissionDenied) << path << ": " << read.status();
     }
   }
   ASSERT_EQ(::symlink((dir_ + "/secret.txt").c_str(), (root_ + "/link.txt").c_str()), 0);
-  EXPECT_EQ(ReadDataFile("link.txt", Access()).status().code(), absl::StatusCode::kPermissionDenied)
+  EXPECT_EQ(DataFile::Open("link.txt", Access()).status().code(), absl::StatusCode::kPermissionDenied)
       << "a symlink out of the root";
 }
 
@@ -63,12 +63,12 @@ TEST_F(DataFileTest, PathsOutsideTheRootAreRefusedHoweverSpelt) {
 // blocked the worker forever.
 TEST_F(DataFileTest, OnlyRegularFilesAreReadAndAFifoDoesNotBlock) {
   DataAccess anywhere;
-  EXPECT_EQ(ReadDataFile("/dev/zero", anywhere).status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(ReadDataFile(root_, anywhere).status().code(), absl::StatusCode::kInvalidArgument) << "a directory";
+  EXPECT_EQ(DataFile::Open("/dev/zero", anywhere).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(DataFile::Open(root_, anywhere).status().code(), absl::StatusCode::kInvalidArgument) << "a directory";
   const std::string fifo = root_ + "/fifo";
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
   const auto start = std::chrono::steady_clock::now();
-  auto read = ReadDataFile("fifo", Access());
+  auto read = DataFile::Open("fifo", Access());
   EXPECT_EQ(read.status().code(), absl::StatusCode::kInvalidArgument) << read.status();
   EXPECT_NE(read.status().message().find("not a regular file"), std::string::npos) << read.status();
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5)) << "it returned: it did not block";
@@ -77,7 +77,7 @@ TEST_F(DataFileTest, OnlyRegularFilesAreReadAndAFifoDoesNotBlock) {
 TEST_F(DataFileTest, AFileLargerThanTheBoundIsRefusedUnread) {
   DataAccess access = Access();
   access.max_bytes = 5;
-  auto read = ReadDataFile("text.txt", access);
+  auto read = DataFile::Open("text.txt", access);
   EXPECT_EQ(read.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(read.status().message().find("more than the 5"), std::string::npos) << read.status();
 }
@@ -86,7 +86,27 @@ TEST_F(DataFileTest, ACancelledReadStops) {
   std::atomic<bool> cancelled{true};
   DataAccess access = Access();
   access.cancelled = &cancelled;
-  EXPECT_EQ(ReadDataFile("text.txt", access).status().code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(DataFile::Open("text.txt", access).status().code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(access.Check(absl::Now()).code(), absl::StatusCode::kCancelled);
+  cancelled = false;
+  EXPECT_TRUE(access.Check(absl::Now()).ok());
+  EXPECT_EQ(access.Check(absl::Now() - access.deadline - absl::Seconds(1)).code(),
+            absl::StatusCode::kDeadlineExceeded);
+}
+
+// Mapped, not read: what the file holds when it is opened, and an empty
+// file is an empty view.
+TEST_F(DataFileTest, AFileIsMappedAsItIs) {
+  std::string bytes;
+  for (int i = 0; i < (3 << 20) + 5; ++i) bytes += static_cast<char>(i * 7);
+  Write(root_ + "/big.bin", bytes);
+  Write(root_ + "/empty.bin", "");
+  auto big = DataFile::Open("big.bin", Access());
+  ASSERT_TRUE(big.ok()) << big.status();
+  EXPECT_EQ((*big)->bytes(), bytes);
+  auto empty = DataFile::Open("empty.bin", Access());
+  ASSERT_TRUE(empty.ok()) << empty.status();
+  EXPECT_TRUE((*empty)->bytes().empty());
 }
 
 }  // namespace
