@@ -216,7 +216,7 @@ TEST(JobSpecTest, TokenFilesNameTheirWidthAndWhereValidationIs) {
 }
 
 TEST(JobSpecTest, ShippedExamplesAreValid) {
-  for (const char* name : {"addition.json", "text.json"}) {
+  for (const char* name : {"addition.json", "text.json", "gpt2-finetune.json", "addition-tensor.json"}) {
     auto spec = LoadJobSpec(std::string(SHARDLINE_SOURCE_DIR) + "/examples/" + name);
     EXPECT_TRUE(spec.ok()) << name << ": " << spec.status();
   }
