@@ -10,6 +10,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/call_watchdog.h"
+#include "common/cost_model.h"
+#include "common/job_spec.h"
 #include "common/grpc_status.h"
 #include "common/input_limits.h"
 
@@ -49,6 +51,13 @@ absl::StatusOr<shardline::v1::JobStatus> AdminClient::Submit(const shardline::v1
   shardline::v1::SubmitJobRequest request;
   *request.mutable_spec() = spec;
   auto context = Context();
+  if (!spec.init().from_job().empty()) {
+    // The coordinator copies the other job's weights before it answers
+    // (the whole model, read and written): at 100 MB/s.
+    const int64_t bytes = 4 * common::UnitRangeParameters(spec.model(), 0, common::PipelineUnits(spec.model()));
+    const absl::Duration copy = absl::Seconds(static_cast<double>(bytes) / 100e6);
+    context->set_deadline(absl::ToChronoTime(absl::Now() + deadline_ + copy));
+  }
   return Unary<shardline::v1::JobStatus>(
       [&](auto* response) { return stub_->SubmitJob(context.get(), request, response); });
 }

@@ -2,7 +2,8 @@
 // by shardctl and shardline-local. Every unary call has a deadline; the
 // weights' streams (export, submit with weights) have none for the whole,
 // however large, but each chunk must move within it (DEADLINE_EXCEEDED
-// otherwise); a watch runs until its job ends. Errors are absl::Status
+// otherwise), and a submission that copies another job's weights waits for
+// that copy; a watch runs until its job ends. Errors are absl::Status
 // (UNAVAILABLE when the coordinator cannot be reached).
 // Thread-safe.
 #ifndef SHARDLINE_CLIENT_ADMIN_CLIENT_H_

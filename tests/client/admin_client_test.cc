@@ -39,6 +39,14 @@ bool Pause(grpc::ServerContext* context, absl::Duration pause) {
 // chunk, then nothing until cancelled (bounded at 20 s).
 class FakeAdmin final : public shardline::v1::Admin::Service {
  public:
+  // As a coordinator copying a large model's weights: 1.5 deadlines.
+  grpc::Status SubmitJob(grpc::ServerContext* context, const shardline::v1::SubmitJobRequest* request,
+                         shardline::v1::JobStatus* response) override {
+    if (!Pause(context, kDeadline * 1.5)) return grpc::Status::CANCELLED;
+    response->set_job_id("job-8");
+    return grpc::Status::OK;
+  }
+
   grpc::Status ExportWeights(grpc::ServerContext* context, const shardline::v1::GetJobRequest* request,
                              grpc::ServerWriter<shardline::v1::ExportChunk>* writer) override {
     shardline::v1::ExportChunk chunk;
@@ -120,6 +128,25 @@ TEST_F(AdminClientTest, AnExportWhoseNextChunkIsLateIsCut) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(10)) << "cut, not waited out";
   EXPECT_FALSE(std::filesystem::exists(path));
   EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir_), {}), 0) << "no partial file left";
+}
+
+// A job that starts from another's weights waits for their copy: a
+// deadline and a second per 100 MB of the model (here 85.5M parameters,
+// 342 MB: 4.4 s in all), where any other submission has the deadline (1 s).
+TEST_F(AdminClientTest, ASubmissionThatCopiesWeightsWaitsAsLongAsTheModelTakes) {
+  shardline::v1::JobSpec spec;
+  auto* model = spec.mutable_model();
+  model->set_vocab_size(256);
+  model->set_context(128);
+  model->set_d_model(768);
+  model->set_n_heads(12);
+  model->set_n_layers(12);
+  absl::StatusOr<shardline::v1::JobStatus> plain = client_->Submit(spec);
+  EXPECT_EQ(plain.status().code(), absl::StatusCode::kDeadlineExceeded) << plain.status();
+  spec.mutable_init()->set_from_job("job-3");
+  absl::StatusOr<shardline::v1::JobStatus> copied = client_->Submit(spec);
+  ASSERT_TRUE(copied.ok()) << copied.status();
+  EXPECT_EQ(copied->job_id(), "job-8");
 }
 
 TEST_F(AdminClientTest, WeightsSentLongerThanTheDeadlineAreTakenWhileChunksMove) {

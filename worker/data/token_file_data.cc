@@ -28,7 +28,9 @@ absl::StatusOr<uint32_t> LargestId(const DataFile* file, int width, const DataAc
     const size_t last = std::min(n, first + kIdsBetweenChecks);
     if (width == 2) {
       uint16_t top = 0;
-      for (size_t i = first; i < last; ++i) top = std::max<uint16_t>(top, static_cast<uint16_t>(p[2 * i] | p[2 * i + 1] << 8));
+      for (size_t i = first; i < last; ++i) {
+        top = std::max<uint16_t>(top, static_cast<uint16_t>(p[2 * i] | p[2 * i + 1] << 8));
+      }
       largest = std::max<uint32_t>(largest, top);
     } else {
       for (size_t i = first; i < last; ++i) {

@@ -127,7 +127,8 @@ int Run(const std::string& spec_path) {
                                   spec->init().from_job(), " -o FILE)")));
   }
   if (!init_weights.empty()) {
-    if (absl::Status s = ImportInitWeights(init_weights, spec->model(), **trainer); !s.ok()) return Fail(kExitInvalid, s);
+    absl::Status imported = ImportInitWeights(init_weights, spec->model(), **trainer);
+    if (!imported.ok()) return Fail(kExitInvalid, imported);
   }
 
   const auto& train = spec->train();
