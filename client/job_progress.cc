@@ -232,6 +232,10 @@ std::string DescribeJob(const shardline::v1::JobStatus& s) {
           ? absl::StrCat("step ", s.committed_step(),
                          s.checkpoint_bytes() > 0 ? absl::StrCat(" (", Size(s.checkpoint_bytes()), ")") : "")
           : "none");
+  if (s.val_step() > 0) {
+    absl::StrAppend(&out, absl::StrFormat("Validation: loss %.4f after step %d (%d windows)\n", s.val_loss(),
+                                          s.val_step(), s.val_windows()));
+  }
   if (s.init_from() == common::kSentWeights) {
     absl::StrAppend(&out, "Started at: the weights sent with it",
                     s.init_step() >= 0 ? absl::StrCat(" (step ", s.init_step(), " of what trained them)") : "", "\n");

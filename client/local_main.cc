@@ -11,10 +11,13 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
+#include <limits>
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -24,12 +27,14 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "client/admin_client.h"
 #include "client/child_process.h"
 #include "client/local_cluster.h"
 #include "client/job_progress.h"
 #include "common/file_util.h"
 #include "common/init.h"
+#include "common/input_limits.h"
 #include "common/job_spec.h"
 #include "common/metrics_log.h"
 
@@ -64,6 +69,33 @@ std::string WeightsPath(const shardline::v1::JobSpec& spec) {
   return metrics.empty() ? file : (fs::path(metrics).parent_path() / file).string();
 }
 
+// The spec's data files made absolute, and the workers' --data_root their
+// common directory: this user's files, and no others (a worker refuses a
+// path outside its root, whoever submits to the local coordinator).
+absl::Status ConfineData(shardline::v1::JobSpec& spec, LocalCluster& cluster) {
+  shardline::v1::DataSpec& data = *spec.mutable_data();
+  std::optional<fs::path> root;
+  for (std::string* path : {data.mutable_path(), data.mutable_val_path()}) {
+    if (path->empty()) continue;
+    std::error_code error;
+    const fs::path absolute = fs::weakly_canonical(fs::absolute(*path), error);
+    if (error) return absl::InvalidArgumentError(absl::StrCat("cannot resolve ", common::Quote(*path)));
+    *path = absolute.string();
+    const fs::path dir = absolute.parent_path();
+    if (!root) {
+      root = dir;
+      continue;
+    }
+    fs::path common;
+    for (auto a = root->begin(), b = dir.begin(); a != root->end() && b != dir.end() && *a == *b; ++a, ++b) {
+      common /= *a;
+    }
+    root = common;
+  }
+  if (root) cluster.set_worker_flags({"--data_root=" + root->string()});
+  return absl::OkStatus();
+}
+
 int Run(const std::string& spec_path) {
   absl::StatusOr<shardline::v1::JobSpec> spec = common::LoadJobSpec(spec_path);
   if (!spec.ok()) return Fail(kInvalid, std::string(spec.status().message()));
@@ -93,6 +125,7 @@ int Run(const std::string& spec_path) {
   ::signal(SIGTERM, OnSignal);
   LocalCluster cluster;
   if (absl::GetFlag(FLAGS_keep_logs)) cluster.keep();
+  if (absl::Status s = ConfineData(*spec, cluster); !s.ok()) return Fail(kInvalid, std::string(s.message()));
   std::printf("starting a coordinator and %d workers (%d threads each)...\n", n, threads);
   if (absl::Status s = cluster.Start(n, absl::GetFlag(FLAGS_device), threads, absl::GetFlag(FLAGS_lease_ms));
       !s.ok()) {
@@ -128,7 +161,7 @@ int Run(const std::string& spec_path) {
     }
   });
   const bool tty = isatty(fileno(stdout));
-  int64_t logged = 0;
+  int64_t logged = 0, validated = 0;
   shardline::v1::JobState shown = shardline::v1::JOB_STATE_UNSPECIFIED;
   absl::StatusOr<shardline::v1::JobStatus> last = admin.Watch(job_id, [&](const shardline::v1::JobStatus& s) {
     const bool due = s.step() > logged && (s.step() % spec->train().log_every() == 0 || s.step() == s.total_steps());
@@ -141,6 +174,18 @@ int Run(const std::string& spec_path) {
     if (due) {
       logged = s.step();
       (void)(*log)->Write(common::StepMetrics{s.step(), s.loss(), s.lr(), s.tokens_per_s(), s.grad_norm()});
+    }
+    // The cluster's validation passes during training, recorded as
+    // shardline-train records its own (the last step's is the evaluator's).
+    if (s.val_step() > validated && s.val_step() < s.total_steps()) {
+      validated = s.val_step();
+      const bool bytes = spec->data().kind() == "text_bytes";
+      const double bits = bytes ? s.val_loss() / std::log(2.0) : std::numeric_limits<double>::quiet_NaN();
+      (void)(*log)->Write(common::EvalMetrics{s.val_step(), false, 0.0, s.val_loss(), bits, s.val_windows(), 0.0});
+      const std::string line =
+          absl::StrFormat("step %d: validation loss %.4f%s over %d windows", s.val_step(), s.val_loss(),
+                          bytes ? absl::StrFormat(" (%.3f bits per byte)", bits) : "", s.val_windows());
+      std::printf(tty ? "\r\033[K%s\n" : "%s\n", line.c_str());
     }
   });
   watching = false;

@@ -1,5 +1,7 @@
 #include "common/job_spec.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "common/checked_int.h"
 #include "common/file_util.h"
@@ -132,6 +134,7 @@ absl::Status ValidateTrain(shardline::v1::TrainSpec& t) {
   if (!t.has_eval_examples()) t.set_eval_examples(1000);
   RETURN_IF_ERROR(CheckRange("train.log_every", t.log_every(), 1, 1 << 30));
   RETURN_IF_ERROR(CheckRange("train.eval_examples", t.eval_examples(), 1, 1 << 20));
+  RETURN_IF_ERROR(CheckRange("train.eval_every", t.eval_every(), 0, t.steps()));
   return absl::OkStatus();
 }
 
@@ -220,6 +223,17 @@ absl::Status ValidateSizes(const JobSpec& spec) {
 
 int PipelineUnits(const shardline::v1::ModelSpec& model) { return model.n_layers() + 2; }
 
+int64_t MicroBatchSequences(const JobSpec& spec) {
+  const int64_t micro_batches = std::max<int64_t>(1, spec.train().micro_batches()) *
+                                std::max<int64_t>(1, spec.parallel().data_parallel());
+  return (spec.train().global_batch() + micro_batches - 1) / micro_batches;
+}
+
+bool EvaluatesAfter(const JobSpec& spec, int64_t step) {
+  const int every = spec.train().eval_every();
+  return every > 0 && (step % every == 0 || step == spec.train().steps());
+}
+
 bool VocabParallel(const JobSpec& spec) {
   const int64_t t = spec.parallel().tensor_parallel(), vocab = spec.model().vocab_size();
   if (t <= 1) return false;
@@ -248,6 +262,11 @@ absl::Status ValidateJobSpec(JobSpec& spec) {
   RETURN_IF_ERROR(ValidateModel(spec.model()));
   RETURN_IF_ERROR(ValidateData(*spec.mutable_data()));
   RETURN_IF_ERROR(ValidateTrain(*spec.mutable_train()));
+  if (spec.train().eval_every() > 0 && spec.data().kind() == "addition") {
+    return FieldError("train.eval_every",
+                      "is for text_bytes and tokens data (validation loss); addition's held-out exact match is "
+                      "shardline-train's at the end (shardline-local, or --eval_weights on the exported weights)");
+  }
   RETURN_IF_ERROR(ValidateParallel(*spec.mutable_parallel(), spec.model()));
   // Each data-parallel replica runs micro_batches micro-batches of the same
   // size: global_batch / (data_parallel · micro_batches) sequences.

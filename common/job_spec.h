@@ -32,6 +32,13 @@ std::string JobSpecToJson(const shardline::v1::JobSpec& spec);
 // Number of pipeline units of a model: embedding, n_layers blocks, head.
 int PipelineUnits(const shardline::v1::ModelSpec& model);
 
+// Sequences of one micro-batch: global_batch / (data_parallel ·
+// micro_batches), rounded up. Validation batches are this size too.
+int64_t MicroBatchSequences(const shardline::v1::JobSpec& spec);
+
+// Whether the spec evaluates after `step` (train.eval_every).
+bool EvaluatesAfter(const shardline::v1::JobSpec& spec, int64_t step);
+
 // Whether the token embedding and the LM head are split over the tensor
 // group (vocabulary-parallel): parallel.vocab_parallel where set, else when
 // tensor_parallel t > 1 divides the vocabulary and it has at least 64 rows

@@ -41,6 +41,10 @@ void CoordinatorMetrics::OnStep(const shardline::v1::JobStatus& s) {
       .Observe(slowest);
   registry_.GetGauge("shardline_job_step", "the last step the job completed", job).Set(static_cast<double>(s.step()));
   registry_.GetGauge("shardline_job_loss", "the loss of the job's last step", job).Set(s.loss());
+  if (s.val_step() == s.step()) {  // a validation pass after this step (train.eval_every)
+    registry_.GetGauge("shardline_job_validation_loss", "the loss of the job's latest validation pass", job)
+        .Set(s.val_loss());
+  }
   registry_.GetGauge("shardline_job_tokens_per_second", "tokens per second of the job's last step", job)
       .Set(s.tokens_per_s());
   for (const shardline::v1::StageStatus& p : s.stages()) {

@@ -95,7 +95,8 @@ absl::Status ValidateRequest(const shardline::v1::ReportStepRequest& r) {
                               std::pair{"minor_faults", r.minor_faults()},
                               std::pair{"link_peak_bytes", r.link_peak_bytes()},
                               std::pair{"collective_bytes", r.collective_bytes()},
-                              std::pair{"tensor_collective_bytes", r.tensor_collective_bytes()}}) {
+                              std::pair{"tensor_collective_bytes", r.tensor_collective_bytes()},
+                              std::pair{"eval_windows", r.eval_windows()}}) {
     if (value < 0) return Bad(field, absl::StrCat("is ", value, ", must not be negative"));
   }
   if (static_cast<size_t>(r.trace_size()) > common::kMaxTraceEvents) {

@@ -261,6 +261,11 @@ void RunningJob::CompleteStep(int64_t step) {
     tokens += rep.tokens();
   }
   const shardline::v1::ReportStepRequest& last = reports_[PositionOf(p - 1, 0, 0)].at(step);
+  if (last.has_eval_loss()) {  // every replica ran the same pass: replica 0's
+    status_.set_val_loss(last.eval_loss());
+    status_.set_val_step(step);
+    status_.set_val_windows(last.eval_windows());
+  }
   status_.set_step(step);
   status_.set_loss(loss);
   status_.set_lr(last.lr());

@@ -125,6 +125,7 @@ absl::Status RunStageJob(const shardline::v1::Assignment& a, const std::string& 
     options.split_next = a.scatter_to_next();
     options.int8_reduce = a.int8_reduce();
     options.groups = std::max(1, a.replica_groups());
+    options.eval_examples = spec.train().eval_examples();
     if (options.groups > 1) {
       LOG(INFO) << "job " << a.job_id() << " stage " << a.stage() << " replica " << a.replica() << " runs "
                 << options.groups << " of the spec's replicas' micro-batch groups (the grid has "
@@ -219,6 +220,13 @@ absl::Status RunStageJob(const shardline::v1::Assignment& a, const std::string& 
                 << (spec.parallel().shard_optimizer() ? " (its ZeRO-1 share)" : "");
     }
     shardline::v1::ReportStepRequest r = Report(a, worker_id, step);
+    if (common::EvaluatesAfter(spec, step)) {
+      doing(step, absl::StrCat("validation pass after step ", step));
+      absl::StatusOr<runtime::StageEvalResult> eval = stage->Evaluate(step);
+      if (!eval.ok()) return fail(step, eval.status());
+      if (a.stage() == a.stages() - 1) r.set_eval_loss(eval->loss);
+      r.set_eval_windows(eval->windows);
+    }
     r.set_loss(result->loss);
     for (double loss : result->group_losses) r.add_group_losses(loss);
     r.set_grad_norm(result->grad_norm);

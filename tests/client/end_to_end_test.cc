@@ -66,7 +66,7 @@ std::vector<std::string> Lines(const std::string& path) {
 // shardline-train and shardline-local on `spec`, the latter with
 // `local_flags`: every metrics record and every weight the same.
 void ExpectLocalEqualsTrain(const std::string& dir, const std::string& spec,
-                            const std::vector<std::string>& local_flags) {
+                            const std::vector<std::string>& local_flags, size_t records = 13) {
   EXPECT_EQ(RunToEnd({kBin + "/shardline-train", spec, "--threads=1", "--metrics_out=" + dir + "/ref/metrics.jsonl",
                       "--out=" + dir + "/ref.safetensors"},
                      dir + "/train.log", 120),
@@ -80,10 +80,10 @@ void ExpectLocalEqualsTrain(const std::string& dir, const std::string& spec,
   // Every record: the same step, loss, learning rate, grad norm and accuracy,
   // to the last digit; the measured speed differs.
   const auto ref = Lines(dir + "/ref/metrics.jsonl"), local = Lines(dir + "/local/metrics.jsonl");
-  ASSERT_EQ(ref.size(), 13u);
+  ASSERT_EQ(ref.size(), records);
   ASSERT_EQ(local.size(), ref.size());
   for (size_t i = 0; i < ref.size(); ++i) {
-    for (const char* field : {"step", "loss", "lr", "grad_norm", "accuracy", "examples"}) {
+    for (const char* field : {"step", "loss", "lr", "grad_norm", "accuracy", "examples", "val_loss", "bits_per_byte"}) {
       EXPECT_EQ(Field(local[i], field), Field(ref[i], field)) << field << " in record " << i;
     }
   }
@@ -103,6 +103,32 @@ void ExpectLocalEqualsTrain(const std::string& dir, const std::string& spec,
 TEST(EndToEndTest, LocalClusterTrainsExactlyLikeTheReferenceTrainer) {
   const std::string dir = TempDir("equivalence");
   ExpectLocalEqualsTrain(dir, WriteSpec(dir, 12, 3), {"--workers=3"});
+}
+
+// Byte-level text on two stages × two replicas, validated every 4 steps
+// (train.eval_every): the cluster's validation losses after steps 4 and 8
+// (and the evaluator's after 12) are shardline-train's to the last digit;
+// the data file, outside the working directory, is the workers' data root.
+TEST(EndToEndTest, ALocalClusterValidatesExactlyLikeTheReferenceTrainer) {
+  const std::string dir = TempDir("validation");
+  {
+    std::ofstream corpus(dir + "/corpus.txt");
+    for (int i = 0; i < 300; ++i) corpus << "the quick brown fox jumps over the lazy dog " << i << "\n";
+  }
+  const std::string spec = dir + "/text.json";
+  std::ofstream(spec) << R"({"name": "text",
+    "model": {"kind": "gpt", "vocab_size": 256, "context": 16, "d_model": 32, "n_heads": 2, "n_layers": 3},
+    "data": {"kind": "text_bytes", "path": ")" << dir << R"(/corpus.txt"},
+    "train": {"steps": 12, "global_batch": 8, "micro_batches": 2, "seed": 5, "eval_every": 4, "eval_examples": 20,
+              "optimizer": {"kind": "adamw", "lr": 0.003, "warmup_steps": 2}},
+    "parallel": {"pipeline_stages": 2, "data_parallel": 2}})";
+  // Validation after 4 and 8, steps 10 and 12, the final validation.
+  ExpectLocalEqualsTrain(dir, spec, {}, 5);
+  const auto records = Lines(dir + "/local/metrics.jsonl");
+  EXPECT_EQ(Field(records[0], "step"), "4");
+  EXPECT_NE(Field(records[0], "val_loss"), "");
+  EXPECT_EQ(Field(records[0], "examples"), "20");
+  EXPECT_NE(common::ReadFile(dir + "/local.log").value_or("").find("step 8: validation loss "), std::string::npos);
 }
 
 // Two replicas of a two-stage pipeline, four worker processes (the default

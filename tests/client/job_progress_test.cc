@@ -138,6 +138,12 @@ TEST(JobProgressTest, JobsShowTheirAgeAndDescribeTheirTimes) {
   s.set_init_step(-1);  // a file that names no step
   text = DescribeJob(s);
   EXPECT_NE(text.find("\nStarted at: the weights sent with it\n"), std::string::npos) << text;
+  EXPECT_EQ(text.find("Validation:"), std::string::npos) << "none yet: " << text;
+  s.set_val_step(400);
+  s.set_val_loss(1.23456);
+  s.set_val_windows(200);
+  text = DescribeJob(s);
+  EXPECT_NE(text.find("\nValidation: loss 1.2346 after step 400 (200 windows)\n"), std::string::npos) << text;
   s.set_ended_at(1'800'003'600.0);
   text = DescribeJob(s);
   EXPECT_NE(text.find("Ended:      2027-01-15 09:00:00 UTC\n"), std::string::npos) << text;

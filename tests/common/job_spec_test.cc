@@ -215,6 +215,25 @@ TEST(JobSpecTest, TokenFilesNameTheirWidthAndWhereValidationIs) {
                 "data.val_path holds a NUL byte");
 }
 
+TEST(JobSpecTest, ValidationEveryFewStepsIsForLossData) {
+  auto with = [](std::string s, const std::string& from, const std::string& to) {
+    return s.replace(s.find(from), from.size(), to);
+  };
+  const std::string text = Edit(R"("data": {"kind": "addition", "digits": 2})", R"("data": {"kind": "text_bytes", "path": "a"})");
+  auto spec = ParseJobSpec(text);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->train().eval_every(), 0) << "none by default";
+  EXPECT_FALSE(EvaluatesAfter(*spec, 10));
+  auto every = ParseJobSpec(with(text, R"("seed": 3)", R"("seed": 3, "eval_every": 4)"));
+  ASSERT_TRUE(every.ok()) << every.status();
+  EXPECT_TRUE(EvaluatesAfter(*every, 4));
+  EXPECT_FALSE(EvaluatesAfter(*every, 6));
+  EXPECT_TRUE(EvaluatesAfter(*every, 8));
+  EXPECT_TRUE(EvaluatesAfter(*every, 10)) << "and the last step";
+  ExpectInvalid(Edit(R"("seed": 3)", R"("seed": 3, "eval_every": 4)"), "train.eval_every is for text_bytes and tokens");
+  ExpectInvalid(with(text, R"("seed": 3)", R"("seed": 3, "eval_every": 11)"), "train.eval_every is 11, must be in [0, 10]");
+}
+
 TEST(JobSpecTest, ShippedExamplesAreValid) {
   for (const char* name : {"addition.json", "text.json", "gpt2-finetune.json", "addition-tensor.json"}) {
     auto spec = LoadJobSpec(std::string(SHARDLINE_SOURCE_DIR) + "/examples/" + name);

@@ -79,6 +79,27 @@ absl::StatusOr<LocalGrid::Step> LocalGrid::RunStep(int64_t step) {
   return out;
 }
 
+absl::StatusOr<std::vector<std::vector<double>>> LocalGrid::Evaluate(int64_t step) {
+  const int d = replicas(), t = tensor_ranks();
+  std::vector<absl::StatusOr<std::vector<worker::runtime::StageEvalResult>>> results(
+      static_cast<size_t>(d * t), absl::UnknownError("not run"));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < d; ++r) {
+    for (int k = 0; k < t; ++k) {
+      threads.emplace_back([&, r, k] { results[r * t + k] = positions_[r][k]->Evaluate(step); });
+    }
+  }
+  for (std::thread& thread : threads) thread.join();
+  std::vector<std::vector<double>> losses(static_cast<size_t>(d));
+  for (int r = 0; r < d; ++r) {
+    for (int k = 0; k < t; ++k) {
+      RETURN_IF_ERROR(results[r * t + k].status());
+      losses[r].push_back(results[r * t + k]->back().loss);
+    }
+  }
+  return losses;
+}
+
 absl::StatusOr<std::map<std::string, common::Tensor>> LocalGrid::ExportWeights() {
   std::map<std::string, common::Tensor> all;
   LocalPipeline& first = position(0, 0);

@@ -72,6 +72,7 @@ absl::StatusOr<std::unique_ptr<LocalPipeline>> LocalPipeline::Create(
     options.split_previous = split && s > 0;
     options.split_next = split && s + 1 < stages;
     options.groups = micro_batch_groups;
+    options.eval_examples = spec.train().eval_examples();
     worker::collective::Collective* group = nullptr;
     if (summed) {
       pipeline->replica_groups_.push_back(groups[s]->Rank(replica, *backend));
@@ -86,14 +87,15 @@ absl::StatusOr<std::unique_ptr<LocalPipeline>> LocalPipeline::Create(
   return pipeline;
 }
 
-absl::StatusOr<std::vector<StageStepResult>> LocalPipeline::RunStep(int64_t step) {
-  std::vector<absl::StatusOr<StageStepResult>> results(stages_.size(),
-                                                       absl::UnknownError("not run"));
+template <typename Result>
+absl::StatusOr<std::vector<Result>> LocalPipeline::OnEveryStage(
+    const std::function<absl::StatusOr<Result>(worker::runtime::PipelineStage&)>& run) {
+  std::vector<absl::StatusOr<Result>> results(stages_.size(), absl::UnknownError("not run"));
   std::atomic<int> first_failure{-1};
   std::vector<std::thread> threads;
   for (size_t s = 0; s < stages_.size(); ++s) {
     threads.emplace_back([&, s] {
-      results[s] = stages_[s]->RunStep(step);
+      results[s] = run(*stages_[s]);
       if (results[s].ok()) return;
       int none = -1;
       first_failure.compare_exchange_strong(none, static_cast<int>(s));
@@ -103,9 +105,18 @@ absl::StatusOr<std::vector<StageStepResult>> LocalPipeline::RunStep(int64_t step
   }
   for (std::thread& t : threads) t.join();
   if (first_failure >= 0) return results[first_failure].status();
-  std::vector<StageStepResult> out;
-  for (auto& r : results) out.push_back(*r);
+  std::vector<Result> out;
+  for (auto& r : results) out.push_back(*std::move(r));
   return out;
+}
+
+absl::StatusOr<std::vector<StageStepResult>> LocalPipeline::RunStep(int64_t step) {
+  return OnEveryStage<StageStepResult>([step](worker::runtime::PipelineStage& stage) { return stage.RunStep(step); });
+}
+
+absl::StatusOr<std::vector<worker::runtime::StageEvalResult>> LocalPipeline::Evaluate(int64_t step) {
+  return OnEveryStage<worker::runtime::StageEvalResult>(
+      [step](worker::runtime::PipelineStage& stage) { return stage.Evaluate(step); });
 }
 
 absl::StatusOr<std::map<std::string, common::Tensor>> LocalPipeline::ExportWeights() {

@@ -54,6 +54,8 @@ class LocalPipeline {
   // Runs one step on every stage concurrently; the results by stage, or the
   // first error (with its stage) once every stage has returned.
   absl::StatusOr<std::vector<worker::runtime::StageStepResult>> RunStep(int64_t step);
+  // The validation pass after `step` on every stage concurrently, the same way.
+  absl::StatusOr<std::vector<worker::runtime::StageEvalResult>> Evaluate(int64_t step);
   // Every stage's weights, by global name.
   absl::StatusOr<std::map<std::string, common::Tensor>> ExportWeights();
 
@@ -64,6 +66,9 @@ class LocalPipeline {
 
  private:
   LocalPipeline() = default;
+  template <typename Result>
+  absl::StatusOr<std::vector<Result>> OnEveryStage(
+      const std::function<absl::StatusOr<Result>(worker::runtime::PipelineStage&)>& run);
 
   std::unique_ptr<worker::data::DataSource> data_;
   std::vector<std::unique_ptr<worker::Backend>> backends_;

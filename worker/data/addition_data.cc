@@ -77,7 +77,7 @@ Batch AdditionData::TrainBatch(int64_t step, int micro_batch, int64_t sequences)
   return batch;
 }
 
-EvalSet AdditionData::MakeEvalSet(int max_examples) const {
+EvalSet AdditionData::MakeEvalSet(int max_examples, int64_t /*sequences_per_batch: prompts*/) const {
   // The held-out pairs: all of them when there are few operands (then a
   // seeded subset if there are too many), else a seeded sample.
   std::vector<std::pair<int64_t, int64_t>> pairs;

@@ -29,7 +29,7 @@ class AdditionData final : public DataSource {
   int64_t TrainTargets(int64_t sequences) const override {
     return sequences * (sequence_length() - (2 * digits_ + 1));
   }
-  EvalSet MakeEvalSet(int max_examples) const override;
+  EvalSet MakeEvalSet(int max_examples, int64_t sequences_per_batch = 1) const override;
 
   bool IsHeldOut(int64_t a, int64_t b) const;
   // The full token sequence of a + b (3·digits + 4 tokens).

@@ -52,8 +52,9 @@ class DataSource {
   // the same for every step and micro-batch), without making it: a
   // data-parallel replica counts the whole global batch's this way.
   virtual int64_t TrainTargets(int64_t sequences) const = 0;
-  // Up to `max_examples` held-out examples (prompts or sequences).
-  virtual EvalSet MakeEvalSet(int max_examples) const = 0;
+  // Up to `max_examples` held-out examples (prompts or sequences); loss
+  // batches of `sequences_per_batch` (the last maybe fewer).
+  virtual EvalSet MakeEvalSet(int max_examples, int64_t sequences_per_batch) const = 0;
 };
 
 // Builds the source the spec names and checks it against the model

@@ -126,17 +126,16 @@ Batch TokenFileData::TrainBatch(int64_t step, int micro_batch, int64_t sequences
   return batch;
 }
 
-EvalSet TokenFileData::MakeEvalSet(int max_examples) const {
+EvalSet TokenFileData::MakeEvalSet(int max_examples, int64_t sequences_per_batch) const {
   EvalSet set;
   set.kind = EvalSet::Kind::kLoss;
-  constexpr int64_t kSequencesPerBatch = 16;
   const size_t window = static_cast<size_t>(context_);
   Batch batch;
   int examples = 0;
   for (size_t offset = val_.begin; offset + window + 1 <= val_.end && examples < max_examples;
        offset += window, ++examples) {
     AppendWindow(val_, offset, batch);
-    if (++batch.batch == kSequencesPerBatch) {
+    if (++batch.batch == std::max<int64_t>(1, sequences_per_batch)) {
       batch.t = context_;
       set.batches.push_back(std::move(batch));
       batch = Batch();

@@ -45,7 +45,7 @@ class TokenFileData final : public DataSource {
   Batch TrainBatch(int64_t step, int micro_batch, int64_t sequences) const override;
   // Every position of each window.
   int64_t TrainTargets(int64_t sequences) const override { return sequences * context_; }
-  EvalSet MakeEvalSet(int max_examples) const override;
+  EvalSet MakeEvalSet(int max_examples, int64_t sequences_per_batch) const override;
 
   size_t train_tokens() const { return train_.end - train_.begin; }
   size_t val_tokens() const { return val_.end - val_.begin; }

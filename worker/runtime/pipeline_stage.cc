@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "common/job_spec.h"
 #include "common/status_macros.h"
 
 namespace shardline::worker::runtime {
@@ -64,10 +65,7 @@ absl::StatusOr<std::vector<size_t>> GroupEnds(const std::vector<PipelineAction>&
 }  // namespace
 
 int64_t MicroBatchTokens(const shardline::v1::JobSpec& spec) {
-  const int64_t micro_batches = std::max<int64_t>(1, spec.train().micro_batches()) *
-                                std::max<int64_t>(1, spec.parallel().data_parallel());
-  const int64_t sequences = (spec.train().global_batch() + micro_batches - 1) / micro_batches;
-  return sequences * spec.model().context();
+  return common::MicroBatchSequences(spec) * spec.model().context();
 }
 
 size_t LargestLinkTensorBytes(const shardline::v1::JobSpec& spec) {
@@ -193,20 +191,11 @@ absl::Status PipelineStage::Forward(int64_t step, int k, const std::vector<data:
   ShardRuntime::Inputs in;
   transport::StageMessage received;
   if (runtime_.is_first()) {
-    const data::Batch& b = batches[k];
-    in.batch = b.batch;
-    in.t = b.t;
-    in.ids = b.ids;
-    in.loss_scale = loss_scale;
-    received.targets = b.targets;
-    received.loss_scale = loss_scale;
+    TakeBatch(batches[k], loss_scale, in, received);
   } else {
     Doing(step, "receive", k, absl::StrCat("waits for ACTIVATION of micro-batch ", k, " from stage ", options_.stage - 1));
     ASSIGN_OR_RETURN(received, Expect(link_.ReceiveFromPrevious(), Kind::kActivation, step, k));
-    in.batch = received.batch;
-    in.t = received.t;
-    in.activations = received.values;
-    in.loss_scale = received.loss_scale;
+    TakeActivation(received, in);
   }
   if (runtime_.is_last()) in.targets = received.targets;
   result.tokens += in.batch * in.t;
@@ -223,19 +212,43 @@ absl::Status PipelineStage::Forward(int64_t step, int k, const std::vector<data:
     KeepUntilRead(std::move(edge.inputs_read), std::move(received));
     return absl::OkStatus();
   }
+  transport::StageMessage out = Activation(step, k, in, std::move(output), received);
+  KeepUntilRead(std::move(edge.inputs_read), std::move(received));
+  Doing(step, "send", k, absl::StrCat("sends ACTIVATION of micro-batch ", k, " to stage ", options_.stage + 1));
+  return sender_.Send(StageSender::Direction::kNext, std::move(out), std::move(edge.output_written));
+}
+
+void PipelineStage::TakeBatch(const data::Batch& b, float loss_scale, ShardRuntime::Inputs& in,
+                              transport::StageMessage& carried) {
+  in.batch = b.batch;
+  in.t = b.t;
+  in.ids = b.ids;
+  in.loss_scale = loss_scale;
+  carried.targets = b.targets;
+  carried.loss_scale = loss_scale;
+}
+
+void PipelineStage::TakeActivation(const transport::StageMessage& m, ShardRuntime::Inputs& in) {
+  in.batch = m.batch;
+  in.t = m.t;
+  in.activations = m.values;
+  in.loss_scale = m.loss_scale;
+}
+
+transport::StageMessage PipelineStage::Activation(int64_t step, int k, const ShardRuntime::Inputs& in,
+                                                  transport::HostBuffer values, transport::StageMessage& received) {
   transport::StageMessage out;
   out.kind = Kind::kActivation;
   out.step = step;
   out.micro_batch = k;
   out.batch = in.batch;
   out.t = in.t;
-  out.values = std::move(output);
+  out.values = std::move(values);
   out.dtype = options_.wire;
   out.targets = std::move(received.targets);  // not read by the device: only the last stage's are
   out.loss_scale = received.loss_scale;
-  KeepUntilRead(std::move(edge.inputs_read), std::move(received));
-  Doing(step, "send", k, absl::StrCat("sends ACTIVATION of micro-batch ", k, " to stage ", options_.stage + 1));
-  return sender_.Send(StageSender::Direction::kNext, std::move(out), std::move(edge.output_written));
+  out.eval_batches = received.eval_batches;
+  return out;
 }
 
 absl::Status PipelineStage::Backward(int64_t step, int k, bool last, bool defer_weights) {

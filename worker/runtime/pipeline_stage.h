@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -79,6 +80,8 @@ struct PipelineStageOptions {
   // (GradientBuckets), so the bits are the spec's. With one replica the
   // group is a group of one.
   int groups = 1;
+  // Validation windows a validation pass takes (train.eval_examples).
+  int eval_examples = 1000;
 };
 
 struct StageStepResult {
@@ -104,6 +107,12 @@ struct StageStepResult {
   size_t optimizer_state_bytes = 0;
   // What the stage's thread did, span by span (StepTrace).
   std::vector<shardline::v1::TraceEvent> trace;
+};
+
+// A validation pass's result (PipelineStage::Evaluate).
+struct StageEvalResult {
+  double loss = 0.0;    // the validation loss; only the last stage knows it (0 elsewhere)
+  int64_t windows = 0;  // validation sequences the pass ran
 };
 
 // The most bytes one stage-link tensor of `spec`'s jobs holds (a
@@ -142,6 +151,15 @@ class PipelineStage {
   // for this one), and the weights may be part-updated only if the error
   // came after the flush.
   absl::StatusOr<StageStepResult> RunStep(int64_t step);
+
+  // The validation pass after step `step` (train.eval_every): the held-out
+  // windows forward through the pipeline in batches of a micro-batch's
+  // sequences, no backward pass, stage 0 reading them from its data source
+  // (which must describe a loss: text or tokens) and telling the others
+  // how many batches there are, the last stage summing their losses in
+  // order as the trainer does (Trainer::Evaluate): the same bits. Its
+  // messages carry step −step. Every replica runs it (they stay in step).
+  absl::StatusOr<StageEvalResult> Evaluate(int64_t step);
 
   // The shard's weights and whole optimizer state (ShardRuntime::
   // ExportState). With shard_optimizer the state is gathered from every
@@ -190,7 +208,18 @@ class PipelineStage {
   };
   absl::Status Forward(int64_t step, int k, const std::vector<data::Batch>& batches,
                        float loss_scale, StageStepResult& result);
+  // A pass's inputs from stage 0's batch (and what its activations carry
+  // on: the targets and loss scale), or from the previous stage's message.
+  static void TakeBatch(const data::Batch& b, float loss_scale, ShardRuntime::Inputs& in,
+                        transport::StageMessage& carried);
+  static void TakeActivation(const transport::StageMessage& m, ShardRuntime::Inputs& in);
+  // The activation message of (validation) batch `k` of `step` for the next
+  // stage: `in`'s shape, `values`, and what `received` carries on (its
+  // targets are moved).
+  transport::StageMessage Activation(int64_t step, int k, const ShardRuntime::Inputs& in,
+                                     transport::HostBuffer values, transport::StageMessage& received);
   absl::StatusOr<StageStepResult> RunStepImpl(int64_t step);
+  absl::StatusOr<StageEvalResult> EvaluateImpl(int64_t step);
   // `last`: the step's last backward pass on this stage, which finishes
   // the gradients. `defer_weights`: its input part only (zero-bubble), the
   // weight part being BackwardWeights.
@@ -230,6 +259,8 @@ class PipelineStage {
   // The step's passes, timed on the device; read at the end of the step.
   std::vector<std::unique_ptr<WorkTimer>> pass_timers_;
   bool last_step_failed_ = false;
+  // Stage 0: the validation batches, made at the first pass.
+  std::unique_ptr<data::EvalSet> eval_set_;
 };
 
 }  // namespace shardline::worker::runtime

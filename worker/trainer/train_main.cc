@@ -147,6 +147,19 @@ int Run(const std::string& spec_path) {
     absl::StatusOr<StepResult> result = (*trainer)->TrainStep(step);
     if (!result.ok()) return Fail(kExitFailed, result.status());
     window_tokens += result->tokens;
+    // Validation during training (train.eval_every), as a cluster's
+    // positions evaluate; its time is not the window's.
+    if (common::EvaluatesAfter(*spec, step) && step < train.steps()) {
+      const auto eval_start = Clock::now();
+      absl::StatusOr<EvalResult> eval = (*trainer)->Evaluate();
+      if (!eval.ok()) return Fail(kExitFailed, eval.status());
+      common::EvalMetrics em{step, eval->exact_match, eval->accuracy, eval->val_loss, eval->bits_per_byte,
+                             eval->examples, 0.0};
+      if (absl::Status s = (*log)->Write(em); !s.ok()) return Fail(kExitFailed, s);
+      std::printf("step %lld: ", static_cast<long long>(step));
+      PrintEval(*eval);
+      window_start += Clock::now() - eval_start;
+    }
     if (step % train.log_every() != 0 && step != train.steps()) continue;
     const auto now = Clock::now();
     const double window = std::chrono::duration<double>(now - window_start).count();

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "common/job_spec.h"
 #include "common/status_macros.h"
 #include "worker/nn/model_config.h"
 #include "worker/nn/optimizer.h"
@@ -77,7 +78,7 @@ absl::StatusOr<StepResult> Trainer::TrainStep(int64_t step) {
 }
 
 absl::StatusOr<EvalResult> Trainer::Evaluate() {
-  const data::EvalSet set = data_->MakeEvalSet(spec_.train().eval_examples());
+  const data::EvalSet set = data_->MakeEvalSet(spec_.train().eval_examples(), common::MicroBatchSequences(spec_));
   return set.kind == data::EvalSet::Kind::kExactMatch ? EvaluateExactMatch(set)
                                                       : EvaluateLoss(set);
 }

@@ -14,6 +14,7 @@ absl::Status NoNeighbour(absl::string_view side) {
 std::string DescribeMessage(const StageMessage& m) {
   switch (m.kind) {
     case StageMessage::Kind::kActivation:
+      if (m.step < 0) return absl::StrCat("activation of batch ", m.micro_batch, " of the validation after step ", -m.step);
       return absl::StrCat("activation of step ", m.step, " micro-batch ", m.micro_batch);
     case StageMessage::Kind::kGradient:
       return absl::StrCat("gradient of step ", m.step, " micro-batch ", m.micro_batch);

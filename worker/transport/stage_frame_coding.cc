@@ -124,6 +124,7 @@ std::vector<grpc::ByteBuffer> EncodeStageMessage(std::shared_ptr<const StageMess
   header.set_dtype(wire_dtype);
   header.set_elements(static_cast<int64_t>(m.values.size()));
   header.set_loss_scale(m.loss_scale);
+  header.set_eval_batches(m.eval_batches);
   header.set_norm(m.norm);
   header.set_chunk_count(count);
   *header.mutable_targets() = {m.targets.begin(), m.targets.end()};
@@ -157,7 +158,10 @@ absl::Status FrameAssembler::Check(const common::DecodedFrame& frame) {
       (f.targets_size() > 0 && f.kind() != StageFrame::ACTIVATION)) {
     return Bad(absl::StrCat(f.targets_size(), " targets on a frame of kind ", f.kind(),
                             " (activations carry at most ", limits_.max_targets, ")"));
+  }  if (f.eval_batches() < 0 || (f.eval_batches() > 0 && (f.kind() != StageFrame::ACTIVATION || f.step() >= 0))) {
+    return Bad(absl::StrCat("eval_batches ", f.eval_batches(), " on a frame of kind ", f.kind(), " at step ", f.step()));
   }
+
   if (f.chunk_count() < 1 || f.chunk_index() >= f.chunk_count()) {
     return Bad(absl::StrCat("chunk ", f.chunk_index(), " of ", f.chunk_count()));
   }
@@ -217,6 +221,7 @@ absl::StatusOr<std::optional<StageMessage>> FrameAssembler::Add(const common::De
     message_.batch = f.batch();
     message_.t = f.t();
     message_.loss_scale = f.loss_scale();
+    message_.eval_batches = f.eval_batches();
     message_.norm = f.norm();
     message_.targets.assign(f.targets().begin(), f.targets().end());
     message_.values = Destination(static_cast<size_t>(f.elements()));

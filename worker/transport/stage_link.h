@@ -49,6 +49,8 @@ struct StageMessage {
   std::vector<char> int8_blocks;
   std::vector<int32_t> targets;     // activations: [batch·t], carried to the last stage
   float loss_scale = 0.0f;          // activations: 1 / scored tokens in the step
+  // Activations of a validation pass (step −s, after step s): its batches.
+  int eval_batches = 0;
   double norm = 0.0;                // norm messages
 };
 

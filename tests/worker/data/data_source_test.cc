@@ -103,7 +103,7 @@ TEST_F(TokenFileDataTest, SplitsTrainingAndValidationByPosition) {
     EXPECT_EQ(b.targets[i], 'a' + ((b.ids[i] - 'a' + 1) % 26)) << "targets are the next byte";
   }
   EXPECT_EQ((*data)->TrainBatch(1, 0, 16).ids, b.ids);
-  const EvalSet eval = (*data)->MakeEvalSet(1000);
+  const EvalSet eval = (*data)->MakeEvalSet(1000, 16);
   int64_t windows = 0;
   for (const Batch& vb : eval.batches) windows += vb.batch;
   EXPECT_EQ(windows, (200 - 1) / 8);
@@ -168,7 +168,7 @@ TEST_F(TokenFileDataTest, ReadsLittleEndianTokenIdsOfTwoOrFourBytes) {
         EXPECT_EQ(b.targets[s * 16 + j], static_cast<int32_t>(ids[at + j + 1]));
       }
     }
-    const EvalSet eval = (*data)->MakeEvalSet(100);
+    const EvalSet eval = (*data)->MakeEvalSet(100, 16);
     ASSERT_EQ(eval.batches.size(), 1u);
     EXPECT_EQ(eval.batches[0].batch, (50 - 1) / 16);
     EXPECT_EQ(eval.batches[0].ids[0], static_cast<int32_t>(ids[450]));
@@ -186,7 +186,7 @@ TEST_F(TokenFileDataTest, TakesValidationFromItsOwnFile) {
   for (int step = 1; step <= 20; ++step) {
     for (int32_t id : (*data)->TrainBatch(step, 0, 4).ids) ASSERT_LT(id, 40) << "never a validation token";
   }
-  const EvalSet eval = (*data)->MakeEvalSet(100);
+  const EvalSet eval = (*data)->MakeEvalSet(100, 16);
   int64_t windows = 0;
   for (const Batch& vb : eval.batches) {
     windows += vb.batch;

@@ -116,6 +116,48 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{{2}, "1f1b", 3, true}, Case{{1, 3}, "zb", 3, true}),
     [](const ::testing::TestParamInfo<Case>& info) { return Name(info.param); });
 
+// Validation passes between steps (train.eval_every) give the trainer's
+// validation loss bit for bit, over the same windows, on any cut; the
+// last batch is partial (7 or 6 windows in batches of 2), and the long
+// sequences recompute the attention weights.
+TEST(PipelineValidationTest, ValidationLossesMatchTheReferenceTrainer) {
+  for (const bool long_sequences : {false, true}) {
+    for (const std::vector<int>& cuts : {std::vector<int>{}, std::vector<int>{2}, std::vector<int>{1, 2, 3}}) {
+      SCOPED_TRACE(::testing::Message() << cuts.size() + 1 << " stages" << (long_sequences ? ", long" : ""));
+      auto spec = testing::TinySpec(/*micro_batches=*/2, /*global_batch=*/4);
+      UseLongSequences(spec);
+      if (!long_sequences) spec.mutable_model()->set_context(16);
+      spec.mutable_parallel()->set_pipeline_stages(static_cast<int>(cuts.size()) + 1);
+      spec.mutable_train()->set_steps(6);
+      spec.mutable_train()->set_eval_every(2);
+      spec.mutable_train()->set_eval_examples(7);
+      auto backend = testing::CpuBackend();
+      auto reference = trainer::Trainer::Create(spec, *backend);
+      ASSERT_TRUE(reference.ok()) << reference.status();
+      auto pipeline = shardline::testing::LocalPipeline::Create(spec, cuts);
+      ASSERT_TRUE(pipeline.ok()) << pipeline.status();
+      for (int step = 1; step <= 4; ++step) {
+        ASSERT_TRUE((*reference)->TrainStep(step).ok());
+        ASSERT_TRUE((*pipeline)->RunStep(step).ok());
+        if (step % 2 != 0) continue;
+        auto want = (*reference)->Evaluate();
+        ASSERT_TRUE(want.ok()) << want.status();
+        auto got = (*pipeline)->Evaluate(step);
+        ASSERT_TRUE(got.ok()) << got.status();
+        EXPECT_EQ(got->back().loss, want->val_loss) << "step " << step;
+        EXPECT_GT(want->val_loss, 1.0);
+        for (const StageEvalResult& stage : *got) EXPECT_EQ(stage.windows, want->examples);
+        EXPECT_GE(want->examples, 6);
+      }
+      // Training goes on after a pass as if there had been none.
+      auto want = (*reference)->TrainStep(5);
+      auto got = (*pipeline)->RunStep(5);
+      ASSERT_TRUE(want.ok() && got.ok());
+      EXPECT_EQ(got->back().loss, want->loss);
+    }
+  }
+}
+
 // On a backend whose copies to the host finish later, as a GPU's do, the
 // pipeline computes exactly what it computes on the plain CPU backend: the
 // stages wait for each copy before sending, never overwrite what a copy still

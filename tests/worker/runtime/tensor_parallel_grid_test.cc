@@ -17,6 +17,7 @@
 // by step 10.)
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <map>
 #include <string>
 #include <thread>
@@ -84,6 +85,46 @@ GridRun RunGrid(const shardline::v1::JobSpec& spec, const std::vector<int>& cuts
     run.weights[name] = std::vector<float>(v.begin(), v.end());
   }
   return run;
+}
+
+// A validation pass through a 2 × 2 × 2 grid on text (tensor-parallel
+// layers inside a forward-only pass): every position's last stage has the
+// same loss, the trainer's within the split's rounding.
+TEST(TensorParallelGridValidationTest, EveryPositionValidatesAsTheTrainerDoes) {
+  const std::string path = ::testing::TempDir() + "/grid_corpus.txt";
+  {
+    std::ofstream file(path);
+    for (int i = 0; i < 200; ++i) file << "the quick brown fox jumps over the lazy dog " << i << "\n";
+  }
+  shardline::v1::JobSpec spec = GridSpec(Case{2, 2, 2});
+  spec.mutable_model()->set_vocab_size(256);
+  spec.mutable_data()->Clear();
+  spec.mutable_data()->set_kind("text_bytes");
+  spec.mutable_data()->set_path(path);
+  spec.mutable_data()->set_val_fraction(0.1);
+  spec.mutable_train()->set_eval_every(2);
+  spec.mutable_train()->set_eval_examples(9);
+  auto backend = testing::CpuBackend();
+  auto trainer = trainer::Trainer::Create(spec, *backend);
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  auto grid = shardline::testing::LocalGrid::Create(spec, {2});
+  ASSERT_TRUE(grid.ok()) << grid.status();
+  for (int64_t step = 1; step <= 2; ++step) {
+    ASSERT_TRUE((*trainer)->TrainStep(step).ok());
+    ASSERT_TRUE((*grid)->RunStep(step).ok());
+  }
+  auto want = (*trainer)->Evaluate();
+  ASSERT_TRUE(want.ok()) << want.status();
+  auto got = (*grid)->Evaluate(2);
+  ASSERT_TRUE(got.ok()) << got.status();
+  for (const std::vector<double>& replica : *got) {
+    for (double loss : replica) {
+      EXPECT_EQ(loss, (*got)[0][0]) << "every replica and tensor rank";
+      EXPECT_LE(std::fabs(loss - want->val_loss), 1e-5 * want->val_loss) << loss << " vs " << want->val_loss;
+    }
+  }
+  // The grid trains on after it.
+  EXPECT_TRUE((*grid)->RunStep(3).ok());
 }
 
 class TensorParallelGridTest : public ::testing::TestWithParam<Case> {};

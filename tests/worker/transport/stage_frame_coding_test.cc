@@ -248,6 +248,33 @@ TEST(StageFrameCodingTest, InconsistentChunksAreRejectedAndTheAssemblerStartsOve
   EXPECT_FALSE(Add(assembler, Frame(late_targets, 8)).ok()) << "targets outside chunk 0";
 }
 
+// A validation pass's activations (step −N) carry its batch count; no
+// other frame may.
+TEST(StageFrameCodingTest, ValidationActivationsCarryTheirBatchCountAndNothingElseDoes) {
+  StageMessage m = Message(100);
+  m.step = -4;
+  m.eval_batches = 9;
+  const StageMessage back = RoundTrip(m, 128);
+  EXPECT_EQ(back.step, -4);
+  EXPECT_EQ(back.eval_batches, 9);
+  EXPECT_EQ(RoundTrip(Message(100), 128).eval_batches, 0);
+  FrameAssembler assembler;
+  StageFrame on_gradient = Header(0, 1, 2);
+  on_gradient.set_step(-4);
+  on_gradient.set_eval_batches(3);
+  EXPECT_EQ(Add(assembler, Frame(on_gradient, 8)).status().code(), absl::StatusCode::kInvalidArgument);
+  StageFrame on_training = Header(0, 1, 2);
+  on_training.set_kind(StageFrame::ACTIVATION);
+  on_training.set_step(4);
+  on_training.set_eval_batches(3);
+  EXPECT_EQ(Add(assembler, Frame(on_training, 8)).status().code(), absl::StatusCode::kInvalidArgument);
+  StageFrame negative = Header(0, 1, 2);
+  negative.set_kind(StageFrame::ACTIVATION);
+  negative.set_step(-4);
+  negative.set_eval_batches(-1);
+  EXPECT_EQ(Add(assembler, Frame(negative, 8)).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 // The hostile-client probe: a 20-byte frame announcing 2^30 values in two
 // chunks and carrying none made the receiver allocate 4 GiB.
 TEST(StageFrameCodingTest, AHeaderAnnouncingMoreThanTheLinkCarriesIsRefusedBeforeAllocating) {
