@@ -13,9 +13,9 @@
 
 #include <cmath>
 #include <cstdio>
-#include <limits>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
