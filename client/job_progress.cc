@@ -67,7 +67,9 @@ std::string ProgressLine(const shardline::v1::JobStatus& s) {
                                      std::string(filled, '#'), std::string(kWidth - filled, '-'),
                                      s.step(), s.total_steps());
   if (s.step() > 0) {
-    absl::StrAppendFormat(&line, "  loss %.4f  %s tok/s", s.loss(), Rate(s.tokens_per_s()));
+    absl::StrAppendFormat(&line, "  loss %.4f", s.loss());
+    if (s.val_step() > 0) absl::StrAppendFormat(&line, "  val %.4f", s.val_loss());  // the latest pass
+    absl::StrAppendFormat(&line, "  %s tok/s", Rate(s.tokens_per_s()));
   }
   if (s.stages_size() > 0 && s.step() > 0) {
     // Per stage; with replicas, the mean over a stage's replicas.

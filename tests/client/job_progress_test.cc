@@ -51,6 +51,11 @@ TEST(JobProgressTest, TheProgressLineShowsTheBarLossRateAndBusyStages) {
   pending.set_total_steps(10);
   pending.set_message("waiting for 3 idle workers");
   EXPECT_EQ(ProgressLine(pending), "job-8 PENDING [--------------------] 0/10  (waiting for 3 idle workers)");
+  shardline::v1::JobStatus validated = Running();
+  validated.set_val_step(300);
+  validated.set_val_loss(0.25);
+  EXPECT_EQ(ProgressLine(validated),
+            "job-7 RUNNING [#####---------------] 300/1200  loss 0.1235  val 0.2500  16.2k tok/s  busy 50% 88%");
 }
 
 TEST(JobProgressTest, DescribeShowsOneAlignedRowPerStage) {
