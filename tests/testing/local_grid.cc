@@ -57,17 +57,25 @@ absl::StatusOr<std::unique_ptr<LocalGrid>> LocalGrid::Create(const shardline::v1
   return grid;
 }
 
-absl::StatusOr<LocalGrid::Step> LocalGrid::RunStep(int64_t step) {
+template <typename Result>
+std::vector<absl::StatusOr<Result>> LocalGrid::OnEveryPosition(
+    const std::function<absl::StatusOr<Result>(LocalPipeline&)>& run) {
   const int d = replicas(), t = tensor_ranks();
-  std::vector<absl::StatusOr<std::vector<worker::runtime::StageStepResult>>> results(
-      static_cast<size_t>(d * t), absl::UnknownError("not run"));
+  std::vector<absl::StatusOr<Result>> results(static_cast<size_t>(d * t), absl::UnknownError("not run"));
   std::vector<std::thread> threads;
   for (int r = 0; r < d; ++r) {
     for (int k = 0; k < t; ++k) {
-      threads.emplace_back([&, r, k] { results[r * t + k] = positions_[r][k]->RunStep(step); });
+      threads.emplace_back([&, r, k] { results[r * t + k] = run(*positions_[r][k]); });
     }
   }
   for (std::thread& thread : threads) thread.join();
+  return results;
+}
+
+absl::StatusOr<LocalGrid::Step> LocalGrid::RunStep(int64_t step) {
+  const int d = replicas(), t = tensor_ranks();
+  auto results = OnEveryPosition<std::vector<worker::runtime::StageStepResult>>(
+      [step](LocalPipeline& position) { return position.RunStep(step); });
   Step out;
   for (auto& result : results) RETURN_IF_ERROR(result.status());
   for (int r = 0; r < d; ++r) {
@@ -81,15 +89,8 @@ absl::StatusOr<LocalGrid::Step> LocalGrid::RunStep(int64_t step) {
 
 absl::StatusOr<std::vector<std::vector<double>>> LocalGrid::Evaluate(int64_t step) {
   const int d = replicas(), t = tensor_ranks();
-  std::vector<absl::StatusOr<std::vector<worker::runtime::StageEvalResult>>> results(
-      static_cast<size_t>(d * t), absl::UnknownError("not run"));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < d; ++r) {
-    for (int k = 0; k < t; ++k) {
-      threads.emplace_back([&, r, k] { results[r * t + k] = positions_[r][k]->Evaluate(step); });
-    }
-  }
-  for (std::thread& thread : threads) thread.join();
+  auto results = OnEveryPosition<std::vector<worker::runtime::StageEvalResult>>(
+      [step](LocalPipeline& position) { return position.Evaluate(step); });
   std::vector<std::vector<double>> losses(static_cast<size_t>(d));
   for (int r = 0; r < d; ++r) {
     for (int k = 0; k < t; ++k) {

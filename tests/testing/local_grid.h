@@ -9,6 +9,7 @@
 #ifndef SHARDLINE_TESTS_TESTING_LOCAL_GRID_H_
 #define SHARDLINE_TESTS_TESTING_LOCAL_GRID_H_
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -58,6 +59,9 @@ class LocalGrid {
 
  private:
   LocalGrid() = default;
+  // `run` on every position at once, each on a thread: [replica · t + rank].
+  template <typename Result>
+  std::vector<absl::StatusOr<Result>> OnEveryPosition(const std::function<absl::StatusOr<Result>(LocalPipeline&)>& run);
   std::vector<std::unique_ptr<worker::collective::InProcessGroup>> groups_;  // all of them
   std::vector<std::vector<std::unique_ptr<LocalPipeline>>> positions_;        // [replica][tensor rank]
 };
