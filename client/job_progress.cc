@@ -68,7 +68,11 @@ std::string ProgressLine(const shardline::v1::JobStatus& s) {
                                      s.step(), s.total_steps());
   if (s.step() > 0) {
     absl::StrAppendFormat(&line, "  loss %.4f", s.loss());
-    if (s.val_step() > 0) absl::StrAppendFormat(&line, "  val %.4f", s.val_loss());  // the latest pass
+    if (s.val_step() > 0 && s.has_val_matches()) {  // the latest pass
+      absl::StrAppendFormat(&line, "  val %.1f%%", 100.0 * s.val_matches() / std::max<int64_t>(1, s.val_windows()));
+    } else if (s.val_step() > 0) {
+      absl::StrAppendFormat(&line, "  val %.4f", s.val_loss());
+    }
     absl::StrAppendFormat(&line, "  %s tok/s", Rate(s.tokens_per_s()));
   }
   if (s.stages_size() > 0 && s.step() > 0) {
@@ -234,7 +238,13 @@ std::string DescribeJob(const shardline::v1::JobStatus& s) {
           ? absl::StrCat("step ", s.committed_step(),
                          s.checkpoint_bytes() > 0 ? absl::StrCat(" (", Size(s.checkpoint_bytes()), ")") : "")
           : "none");
-  if (s.val_step() > 0) {
+  if (s.val_step() > 0 && s.has_val_matches()) {
+    absl::StrAppend(&out, absl::StrFormat("Validation: %d of %d held-out problems right (%.2f%%), loss %.4f, after "
+                                          "step %d\n",
+                                          s.val_matches(), s.val_windows(),
+                                          100.0 * s.val_matches() / std::max<int64_t>(1, s.val_windows()),
+                                          s.val_loss(), s.val_step()));
+  } else if (s.val_step() > 0) {
     absl::StrAppend(&out, absl::StrFormat("Validation: loss %.4f after step %d (%d windows)\n", s.val_loss(),
                                           s.val_step(), s.val_windows()));
   }

@@ -62,6 +62,18 @@ int Fail(int code, const std::string& message) {
   return code;
 }
 
+// The latest validation pass of a job whose data is `kind`, as
+// shardline-train records its own.
+common::EvalMetrics ValidationOf(const shardline::v1::JobStatus& s, const std::string& kind) {
+  common::EvalMetrics m{s.val_step(), s.has_val_matches(), 0.0, s.val_loss(),
+                        std::numeric_limits<double>::quiet_NaN(), s.val_windows(), 0.0};
+  if (m.exact_match && s.val_windows() > 0) {
+    m.accuracy = static_cast<double>(s.val_matches()) / static_cast<double>(s.val_windows());
+  }
+  if (kind == "text_bytes") m.bits_per_byte = s.val_loss() / std::log(2.0);
+  return m;
+}
+
 std::string WeightsPath(const shardline::v1::JobSpec& spec) {
   if (!absl::GetFlag(FLAGS_out).empty()) return absl::GetFlag(FLAGS_out);
   const std::string file = spec.name() + ".safetensors";
@@ -171,21 +183,19 @@ int Run(const std::string& spec_path) {
       std::fflush(stdout);
       shown = s.state();
     }
+    // The cluster's validation passes during training, recorded as
+    // shardline-train records its own, before the step's record (the last
+    // step's is the evaluator's).
+    if (s.val_step() > validated && s.val_step() < s.total_steps()) {
+      validated = s.val_step();
+      const common::EvalMetrics eval = ValidationOf(s, spec->data().kind());
+      (void)(*log)->Write(eval);
+      const std::string line = absl::StrCat("step ", s.val_step(), ": ", common::EvalLine(eval));
+      std::printf(tty ? "\r\033[K%s\n" : "%s\n", line.c_str());
+    }
     if (due) {
       logged = s.step();
       (void)(*log)->Write(common::StepMetrics{s.step(), s.loss(), s.lr(), s.tokens_per_s(), s.grad_norm()});
-    }
-    // The cluster's validation passes during training, recorded as
-    // shardline-train records its own (the last step's is the evaluator's).
-    if (s.val_step() > validated && s.val_step() < s.total_steps()) {
-      validated = s.val_step();
-      const bool bytes = spec->data().kind() == "text_bytes";
-      const double bits = bytes ? s.val_loss() / std::log(2.0) : std::numeric_limits<double>::quiet_NaN();
-      (void)(*log)->Write(common::EvalMetrics{s.val_step(), false, 0.0, s.val_loss(), bits, s.val_windows(), 0.0});
-      const std::string line =
-          absl::StrFormat("step %d: validation loss %.4f%s over %d windows", s.val_step(), s.val_loss(),
-                          bytes ? absl::StrFormat(" (%.3f bits per byte)", bits) : "", s.val_windows());
-      std::printf(tty ? "\r\033[K%s\n" : "%s\n", line.c_str());
     }
   });
   watching = false;

@@ -234,6 +234,8 @@ bool EvaluatesAfter(const JobSpec& spec, int64_t step) {
   return every > 0 && (step % every == 0 || step == spec.train().steps());
 }
 
+bool EvaluatesExactMatch(const JobSpec& spec) { return spec.data().kind() == "addition"; }
+
 bool VocabParallel(const JobSpec& spec) {
   const int64_t t = spec.parallel().tensor_parallel(), vocab = spec.model().vocab_size();
   if (t <= 1) return false;
@@ -262,12 +264,12 @@ absl::Status ValidateJobSpec(JobSpec& spec) {
   RETURN_IF_ERROR(ValidateModel(spec.model()));
   RETURN_IF_ERROR(ValidateData(*spec.mutable_data()));
   RETURN_IF_ERROR(ValidateTrain(*spec.mutable_train()));
-  if (spec.train().eval_every() > 0 && spec.data().kind() == "addition") {
-    return FieldError("train.eval_every",
-                      "is for text_bytes and tokens data (validation loss); addition's held-out exact match is "
-                      "shardline-train's at the end (shardline-local, or --eval_weights on the exported weights)");
-  }
   RETURN_IF_ERROR(ValidateParallel(*spec.mutable_parallel(), spec.model()));
+  if (spec.train().eval_every() > 0 && EvaluatesExactMatch(spec) && VocabParallel(spec)) {
+    return FieldError("train.eval_every",
+                      "scores addition's exact match from the whole logits, which a vocabulary-parallel LM head "
+                      "does not gather: set parallel.vocab_parallel to false");
+  }
   // Each data-parallel replica runs micro_batches micro-batches of the same
   // size: global_batch / (data_parallel · micro_batches) sequences.
   const int64_t pipelines_micro_batches =

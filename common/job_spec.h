@@ -38,6 +38,9 @@ int64_t MicroBatchSequences(const shardline::v1::JobSpec& spec);
 
 // Whether the spec evaluates after `step` (train.eval_every).
 bool EvaluatesAfter(const shardline::v1::JobSpec& spec, int64_t step);
+// Whether its validation scores exact match (addition data: the held-out
+// problems answered right) besides the loss.
+bool EvaluatesExactMatch(const shardline::v1::JobSpec& spec);
 
 // Whether the token embedding and the LM head are split over the tensor
 // group (vocabulary-parallel): parallel.vocab_parallel where set, else when

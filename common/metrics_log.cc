@@ -69,4 +69,11 @@ std::string ProgressLine(const StepMetrics& m, int64_t total_steps, double eta_s
                          total_steps, m.loss, m.lr, rate, Duration(eta_seconds));
 }
 
+std::string EvalLine(const EvalMetrics& m) {
+  if (m.exact_match) return absl::StrFormat("held-out exact match: %.2f%% of %d problems", 100.0 * m.accuracy, m.examples);
+  const std::string bits =
+      std::isnan(m.bits_per_byte) ? "" : absl::StrFormat(" (%.3f bits per byte)", m.bits_per_byte);
+  return absl::StrFormat("validation loss %.4f%s over %d windows", m.val_loss, bits, m.examples);
+}
+
 }  // namespace shardline::common

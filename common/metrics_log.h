@@ -53,6 +53,9 @@ class MetricsLog {
 
 // One progress line: "step 120/1500  loss 1.2345  lr 9.8e-04  12.3k tok/s  ETA 2m03s".
 std::string ProgressLine(const StepMetrics& m, int64_t total_steps, double eta_seconds);
+// What an evaluation found: "held-out exact match: 97.00% of 993 problems",
+// or "validation loss 1.2345 (1.781 bits per byte) over 19 windows".
+std::string EvalLine(const EvalMetrics& m);
 
 }  // namespace shardline::common
 

@@ -44,6 +44,13 @@ void CoordinatorMetrics::OnStep(const shardline::v1::JobStatus& s) {
   if (s.val_step() == s.step()) {  // a validation pass after this step (train.eval_every)
     registry_.GetGauge("shardline_job_validation_loss", "the loss of the job's latest validation pass", job)
         .Set(s.val_loss());
+    if (s.has_val_matches() && s.val_windows() > 0) {
+      registry_.GetGauge("shardline_job_validation_accuracy",
+                         "the share of held-out problems the job's latest validation pass answered right "
+                         "(exact match: addition)",
+                         job)
+          .Set(static_cast<double>(s.val_matches()) / static_cast<double>(s.val_windows()));
+    }
   }
   registry_.GetGauge("shardline_job_tokens_per_second", "tokens per second of the job's last step", job)
       .Set(s.tokens_per_s());

@@ -99,6 +99,10 @@ absl::Status ValidateRequest(const shardline::v1::ReportStepRequest& r) {
                               std::pair{"eval_windows", r.eval_windows()}}) {
     if (value < 0) return Bad(field, absl::StrCat("is ", value, ", must not be negative"));
   }
+  if (r.has_eval_matches() && (r.eval_matches() < 0 || r.eval_matches() > r.eval_windows())) {
+    return Bad("eval_matches", absl::StrCat("is ", r.eval_matches(), ", must be in [0, eval_windows = ",
+                                            r.eval_windows(), "]"));
+  }
   if (static_cast<size_t>(r.trace_size()) > common::kMaxTraceEvents) {
     return Bad("trace", absl::StrCat("has ", r.trace_size(), " spans, at most ", common::kMaxTraceEvents));
   }

@@ -265,6 +265,11 @@ void RunningJob::CompleteStep(int64_t step) {
     status_.set_val_loss(last.eval_loss());
     status_.set_val_step(step);
     status_.set_val_windows(last.eval_windows());
+    if (last.has_eval_matches()) {
+      status_.set_val_matches(last.eval_matches());
+    } else {
+      status_.clear_val_matches();
+    }
   }
   status_.set_step(step);
   status_.set_loss(loss);

@@ -126,6 +126,7 @@ absl::Status RunStageJob(const shardline::v1::Assignment& a, const std::string& 
     options.int8_reduce = a.int8_reduce();
     options.groups = std::max(1, a.replica_groups());
     options.eval_examples = spec.train().eval_examples();
+    options.eval_exact_match = common::EvaluatesExactMatch(spec);
     if (options.groups > 1) {
       LOG(INFO) << "job " << a.job_id() << " stage " << a.stage() << " replica " << a.replica() << " runs "
                 << options.groups << " of the spec's replicas' micro-batch groups (the grid has "
@@ -224,7 +225,10 @@ absl::Status RunStageJob(const shardline::v1::Assignment& a, const std::string& 
       doing(step, absl::StrCat("validation pass after step ", step));
       absl::StatusOr<runtime::StageEvalResult> eval = stage->Evaluate(step);
       if (!eval.ok()) return fail(step, eval.status());
-      if (a.stage() == a.stages() - 1) r.set_eval_loss(eval->loss);
+      if (a.stage() == a.stages() - 1) {
+        r.set_eval_loss(eval->loss);
+        if (common::EvaluatesExactMatch(spec)) r.set_eval_matches(eval->matches);
+      }
       r.set_eval_windows(eval->windows);
     }
     r.set_loss(result->loss);

@@ -34,13 +34,14 @@ using testing::RunToEnd;
 using testing::TempDir;
 using testing::WaitForPort;
 
-std::string WriteSpec(const std::string& dir, int steps, int stages, int replicas = 1, bool shard_optimizer = false) {
+std::string WriteSpec(const std::string& dir, int steps, int stages, int replicas = 1, bool shard_optimizer = false,
+                      int eval_every = 0) {
   const std::string path = dir + "/spec.json";
   std::ofstream(path) << R"({"name": "tiny",
     "model": {"kind": "gpt", "vocab_size": 16, "context": 12, "d_model": 32, "n_heads": 2, "n_layers": 3},
     "data": {"kind": "addition", "digits": 2},
     "train": {"steps": )" << steps << R"(, "global_batch": 8, "micro_batches": )" << 4 / replicas
-                      << R"(, "seed": 5, "log_every": 1, "eval_examples": 200,
+                      << R"(, "seed": 5, "log_every": 1, "eval_examples": 200, "eval_every": )" << eval_every << R"(,
               "optimizer": {"kind": "adamw", "lr": 0.003, "warmup_steps": 2, "grad_clip": 1.0}},
     "parallel": {"pipeline_stages": )" << stages << R"(, "schedule": "1f1b", "data_parallel": )" << replicas
                       << R"(, "shard_optimizer": )" << (shard_optimizer ? "true" : "false") << R"(},
@@ -132,11 +133,21 @@ TEST(EndToEndTest, ALocalClusterValidatesExactlyLikeTheReferenceTrainer) {
 }
 
 // Two replicas of a two-stage pipeline, four worker processes (the default
-// for the spec), gradients summed over gRPC: still shardline-train's bits.
+// for the spec), gradients summed over gRPC: still shardline-train's bits,
+// and so are the cluster's held-out exact matches after steps 3, 6 and 9
+// (train.eval_every) and the evaluator's after 12.
 TEST(EndToEndTest, LocalGridOfReplicasTrainsExactlyLikeTheReferenceTrainer) {
   const std::string dir = TempDir("grid");
-  ExpectLocalEqualsTrain(dir, WriteSpec(dir, 12, 2, /*replicas=*/2), {});
-  EXPECT_NE(common::ReadFile(dir + "/local.log").value_or("").find("on 2 stages × 2 replicas"), std::string::npos);
+  ExpectLocalEqualsTrain(dir, WriteSpec(dir, 12, 2, /*replicas=*/2, /*shard_optimizer=*/false, /*eval_every=*/3), {},
+                         16);
+  const std::string log = common::ReadFile(dir + "/local.log").value_or("");
+  EXPECT_NE(log.find("on 2 stages × 2 replicas"), std::string::npos);
+  EXPECT_NE(log.find("step 9: held-out exact match: "), std::string::npos) << log;
+  const auto records = Lines(dir + "/local/metrics.jsonl");
+  ASSERT_EQ(records.size(), 16u);
+  EXPECT_EQ(Field(records[2], "step"), "3");  // before step 3's record, as shardline-train writes it
+  EXPECT_NE(Field(records[2], "accuracy"), "");
+  EXPECT_EQ(Field(records[2], "examples"), "200");
 }
 
 // The same grid with ZeRO-1: each replica updates its share and the

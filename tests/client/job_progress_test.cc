@@ -56,6 +56,10 @@ TEST(JobProgressTest, TheProgressLineShowsTheBarLossRateAndBusyStages) {
   validated.set_val_loss(0.25);
   EXPECT_EQ(ProgressLine(validated),
             "job-7 RUNNING [#####---------------] 300/1200  loss 0.1235  val 0.2500  16.2k tok/s  busy 50% 88%");
+  validated.set_val_windows(993);
+  validated.set_val_matches(966);  // exact match: the accuracy in its place
+  EXPECT_EQ(ProgressLine(validated),
+            "job-7 RUNNING [#####---------------] 300/1200  loss 0.1235  val 97.3%  16.2k tok/s  busy 50% 88%");
 }
 
 TEST(JobProgressTest, DescribeShowsOneAlignedRowPerStage) {
@@ -149,6 +153,12 @@ TEST(JobProgressTest, JobsShowTheirAgeAndDescribeTheirTimes) {
   s.set_val_windows(200);
   text = DescribeJob(s);
   EXPECT_NE(text.find("\nValidation: loss 1.2346 after step 400 (200 windows)\n"), std::string::npos) << text;
+  s.set_val_matches(199);
+  text = DescribeJob(s);
+  EXPECT_NE(text.find("\nValidation: 199 of 200 held-out problems right (99.50%), loss 1.2346, after step 400\n"),
+            std::string::npos)
+      << text;
+  s.clear_val_matches();
   s.set_ended_at(1'800'003'600.0);
   text = DescribeJob(s);
   EXPECT_NE(text.find("Ended:      2027-01-15 09:00:00 UTC\n"), std::string::npos) << text;

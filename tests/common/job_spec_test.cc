@@ -230,7 +230,17 @@ TEST(JobSpecTest, ValidationEveryFewStepsIsForLossData) {
   EXPECT_FALSE(EvaluatesAfter(*every, 6));
   EXPECT_TRUE(EvaluatesAfter(*every, 8));
   EXPECT_TRUE(EvaluatesAfter(*every, 10)) << "and the last step";
-  ExpectInvalid(Edit(R"("seed": 3)", R"("seed": 3, "eval_every": 4)"), "train.eval_every is for text_bytes and tokens");
+  // Addition's validation is exact match, from the whole logits.
+  auto addition = ParseJobSpec(Edit(R"("seed": 3)", R"("seed": 3, "eval_every": 4)"));
+  ASSERT_TRUE(addition.ok()) << addition.status();
+  EXPECT_TRUE(EvaluatesExactMatch(*addition));
+  EXPECT_FALSE(EvaluatesExactMatch(*every));
+  std::string split = Edit(R"("seed": 3)", R"("seed": 3, "eval_every": 4)");
+  split.insert(split.rfind('}'), R"(, "parallel": {"tensor_parallel": 2, "vocab_parallel": true})");
+  ExpectInvalid(split, "train.eval_every scores addition's exact match from the whole logits");
+  split = Edit(R"("seed": 3)", R"("seed": 3, "eval_every": 4)");
+  split.insert(split.rfind('}'), R"(, "parallel": {"tensor_parallel": 2})");
+  EXPECT_TRUE(ParseJobSpec(split).ok()) << "16 classes are not split over 2 ranks by default";
   ExpectInvalid(with(text, R"("seed": 3)", R"("seed": 3, "eval_every": 11)"), "train.eval_every is 11, must be in [0, 10]");
 }
 

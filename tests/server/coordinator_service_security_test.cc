@@ -62,6 +62,14 @@ TEST_F(CoordinatorServiceTest, OversizedAndForgedRequestsGetShortClearErrors) {
   report.set_tokens(-1);
   EXPECT_EQ(ReportStep(report).error_code(), StatusCode::INVALID_ARGUMENT) << "negative tokens";
   report.set_tokens(24);
+  report.set_eval_windows(10);
+  report.set_eval_matches(11);
+  grpc::Status more_right = ReportStep(report);
+  EXPECT_EQ(more_right.error_code(), StatusCode::INVALID_ARGUMENT) << "more problems right than asked";
+  EXPECT_NE(more_right.error_message().find("eval_matches"), std::string::npos) << more_right.error_message();
+  report.set_eval_matches(-1);
+  EXPECT_EQ(ReportStep(report).error_code(), StatusCode::INVALID_ARGUMENT) << "negative matches";
+  report.clear_eval_matches();
   EXPECT_TRUE(ReportStep(report).ok());
   EXPECT_TRUE(StillServing());
 }

@@ -87,18 +87,18 @@ absl::StatusOr<LocalGrid::Step> LocalGrid::RunStep(int64_t step) {
   return out;
 }
 
-absl::StatusOr<std::vector<std::vector<double>>> LocalGrid::Evaluate(int64_t step) {
+absl::StatusOr<std::vector<std::vector<worker::runtime::StageEvalResult>>> LocalGrid::Evaluate(int64_t step) {
   const int d = replicas(), t = tensor_ranks();
   auto results = OnEveryPosition<std::vector<worker::runtime::StageEvalResult>>(
       [step](LocalPipeline& position) { return position.Evaluate(step); });
-  std::vector<std::vector<double>> losses(static_cast<size_t>(d));
+  std::vector<std::vector<worker::runtime::StageEvalResult>> last(static_cast<size_t>(d));
   for (int r = 0; r < d; ++r) {
     for (int k = 0; k < t; ++k) {
       RETURN_IF_ERROR(results[r * t + k].status());
-      losses[r].push_back(results[r * t + k]->back().loss);
+      last[r].push_back(results[r * t + k]->back());
     }
   }
-  return losses;
+  return last;
 }
 
 absl::StatusOr<std::map<std::string, common::Tensor>> LocalGrid::ExportWeights() {

@@ -46,8 +46,8 @@ class LocalGrid {
   // error (by replica, tensor rank, then stage) once all have returned.
   absl::StatusOr<Step> RunStep(int64_t step);
   // The validation pass after `step` on every position concurrently; each
-  // position's last-stage loss, [replica][tensor rank].
-  absl::StatusOr<std::vector<std::vector<double>>> Evaluate(int64_t step);
+  // position's last-stage result, [replica][tensor rank].
+  absl::StatusOr<std::vector<std::vector<worker::runtime::StageEvalResult>>> Evaluate(int64_t step);
   // The weights of replica 0 by global name, split tensors put together
   // from the tensor ranks' slices.
   absl::StatusOr<std::map<std::string, common::Tensor>> ExportWeights();

@@ -73,6 +73,7 @@ absl::StatusOr<std::unique_ptr<LocalPipeline>> LocalPipeline::Create(
     options.split_next = split && s + 1 < stages;
     options.groups = micro_batch_groups;
     options.eval_examples = spec.train().eval_examples();
+    options.eval_exact_match = common::EvaluatesExactMatch(spec);
     worker::collective::Collective* group = nullptr;
     if (summed) {
       pipeline->replica_groups_.push_back(groups[s]->Rank(replica, *backend));

@@ -126,7 +126,7 @@ def check_tensor_parallel_bytes(ctl, address, spec, path, metrics_ports):
               for n in ("w0", "w1")}
     assert before == {"w0": 0, "w1": 0}, before
     spec = dict(spec, name="tensor")
-    spec["train"] = dict(spec["train"], steps=4)
+    spec["train"] = dict(spec["train"], steps=4, eval_every=0)
     spec["parallel"] = dict(spec["parallel"], pipeline_stages=1, tensor_parallel=2)
     spec["checkpoint"] = {"every_steps": 4}
     with open(path("tensor.json"), "w") as f:
@@ -197,6 +197,7 @@ def run(bin_dir, source_dir, workdir, daemons, promtool, prometheus):
     spec["train"]["optimizer"]["warmup_steps"] = 2
     spec["parallel"]["pipeline_stages"] = 2
     spec.setdefault("checkpoint", {})["every_steps"] = STEPS // 2
+    spec["train"]["eval_every"] = STEPS // 2  # validation passes: exact match on the cluster
     with open(path("spec.json"), "w") as f:
         json.dump(spec, f)
     ctl = os.path.join(bin_dir, "shardctl")
@@ -232,6 +233,9 @@ def run(bin_dir, source_dir, workdir, daemons, promtool, prometheus):
     # Every step of the addition task trains on as many tokens (the answers').
     assert tokens is not None and tokens > 0 and tokens % STEPS == 0, c
     assert sample(c, "shardline_job_step_seconds_count", {"job_id": job}) == STEPS, c
+    accuracy = sample(c, "shardline_job_validation_accuracy", {"job_id": job})
+    assert accuracy is not None and 0 <= accuracy <= 1, c
+    assert (sample(c, "shardline_job_validation_loss", {"job_id": job}) or 0) > 0, c
     for stage in ("0", "1"):
         busy = sample(c, "shardline_position_busy_ratio", {"job_id": job, "stage": stage})
         bubble = sample(c, "shardline_position_bubble_ratio", {"job_id": job, "stage": stage})

@@ -1,14 +1,10 @@
 #include "worker/data/addition_data.h"
 
+#include <algorithm>
+
 #include "common/rng.h"
 
 namespace shardline::worker::data {
-
-int64_t Batch::target_count() const {
-  int64_t n = 0;
-  for (int32_t t : targets) n += t >= 0;
-  return n;
-}
 
 AdditionData::AdditionData(int digits, double holdout_fraction, uint64_t seed)
     : digits_(digits), holdout_fraction_(holdout_fraction), seed_(seed), limit_([digits] {
@@ -53,11 +49,20 @@ std::string AdditionData::Render(const std::vector<int32_t>& tokens) {
   return out;
 }
 
+void AdditionData::Append(int64_t a, int64_t b, bool score_end, Batch& batch) const {
+  const std::vector<int32_t> tokens = Encode(a, b);
+  const int64_t first_scored = 2 * digits_ + 1;  // target index of the first answer digit
+  const int64_t last_scored = score_end ? batch.t - 1 : batch.t - 2;
+  for (int64_t j = 0; j < batch.t; ++j) {
+    batch.ids.push_back(tokens[j]);
+    batch.targets.push_back(j >= first_scored && j <= last_scored ? tokens[j + 1] : -1);
+  }
+  ++batch.batch;
+}
+
 Batch AdditionData::TrainBatch(int64_t step, int micro_batch, int64_t sequences) const {
   Batch batch;
-  batch.batch = sequences;
   batch.t = sequence_length();
-  const int64_t first_scored = 2 * digits_ + 1;  // target index of the first answer digit
   for (int64_t s = 0; s < sequences; ++s) {
     // Keyed by the sequence's place in the global batch, so the global batch
     // is the same however it is split into micro-batches.
@@ -68,16 +73,12 @@ Batch AdditionData::TrainBatch(int64_t step, int micro_batch, int64_t sequences)
       a = static_cast<int64_t>(rng.Uniform(limit_));
       b = static_cast<int64_t>(rng.Uniform(limit_));
     } while (IsHeldOut(a, b));
-    const std::vector<int32_t> tokens = Encode(a, b);
-    for (int64_t j = 0; j < batch.t; ++j) {
-      batch.ids.push_back(tokens[j]);
-      batch.targets.push_back(j >= first_scored ? tokens[j + 1] : -1);
-    }
+    Append(a, b, /*score_end=*/true, batch);
   }
   return batch;
 }
 
-EvalSet AdditionData::MakeEvalSet(int max_examples, int64_t /*sequences_per_batch: prompts*/) const {
+EvalSet AdditionData::MakeEvalSet(int max_examples, int64_t sequences_per_batch) const {
   // The held-out pairs: all of them when there are few operands (then a
   // seeded subset if there are too many), else a seeded sample.
   std::vector<std::pair<int64_t, int64_t>> pairs;
@@ -99,11 +100,13 @@ EvalSet AdditionData::MakeEvalSet(int max_examples, int64_t /*sequences_per_batc
   }
   EvalSet set;
   set.kind = EvalSet::Kind::kExactMatch;
-  const size_t prompt_length = static_cast<size_t>(2 * digits_ + 2);
+  const int64_t per = std::max<int64_t>(1, sequences_per_batch);
   for (const auto& [a, b] : pairs) {
-    const std::vector<int32_t> tokens = Encode(a, b);
-    set.prompts.emplace_back(tokens.begin(), tokens.begin() + prompt_length);
-    set.answers.emplace_back(tokens.begin() + prompt_length, tokens.end() - 1);
+    if (set.batches.empty() || set.batches.back().batch == per) {
+      set.batches.emplace_back();
+      set.batches.back().t = sequence_length();
+    }
+    Append(a, b, /*score_end=*/false, set.batches.back());
   }
   return set;
 }

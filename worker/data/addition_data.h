@@ -3,7 +3,8 @@
 // digits+1 digits, and '.' ends the sequence. Operands are zero-padded to
 // `digits`. Only the answer digits and the end token are scored. A fixed
 // fraction of all operand pairs, chosen from the seed, is held out: training
-// never sees it and evaluation uses only it.
+// never sees it and evaluation uses only it. Its evaluation is exact match:
+// the held-out sequences with their answer digits (not the end) as targets.
 //
 // Tokens: 0-9 digits, 10 '+', 11 '=', 12 '.', 13 padding (unused).
 #ifndef SHARDLINE_WORKER_DATA_ADDITION_DATA_H_
@@ -29,7 +30,7 @@ class AdditionData final : public DataSource {
   int64_t TrainTargets(int64_t sequences) const override {
     return sequences * (sequence_length() - (2 * digits_ + 1));
   }
-  EvalSet MakeEvalSet(int max_examples, int64_t sequences_per_batch = 1) const override;
+  EvalSet MakeEvalSet(int max_examples, int64_t sequences_per_batch) const override;
 
   bool IsHeldOut(int64_t a, int64_t b) const;
   // The full token sequence of a + b (3·digits + 4 tokens).
@@ -39,6 +40,10 @@ class AdditionData final : public DataSource {
   int64_t operand_limit() const { return limit_; }
 
  private:
+  // Appends a + b to `batch` (whose t is set), scoring the answer digits and,
+  // with `score_end`, the end token.
+  void Append(int64_t a, int64_t b, bool score_end, Batch& batch) const;
+
   const int digits_;
   const double holdout_fraction_;
   const uint64_t seed_;

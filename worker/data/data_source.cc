@@ -1,12 +1,40 @@
 #include "worker/data/data_source.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "common/input_limits.h"
 #include "common/status_macros.h"
+#include "glog/logging.h"
 #include "worker/data/addition_data.h"
 #include "worker/data/token_file_data.h"
 
 namespace shardline::worker::data {
+
+int64_t Batch::target_count() const {
+  int64_t n = 0;
+  for (int32_t t : targets) n += t >= 0;
+  return n;
+}
+
+int64_t ExactMatches(absl::Span<const int32_t> targets, int64_t batch, int64_t t, absl::Span<const float> logits,
+                     int64_t vocab) {
+  CHECK_EQ(static_cast<int64_t>(targets.size()), batch * t);
+  CHECK_EQ(static_cast<int64_t>(logits.size()), batch * t * vocab);
+  int64_t matches = 0;
+  for (int64_t s = 0; s < batch; ++s) {
+    bool scored = false, right = true;
+    for (int64_t j = 0; j < t && right; ++j) {
+      const int32_t target = targets[static_cast<size_t>(s * t + j)];
+      if (target < 0) continue;
+      scored = true;
+      const float* row = logits.data() + (s * t + j) * vocab;
+      right = std::max_element(row, row + vocab) - row == target;
+    }
+    matches += scored && right;
+  }
+  return matches;
+}
 
 absl::StatusOr<std::unique_ptr<DataSource>> CreateDataSource(const shardline::v1::JobSpec& spec,
                                                              const DataAccess& access) {
@@ -21,14 +49,14 @@ absl::StatusOr<std::unique_ptr<DataSource>> CreateDataSource(const shardline::v1
     return absl::InvalidArgumentError(absl::StrCat("data.kind: unknown ", common::Quote(d.kind())));
   }
   if (spec.model().vocab_size() < source->vocab_needed()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("model.vocab_size is ", spec.model().vocab_size(), " but data.kind '", d.kind(),
-                     "' needs ", source->vocab_needed(), " (its token ids go up to ", source->vocab_needed() - 1, ")"));
+    return absl::InvalidArgumentError(absl::StrCat("model.vocab_size is ", spec.model().vocab_size(),
+                                                   " but data.kind '", d.kind(), "' needs ", source->vocab_needed(),
+                                                   " (its token ids go up to ", source->vocab_needed() - 1, ")"));
   }
   if (spec.model().context() < source->sequence_length()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("model.context is ", spec.model().context(), " but data.kind '", d.kind(),
-                     "' needs sequences of ", source->sequence_length(), " tokens"));
+    return absl::InvalidArgumentError(absl::StrCat("model.context is ", spec.model().context(), " but data.kind '",
+                                                   d.kind(), "' needs sequences of ", source->sequence_length(),
+                                                   " tokens"));
   }
   return source;
 }

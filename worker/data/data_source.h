@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "worker/data/data_file.h"
 #include "shardline/v1/job.pb.h"
 
@@ -27,17 +28,24 @@ struct Batch {
   int64_t target_count() const;  // targets ≥ 0
 };
 
-// What evaluation means for a data set.
+// What evaluation means for a data set: held-out batches scored by
+//  kLoss: the mean loss over their targets;
+//  kExactMatch: the fraction of their sequences whose every target is the
+//    model's most likely next token (the first of the largest logits) given
+//    the true tokens before it: at the answer digits of a prompt, the answer
+//    greedy decoding writes, found in one forward pass.
 struct EvalSet {
   enum class Kind { kExactMatch, kLoss };
   Kind kind = Kind::kLoss;
-  // kExactMatch: greedy-decode len(answers[i]) tokens after prompts[i]; all
-  // prompts have the same length.
-  std::vector<std::vector<int32_t>> prompts;
-  std::vector<std::vector<int32_t>> answers;
-  // kLoss: mean loss over the targets of these batches.
   std::vector<Batch> batches;
 };
+
+// Of the `batch` sequences of `t` tokens whose targets are `targets`, those
+// whose every target (≥ 0) is the first of the largest of its row's `vocab`
+// logits (`logits`: [batch·t × vocab]); a sequence without targets is not
+// counted. The caller checks the sizes (CHECKed here).
+int64_t ExactMatches(absl::Span<const int32_t> targets, int64_t batch, int64_t t,
+                     absl::Span<const float> logits, int64_t vocab);
 
 class DataSource {
  public:
@@ -52,8 +60,8 @@ class DataSource {
   // the same for every step and micro-batch), without making it: a
   // data-parallel replica counts the whole global batch's this way.
   virtual int64_t TrainTargets(int64_t sequences) const = 0;
-  // Up to `max_examples` held-out examples (prompts or sequences); loss
-  // batches of `sequences_per_batch` (the last maybe fewer).
+  // Up to `max_examples` held-out sequences, in batches of
+  // `sequences_per_batch` (the last maybe fewer).
   virtual EvalSet MakeEvalSet(int max_examples, int64_t sequences_per_batch) const = 0;
 };
 

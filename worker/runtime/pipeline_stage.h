@@ -82,6 +82,10 @@ struct PipelineStageOptions {
   int groups = 1;
   // Validation windows a validation pass takes (train.eval_examples).
   int eval_examples = 1000;
+  // The validation pass scores exact match (data::EvalSet::Kind::
+  // kExactMatch: addition) as well as the loss; the last stage must hold
+  // the whole vocabulary (no vocabulary-parallel head).
+  bool eval_exact_match = false;
 };
 
 struct StageStepResult {
@@ -113,6 +117,7 @@ struct StageStepResult {
 struct StageEvalResult {
   double loss = 0.0;    // the validation loss; only the last stage knows it (0 elsewhere)
   int64_t windows = 0;  // validation sequences the pass ran
+  int64_t matches = 0;  // with eval_exact_match, the last stage: those exactly right (data::ExactMatches)
 };
 
 // The most bytes one stage-link tensor of `spec`'s jobs holds (a
@@ -155,9 +160,10 @@ class PipelineStage {
   // The validation pass after step `step` (train.eval_every): the held-out
   // windows forward through the pipeline in batches of a micro-batch's
   // sequences, no backward pass, stage 0 reading them from its data source
-  // (which must describe a loss: text or tokens) and telling the others
-  // how many batches there are, the last stage summing their losses in
-  // order as the trainer does (Trainer::Evaluate): the same bits. Its
+  // and telling the others how many batches there are, the last stage
+  // summing their losses in order and, with eval_exact_match, counting the
+  // sequences exactly right, as the trainer does (Trainer::Evaluate): the
+  // same bits. Its
   // messages carry step −step. Every replica runs it (they stay in step).
   absl::StatusOr<StageEvalResult> Evaluate(int64_t step);
 
@@ -261,6 +267,7 @@ class PipelineStage {
   bool last_step_failed_ = false;
   // Stage 0: the validation batches, made at the first pass.
   std::unique_ptr<data::EvalSet> eval_set_;
+  std::vector<float> eval_logits_;  // last stage, exact match: a validation batch's logits
 };
 
 }  // namespace shardline::worker::runtime

@@ -33,8 +33,10 @@ absl::StatusOr<StageEvalResult> PipelineStage::EvaluateImpl(int64_t step) {
       const int64_t per = options_.global_batch / (int64_t{options_.replicas} * options_.micro_batches);
       eval_set_ = std::make_unique<data::EvalSet>(data_->MakeEvalSet(options_.eval_examples, per));
     }
-    if (eval_set_->kind != data::EvalSet::Kind::kLoss) {
-      return absl::FailedPreconditionError("a validation pass needs data with a validation loss (text or tokens)");
+    if ((eval_set_->kind == data::EvalSet::Kind::kExactMatch) != options_.eval_exact_match) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("the data's validation is ", options_.eval_exact_match ? "not " : "",
+                       "exact match, but the stage was set up for ", options_.eval_exact_match ? "it" : "a loss"));
     }
     int64_t targets = 0;
     for (const data::Batch& b : eval_set_->batches) targets += b.target_count();
@@ -64,19 +66,29 @@ absl::StatusOr<StageEvalResult> PipelineStage::EvaluateImpl(int64_t step) {
     if (runtime_.is_last()) in.targets = received.targets;
     result.windows += in.batch;
     transport::HostBuffer output;
+    absl::Span<float> logits;  // exact match: the last stage's
     if (!runtime_.is_last()) {
       output = link_.OutgoingBuffer(Kind::kActivation, static_cast<size_t>(runtime_.OutputElements(in.batch * in.t)));
+    } else if (options_.eval_exact_match) {
+      eval_logits_.resize(static_cast<size_t>(in.batch * in.t * runtime_.output_width()));
+      logits = absl::MakeSpan(eval_logits_);
     }
     Doing(step, "forward", i, absl::StrCat("validation forward of batch ", i, " after step ", step));
-    ASSIGN_OR_RETURN(ShardRuntime::EdgeTransfers edge, runtime_.ForwardAsync(kEvalSlot, in, output.span()));
+    ASSIGN_OR_RETURN(ShardRuntime::EdgeTransfers edge,
+                     runtime_.ForwardAsync(kEvalSlot, in, runtime_.is_last() ? logits : output.span()));
     // The slot's host memory takes the next batch's tokens: this batch's
     // must be on the device first (a short wait; the pass itself runs on).
     RETURN_IF_ERROR(edge.inputs_read.Wait());
     if (runtime_.is_last()) {
       absl::StatusOr<double> loss = runtime_.Loss(kEvalSlot);
+      absl::Status logits_read = edge.output_written.Wait();
       runtime_.Discard(kEvalSlot);
       RETURN_IF_ERROR(loss.status());
+      RETURN_IF_ERROR(logits_read);
       result.loss += *loss;
+      if (options_.eval_exact_match) {
+        result.matches += data::ExactMatches(in.targets, in.batch, in.t, logits, runtime_.output_width());
+      }
       KeepUntilRead(std::move(edge.inputs_read), std::move(received));
       continue;
     }

@@ -53,18 +53,6 @@ int Fail(int code, const absl::Status& status) {
   return code;
 }
 
-void PrintEval(const EvalResult& eval) {
-  if (eval.exact_match) {
-    std::printf("held-out exact match: %.2f%% of %lld problems\n", 100.0 * eval.accuracy,
-                static_cast<long long>(eval.examples));
-  } else {
-    const std::string bits =
-        std::isnan(eval.bits_per_byte) ? "" : absl::StrFormat(" (%.3f bits per byte)", eval.bits_per_byte);
-    std::printf("validation loss %.4f%s over %lld windows\n", eval.val_loss, bits.c_str(),
-                static_cast<long long>(eval.examples));
-  }
-}
-
 std::string WeightsPath(const shardline::v1::JobSpec& spec) {
   if (!absl::GetFlag(FLAGS_out).empty()) return absl::GetFlag(FLAGS_out);
   const std::string file = absl::StrCat(spec.name(), ".safetensors");
@@ -85,7 +73,7 @@ int EvaluateOnly(const shardline::v1::JobSpec& spec, const std::string& path, Tr
   common::EvalMetrics em{spec.train().steps(), eval->exact_match, eval->accuracy, eval->val_loss,
                          eval->bits_per_byte, eval->examples, 0.0};
   if (absl::Status s = log.Write(em); !s.ok()) return Fail(kExitFailed, s);
-  PrintEval(*eval);
+  std::printf("%s\n", common::EvalLine(em).c_str());
   return 0;
 }
 
@@ -156,8 +144,7 @@ int Run(const std::string& spec_path) {
       common::EvalMetrics em{step, eval->exact_match, eval->accuracy, eval->val_loss, eval->bits_per_byte,
                              eval->examples, 0.0};
       if (absl::Status s = (*log)->Write(em); !s.ok()) return Fail(kExitFailed, s);
-      std::printf("step %lld: ", static_cast<long long>(step));
-      PrintEval(*eval);
+      std::printf("step %lld: %s\n", static_cast<long long>(step), common::EvalLine(em).c_str());
       window_start += Clock::now() - eval_start;
     }
     if (step % train.log_every() != 0 && step != train.steps()) continue;
@@ -180,7 +167,7 @@ int Run(const std::string& spec_path) {
   common::EvalMetrics em{train.steps(), eval->exact_match, eval->accuracy, eval->val_loss,
                          eval->bits_per_byte, eval->examples, train_seconds};
   if (absl::Status s = (*log)->Write(em); !s.ok()) return Fail(kExitFailed, s);
-  PrintEval(*eval);
+  std::printf("%s\n", common::EvalLine(em).c_str());
 
   auto weights = (*trainer)->runtime().ExportWeights();
   if (!weights.ok()) return Fail(kExitFailed, weights.status());

@@ -13,18 +13,15 @@ namespace shardline::worker::trainer {
 namespace {
 
 constexpr int kEvalSlot = 0;
-constexpr int64_t kEvalChunk = 256;  // sequences per evaluation forward pass
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const shardline::v1::JobSpec& spec,
-                                                         Backend& backend) {
+absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const shardline::v1::JobSpec& spec, Backend& backend) {
   std::unique_ptr<Trainer> trainer(new Trainer(spec));
   ASSIGN_OR_RETURN(trainer->data_, data::CreateDataSource(spec));
   const nn::ModelConfig config = nn::ModelConfig::FromSpec(spec.model());
   ASSIGN_OR_RETURN(trainer->runtime_,
-                   runtime::ShardRuntime::Create(backend, config, 0, config.units(),
-                                                 spec.train().seed(),
+                   runtime::ShardRuntime::Create(backend, config, 0, config.units(), spec.train().seed(),
                                                  nn::OptimizerConfig::FromSpec(spec.train())));
   return trainer;
 }
@@ -79,57 +76,16 @@ absl::StatusOr<StepResult> Trainer::TrainStep(int64_t step) {
 
 absl::StatusOr<EvalResult> Trainer::Evaluate() {
   const data::EvalSet set = data_->MakeEvalSet(spec_.train().eval_examples(), common::MicroBatchSequences(spec_));
-  return set.kind == data::EvalSet::Kind::kExactMatch ? EvaluateExactMatch(set)
-                                                      : EvaluateLoss(set);
-}
-
-absl::StatusOr<EvalResult> Trainer::EvaluateExactMatch(const data::EvalSet& set) {
   EvalResult result;
-  result.exact_match = true;
-  const int64_t vocab = runtime_->output_width();
-  int64_t correct = 0;
-  for (size_t first = 0; first < set.prompts.size(); first += kEvalChunk) {
-    const size_t count = std::min<size_t>(kEvalChunk, set.prompts.size() - first);
-    const int64_t prompt_length = static_cast<int64_t>(set.prompts[first].size());
-    const int64_t answer_length = static_cast<int64_t>(set.answers[first].size());
-    std::vector<std::vector<int32_t>> sequences(set.prompts.begin() + first,
-                                                set.prompts.begin() + first + count);
-    std::vector<float> logits;
-    for (int64_t j = 0; j < answer_length; ++j) {  // greedy decoding, one token at a time
-      const int64_t t = prompt_length + j;
-      std::vector<int32_t> ids;
-      for (const auto& s : sequences) ids.insert(ids.end(), s.begin(), s.end());
-      logits.resize(static_cast<size_t>(count * t * vocab));
-      runtime::ShardRuntime::Inputs in;
-      in.batch = static_cast<int64_t>(count);
-      in.t = t;
-      in.ids = ids;
-      const absl::Status status = runtime_->Forward(kEvalSlot, in, absl::Span<float>(logits));
-      runtime_->Discard(kEvalSlot);
-      RETURN_IF_ERROR(status);
-      for (size_t i = 0; i < count; ++i) {
-        const float* row = logits.data() + (i * t + (t - 1)) * vocab;
-        sequences[i].push_back(static_cast<int32_t>(std::max_element(row, row + vocab) - row));
-      }
-    }
-    for (size_t i = 0; i < count; ++i) {
-      correct += std::equal(set.answers[first + i].begin(), set.answers[first + i].end(),
-                            sequences[i].begin() + prompt_length);
-    }
-  }
-  result.examples = static_cast<int64_t>(set.prompts.size());
-  result.accuracy = result.examples ? static_cast<double>(correct) / result.examples : 0.0;
-  return result;
-}
-
-absl::StatusOr<EvalResult> Trainer::EvaluateLoss(const data::EvalSet& set) {
-  EvalResult result;
+  result.exact_match = set.kind == data::EvalSet::Kind::kExactMatch;
   int64_t targets = 0;
   for (const data::Batch& b : set.batches) {
     targets += b.target_count();
     result.examples += b.batch;
   }
   if (targets == 0) return absl::FailedPreconditionError("no validation targets");
+  const int64_t vocab = runtime_->output_width();
+  std::vector<float> logits;
   for (const data::Batch& b : set.batches) {
     runtime::ShardRuntime::Inputs in;
     in.batch = b.batch;
@@ -137,7 +93,8 @@ absl::StatusOr<EvalResult> Trainer::EvaluateLoss(const data::EvalSet& set) {
     in.ids = b.ids;
     in.targets = b.targets;
     in.loss_scale = static_cast<float>(1.0 / static_cast<double>(targets));
-    absl::Status status = runtime_->Forward(kEvalSlot, in);
+    if (result.exact_match) logits.resize(static_cast<size_t>(b.batch * b.t * vocab));
+    absl::Status status = runtime_->Forward(kEvalSlot, in, absl::Span<float>(logits));
     if (status.ok()) {
       absl::StatusOr<double> loss = runtime_->Loss(kEvalSlot);
       if (loss.ok()) result.val_loss += *loss;
@@ -145,9 +102,12 @@ absl::StatusOr<EvalResult> Trainer::EvaluateLoss(const data::EvalSet& set) {
     }
     runtime_->Discard(kEvalSlot);
     RETURN_IF_ERROR(status);
+    if (result.exact_match) result.matches += data::ExactMatches(b.targets, b.batch, b.t, logits, vocab);
   }
-  result.bits_per_byte = spec_.data().kind() == "text_bytes" ? result.val_loss / std::log(2.0)
-                                                              : std::numeric_limits<double>::quiet_NaN();
+  result.accuracy =
+      result.exact_match ? static_cast<double>(result.matches) / static_cast<double>(result.examples) : 0.0;
+  result.bits_per_byte =
+      spec_.data().kind() == "text_bytes" ? result.val_loss / std::log(2.0) : std::numeric_limits<double>::quiet_NaN();
   return result;
 }
 

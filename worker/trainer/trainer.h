@@ -32,8 +32,9 @@ struct StepResult {
 };
 
 struct EvalResult {
-  bool exact_match = false;  // addition: accuracy; otherwise val_loss
+  bool exact_match = false;  // addition: accuracy (and the answer digits' loss); otherwise val_loss
   double accuracy = 0.0;
+  int64_t matches = 0;       // exact match: the examples right
   double val_loss = 0.0;
   double bits_per_byte = 0.0;  // text_bytes; NaN for token ids (their bytes are unknown)
   int64_t examples = 0;
@@ -48,7 +49,8 @@ class Trainer {
 
   // One optimizer step (1-based, in order).
   absl::StatusOr<StepResult> TrainStep(int64_t step);
-  // Held-out evaluation with the current weights.
+  // Held-out evaluation with the current weights (data::EvalSet): batches of
+  // a micro-batch's sequences, their losses added in order.
   absl::StatusOr<EvalResult> Evaluate();
 
   const shardline::v1::JobSpec& spec() const { return spec_; }
@@ -57,8 +59,6 @@ class Trainer {
 
  private:
   Trainer(shardline::v1::JobSpec spec) : spec_(std::move(spec)) {}
-  absl::StatusOr<EvalResult> EvaluateExactMatch(const data::EvalSet& set);
-  absl::StatusOr<EvalResult> EvaluateLoss(const data::EvalSet& set);
 
   const shardline::v1::JobSpec spec_;
   std::unique_ptr<data::DataSource> data_;

@@ -70,15 +70,41 @@ TEST(AdditionDataTest, TrainingNeverSeesHeldOutPairs) {
       ASSERT_FALSE(data.IsHeldOut(t[0] * 10 + t[1], t[3] * 10 + t[4])) << "step " << step;
     }
   }
-  const EvalSet eval = data.MakeEvalSet(100000);
-  EXPECT_EQ(static_cast<int>(eval.prompts.size()), held_out);
-  std::set<std::vector<int32_t>> unique(eval.prompts.begin(), eval.prompts.end());
-  EXPECT_EQ(unique.size(), eval.prompts.size());
-  for (const auto& p : eval.prompts) {
-    ASSERT_EQ(p.size(), 6u);
-    EXPECT_TRUE(data.IsHeldOut(p[0] * 10 + p[1], p[3] * 10 + p[4]));
+  const EvalSet eval = data.MakeEvalSet(100000, 64);
+  EXPECT_EQ(eval.kind, EvalSet::Kind::kExactMatch);
+  std::set<std::vector<int32_t>> unique;
+  int64_t sequences = 0;
+  for (const Batch& b : eval.batches) {
+    EXPECT_LE(b.batch, 64);
+    ASSERT_EQ(b.t, 9);
+    for (int64_t s = 0; s < b.batch; ++s) {
+      const int32_t* t = &b.ids[s * b.t];
+      EXPECT_TRUE(data.IsHeldOut(t[0] * 10 + t[1], t[3] * 10 + t[4]));
+      unique.insert(std::vector<int32_t>(t, t + b.t));
+    }
+    sequences += b.batch;
   }
-  EXPECT_EQ(data.MakeEvalSet(10).prompts.size(), 10u);
+  EXPECT_EQ(sequences, held_out);
+  EXPECT_EQ(static_cast<int64_t>(unique.size()), sequences);
+  EXPECT_EQ(data.MakeEvalSet(10, 4).batches.size(), 3u);
+  EXPECT_EQ(data.MakeEvalSet(10, 4).batches.back().batch, 2);
+}
+
+TEST(AdditionDataTest, ExactMatchScoresTheAnswerDigitsOnly) {
+  AdditionData data(2, 0.1, 1);
+  const Batch b = data.MakeEvalSet(5, 5).batches.at(0);
+  ASSERT_EQ(b.batch, 5);
+  for (int64_t s = 0; s < b.batch; ++s) {
+    const int32_t* ids = &b.ids[s * b.t];
+    const int32_t* targets = &b.targets[s * b.t];
+    const std::vector<int32_t> whole = data.Encode(ids[0] * 10 + ids[1], ids[3] * 10 + ids[4]);
+    EXPECT_EQ(std::vector<int32_t>(ids, ids + b.t), std::vector<int32_t>(whole.begin(), whole.end() - 1));
+    for (int64_t j = 0; j < b.t; ++j) {
+      // After "37+85": the three answer digits, predicted from "=", "2" and "2".
+      EXPECT_EQ(targets[j], j >= 5 && j <= 7 ? whole[j + 1] : -1) << "position " << j;
+    }
+  }
+  EXPECT_EQ(b.target_count(), 5 * 3);
 }
 
 class TokenFileDataTest : public ::testing::Test {

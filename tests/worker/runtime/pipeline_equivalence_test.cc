@@ -18,6 +18,7 @@
 #include "gtest/gtest.h"
 #include "tests/testing/deferred_copy_backend.h"
 #include "tests/testing/local_pipeline.h"
+#include "tests/testing/partly_trained.h"
 #include "tests/worker/backend/backend_test_util.h"
 #include "tests/worker/nn/nn_test_util.h"
 #include "worker/trainer/trainer.h"
@@ -155,6 +156,38 @@ TEST(PipelineValidationTest, ValidationLossesMatchTheReferenceTrainer) {
       ASSERT_TRUE(want.ok() && got.ok());
       EXPECT_EQ(got->back().loss, want->loss);
     }
+  }
+}
+
+// Addition's validation (exact match: the held-out problems whose every
+// answer digit is the model's most likely token) counts the same problems
+// right on any cut as the trainer, with the same loss, on a model trained
+// until it answers some problems and not others.
+TEST(PipelineValidationTest, ExactMatchMatchesTheReferenceTrainer) {
+  auto spec = testing::TinySpec(/*micro_batches=*/2, /*global_batch=*/32);
+  spec.mutable_model()->set_d_model(32);
+  spec.mutable_train()->mutable_optimizer()->set_lr(0.005);
+  spec.mutable_train()->mutable_optimizer()->set_warmup_steps(20);
+  spec.mutable_train()->set_steps(3000);
+  spec.mutable_train()->set_eval_every(100);
+  spec.mutable_train()->set_eval_examples(200);  // 12 batches of 16 and one of 8
+  auto trained = shardline::testing::TrainUntilPartlyRight(spec);
+  ASSERT_TRUE(trained.ok()) << trained.status();
+  const trainer::EvalResult& want = trained->eval;
+  ASSERT_TRUE(want.exact_match);
+  for (const std::vector<int>& cuts : {std::vector<int>{}, std::vector<int>{2}, std::vector<int>{1, 2, 3}}) {
+    SCOPED_TRACE(::testing::Message() << cuts.size() + 1 << " stages");
+    spec.mutable_parallel()->set_pipeline_stages(static_cast<int>(cuts.size()) + 1);
+    auto pipeline = shardline::testing::LocalPipeline::Create(spec, cuts);
+    ASSERT_TRUE(pipeline.ok()) << pipeline.status();
+    for (int stage = 0; stage < (*pipeline)->stages(); ++stage) {
+      ASSERT_TRUE((*pipeline)->runtime(stage).ImportWeights(trained->weights).ok());
+    }
+    auto got = (*pipeline)->Evaluate(1);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(got->back().matches, want.matches);
+    EXPECT_EQ(got->back().loss, want.val_loss);
+    for (const StageEvalResult& stage : *got) EXPECT_EQ(stage.windows, 200);
   }
 }
 

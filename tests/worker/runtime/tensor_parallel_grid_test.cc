@@ -28,6 +28,7 @@
 #include "common/job_spec.h"
 #include "gtest/gtest.h"
 #include "tests/testing/local_grid.h"
+#include "tests/testing/partly_trained.h"
 #include "tests/worker/nn/nn_test_util.h"
 #include "worker/trainer/trainer.h"
 
@@ -117,14 +118,50 @@ TEST(TensorParallelGridValidationTest, EveryPositionValidatesAsTheTrainerDoes) {
   ASSERT_TRUE(want.ok()) << want.status();
   auto got = (*grid)->Evaluate(2);
   ASSERT_TRUE(got.ok()) << got.status();
-  for (const std::vector<double>& replica : *got) {
-    for (double loss : replica) {
-      EXPECT_EQ(loss, (*got)[0][0]) << "every replica and tensor rank";
+  for (const std::vector<StageEvalResult>& replica : *got) {
+    for (const StageEvalResult& position : replica) {
+      const double loss = position.loss;
+      EXPECT_EQ(loss, (*got)[0][0].loss) << "every replica and tensor rank";
       EXPECT_LE(std::fabs(loss - want->val_loss), 1e-5 * want->val_loss) << loss << " vs " << want->val_loss;
     }
   }
   // The grid trains on after it.
   EXPECT_TRUE((*grid)->RunStep(3).ok());
+}
+
+// Addition's exact match on a 2 × 2 × 2 grid (the LM head whole on each
+// tensor rank) with the weights of a reference trained until it answers
+// some problems and not others: every position counts the same problems
+// right, and as many as the trainer, give or take the one or two whose
+// answer the split sums' rounding could tip.
+TEST(TensorParallelGridValidationTest, ExactMatchOnAGridCountsTheTrainersProblems) {
+  shardline::v1::JobSpec spec = GridSpec(Case{2, 2, 2});
+  spec.mutable_train()->set_global_batch(32);
+  spec.mutable_train()->mutable_optimizer()->set_lr(0.005);
+  spec.mutable_train()->mutable_optimizer()->set_warmup_steps(20);
+  spec.mutable_train()->set_steps(3000);
+  spec.mutable_train()->set_eval_every(100);
+  spec.mutable_train()->set_eval_examples(200);
+  ASSERT_FALSE(common::VocabParallel(spec));
+  auto trained = shardline::testing::TrainUntilPartlyRight(spec);
+  ASSERT_TRUE(trained.ok()) << trained.status();
+  const int64_t want = trained->eval.matches;
+  auto grid = shardline::testing::LocalGrid::Create(spec, {2});
+  ASSERT_TRUE(grid.ok()) << grid.status();
+  for (int r = 0; r < 2; ++r) {
+    for (int k = 0; k < 2; ++k) {
+      for (int s = 0; s < 2; ++s) ASSERT_TRUE((*grid)->position(r, k).runtime(s).ImportWeights(trained->weights).ok());
+    }
+  }
+  auto got = (*grid)->Evaluate(1);
+  ASSERT_TRUE(got.ok()) << got.status();
+  for (const std::vector<StageEvalResult>& replica : *got) {
+    for (const StageEvalResult& position : replica) {
+      EXPECT_EQ(position.matches, (*got)[0][0].matches) << "every replica and tensor rank";
+      EXPECT_EQ(position.windows, 200);
+    }
+  }
+  EXPECT_LE(std::abs((*got)[0][0].matches - want), 2) << (*got)[0][0].matches << " vs " << want;
 }
 
 class TensorParallelGridTest : public ::testing::TestWithParam<Case> {};

@@ -1,5 +1,6 @@
 #include "worker/trainer/trainer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <string>
@@ -51,6 +52,37 @@ TEST(TrainerTest, AdditionLossFallsWithEitherOptimizer) {
   }
 }
 
+// The held-out problems `trainer` answers right when it writes each answer
+// by greedy decoding, one digit at a time from the prompt: the oracle of the
+// exact match Evaluate finds in one forward pass.
+int64_t GreedyMatches(Trainer& trainer) {
+  const data::EvalSet set = trainer.data().MakeEvalSet(trainer.spec().train().eval_examples(), 1);
+  const int64_t vocab = trainer.runtime().output_width();
+  int64_t matches = 0;
+  for (const data::Batch& b : set.batches) {
+    int64_t prompt = 0;
+    while (b.targets[static_cast<size_t>(prompt)] < 0) ++prompt;  // the target after the prompt's last token
+    std::vector<int32_t> written(b.ids.begin(), b.ids.begin() + prompt + 1);
+    bool right = true;
+    for (int64_t j = prompt; j < b.t && b.targets[static_cast<size_t>(j)] >= 0; ++j) {
+      const int64_t t = static_cast<int64_t>(written.size());
+      std::vector<float> logits(static_cast<size_t>(t * vocab));
+      runtime::ShardRuntime::Inputs in;
+      in.batch = 1;
+      in.t = t;
+      in.ids = written;
+      EXPECT_TRUE(trainer.runtime().Forward(7, in, absl::Span<float>(logits)).ok());
+      trainer.runtime().Discard(7);
+      const float* row = logits.data() + (t - 1) * vocab;
+      const int32_t next = static_cast<int32_t>(std::max_element(row, row + vocab) - row);
+      right = right && next == b.targets[static_cast<size_t>(j)];
+      written.push_back(next);
+    }
+    matches += right;
+  }
+  return matches;
+}
+
 // Exact match on held-out problems: near zero untrained, far above chance
 // (1 in 199 sums) once trained. The small model below sits on a loss plateau
 // (about 1.17) until it finds the task, and when it leaves it depends on the
@@ -73,11 +105,25 @@ TEST(TrainerTest, AdditionEvaluationDecodesHeldOutProblems) {
   EXPECT_TRUE(eval->exact_match);
   EXPECT_EQ(eval->examples, 200);
   EXPECT_LT(eval->accuracy, 0.2) << "an untrained model cannot add";
-  for (int step = 1; step <= 1500; ++step) ASSERT_TRUE((*trainer)->TrainStep(step).ok()) << step;
+  EXPECT_EQ(eval->matches, GreedyMatches(**trainer));
+  bool partly_right = false;  // the two agree where some problems are right and some wrong too
+  for (int step = 1; step <= 1500; ++step) {
+    ASSERT_TRUE((*trainer)->TrainStep(step).ok()) << step;
+    if (step % 100 != 0 || step == 1500) continue;
+    auto mid = (*trainer)->Evaluate();
+    ASSERT_TRUE(mid.ok()) << mid.status();
+    if (mid->matches == 0 || mid->matches == mid->examples) continue;
+    EXPECT_EQ(mid->matches, GreedyMatches(**trainer)) << "step " << step;
+    partly_right = true;
+  }
+  EXPECT_TRUE(partly_right) << "no evaluation between none and all right";
   auto trained = (*trainer)->Evaluate();
   ASSERT_TRUE(trained.ok()) << trained.status();
   EXPECT_EQ(trained->examples, 200);
   EXPECT_GT(trained->accuracy, 0.5) << "trained for 1,500 steps, the model adds most held-out pairs";
+  EXPECT_EQ(trained->matches, GreedyMatches(**trainer));
+  EXPECT_DOUBLE_EQ(trained->accuracy, trained->matches / 200.0);
+  EXPECT_GT(trained->val_loss, 0.0) << "the answer digits' loss comes with the accuracy";
 }
 
 TEST(TrainerTest, TextBytesTrainsAndReportsValidationLoss) {
