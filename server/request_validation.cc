@@ -109,6 +109,9 @@ absl::Status ValidateRequest(const shardline::v1::ReportStepRequest& r) {
   for (const shardline::v1::TraceEvent& event : r.trace()) {
     RETURN_IF_ERROR(CheckLength("trace.name", event.name(), kMaxNameBytes));
   }
+  if (r.eval_losses_size() > kMaxIndex) {
+    return Bad("eval_losses", absl::StrCat("has ", r.eval_losses_size(), " entries, at most ", kMaxIndex));
+  }
   if (r.group_losses_size() > kMaxIndex) {
     return Bad("group_losses", absl::StrCat("has ", r.group_losses_size(), " entries, at most ", kMaxIndex));
   }

@@ -3,7 +3,10 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
+#include "common/eval_shares.h"
 #include "common/job_spec.h"
+#include "glog/logging.h"
 
 namespace shardline::server {
 
@@ -261,16 +264,7 @@ void RunningJob::CompleteStep(int64_t step) {
     tokens += rep.tokens();
   }
   const shardline::v1::ReportStepRequest& last = reports_[PositionOf(p - 1, 0, 0)].at(step);
-  if (last.has_eval_loss()) {  // every replica ran the same pass: replica 0's
-    status_.set_val_loss(last.eval_loss());
-    status_.set_val_step(step);
-    status_.set_val_windows(last.eval_windows());
-    if (last.has_eval_matches()) {
-      status_.set_val_matches(last.eval_matches());
-    } else {
-      status_.clear_val_matches();
-    }
-  }
+  if (common::EvaluatesAfter(spec_, step)) NoteValidation(step);
   status_.set_step(step);
   status_.set_loss(loss);
   status_.set_lr(last.lr());
@@ -282,6 +276,36 @@ void RunningJob::CompleteStep(int64_t step) {
   recent_steps_.push_back(status_);
   if (recent_steps_.size() > kRecentSteps) recent_steps_.pop_front();
   Publish();
+}
+
+void RunningJob::NoteValidation(int64_t step) {
+  // Each replica ran its share of the pass (common/eval_shares.h); its last
+  // stage (tensor rank 0's: every rank computes the same) reports its
+  // batches' losses, added back in batch order as shardline-train adds them.
+  std::vector<absl::Span<const double>> shares;
+  int64_t windows = 0, matches = 0;
+  bool exact_match = false;
+  for (int r = 0; r < replicas_; ++r) {
+    const shardline::v1::ReportStepRequest& rep = reports_[PositionOf(stages_ - 1, r, 0)].at(step);
+    shares.push_back(absl::MakeConstSpan(rep.eval_losses().data(), static_cast<size_t>(rep.eval_losses_size())));
+    windows += rep.eval_windows();
+    exact_match = exact_match || rep.has_eval_matches();
+    matches += rep.eval_matches();
+  }
+  absl::StatusOr<double> loss = common::SumEvalShares(shares);
+  if (!loss.ok()) {
+    LOG(ERROR) << "job " << status_.job_id() << ": the validation pass after step " << step
+               << " is not kept: " << loss.status().message();
+    return;
+  }
+  status_.set_val_loss(*loss);
+  status_.set_val_step(step);
+  status_.set_val_windows(windows);
+  if (exact_match) {
+    status_.set_val_matches(matches);
+  } else {
+    status_.clear_val_matches();
+  }
 }
 
 void RunningJob::Commit(int64_t step, int64_t bytes) {

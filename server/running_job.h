@@ -212,6 +212,8 @@ class RunningJob {
 
  private:
   void CompleteStep(int64_t step);
+  // The validation pass after `step` from the replicas' last-stage reports.
+  void NoteValidation(int64_t step);
   void Publish();
 
   shardline::v1::JobSpec spec_;

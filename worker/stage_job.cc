@@ -226,7 +226,7 @@ absl::Status RunStageJob(const shardline::v1::Assignment& a, const std::string& 
       absl::StatusOr<runtime::StageEvalResult> eval = stage->Evaluate(step);
       if (!eval.ok()) return fail(step, eval.status());
       if (a.stage() == a.stages() - 1) {
-        r.set_eval_loss(eval->loss);
+        for (double loss : eval->losses) r.add_eval_losses(loss);
         if (common::EvaluatesExactMatch(spec)) r.set_eval_matches(eval->matches);
       }
       r.set_eval_windows(eval->windows);

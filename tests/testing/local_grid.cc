@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/dtype.h"
+#include "common/eval_shares.h"
 #include "common/job_spec.h"
 #include "common/status_macros.h"
 #include "worker/backend/backend_factory.h"
@@ -99,6 +100,26 @@ absl::StatusOr<std::vector<std::vector<worker::runtime::StageEvalResult>>> Local
     }
   }
   return last;
+}
+
+absl::StatusOr<LocalGrid::Validation> LocalGrid::Validate(int64_t step) {
+  ASSIGN_OR_RETURN(const auto results, Evaluate(step));
+  Validation v;
+  std::vector<absl::Span<const double>> shares;
+  for (size_t r = 0; r < results.size(); ++r) {
+    const worker::runtime::StageEvalResult& first = results[r][0];
+    for (const worker::runtime::StageEvalResult& rank : results[r]) {
+      if (rank.losses != first.losses || rank.matches != first.matches || rank.windows != first.windows) {
+        return absl::InternalError(absl::StrCat("the tensor ranks of replica ", r, " disagree"));
+      }
+    }
+    shares.push_back(first.losses);
+    v.windows += first.windows;
+    v.matches += first.matches;
+    v.replica_windows.push_back(first.windows);
+  }
+  ASSIGN_OR_RETURN(v.loss, common::SumEvalShares(shares));
+  return v;
 }
 
 absl::StatusOr<std::map<std::string, common::Tensor>> LocalGrid::ExportWeights() {

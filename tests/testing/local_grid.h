@@ -48,6 +48,15 @@ class LocalGrid {
   // The validation pass after `step` on every position concurrently; each
   // position's last-stage result, [replica][tensor rank].
   absl::StatusOr<std::vector<std::vector<worker::runtime::StageEvalResult>>> Evaluate(int64_t step);
+  // Evaluate put together as the coordinator does: the replicas' shares
+  // added in batch order (common::SumEvalShares); INTERNAL where the tensor
+  // ranks of a replica disagree.
+  struct Validation {
+    double loss = 0.0;
+    int64_t windows = 0, matches = 0;
+    std::vector<int64_t> replica_windows;  // each replica's share
+  };
+  absl::StatusOr<Validation> Validate(int64_t step);
   // The weights of replica 0 by global name, split tensors put together
   // from the tensor ranks' slices.
   absl::StatusOr<std::map<std::string, common::Tensor>> ExportWeights();

@@ -115,7 +115,10 @@ struct StageStepResult {
 
 // A validation pass's result (PipelineStage::Evaluate).
 struct StageEvalResult {
-  double loss = 0.0;    // the validation loss; only the last stage knows it (0 elsewhere)
+  // Only the last stage knows them (0 / empty elsewhere): the loss of each
+  // batch of the replica's share (common::EvalShare), in order, and their sum.
+  std::vector<double> losses;
+  double loss = 0.0;
   int64_t windows = 0;  // validation sequences the pass ran
   int64_t matches = 0;  // with eval_exact_match, the last stage: those exactly right (data::ExactMatches)
 };
@@ -159,12 +162,14 @@ class PipelineStage {
 
   // The validation pass after step `step` (train.eval_every): the held-out
   // windows forward through the pipeline in batches of a micro-batch's
-  // sequences, no backward pass, stage 0 reading them from its data source
-  // and telling the others how many batches there are, the last stage
-  // summing their losses in order and, with eval_exact_match, counting the
-  // sequences exactly right, as the trainer does (Trainer::Evaluate): the
-  // same bits. Its
-  // messages carry step −step. Every replica runs it (they stay in step).
+  // sequences, no backward pass, each replica its share of the batches
+  // (common::EvalShare), stage 0 reading them from its data source and
+  // telling the others how many there are (an empty share: one activation
+  // of no tokens and no count), the last stage taking each batch's loss
+  // and, with eval_exact_match, counting the sequences exactly right, as the
+  // trainer does (Trainer::Evaluate): added in batch order over the
+  // replicas (common::SumEvalShares), the same bits. Its messages carry
+  // step −step.
   absl::StatusOr<StageEvalResult> Evaluate(int64_t step);
 
   // The shard's weights and whole optimizer state (ShardRuntime::
@@ -226,6 +231,9 @@ class PipelineStage {
                                      transport::HostBuffer values, transport::StageMessage& received);
   absl::StatusOr<StageStepResult> RunStepImpl(int64_t step);
   absl::StatusOr<StageEvalResult> EvaluateImpl(int64_t step);
+  // A validation pass with no batch for this replica: tells the next stage
+  // so (an activation of no tokens), if there is one.
+  absl::Status PassOnEmptyShare(int64_t id);
   // `last`: the step's last backward pass on this stage, which finishes
   // the gradients. `defer_weights`: its input part only (zero-bubble), the
   // weight part being BackwardWeights.

@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/eval_shares.h"
 #include "common/status_macros.h"
 #include "worker/runtime/pipeline_stage.h"
 
@@ -27,7 +28,8 @@ absl::StatusOr<StageEvalResult> PipelineStage::EvaluateImpl(int64_t step) {
   const int64_t id = -step;  // the pass's messages
   StageEvalResult result;
   float loss_scale = 0.0f;
-  int batches = 0;
+  int batches = 0;             // this replica's share of the pass
+  std::vector<int64_t> share;  // stage 0: which of the pass's batches
   if (runtime_.is_first()) {
     if (eval_set_ == nullptr) {
       const int64_t per = options_.global_batch / (int64_t{options_.replicas} * options_.micro_batches);
@@ -42,19 +44,28 @@ absl::StatusOr<StageEvalResult> PipelineStage::EvaluateImpl(int64_t step) {
     for (const data::Batch& b : eval_set_->batches) targets += b.target_count();
     if (targets == 0 || eval_set_->batches.empty()) return absl::FailedPreconditionError("no validation targets");
     loss_scale = static_cast<float>(1.0 / static_cast<double>(targets));
-    batches = static_cast<int>(eval_set_->batches.size());
+    share = common::EvalShare(static_cast<int64_t>(eval_set_->batches.size()), options_.replica, options_.replicas);
+    batches = static_cast<int>(share.size());
   }
   for (int i = 0; i == 0 || i < batches; ++i) {
     ReleaseUploads(/*wait=*/false);
     ShardRuntime::Inputs in;
     transport::StageMessage received;
     if (runtime_.is_first()) {
-      TakeBatch(eval_set_->batches[static_cast<size_t>(i)], loss_scale, in, received);
+      if (batches == 0) {
+        RETURN_IF_ERROR(PassOnEmptyShare(id));
+        break;
+      }
+      TakeBatch(eval_set_->batches[static_cast<size_t>(share[static_cast<size_t>(i)])], loss_scale, in, received);
       received.eval_batches = batches;
     } else {
       Doing(step, "receive", i,
             absl::StrCat("waits for validation batch ", i, " after step ", step, " from stage ", options_.stage - 1));
       ASSIGN_OR_RETURN(received, Expect(link_.ReceiveFromPrevious(), Kind::kActivation, id, i));
+      if (i == 0 && received.eval_batches == 0 && received.batch == 0) {
+        RETURN_IF_ERROR(PassOnEmptyShare(id));
+        break;
+      }
       if (i == 0) batches = received.eval_batches;
       if (batches < 1 || batches > kMaxEvalBatches || received.eval_batches != batches) {
         return absl::FailedPreconditionError(absl::StrCat("stage ", options_.stage, " got validation batch ", i,
@@ -86,6 +97,7 @@ absl::StatusOr<StageEvalResult> PipelineStage::EvaluateImpl(int64_t step) {
       RETURN_IF_ERROR(loss.status());
       RETURN_IF_ERROR(logits_read);
       result.loss += *loss;
+      result.losses.push_back(*loss);
       if (options_.eval_exact_match) {
         result.matches += data::ExactMatches(in.targets, in.batch, in.t, logits, runtime_.output_width());
       }
@@ -103,6 +115,15 @@ absl::StatusOr<StageEvalResult> PipelineStage::EvaluateImpl(int64_t step) {
   RETURN_IF_ERROR(sender_.Flush());
   (void)trace_.Take();  // the pass's spans are not the next step's
   return result;
+}
+
+absl::Status PipelineStage::PassOnEmptyShare(int64_t id) {
+  if (runtime_.is_last()) return absl::OkStatus();
+  transport::StageMessage none;  // no batch: 0 × 0 tokens, eval_batches 0
+  none.kind = transport::StageMessage::Kind::kActivation;
+  none.step = id;
+  none.dtype = options_.wire;
+  return sender_.Send(StageSender::Direction::kNext, std::move(none));
 }
 
 }  // namespace shardline::worker::runtime

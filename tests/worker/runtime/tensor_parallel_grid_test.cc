@@ -116,23 +116,21 @@ TEST(TensorParallelGridValidationTest, EveryPositionValidatesAsTheTrainerDoes) {
   }
   auto want = (*trainer)->Evaluate();
   ASSERT_TRUE(want.ok()) << want.status();
-  auto got = (*grid)->Evaluate(2);
+  // Each replica ran its share of the batches, every tensor rank the same.
+  auto got = (*grid)->Validate(2);
   ASSERT_TRUE(got.ok()) << got.status();
-  for (const std::vector<StageEvalResult>& replica : *got) {
-    for (const StageEvalResult& position : replica) {
-      const double loss = position.loss;
-      EXPECT_EQ(loss, (*got)[0][0].loss) << "every replica and tensor rank";
-      EXPECT_LE(std::fabs(loss - want->val_loss), 1e-5 * want->val_loss) << loss << " vs " << want->val_loss;
-    }
-  }
+  EXPECT_EQ(got->replica_windows, (std::vector<int64_t>{5, 4})) << "batches of 2, 2, 2, 2, 1: 0, 2, 4 and 1, 3";
+  EXPECT_EQ(got->windows, want->examples);
+  EXPECT_LE(std::fabs(got->loss - want->val_loss), 1e-5 * want->val_loss) << got->loss << " vs " << want->val_loss;
   // The grid trains on after it.
   EXPECT_TRUE((*grid)->RunStep(3).ok());
 }
 
 // Addition's exact match on a 2 × 2 × 2 grid (the LM head whole on each
 // tensor rank) with the weights of a reference trained until it answers
-// some problems and not others: every position counts the same problems
-// right, and as many as the trainer, give or take the one or two whose
+// some problems and not others: each replica runs its share of the
+// batches, every tensor rank counting the same problems right, and
+// together as many as the trainer, give or take the one or two whose
 // answer the split sums' rounding could tip.
 TEST(TensorParallelGridValidationTest, ExactMatchOnAGridCountsTheTrainersProblems) {
   shardline::v1::JobSpec spec = GridSpec(Case{2, 2, 2});
@@ -153,15 +151,34 @@ TEST(TensorParallelGridValidationTest, ExactMatchOnAGridCountsTheTrainersProblem
       for (int s = 0; s < 2; ++s) ASSERT_TRUE((*grid)->position(r, k).runtime(s).ImportWeights(trained->weights).ok());
     }
   }
-  auto got = (*grid)->Evaluate(1);
+  auto got = (*grid)->Validate(1);
   ASSERT_TRUE(got.ok()) << got.status();
-  for (const std::vector<StageEvalResult>& replica : *got) {
-    for (const StageEvalResult& position : replica) {
-      EXPECT_EQ(position.matches, (*got)[0][0].matches) << "every replica and tensor rank";
-      EXPECT_EQ(position.windows, 200);
-    }
+  EXPECT_EQ(got->replica_windows, (std::vector<int64_t>{104, 96})) << "25 batches of 8, shared";
+  EXPECT_LE(std::abs(got->matches - want), 2) << got->matches << " vs " << want;
+}
+
+// Four replicas and three validation batches: the fourth replica has none
+// (its stage 0 tells stage 1 so) and the three shares add up to the
+// trainer's loss bit for bit; the grid trains on and validates again.
+TEST(TensorParallelGridValidationTest, AReplicaWithoutABatchSitsThePassOut) {
+  shardline::v1::JobSpec spec = GridSpec(Case{2, 4, 1});
+  spec.mutable_train()->set_eval_every(1);
+  spec.mutable_train()->set_eval_examples(5);  // batches of 2, 2 and 1
+  auto backend = testing::CpuBackend();
+  auto trainer = trainer::Trainer::Create(spec, *backend);
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  auto grid = shardline::testing::LocalGrid::Create(spec, {2});
+  ASSERT_TRUE(grid.ok()) << grid.status();
+  for (int64_t step = 1; step <= 2; ++step) {
+    ASSERT_TRUE((*trainer)->TrainStep(step).ok());
+    ASSERT_TRUE((*grid)->RunStep(step).ok());
+    auto want = (*trainer)->Evaluate();
+    ASSERT_TRUE(want.ok()) << want.status();
+    auto got = (*grid)->Validate(step);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(got->replica_windows, (std::vector<int64_t>{2, 2, 1, 0}));
+    EXPECT_EQ(got->loss, want->val_loss) << "step " << step;
   }
-  EXPECT_LE(std::abs((*got)[0][0].matches - want), 2) << (*got)[0][0].matches << " vs " << want;
 }
 
 class TensorParallelGridTest : public ::testing::TestWithParam<Case> {};
