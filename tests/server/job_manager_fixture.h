@@ -91,6 +91,21 @@ class JobManagerTest : public ::testing::Test {
     r.set_busy_seconds(0.25);
     return r;
   }
+  // Stage 0 of replica `replica` (a one-stage job) reports `step`, its
+  // worker the one delivered_ holds it on.
+  shardline::v1::ReportStepRequest ReplicaReport(const JobStatus& job, int replica, int64_t step) {
+    shardline::v1::ReportStepRequest r;
+    r.set_job_id(job.job_id());
+    r.set_plan_epoch(job.plan_epoch());
+    r.set_replica(replica);
+    for (const auto& [worker, a] : delivered_) {
+      if (!a.cancel() && a.replica() == replica) r.set_worker_id(worker);
+    }
+    r.set_step(step);
+    r.set_tokens(10);
+    r.set_step_seconds(0.5);
+    return r;
+  }
   // The busy seconds of `stage`'s units at `rate` FLOP/s (the coordinator's
   // achieved rate is its FLOPs over them).
   static double BusySeconds(const shardline::v1::JobSpec& spec, const shardline::v1::StageStatus& stage,

@@ -12,7 +12,6 @@
 namespace shardline::server {
 namespace {
 
-using shardline::v1::Assignment;
 using shardline::v1::JobStatus;
 using testing::Drain;
 using testing::JobManagerTest;
@@ -190,98 +189,6 @@ TEST_F(JobManagerTest, StageFiguresComeFromTheStagesReports) {
 
 // A p × d grid: p · d workers, d copies of one cut, each position told its
 // replica, its replica's upstream stage and its stage's replicas.
-TEST_F(JobManagerTest, ReplicasArePlannedAsCopiesOfOneCut) {
-  for (const char* name : {"a", "b", "c", "d"}) AddWorker(name);
-  auto spec = Spec(2);
-  spec.mutable_parallel()->set_data_parallel(2);
-  const JobStatus job = *jobs_->Submit(spec);
-  ASSERT_EQ(job.state(), shardline::v1::RUNNING);
-  ASSERT_EQ(delivered_.size(), 4u);
-  ASSERT_EQ(job.stages_size(), 4);
-  for (const auto& [worker, a] : delivered_) {
-    EXPECT_EQ(a.replicas(), 2);
-    const int position = a.replica() * 2 + a.stage();
-    const Assignment& twin = delivered_[(1 - a.replica()) * 2 + a.stage()].second;
-    EXPECT_EQ(a.unit_begin(), twin.unit_begin()) << "replicas share the cut";
-    EXPECT_EQ(a.unit_end(), twin.unit_end());
-    ASSERT_EQ(a.replica_addresses_size(), 2);
-    EXPECT_EQ(a.replica_addresses(a.replica()), job.stages(position).worker() + ":1");
-    if (a.stage() == 1) {
-      EXPECT_EQ(a.upstream_address(), job.stages(a.replica() * 2).worker() + ":1") << "upstream in its replica";
-    }
-    EXPECT_EQ(job.stages(position).replica(), a.replica());
-  }
-  auto plan = jobs_->Plan(spec);
-  EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument) << "all four are busy";
-}
-
-// The step's loss is the replicas' last-stage losses added in rank order
-// (chosen so that another order gives another double), and a step is only
-// complete once every position reported it, whatever order reports come in.
-TEST_F(JobManagerTest, ReplicaLossesAddInRankOrderOnceEveryPositionReported) {
-  for (const char* name : {"a", "b", "c"}) AddWorker(name);
-  auto spec = Spec(1, 2);
-  spec.mutable_train()->set_global_batch(3);
-  spec.mutable_parallel()->set_data_parallel(3);
-  const JobStatus job = *jobs_->Submit(spec);
-  ASSERT_EQ(job.state(), shardline::v1::RUNNING);
-  std::map<int, std::string> replica_worker;
-  for (const auto& [worker, a] : delivered_) replica_worker[a.replica()] = worker;
-  auto report = [&](int replica, int64_t step, double loss) {
-    shardline::v1::ReportStepRequest r;
-    r.set_job_id(job.job_id());
-    r.set_plan_epoch(job.plan_epoch());
-    r.set_stage(0);
-    r.set_replica(replica);
-    r.set_worker_id(replica_worker.at(replica));
-    r.set_step(step);
-    r.set_loss(loss);
-    r.set_tokens(10);
-    r.set_step_seconds(0.5);
-    return r;
-  };
-  const double losses[] = {1.0, 1e16, -1e16};  // ((1 + 1e16) − 1e16) = 0; (−1e16 + 1e16) + 1 = 1
-  // Replica 2 runs ahead to step 2 before replica 0 has reported step 1.
-  ASSERT_FALSE(*jobs_->ReportStep(report(2, 1, losses[2])));
-  ASSERT_FALSE(*jobs_->ReportStep(report(2, 2, 7.0)));
-  ASSERT_FALSE(*jobs_->ReportStep(report(1, 1, losses[1])));
-  EXPECT_EQ(jobs_->Get(job.job_id())->step(), 0) << "replica 0 has not reported step 1";
-  ASSERT_FALSE(*jobs_->ReportStep(report(0, 1, losses[0])));
-  const JobStatus now = *jobs_->Get(job.job_id());
-  EXPECT_EQ(now.step(), 1);
-  EXPECT_EQ(now.loss(), 0.0) << "the losses of step 1, added in rank order";
-  EXPECT_DOUBLE_EQ(now.tokens_per_s(), 60.0);
-  auto bad = report(2, 2, 1.0);
-  bad.set_replica(3);
-  EXPECT_EQ(jobs_->ReportStep(bad).status().code(), absl::StatusCode::kInvalidArgument) << "no replica 3";
-  bad = report(1, 2, 1.0);
-  bad.set_worker_id(replica_worker.at(0));
-  EXPECT_EQ(jobs_->ReportStep(bad).status().code(), absl::StatusCode::kFailedPrecondition)
-      << "replica 0's worker does not hold replica 1";
-}
-
-TEST_F(JobManagerTest, ReplicasWhoseShardsDifferFailTheJob) {
-  AddWorker("a");
-  AddWorker("b");
-  auto spec = Spec(1, 2);
-  spec.mutable_parallel()->set_data_parallel(2);
-  const JobStatus job = *jobs_->Submit(spec);
-  for (const auto& [worker, a] : delivered_) {
-    shardline::v1::ReportStepRequest r;
-    r.set_job_id(job.job_id());
-    r.set_plan_epoch(job.plan_epoch());
-    r.set_replica(a.replica());
-    r.set_worker_id(worker);
-    r.set_step(1);
-    r.set_shard_digest(a.replica() == 0 ? 0xabc : 0xabd);
-    ASSERT_TRUE(jobs_->ReportStep(r).ok());
-  }
-  const JobStatus failed = *jobs_->Get(job.job_id());
-  EXPECT_EQ(failed.state(), shardline::v1::FAILED);
-  EXPECT_NE(failed.message().find("the replicas of stage 0 diverged at step 1"), std::string::npos)
-      << failed.message();
-}
-
 TEST_F(JobManagerTest, ABrokenLinkWaitsToNameTheLostWorker) {
   AddWorker("a");
   AddWorker("b");
