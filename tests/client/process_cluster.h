@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <sys/types.h>
 
+#include <atomic>
 #include <chrono>
 #include <thread>
 
@@ -31,6 +32,22 @@ struct CtlRun {
   std::string err;
   std::vector<std::string> lines() const { return absl::StrSplit(out, '\n', absl::SkipEmpty()); }
 };
+
+// shardctl --coordinator=COORDINATOR ARGS, its output kept in `dir`
+// (ctlN.out / ctlN.err, N counting the runs of this process).
+inline CtlRun RunShardctl(const std::vector<std::string>& args, const std::string& coordinator,
+                          const std::string& dir) {
+  static std::atomic<int> runs{0};
+  std::vector<std::string> argv = {kBin + "/shardctl", "--coordinator=" + coordinator};
+  argv.insert(argv.end(), args.begin(), args.end());
+  const int run = runs++;
+  const std::string out = absl::StrCat(dir, "/ctl", run, ".out"), err = absl::StrCat(dir, "/ctl", run, ".err");
+  CtlRun r;
+  r.ended = RunToEnd(argv, out, 120, err);
+  r.out = common::ReadFile(out).value_or("");
+  r.err = common::ReadFile(err).value_or("");
+  return r;
+}
 
 class ProcessCluster {
  public:
@@ -73,16 +90,7 @@ class ProcessCluster {
 
   // shardctl ARGS against this cluster (or `coordinator` when given).
   CtlRun Ctl(const std::vector<std::string>& args, const std::string& coordinator = "") {
-    std::vector<std::string> argv = {kBin + "/shardctl",
-                                     "--coordinator=" + (coordinator.empty() ? address_ : coordinator)};
-    argv.insert(argv.end(), args.begin(), args.end());
-    const std::string out = absl::StrCat(dir_, "/ctl", runs_, ".out"), err = absl::StrCat(dir_, "/ctl", runs_, ".err");
-    ++runs_;
-    CtlRun r;
-    r.ended = RunToEnd(argv, out, 120, err);
-    r.out = common::ReadFile(out).value_or("");
-    r.err = common::ReadFile(err).value_or("");
-    return r;
+    return RunShardctl(args, coordinator.empty() ? address_ : coordinator, dir_);
   }
 
   // kill -9 of the coordinator; RestartCoordinator() starts it again on the
@@ -127,7 +135,6 @@ class ProcessCluster {
   // Stopped (SIGTERM, then SIGKILL) when the cluster goes: workers first.
   std::unique_ptr<ChildProcess> coordinator_;
   std::vector<std::unique_ptr<ChildProcess>> workers_;
-  int runs_ = 0;
   int starts_ = 0;  // coordinator starts
 };
 
