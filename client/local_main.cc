@@ -185,7 +185,7 @@ int Run(const std::string& spec_path) {
     }
     // The cluster's validation passes during training, recorded as
     // shardline-train records its own, before the step's record (the last
-    // step's is the evaluator's).
+    // step's is the final record, after the weights are written).
     if (s.val_step() > validated && s.val_step() < s.total_steps()) {
       validated = s.val_step();
       const common::EvalMetrics eval = ValidationOf(s, spec->data().kind());
@@ -216,6 +216,16 @@ int Run(const std::string& spec_path) {
   absl::StatusOr<int64_t> weights = admin.ExportTo(job_id, path);
   if (!weights.ok()) return Fail(kFailed, std::string(weights.status().message()));
   std::printf("weights of %s written to %s\n", job_id.c_str(), path.c_str());
+  if (last->val_step() == last->total_steps()) {
+    // The cluster validated the last step's weights where they trained
+    // (train.eval_every): the same figures shardline-train --eval_weights
+    // finds, without the whole model in one process.
+    const common::EvalMetrics eval = ValidationOf(*last, spec->data().kind());
+    if (absl::Status s = (*log)->Write(eval); !s.ok()) return Fail(kFailed, std::string(s.message()));
+    std::printf("%s\n", common::EvalLine(eval).c_str());
+    if (absl::GetFlag(FLAGS_keep_logs)) std::printf("logs kept in %s\n", cluster.dir().c_str());
+    return kOk;
+  }
   // Evaluate the exported weights with the reference code path.
   const std::string spec_file = cluster.dir() + "/spec.json";
   if (absl::Status s = common::WriteFileAtomically(spec_file, common::JobSpecToJson(*spec)); !s.ok()) {

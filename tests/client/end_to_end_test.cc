@@ -108,7 +108,7 @@ TEST(EndToEndTest, LocalClusterTrainsExactlyLikeTheReferenceTrainer) {
 
 // Byte-level text on two stages × two replicas, validated every 4 steps
 // (train.eval_every): the cluster's validation losses after steps 4 and 8
-// (and the evaluator's after 12) are shardline-train's to the last digit;
+// (and its final one after 12, shardline-local's last record) are shardline-train's to the last digit;
 // the data file, outside the working directory, is the workers' data root.
 TEST(EndToEndTest, ALocalClusterValidatesExactlyLikeTheReferenceTrainer) {
   const std::string dir = TempDir("validation");
@@ -135,7 +135,7 @@ TEST(EndToEndTest, ALocalClusterValidatesExactlyLikeTheReferenceTrainer) {
 // Two replicas of a two-stage pipeline, four worker processes (the default
 // for the spec), gradients summed over gRPC: still shardline-train's bits,
 // and so are the cluster's held-out exact matches after steps 3, 6 and 9
-// (train.eval_every) and the evaluator's after 12.
+// (train.eval_every) and the final one after 12.
 TEST(EndToEndTest, LocalGridOfReplicasTrainsExactlyLikeTheReferenceTrainer) {
   const std::string dir = TempDir("grid");
   ExpectLocalEqualsTrain(dir, WriteSpec(dir, 12, 2, /*replicas=*/2, /*shard_optimizer=*/false, /*eval_every=*/3), {},
