@@ -1,6 +1,9 @@
 // bench_train: training throughput (tokens/s) of the reference trainer, the
 // code path shardline-train runs, on the default addition spec and on a
-// larger model (d_model 512, 8 layers, context 128, byte-level text).
+// larger model (d_model 512, 8 layers, context 128, byte-level text); and
+// a validation pass of each (Trainer::Evaluate, forward only, the pass a
+// cluster runs with train.eval_every): its windows per second against
+// training's sequences per second, in the same run.
 //
 //   bench_train [--device=cpu] [--threads=N] [--steps=N] [--only=addition|large] [--json=FILE]
 #include <chrono>
@@ -37,7 +40,7 @@ std::vector<Case> Cases() {
        R"({"name": "addition",
            "model": {"kind": "gpt", "vocab_size": 16, "context": 16, "d_model": 128, "n_heads": 4, "n_layers": 4},
            "data": {"kind": "addition", "digits": 2},
-           "train": {"steps": 1000, "global_batch": 64, "micro_batches": 8, "seed": 1,
+           "train": {"steps": 1000, "global_batch": 64, "micro_batches": 8, "seed": 1, "eval_examples": 1000,
                      "optimizer": {"kind": "adamw", "lr": 0.001, "warmup_steps": 100}}})",
        60},
       {"large",
@@ -45,7 +48,7 @@ std::vector<Case> Cases() {
            "model": {"kind": "gpt", "vocab_size": 256, "context": 128, "d_model": 512, "n_heads": 8, "n_layers": 8},
            "data": {"kind": "text_bytes", "path": ")",
                     absl::GetFlag(FLAGS_text), R"("},
-           "train": {"steps": 1000, "global_batch": 16, "micro_batches": 4, "seed": 1,
+           "train": {"steps": 1000, "global_batch": 16, "micro_batches": 4, "seed": 1, "eval_examples": 64,
                      "optimizer": {"kind": "adamw", "lr": 0.0003, "warmup_steps": 10}}})"),
        4},
   };
@@ -78,6 +81,13 @@ int Main() {
     }
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    BENCH_CHECK_OK((*trainer)->Evaluate().status());  // warm-up: the held-out set, its batch shapes
+    const auto eval_start = std::chrono::steady_clock::now();
+    auto eval = (*trainer)->Evaluate();
+    BENCH_CHECK_OK(eval.status());
+    const double eval_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - eval_start).count();
+    const double sequences_per_s = static_cast<double>(spec->train().global_batch()) * steps / seconds;
     int64_t params = 0;
     for (auto* p : (*trainer)->runtime().parameters()) params += static_cast<int64_t>(p->count());
     report.Add({{"model", c.name},
@@ -89,7 +99,13 @@ int Main() {
                 {"tokens_per_s", tokens / seconds},
                 // 6 FLOPs per parameter per token (forward + backward), attention excluded.
                 {"model_gflops", 6.0 * params * tokens / seconds / 1e9},
-                {"last_loss", loss}});
+                {"last_loss", loss},
+                {"eval_windows", static_cast<double>(eval->examples)},
+                {"eval_ms", eval_seconds * 1e3},
+                {"eval_windows_per_s", eval->examples / eval_seconds},
+                // A window forward only against a sequence forward and backward
+                // (and the optimizer step's share): about 3 where compute-bound.
+                {"eval_vs_train", eval->examples / eval_seconds / sequences_per_s}});
   }
   BENCH_CHECK_OK(report.Publish(absl::GetFlag(FLAGS_json)));
   return 0;
