@@ -241,7 +241,11 @@ TEST(JobSpecTest, ValidationEveryFewStepsIsForLossData) {
   split = Edit(R"("seed": 3)", R"("seed": 3, "eval_every": 4)");
   split.insert(split.rfind('}'), R"(, "parallel": {"tensor_parallel": 2})");
   EXPECT_TRUE(ParseJobSpec(split).ok()) << "16 classes are not split over 2 ranks by default";
-  ExpectInvalid(with(text, R"("seed": 3)", R"("seed": 3, "eval_every": 11)"), "train.eval_every is 11, must be in [0, 10]");
+  ExpectInvalid(with(text, R"("seed": 3)", R"("seed": 3, "eval_every": -1)"), "train.eval_every is -1, must be in [0, ");
+  auto beyond = ParseJobSpec(with(text, R"("seed": 3)", R"("seed": 3, "eval_every": 11)"));
+  ASSERT_TRUE(beyond.ok()) << beyond.status();
+  EXPECT_FALSE(EvaluatesAfter(*beyond, 9));
+  EXPECT_TRUE(EvaluatesAfter(*beyond, 10)) << "more than steps: after the last only";
 }
 
 TEST(JobSpecTest, ShippedExamplesAreValid) {
