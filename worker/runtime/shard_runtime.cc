@@ -204,7 +204,9 @@ absl::StatusOr<ShardRuntime::EdgeTransfers> ShardRuntime::ForwardImpl(int slot, 
         const collective::Chunk part = EdgePart(rows * output_width());
         y = y.subspan(part.begin, part.size());
       }
-      ASSIGN_OR_RETURN(edge.output_written, DownloadEdge(y, s->narrow_output, output, wait));
+      // The last stage's output (logits) is no edge tensor: always f32.
+      ASSIGN_OR_RETURN(edge.output_written,
+                       is_last() ? CopyOut(backend_, y, output, wait) : DownloadEdge(y, s->narrow_output, output, wait));
       s->output_read = edge.output_written;
     }
     // Forward's contract reports bad targets now (the asynchronous pass: by

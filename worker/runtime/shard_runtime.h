@@ -78,10 +78,11 @@ class ShardRuntime {
   int64_t OutputElements(int64_t rows) const;
 
   // Precision of the stage's edge tensors on the host (input activations,
-  // the output, grad_output, grad_input): f32 (the default), or bf16 / f16,
-  // in which case a host tensor of n elements holds n 16-bit values at the
-  // start of its n-float buffer, converted on the device (round to nearest
-  // even), so half the bytes cross the bus. Ids and targets stay i32.
+  // the output but the last stage's logits, grad_output, grad_input): f32
+  // (the default), or bf16 / f16, in which case a host tensor of n elements
+  // holds n 16-bit values at the start of its n-float buffer, converted on
+  // the device (round to nearest even), so half the bytes cross the bus.
+  // Ids and targets stay i32.
   absl::Status set_edge_dtype(common::DType dtype);
   common::DType edge_dtype() const { return edge_dtype_; }
 
