@@ -52,6 +52,14 @@ std::string Size(int64_t bytes) {
   return bytes >= 1'000'000'000 ? absl::StrFormat("%.1f GB", bytes / 1e9) : absl::StrFormat("%.1f MB", bytes / 1e6);
 }
 
+// The latest validation pass: its loss ("0.1234"), or for exact match the
+// share of problems right ("97.3%").
+std::string Validation(const shardline::v1::JobStatus& s) {
+  if (!s.has_val_matches()) return absl::StrFormat("%.4f", s.val_loss());
+  return absl::StrFormat("%.1f%%", 100.0 * static_cast<double>(s.val_matches()) /
+                                       static_cast<double>(std::max<int64_t>(1, s.val_windows())));
+}
+
 // "2026-12-05 17:30:02 UTC", or "-" for a time not reached.
 std::string When(double unix_seconds) {
   return unix_seconds > 0 ? absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", TimeOf(unix_seconds), absl::UTCTimeZone()) : "-";
@@ -68,11 +76,7 @@ std::string ProgressLine(const shardline::v1::JobStatus& s) {
                                      s.step(), s.total_steps());
   if (s.step() > 0) {
     absl::StrAppendFormat(&line, "  loss %.4f", s.loss());
-    if (s.val_step() > 0 && s.has_val_matches()) {  // the latest pass
-      absl::StrAppendFormat(&line, "  val %.1f%%", 100.0 * s.val_matches() / std::max<int64_t>(1, s.val_windows()));
-    } else if (s.val_step() > 0) {
-      absl::StrAppendFormat(&line, "  val %.4f", s.val_loss());
-    }
+    if (s.val_step() > 0) absl::StrAppend(&line, "  val ", Validation(s));
     absl::StrAppendFormat(&line, "  %s tok/s", Rate(s.tokens_per_s()));
   }
   if (s.stages_size() > 0 && s.step() > 0) {
@@ -95,11 +99,11 @@ std::string ProgressLine(const shardline::v1::JobStatus& s) {
 
 std::string JobsTable(const shardline::v1::ListJobsResponse& jobs, absl::Time now) {
   std::vector<std::vector<std::string>> rows = {
-      {"JOB", "NAME", "STATE", "STEP", "LOSS", "TOK/S", "CHECKPOINT", "AGE", "MESSAGE"}};
+      {"JOB", "NAME", "STATE", "STEP", "LOSS", "VAL", "TOK/S", "CHECKPOINT", "AGE", "MESSAGE"}};
   for (const auto& j : jobs.jobs()) {
     rows.push_back({j.job_id(), j.name(), JobState_Name(j.state()),
                     absl::StrCat(j.step(), "/", j.total_steps()), absl::StrFormat("%.4f", j.loss()),
-                    Rate(j.tokens_per_s()), Size(j.checkpoint_bytes()),
+                    j.val_step() > 0 ? Validation(j) : "-", Rate(j.tokens_per_s()), Size(j.checkpoint_bytes()),
                     j.submitted_at() > 0 ? Age(now - TimeOf(j.submitted_at())) : "-", j.message()});
   }
   return Table(rows);

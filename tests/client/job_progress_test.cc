@@ -124,6 +124,18 @@ TEST(JobProgressTest, JobsShowTheirAgeAndDescribeTheirTimes) {
   ASSERT_NE(size_column, std::string::npos) << lines[0];
   EXPECT_EQ(lines[1].substr(size_column, 7), "4.5 MB ") << lines[1];
   EXPECT_EQ(lines[2].substr(size_column, 2), "- ") << "nothing committed: " << lines[2];
+  // VAL: the latest validation pass, its loss or the share right.
+  jobs.mutable_jobs(0)->set_val_step(5);
+  jobs.mutable_jobs(0)->set_val_loss(0.98765);
+  jobs.mutable_jobs(1)->set_val_step(5);
+  jobs.mutable_jobs(1)->set_val_windows(993);
+  jobs.mutable_jobs(1)->set_val_matches(966);
+  const std::vector<std::string> validated = absl::StrSplit(JobsTable(jobs, now), '\n');
+  const size_t val_column = validated[0].find("VAL");
+  ASSERT_NE(val_column, std::string::npos) << validated[0];
+  EXPECT_EQ(validated[1].substr(val_column, 7), "0.9877 ") << validated[1];
+  EXPECT_EQ(validated[2].substr(val_column, 6), "97.3% ") << validated[2];
+  EXPECT_EQ(validated[3].substr(val_column, 2), "- ") << "no pass yet: " << validated[3];
 
   shardline::v1::JobStatus s = Running();
   s.set_submitted_at(1'800'000'000.0);
