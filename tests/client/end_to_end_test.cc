@@ -150,6 +150,23 @@ TEST(EndToEndTest, LocalGridOfReplicasTrainsExactlyLikeTheReferenceTrainer) {
   EXPECT_EQ(Field(records[2], "examples"), "200");
 }
 
+// One held-out problem on two replicas: replica 1 has no
+// validation batch and its stage 0 tells stage 1 so over the gRPC link (an
+// activation of no tokens); the records are still shardline-train's.
+TEST(EndToEndTest, AReplicaWithoutAValidationBatchSitsThePassOut) {
+  const std::string dir = TempDir("empty-share");
+  const std::string spec = dir + "/spec.json";
+  std::ofstream(spec) << R"({"name": "empty",
+    "model": {"kind": "gpt", "vocab_size": 16, "context": 12, "d_model": 32, "n_heads": 2, "n_layers": 3},
+    "data": {"kind": "addition", "digits": 2},
+    "train": {"steps": 4, "global_batch": 8, "micro_batches": 2, "seed": 5, "log_every": 1, "eval_every": 2,
+              "eval_examples": 1, "optimizer": {"kind": "adamw", "lr": 0.003}},
+    "parallel": {"pipeline_stages": 2, "data_parallel": 2}})";
+  // Steps 1-4, validation after 2 and the final one.
+  ExpectLocalEqualsTrain(dir, spec, {}, 6);
+  EXPECT_EQ(Field(Lines(dir + "/local/metrics.jsonl")[1], "examples"), "1");
+}
+
 // The same grid with ZeRO-1: each replica updates its share and the
 // replicas gather the weights (and, at the checkpoints every 5 steps, the
 // optimizer state, whose digests the coordinator compares): the same bits.
