@@ -269,11 +269,7 @@ absl::Status ValidateJobSpec(JobSpec& spec) {
   RETURN_IF_ERROR(ValidateData(*spec.mutable_data()));
   RETURN_IF_ERROR(ValidateTrain(*spec.mutable_train()));
   RETURN_IF_ERROR(ValidateParallel(*spec.mutable_parallel(), spec.model()));
-  if (spec.train().eval_every() > 0 && EvaluatesExactMatch(spec) && VocabParallel(spec)) {
-    return FieldError("train.eval_every",
-                      "scores addition's exact match from the whole logits, which a vocabulary-parallel LM head "
-                      "does not gather: set parallel.vocab_parallel to false");
-  }
+
   // Each data-parallel replica runs micro_batches micro-batches of the same
   // size: global_batch / (data_parallel · micro_batches) sequences.
   const int64_t pipelines_micro_batches =

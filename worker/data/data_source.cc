@@ -1,7 +1,5 @@
 #include "worker/data/data_source.h"
 
-#include <algorithm>
-
 #include "absl/strings/str_cat.h"
 #include "common/input_limits.h"
 #include "common/status_macros.h"
@@ -17,19 +15,17 @@ int64_t Batch::target_count() const {
   return n;
 }
 
-int64_t ExactMatches(absl::Span<const int32_t> targets, int64_t batch, int64_t t, absl::Span<const float> logits,
-                     int64_t vocab) {
+int64_t ExactMatches(absl::Span<const int32_t> targets, int64_t batch, int64_t t, absl::Span<const int32_t> argmax) {
   CHECK_EQ(static_cast<int64_t>(targets.size()), batch * t);
-  CHECK_EQ(static_cast<int64_t>(logits.size()), batch * t * vocab);
+  CHECK_EQ(targets.size(), argmax.size());
   int64_t matches = 0;
   for (int64_t s = 0; s < batch; ++s) {
     bool scored = false, right = true;
     for (int64_t j = 0; j < t && right; ++j) {
-      const int32_t target = targets[static_cast<size_t>(s * t + j)];
-      if (target < 0) continue;
+      const size_t row = static_cast<size_t>(s * t + j);
+      if (targets[row] < 0) continue;
       scored = true;
-      const float* row = logits.data() + (s * t + j) * vocab;
-      right = std::max_element(row, row + vocab) - row == target;
+      right = argmax[row] == targets[row];
     }
     matches += scored && right;
   }

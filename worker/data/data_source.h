@@ -41,11 +41,10 @@ struct EvalSet {
 };
 
 // Of the `batch` sequences of `t` tokens whose targets are `targets`, those
-// whose every target (≥ 0) is the first of the largest of its row's `vocab`
-// logits (`logits`: [batch·t × vocab]); a sequence without targets is not
-// counted. The caller checks the sizes (CHECKed here).
-int64_t ExactMatches(absl::Span<const int32_t> targets, int64_t batch, int64_t t,
-                     absl::Span<const float> logits, int64_t vocab);
+// whose every target (≥ 0) is its row's most likely class (`argmax`:
+// [batch·t], the first of each row's largest logits); a sequence without
+// targets is not counted. The caller checks the sizes (CHECKed here).
+int64_t ExactMatches(absl::Span<const int32_t> targets, int64_t batch, int64_t t, absl::Span<const int32_t> argmax);
 
 class DataSource {
  public:

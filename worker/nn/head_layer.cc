@@ -1,7 +1,10 @@
 #include "worker/nn/head_layer.h"
 
+#include <algorithm>
 #include <utility>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 
 namespace shardline::worker::nn {
@@ -50,6 +53,7 @@ absl::Status HeadLayer::Forward(const MicroBatch& mb, DeviceSpan<const float> x,
   auto logits = s->logits.span<float>().subspan(0, static_cast<size_t>(n * v));
   RETURN_IF_ERROR(lm_head_.Forward(backend_, s->h.span<float>(), n, logits));
   if (!y.empty()) RETURN_IF_ERROR(backend_.CopyOnDevice(DeviceSpan<const float>(logits), y));
+  if (!mb.argmax_out.empty()) RETURN_IF_ERROR(ArgMax(n, logits, mb.argmax_out));
   if (mb.targets.empty()) return absl::OkStatus();
 
   if (mb.losses_copied == nullptr) {
@@ -82,6 +86,46 @@ absl::Status HeadLayer::Loss(const MicroBatch& mb, Saved& s, DeviceSpan<const fl
   RETURN_IF_ERROR(tp_.group->AllGather(parts));
   return backend_.CrossEntropyCombine(LossPartsShape{n, tp_.size}, parts, mb.targets, s.losses.span<float>(),
                                       s.lse.span<float>());
+}
+
+absl::Status HeadLayer::ArgMax(int64_t n, DeviceSpan<const float> logits, absl::Span<int32_t> out) {
+  if (static_cast<int64_t>(out.size()) != n) {
+    return absl::InvalidArgumentError(absl::StrCat("argmax for ", out.size(), " rows of ", n));
+  }
+  const int64_t v = lm_head_.out(), first = Classes(n).first;
+  std::vector<float> host(static_cast<size_t>(n * v));
+  RETURN_IF_ERROR(backend_.CopyToHost(logits, absl::MakeSpan(host)));
+  // [max of each row..., its first index...], indices as floats (exact below 2^24).
+  std::vector<float> best(static_cast<size_t>(2 * n));
+  for (int64_t r = 0; r < n; ++r) {
+    const float* row = host.data() + r * v;
+    const int64_t j = std::max_element(row, row + v) - row;
+    best[static_cast<size_t>(r)] = row[j];
+    best[static_cast<size_t>(n + r)] = static_cast<float>(first + j);
+  }
+  if (tp_.vocab_split()) {
+    // Every rank's bests gathered; the largest wins, the lowest rank (the
+    // lowest classes) among equals, as over the whole row.
+    const size_t chunk = best.size();
+    RETURN_IF_ERROR(EnsureFloats(backend_, argmax_parts_, chunk * tp_.size));
+    auto parts = argmax_parts_.span<float>().subspan(0, chunk * tp_.size);
+    RETURN_IF_ERROR(backend_.CopyToDevice(absl::Span<const float>(best), parts.subspan(chunk * tp_.rank, chunk)));
+    RETURN_IF_ERROR(tp_.group->AllGather(parts));
+    std::vector<float> all(chunk * tp_.size);
+    RETURN_IF_ERROR(backend_.CopyToHost(DeviceSpan<const float>(parts), absl::MakeSpan(all)));
+    std::copy(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(chunk), best.begin());  // rank 0's
+    for (int k = 1; k < tp_.size; ++k) {
+      const float* theirs = all.data() + chunk * k;
+      for (int64_t r = 0; r < n; ++r) {
+        if (theirs[r] > best[static_cast<size_t>(r)]) {
+          best[static_cast<size_t>(r)] = theirs[r];
+          best[static_cast<size_t>(n + r)] = theirs[n + r];
+        }
+      }
+    }
+  }
+  for (int64_t r = 0; r < n; ++r) out[static_cast<size_t>(r)] = static_cast<int32_t>(best[static_cast<size_t>(n + r)]);
+  return absl::OkStatus();
 }
 
 absl::Status HeadLayer::Backward(const MicroBatch& mb, DeviceSpan<const float> x,

@@ -15,7 +15,8 @@
 // the slice's gradient; the input gradient's parts are summed over the
 // group (all-reduce) before ln_f's backward. The whole logits are not
 // gathered: Forward with an output buffer is refused (training and the
-// pipeline never ask for them). Not thread-safe.
+// pipeline never ask for them); for MicroBatch::argmax_out each rank's best
+// class of each row (value and index) is gathered instead. Not thread-safe.
 #ifndef SHARDLINE_WORKER_NN_HEAD_LAYER_H_
 #define SHARDLINE_WORKER_NN_HEAD_LAYER_H_
 
@@ -63,6 +64,9 @@ class HeadLayer final : public Layer {
   }
   // The rows' losses (and, split, their log-sum-exp) into s->losses.
   absl::Status Loss(const MicroBatch& mb, Saved& s, DeviceSpan<const float> logits);
+  // Each of the n rows' first largest class into `out` (MicroBatch::
+  // argmax_out), split: each rank's best gathered over the tensor group.
+  absl::Status ArgMax(int64_t n, DeviceSpan<const float> logits, absl::Span<int32_t> out);
 
   Backend& backend_;
   const ModelConfig config_;
@@ -73,6 +77,7 @@ class HeadLayer final : public Layer {
   SlotStore<Saved> saved_;
   DeviceBuffer dlogits_, dh_;  // Backward temporaries
   DeviceBuffer parts_;         // vocabulary-parallel: [t × rows × 3], every rank's CrossEntropyParts
+  DeviceBuffer argmax_parts_;  // vocabulary-parallel: [t × 2 · rows], every rank's best class of each row
 };
 
 }  // namespace shardline::worker::nn

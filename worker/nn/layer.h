@@ -31,6 +31,10 @@ struct MicroBatch {
   // by a copy it queues, and where it puts that copy's transfer.
   absl::Span<float> losses_out;
   HostTransfer* losses_copied = nullptr;
+  // When not empty (rows ints, host memory): the head writes each row's most
+  // likely class, the first of its largest logits over the whole vocabulary
+  // (exact-match validation); it waits for the logits to do so.
+  absl::Span<int32_t> argmax_out;
   int64_t rows() const { return batch * t; }
 };
 

@@ -83,8 +83,8 @@ struct PipelineStageOptions {
   // Validation windows a validation pass takes (train.eval_examples).
   int eval_examples = 1000;
   // The validation pass scores exact match (data::EvalSet::Kind::
-  // kExactMatch: addition) as well as the loss; the last stage must hold
-  // the whole vocabulary (no vocabulary-parallel head).
+  // kExactMatch: addition) as well as the loss (ShardRuntime::Inputs::argmax
+  // on the last stage).
   bool eval_exact_match = false;
 };
 
@@ -275,7 +275,7 @@ class PipelineStage {
   bool last_step_failed_ = false;
   // Stage 0: the validation batches, made at the first pass.
   std::unique_ptr<data::EvalSet> eval_set_;
-  std::vector<float> eval_logits_;  // last stage, exact match: a validation batch's logits
+  std::vector<int32_t> eval_argmax_;  // last stage, exact match: a validation batch's most likely classes
 };
 
 }  // namespace shardline::worker::runtime

@@ -77,30 +77,24 @@ absl::StatusOr<StageEvalResult> PipelineStage::EvaluateImpl(int64_t step) {
     if (runtime_.is_last()) in.targets = received.targets;
     result.windows += in.batch;
     transport::HostBuffer output;
-    absl::Span<float> logits;  // exact match: the last stage's
     if (!runtime_.is_last()) {
       output = link_.OutgoingBuffer(Kind::kActivation, static_cast<size_t>(runtime_.OutputElements(in.batch * in.t)));
     } else if (options_.eval_exact_match) {
-      eval_logits_.resize(static_cast<size_t>(in.batch * in.t * runtime_.output_width()));
-      logits = absl::MakeSpan(eval_logits_);
+      eval_argmax_.resize(static_cast<size_t>(in.batch * in.t));
+      in.argmax = absl::MakeSpan(eval_argmax_);
     }
     Doing(step, "forward", i, absl::StrCat("validation forward of batch ", i, " after step ", step));
-    ASSIGN_OR_RETURN(ShardRuntime::EdgeTransfers edge,
-                     runtime_.ForwardAsync(kEvalSlot, in, runtime_.is_last() ? logits : output.span()));
+    ASSIGN_OR_RETURN(ShardRuntime::EdgeTransfers edge, runtime_.ForwardAsync(kEvalSlot, in, output.span()));
     // The slot's host memory takes the next batch's tokens: this batch's
     // must be on the device first (a short wait; the pass itself runs on).
     RETURN_IF_ERROR(edge.inputs_read.Wait());
     if (runtime_.is_last()) {
       absl::StatusOr<double> loss = runtime_.Loss(kEvalSlot);
-      absl::Status logits_read = edge.output_written.Wait();
       runtime_.Discard(kEvalSlot);
       RETURN_IF_ERROR(loss.status());
-      RETURN_IF_ERROR(logits_read);
       result.loss += *loss;
       result.losses.push_back(*loss);
-      if (options_.eval_exact_match) {
-        result.matches += data::ExactMatches(in.targets, in.batch, in.t, logits, runtime_.output_width());
-      }
+      if (options_.eval_exact_match) result.matches += data::ExactMatches(in.targets, in.batch, in.t, in.argmax);
       KeepUntilRead(std::move(edge.inputs_read), std::move(received));
       continue;
     }

@@ -86,6 +86,10 @@ absl::Status ShardRuntime::CheckInputs(const Inputs& in) const {
   if (!in.targets.empty() && !is_last()) {
     return absl::InvalidArgumentError("targets given to a stage that has no head");
   }
+  if (!in.argmax.empty() && !is_last()) return absl::InvalidArgumentError("argmax asked of a stage that has no head");
+  if (!in.argmax.empty() && static_cast<int64_t>(in.argmax.size()) != rows) {
+    return SizeError("argmax", in.argmax.size(), rows);
+  }
   if (!is_first() && static_cast<int64_t>(in.activations.size()) != InputElements(rows)) {
     return SizeError("input activations", in.activations.size(), InputElements(rows));
   }
@@ -180,6 +184,7 @@ absl::StatusOr<ShardRuntime::EdgeTransfers> ShardRuntime::ForwardImpl(int slot, 
                                        s->narrow_input, wait, s->released, split_previous_));
     }
     nn::MicroBatch mb = MicroBatchOf(slot, *s);
+    mb.argmax_out = in.argmax;
     if (s->has_targets) {
       RETURN_IF_ERROR(std::exchange(host.losses_copied, HostTransfer()).Wait());  // a step old
       ASSIGN_OR_RETURN(mb.losses_out, host.losses.Get<float>(backend_, n));

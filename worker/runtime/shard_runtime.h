@@ -41,6 +41,11 @@ class ShardRuntime {
     absl::Span<const int32_t> targets;      // [batch·t], < 0 ignored; last stage; empty: no loss
     float loss_scale = 1.0f;                // per counted token (1 / tokens counted in the step)
     absl::Span<const float> activations;    // [batch·t·input_width]; stages after the first
+    // Last stage, when not empty ([batch·t]): each row's most likely class,
+    // the first of its largest logits over the whole vocabulary (gathered
+    // over a vocabulary-parallel head: every rank of it must ask), written
+    // before Forward returns (exact-match validation).
+    absl::Span<int32_t> argmax;
   };
 
   // Units [unit_begin, unit_end) of the model (see nn/model_layers.h), this

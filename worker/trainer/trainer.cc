@@ -84,8 +84,7 @@ absl::StatusOr<EvalResult> Trainer::Evaluate() {
     result.examples += b.batch;
   }
   if (targets == 0) return absl::FailedPreconditionError("no validation targets");
-  const int64_t vocab = runtime_->output_width();
-  std::vector<float> logits;
+  std::vector<int32_t> argmax;
   for (const data::Batch& b : set.batches) {
     runtime::ShardRuntime::Inputs in;
     in.batch = b.batch;
@@ -93,8 +92,11 @@ absl::StatusOr<EvalResult> Trainer::Evaluate() {
     in.ids = b.ids;
     in.targets = b.targets;
     in.loss_scale = static_cast<float>(1.0 / static_cast<double>(targets));
-    if (result.exact_match) logits.resize(static_cast<size_t>(b.batch * b.t * vocab));
-    absl::Status status = runtime_->Forward(kEvalSlot, in, absl::Span<float>(logits));
+    if (result.exact_match) {
+      argmax.resize(static_cast<size_t>(b.batch * b.t));
+      in.argmax = absl::MakeSpan(argmax);
+    }
+    absl::Status status = runtime_->Forward(kEvalSlot, in);
     if (status.ok()) {
       absl::StatusOr<double> loss = runtime_->Loss(kEvalSlot);
       if (loss.ok()) result.val_loss += *loss;
@@ -102,7 +104,7 @@ absl::StatusOr<EvalResult> Trainer::Evaluate() {
     }
     runtime_->Discard(kEvalSlot);
     RETURN_IF_ERROR(status);
-    if (result.exact_match) result.matches += data::ExactMatches(b.targets, b.batch, b.t, logits, vocab);
+    if (result.exact_match) result.matches += data::ExactMatches(b.targets, b.batch, b.t, argmax);
   }
   result.accuracy =
       result.exact_match ? static_cast<double>(result.matches) / static_cast<double>(result.examples) : 0.0;

@@ -9,16 +9,22 @@
 // parameter, along a direction in the global layout) agree with them; with
 // the vocabulary-parallel embedding and head too (their slices and
 // parallel cross-entropy), and without (replicated).
+#include <algorithm>
 #include <cmath>
 #include <functional>
+#include <map>
 #include <memory>
+#include <string>
 #include <thread>
 #include <tuple>
 #include <vector>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "common/dtype.h"
 #include "common/job_spec.h"
 #include "common/rng.h"
+#include "common/tensor.h"
 #include "gtest/gtest.h"
 #include "tests/worker/nn/nn_test_util.h"
 #include "worker/collective/in_process_collective.h"
@@ -321,6 +327,66 @@ TEST(TensorParallelConfigTest, AVocabularySplitThatDoesNotDivideTheVocabularyIsR
                                         nn::TensorParallel{0, 3, rank.get(), /*split_vocab=*/true});
     EXPECT_EQ(created.status().code(), absl::StatusCode::kInvalidArgument) << "unit " << unit;
     EXPECT_NE(created.status().message().find("vocabulary (16)"), std::string::npos) << created.status();
+  }
+}
+
+// Each row's most likely class (ShardRuntime::Inputs::argmax, exact-match
+// validation) is the first of its largest logits over the whole vocabulary,
+// on the whole head and on a vocabulary-parallel one over 2 and 4 ranks:
+// the head's weights give row 0 a tie between class 3 and class 11 (another
+// rank's, split) and row 1 one between classes 9 and 12.
+TEST(TensorParallelArgMaxTest, TheFirstOfTheLargestLogitsOverTheWholeVocabulary) {
+  const nn::ModelConfig config = nn::ModelConfig::FromSpec(Spec().model());
+  const nn::OptimizerConfig optimizer = nn::OptimizerConfig::FromSpec(Spec().train());
+  const int64_t d = config.d_model, vocab = config.vocab;
+  std::vector<float> p(static_cast<size_t>(d)), q(static_cast<size_t>(d));  // orthogonal, LayerNorm keeps them
+  for (int64_t i = 0; i < d; ++i) {
+    p[static_cast<size_t>(i)] = i % 2 == 0 ? 1.0f : -1.0f;
+    q[static_cast<size_t>(i)] = i % 4 < 2 ? 1.0f : -1.0f;
+  }
+  std::map<std::string, common::Tensor> weights;
+  const int head = config.units() - 1;
+  auto backend = testing::CpuBackend();
+  auto whole = ShardRuntime::Create(*backend, config, head, head + 1, 5, optimizer);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  for (nn::Parameter* param : (*whole)->parameters()) {
+    auto tensor = common::Tensor::Zeros(common::DType::kF32, param->global_shape);
+    ASSERT_TRUE(tensor.ok());
+    absl::Span<float> v = tensor->values<float>();
+    if (param->global_shape.size() == 2) {  // lm_head.weight [vocab × d]
+      for (int64_t c = 0; c < vocab; ++c) {
+        for (int64_t i = 0; i < d; ++i) {
+          const float pi = p[static_cast<size_t>(i)], qi = q[static_cast<size_t>(i)];
+          v[static_cast<size_t>(c * d + i)] = c == 3 || c == 11 ? pi : c == 9 || c == 12 ? qi : 0.1f * (pi + qi);
+        }
+      }
+    } else if (absl::EndsWith(param->name, "weight")) {
+      std::fill(v.begin(), v.end(), 1.0f);  // ln_f: gain 1, bias 0
+    }
+    weights.emplace(param->name, *std::move(tensor));
+  }
+  std::vector<float> x(p);
+  x.insert(x.end(), q.begin(), q.end());
+  ShardRuntime::Inputs in;
+  in.batch = 2;
+  in.t = 1;
+  in.activations = x;
+  std::vector<int32_t> want(2);
+  in.argmax = absl::MakeSpan(want);
+  ASSERT_TRUE((*whole)->ImportWeights(weights).ok());
+  ASSERT_TRUE((*whole)->Forward(0, in).ok());
+  EXPECT_EQ(want, (std::vector<int32_t>{3, 9}));
+  for (int t : {2, 4}) {
+    SCOPED_TRACE(absl::StrCat(t, " ranks"));
+    TensorGroup split(config, head, head + 1, t, optimizer, /*split_vocab=*/true);
+    std::vector<std::vector<int32_t>> got(static_cast<size_t>(t), std::vector<int32_t>(2, -1));
+    split.OnEveryRank([&](int r) {
+      ASSERT_TRUE(split.runtime(r).ImportWeights(weights).ok());
+      ShardRuntime::Inputs mine = in;
+      mine.argmax = absl::MakeSpan(got[static_cast<size_t>(r)]);
+      ASSERT_TRUE(split.runtime(r).Forward(0, mine).ok());
+    });
+    for (int r = 0; r < t; ++r) EXPECT_EQ(got[static_cast<size_t>(r)], want) << "rank " << r;
   }
 }
 

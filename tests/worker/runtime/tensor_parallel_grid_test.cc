@@ -126,11 +126,12 @@ TEST(TensorParallelGridValidationTest, EveryPositionValidatesAsTheTrainerDoes) {
   EXPECT_TRUE((*grid)->RunStep(3).ok());
 }
 
-// Addition's exact match on a 2 × 2 × 2 grid (the LM head whole on each
-// tensor rank) with the weights of a reference trained until it answers
-// some problems and not others: each replica runs its share of the
-// batches, every tensor rank counting the same problems right, and
-// together as many as the trainer, give or take the one or two whose
+// Addition's exact match on a 2 × 2 × 2 grid, the LM head whole on each
+// tensor rank and split over them (vocabulary-parallel: each rank's best
+// class of each row gathered), with the weights of a reference trained
+// until it answers some problems and not others: each replica runs its
+// share of the batches, every tensor rank counting the same problems right,
+// and together as many as the trainer, give or take the one or two whose
 // answer the split sums' rounding could tip.
 TEST(TensorParallelGridValidationTest, ExactMatchOnAGridCountsTheTrainersProblems) {
   shardline::v1::JobSpec spec = GridSpec(Case{2, 2, 2});
@@ -140,21 +141,28 @@ TEST(TensorParallelGridValidationTest, ExactMatchOnAGridCountsTheTrainersProblem
   spec.mutable_train()->set_steps(3000);
   spec.mutable_train()->set_eval_every(100);
   spec.mutable_train()->set_eval_examples(200);
-  ASSERT_FALSE(common::VocabParallel(spec));
   auto trained = shardline::testing::TrainUntilPartlyRight(spec);
   ASSERT_TRUE(trained.ok()) << trained.status();
   const int64_t want = trained->eval.matches;
-  auto grid = shardline::testing::LocalGrid::Create(spec, {2});
-  ASSERT_TRUE(grid.ok()) << grid.status();
-  for (int r = 0; r < 2; ++r) {
-    for (int k = 0; k < 2; ++k) {
-      for (int s = 0; s < 2; ++s) ASSERT_TRUE((*grid)->position(r, k).runtime(s).ImportWeights(trained->weights).ok());
+  for (const bool vocab_parallel : {false, true}) {
+    SCOPED_TRACE(vocab_parallel ? "vocabulary-parallel head" : "whole head");
+    spec.mutable_parallel()->set_vocab_parallel(vocab_parallel);
+    ASSERT_EQ(common::VocabParallel(spec), vocab_parallel);
+    auto grid = shardline::testing::LocalGrid::Create(spec, {2});
+    ASSERT_TRUE(grid.ok()) << grid.status();
+    for (int r = 0; r < 2; ++r) {
+      for (int k = 0; k < 2; ++k) {
+        for (int s = 0; s < 2; ++s) {
+          ASSERT_TRUE((*grid)->position(r, k).runtime(s).ImportWeights(trained->weights).ok());
+        }
+      }
     }
+    auto got = (*grid)->Validate(1);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(got->replica_windows, (std::vector<int64_t>{104, 96})) << "25 batches of 8, shared";
+    EXPECT_LE(std::abs(got->matches - want), 2) << got->matches << " vs " << want;
+    EXPECT_LE(std::fabs(got->loss - trained->eval.val_loss), 1e-5 * trained->eval.val_loss);
   }
-  auto got = (*grid)->Validate(1);
-  ASSERT_TRUE(got.ok()) << got.status();
-  EXPECT_EQ(got->replica_windows, (std::vector<int64_t>{104, 96})) << "25 batches of 8, shared";
-  EXPECT_LE(std::abs(got->matches - want), 2) << got->matches << " vs " << want;
 }
 
 // Four replicas and three validation batches: the fourth replica has none
