@@ -162,8 +162,8 @@ TEST(PipelineValidationTest, ValidationLossesMatchTheReferenceTrainer) {
 // Addition's validation (exact match: the held-out problems whose every
 // answer digit is the model's most likely token) counts the same problems
 // right on any cut as the trainer, with the same loss, on a model trained
-// until it answers some problems and not others; the one-stage pipeline's
-// bf16 wire leaves the logits it scores in f32.
+// until it answers some problems and not others (the one-stage pipeline on
+// a bf16 wire, which has no edge to round).
 TEST(PipelineValidationTest, ExactMatchMatchesTheReferenceTrainer) {
   auto spec = testing::TinySpec(/*micro_batches=*/2, /*global_batch=*/32);
   spec.mutable_model()->set_d_model(32);
@@ -179,7 +179,7 @@ TEST(PipelineValidationTest, ExactMatchMatchesTheReferenceTrainer) {
   for (const std::vector<int>& cuts : {std::vector<int>{}, std::vector<int>{2}, std::vector<int>{1, 2, 3}}) {
     SCOPED_TRACE(::testing::Message() << cuts.size() + 1 << " stages");
     spec.mutable_parallel()->set_pipeline_stages(static_cast<int>(cuts.size()) + 1);
-    // One stage has no edge: a 16-bit wire must leave its logits as they are.
+    // One stage has no edge: a 16-bit wire changes nothing of its pass.
     spec.mutable_parallel()->set_wire_dtype(cuts.empty() ? "bf16" : "f32");
     auto pipeline = shardline::testing::LocalPipeline::Create(spec, cuts);
     ASSERT_TRUE(pipeline.ok()) << pipeline.status();

@@ -325,6 +325,25 @@ TEST_F(ShardRuntimeTest, HalfPrecisionEdgesEqualTheF32EdgeOnRoundedValues) {
   EXPECT_EQ(runtime->set_edge_dtype(common::DType::kI32).code(), absl::StatusCode::kInvalidArgument);
 }
 
+// The last stage's output is the logits, no edge tensor: f32 whatever the
+// edge precision (its input edge still 16-bit).
+TEST_F(ShardRuntimeTest, TheLastStagesLogitsStayF32OnAHalfPrecisionEdge) {
+  auto narrow = Make(1, config_.units()), wide = Make(1, config_.units());
+  ASSERT_TRUE(narrow->set_edge_dtype(common::DType::kBF16).ok());
+  const int64_t rows = batch_.batch * batch_.t;
+  std::vector<float> acts(static_cast<size_t>(rows * wide->input_width()));
+  for (size_t i = 0; i < acts.size(); ++i) acts[i] = std::sin(0.37f * static_cast<float>(i));
+  std::vector<uint16_t> halves(acts.size());
+  common::ConvertF32ToBf16(acts.data(), halves.data(), acts.size());
+  std::vector<float> packed(acts.size());
+  std::memcpy(packed.data(), halves.data(), halves.size() * 2);
+  common::RoundThroughBf16(acts.data(), acts.size());
+  std::vector<float> wide_logits(static_cast<size_t>(rows * wide->output_width())), narrow_logits(wide_logits.size());
+  ASSERT_TRUE(wide->Forward(0, {batch_.batch, batch_.t, {}, {}, 1.0f, acts}, absl::MakeSpan(wide_logits)).ok());
+  ASSERT_TRUE(narrow->Forward(0, {batch_.batch, batch_.t, {}, {}, 1.0f, packed}, absl::MakeSpan(narrow_logits)).ok());
+  EXPECT_EQ(narrow_logits, wide_logits);
+}
+
 // The hook GradientBuckets starts its reductions from: after each layer,
 // from the last to the first, the gradients from the named parameter on
 // hold their values of the whole pass, and the earlier ones do not yet.
