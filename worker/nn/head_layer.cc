@@ -95,7 +95,7 @@ absl::Status HeadLayer::ArgMax(int64_t n, DeviceSpan<const float> logits, absl::
   const int64_t v = lm_head_.out(), first = Classes(n).first;
   std::vector<float> host(static_cast<size_t>(n * v));
   RETURN_IF_ERROR(backend_.CopyToHost(logits, absl::MakeSpan(host)));
-  // [max of each row..., its first index...], indices as floats (exact below 2^24).
+  // [max of each row..., its first index...], indices as floats (exact: a vocabulary has at most 2^20).
   std::vector<float> best(static_cast<size_t>(2 * n));
   for (int64_t r = 0; r < n; ++r) {
     const float* row = host.data() + r * v;
