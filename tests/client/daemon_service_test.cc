@@ -7,12 +7,14 @@
 // grpcio-health-checking) lists our services by reflection and finds each
 // SERVING.
 #include <poll.h>
+#include <stdlib.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <thread>
@@ -111,7 +113,16 @@ void ExpectGracefulStop(ChildProcess& daemon, NotifySocket& socket, const std::s
 
 class DaemonServiceTest : public ::testing::Test {
  protected:
-  void SetUp() override { dir_ = TempDir(::testing::UnitTest::GetInstance()->current_test_info()->name()); }
+  void SetUp() override {
+    dir_ = TempDir(::testing::UnitTest::GetInstance()->current_test_info()->name());
+    // Socket paths must fit sun_path (108 bytes), whatever the tests' directory.
+    char sockets[] = "/tmp/sl-sock-XXXXXX";
+    ASSERT_NE(::mkdtemp(sockets), nullptr) << std::strerror(errno);
+    sockets_ = sockets;
+  }
+  void TearDown() override {
+    if (!sockets_.empty()) std::filesystem::remove_all(sockets_);
+  }
 
   // A coordinator (lease 1 s) telling `socket`; its address once serving.
   std::string StartCoordinator(NotifySocket& socket) {
@@ -131,11 +142,12 @@ class DaemonServiceTest : public ::testing::Test {
   }
 
   std::string dir_;
+  std::string sockets_;  // the notify sockets' directory
   std::unique_ptr<ChildProcess> coordinator_;
 };
 
 TEST_F(DaemonServiceTest, TheCoordinatorSaysReadyKeepsTheWatchdogFedAndSaysStopping) {
-  NotifySocket socket(dir_ + "/notify.sock");
+  NotifySocket socket(sockets_ + "/notify.sock");
   ASSERT_TRUE(socket.bound()) << std::strerror(errno);
   const std::string address = StartCoordinator(socket);
   const std::vector<std::string> ready = socket.Until("READY=1", absl::Seconds(20));
@@ -151,8 +163,8 @@ TEST_F(DaemonServiceTest, TheCoordinatorSaysReadyKeepsTheWatchdogFedAndSaysStopp
 }
 
 TEST_F(DaemonServiceTest, AWorkerIsReadyOnceRegisteredNotServingWhileDrainedAndLeavesOnSigterm) {
-  NotifySocket coordinator_socket(dir_ + "/coordinator.sock");
-  NotifySocket socket(dir_ + "/worker.sock");
+  NotifySocket coordinator_socket(sockets_ + "/coordinator.sock");
+  NotifySocket socket(sockets_ + "/worker.sock");
   ASSERT_TRUE(socket.bound() && coordinator_socket.bound()) << std::strerror(errno);
   const std::string address = StartCoordinator(coordinator_socket);
   auto worker = StartNotifying(socket,
@@ -190,7 +202,7 @@ TEST_F(DaemonServiceTest, AWorkerIsReadyOnceRegisteredNotServingWhileDrainedAndL
 }
 
 TEST_F(DaemonServiceTest, APythonClientListsOurServicesByReflectionAndFindsThemServing) {
-  NotifySocket socket(dir_ + "/notify.sock");
+  NotifySocket socket(sockets_ + "/notify.sock");
   const std::string address = StartCoordinator(socket);
   auto worker = ChildProcess::Start({kBin + "/shardline-worker", "--coordinator=" + address, "--name=w0",
                                      "--threads=1", "--listen=127.0.0.1:0", "--port_file=" + dir_ + "/w0.port"},
