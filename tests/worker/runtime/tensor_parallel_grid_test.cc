@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <string>
 #include <thread>
@@ -34,6 +35,8 @@
 
 namespace shardline::worker::runtime {
 namespace {
+
+using shardline::testing::LocalGrid;
 
 constexpr int kSteps = 25;
 
@@ -88,6 +91,29 @@ GridRun RunGrid(const shardline::v1::JobSpec& spec, const std::vector<int>& cuts
   return run;
 }
 
+// The trainer and a grid of `spec` (cut after unit 2) trained together for
+// `steps` steps, both validating after each: check(step, the trainer's
+// validation, the grid's); the grid trains on after the last.
+void TrainAndValidate(
+    const shardline::v1::JobSpec& spec, int64_t steps,
+    const std::function<void(int64_t, const trainer::EvalResult&, const LocalGrid::Validation&)>& check) {
+  auto backend = testing::CpuBackend();
+  auto trainer = trainer::Trainer::Create(spec, *backend);
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  auto grid = LocalGrid::Create(spec, {2});
+  ASSERT_TRUE(grid.ok()) << grid.status();
+  for (int64_t step = 1; step <= steps; ++step) {
+    ASSERT_TRUE((*trainer)->TrainStep(step).ok());
+    ASSERT_TRUE((*grid)->RunStep(step).ok());
+    auto want = (*trainer)->Evaluate();
+    ASSERT_TRUE(want.ok()) << want.status();
+    auto got = (*grid)->Validate(step);
+    ASSERT_TRUE(got.ok()) << got.status();
+    check(step, *want, *got);
+  }
+  EXPECT_TRUE((*grid)->RunStep(steps + 1).ok()) << "the grid trains on after a pass";
+}
+
 // A validation pass through a 2 × 2 × 2 grid on text (tensor-parallel
 // layers inside a forward-only pass): every position's last stage has the
 // same loss, the trainer's within the split's rounding.
@@ -105,25 +131,12 @@ TEST(TensorParallelGridValidationTest, EveryPositionValidatesAsTheTrainerDoes) {
   spec.mutable_data()->set_val_fraction(0.1);
   spec.mutable_train()->set_eval_every(2);
   spec.mutable_train()->set_eval_examples(9);
-  auto backend = testing::CpuBackend();
-  auto trainer = trainer::Trainer::Create(spec, *backend);
-  ASSERT_TRUE(trainer.ok()) << trainer.status();
-  auto grid = shardline::testing::LocalGrid::Create(spec, {2});
-  ASSERT_TRUE(grid.ok()) << grid.status();
-  for (int64_t step = 1; step <= 2; ++step) {
-    ASSERT_TRUE((*trainer)->TrainStep(step).ok());
-    ASSERT_TRUE((*grid)->RunStep(step).ok());
-  }
-  auto want = (*trainer)->Evaluate();
-  ASSERT_TRUE(want.ok()) << want.status();
-  // Each replica ran its share of the batches, every tensor rank the same.
-  auto got = (*grid)->Validate(2);
-  ASSERT_TRUE(got.ok()) << got.status();
-  EXPECT_EQ(got->replica_windows, (std::vector<int64_t>{5, 4})) << "batches of 2, 2, 2, 2, 1: 0, 2, 4 and 1, 3";
-  EXPECT_EQ(got->windows, want->examples);
-  EXPECT_LE(std::fabs(got->loss - want->val_loss), 1e-5 * want->val_loss) << got->loss << " vs " << want->val_loss;
-  // The grid trains on after it.
-  EXPECT_TRUE((*grid)->RunStep(3).ok());
+  // Each replica runs its share of the batches, every tensor rank the same.
+  TrainAndValidate(spec, 2, [](int64_t, const trainer::EvalResult& want, const LocalGrid::Validation& got) {
+    EXPECT_EQ(got.replica_windows, (std::vector<int64_t>{5, 4})) << "batches of 2, 2, 2, 2, 1: 0, 2, 4 and 1, 3";
+    EXPECT_EQ(got.windows, want.examples);
+    EXPECT_LE(std::fabs(got.loss - want.val_loss), 1e-5 * want.val_loss) << got.loss << " vs " << want.val_loss;
+  });
 }
 
 // Addition's exact match on a 2 × 2 × 2 grid, the LM head whole on each
@@ -172,21 +185,10 @@ TEST(TensorParallelGridValidationTest, AReplicaWithoutABatchSitsThePassOut) {
   shardline::v1::JobSpec spec = GridSpec(Case{2, 4, 1});
   spec.mutable_train()->set_eval_every(1);
   spec.mutable_train()->set_eval_examples(5);  // batches of 2, 2 and 1
-  auto backend = testing::CpuBackend();
-  auto trainer = trainer::Trainer::Create(spec, *backend);
-  ASSERT_TRUE(trainer.ok()) << trainer.status();
-  auto grid = shardline::testing::LocalGrid::Create(spec, {2});
-  ASSERT_TRUE(grid.ok()) << grid.status();
-  for (int64_t step = 1; step <= 2; ++step) {
-    ASSERT_TRUE((*trainer)->TrainStep(step).ok());
-    ASSERT_TRUE((*grid)->RunStep(step).ok());
-    auto want = (*trainer)->Evaluate();
-    ASSERT_TRUE(want.ok()) << want.status();
-    auto got = (*grid)->Validate(step);
-    ASSERT_TRUE(got.ok()) << got.status();
-    EXPECT_EQ(got->replica_windows, (std::vector<int64_t>{2, 2, 1, 0}));
-    EXPECT_EQ(got->loss, want->val_loss) << "step " << step;
-  }
+  TrainAndValidate(spec, 2, [](int64_t step, const trainer::EvalResult& want, const LocalGrid::Validation& got) {
+    EXPECT_EQ(got.replica_windows, (std::vector<int64_t>{2, 2, 1, 0}));
+    EXPECT_EQ(got.loss, want.val_loss) << "step " << step;
+  });
 }
 
 class TensorParallelGridTest : public ::testing::TestWithParam<Case> {};
