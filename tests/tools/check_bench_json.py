@@ -361,14 +361,15 @@ def check_stage_layout_across_capped_veth(bin_dir, workdir, source_dir):
     # Between the "hosts" every byte crosses the capped veth (1 Gbit/s =
     # 0.125 GB/s; the token bucket lets 4 MB through at once): same_rank
     # moves the tensor twice over it, the others once (their group's
-    # all-gather or broadcast stays on the receiving host's loopback), so
-    # they deliver tensors about twice as fast.
-    rounds = {r["layout"]: r for r in rows}
-    for layout, r in rounds.items():
+    # all-gather or broadcast stays on the receiving host's loopback). The
+    # counted bytes above say so; the cap's floor says those bytes really
+    # crossed the shaped wire (a load can only slow a round, never make it
+    # beat the token bucket). How much faster the layouts deliver is the
+    # benchmark's figure (docs/benchmarks.md), not asserted here: a loaded
+    # machine slows the loopback side of the comparison.
+    for r in rows:
         wire_s = (r["between_stages_bytes"] * r["reps"] - 4e6) / 0.125e9
         assert r["median_round_s"] >= wire_s * 0.9, ("faster than the capped wire", r)
-    for layout in ("scatter_gather", "broadcast"):
-        assert 1.5 < rounds[layout]["vs_same_rank"] < 3, rounds[layout]
 
 
 RECOVERY_LEASE_MS = 1000
