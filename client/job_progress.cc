@@ -252,6 +252,11 @@ std::string DescribeJob(const shardline::v1::JobStatus& s) {
     absl::StrAppend(&out, absl::StrFormat("Validation: loss %.4f after step %d (%d windows)\n", s.val_loss(),
                                           s.val_step(), s.val_windows()));
   }
+  if (s.best_val_step() > 0 && s.best_val_step() != s.val_step()) {
+    absl::StrAppend(&out, absl::StrFormat("Best pass:  loss %.4f after step %d (%d later pass%s did not beat it)\n",
+                                          s.best_val_loss(), s.best_val_step(), s.passes_since_best(),
+                                          s.passes_since_best() == 1 ? "" : "es"));
+  }
   if (s.init_from() == common::kSentWeights) {
     absl::StrAppend(&out, "Started at: the weights sent with it",
                     s.init_step() >= 0 ? absl::StrCat(" (step ", s.init_step(), " of what trained them)") : "", "\n");

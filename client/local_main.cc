@@ -37,6 +37,7 @@
 #include "common/input_limits.h"
 #include "common/job_spec.h"
 #include "common/metrics_log.h"
+#include "common/validation_best.h"
 
 ABSL_FLAG(int, workers, 0,
           "worker processes (0: pipeline_stages × data_parallel × tensor_parallel of the spec); the "
@@ -72,6 +73,14 @@ common::EvalMetrics ValidationOf(const shardline::v1::JobStatus& s, const std::s
   }
   if (kind == "text_bytes") m.bits_per_byte = s.val_loss() / std::log(2.0);
   return m;
+}
+
+// Whether the job ends after its validation pass of `s` (early stopping:
+// its patience ran out there), as shardline-train stops.
+bool StopsAfterPass(const shardline::v1::JobSpec& spec, const shardline::v1::JobStatus& s) {
+  return common::StopsEarly(spec) && s.val_step() > 0 &&
+         common::PatienceRunOut(spec.train().early_stopping(),
+                                {s.best_val_step(), s.best_val_loss(), s.passes_since_best()});
 }
 
 std::string WeightsPath(const shardline::v1::JobSpec& spec) {
@@ -173,10 +182,15 @@ int Run(const std::string& spec_path) {
     }
   });
   const bool tty = isatty(fileno(stdout));
-  int64_t logged = 0, validated = 0;
+  int64_t logged = 0, validated = 0, stopped_after = 0;
   shardline::v1::JobState shown = shardline::v1::JOB_STATE_UNSPECIFIED;
   absl::StatusOr<shardline::v1::JobStatus> last = admin.Watch(job_id, [&](const shardline::v1::JobStatus& s) {
-    const bool due = s.step() > logged && (s.step() % spec->train().log_every() == 0 || s.step() == s.total_steps());
+    // Early stopping: the pass its patience ran out on is the run's last
+    // (its step's record is logged; no later one is).
+    if (stopped_after == 0 && StopsAfterPass(*spec, s)) stopped_after = s.val_step();
+    if (stopped_after > 0 && s.step() > stopped_after) return;
+    const bool due = s.step() > logged && (s.step() % spec->train().log_every() == 0 || s.step() == s.total_steps() ||
+                                           s.step() == stopped_after);
     // On a terminal the line updates in place; in a log, one line per logged step.
     if (tty || due || s.state() != shown) {
       std::printf(tty ? "\r\033[K%s" : "%s\n", ProgressLine(s).c_str());
@@ -186,7 +200,7 @@ int Run(const std::string& spec_path) {
     // The cluster's validation passes during training, recorded as
     // shardline-train records its own, before the step's record (the last
     // step's is the final record, after the weights are written).
-    if (s.val_step() > validated && s.val_step() < s.total_steps()) {
+    if (s.val_step() > validated && s.val_step() < s.total_steps() && s.val_step() != stopped_after) {
       validated = s.val_step();
       const common::EvalMetrics eval = ValidationOf(s, spec->data().kind());
       (void)(*log)->Write(eval);
@@ -216,7 +230,7 @@ int Run(const std::string& spec_path) {
   absl::StatusOr<int64_t> weights = admin.ExportTo(job_id, path);
   if (!weights.ok()) return Fail(kFailed, std::string(weights.status().message()));
   std::printf("weights of %s written to %s\n", job_id.c_str(), path.c_str());
-  if (last->val_step() == last->total_steps()) {
+  if (last->val_step() == last->total_steps() || (stopped_after > 0 && last->val_step() == stopped_after)) {
     // The cluster validated the last step's weights where they trained
     // (train.eval_every): the same figures shardline-train --eval_weights
     // finds, without the whole model in one process.

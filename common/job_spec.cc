@@ -139,6 +139,13 @@ absl::Status ValidateTrain(shardline::v1::TrainSpec& t) {
   // Beyond train.steps: the pass after the last step only (a spec shortened
   // for a trial run stays valid).
   RETURN_IF_ERROR(CheckRange("train.eval_every", t.eval_every(), 0, std::numeric_limits<int32_t>::max()));
+  if (t.has_early_stopping() && !t.early_stopping().has_min_delta()) t.mutable_early_stopping()->set_min_delta(0.0);
+  const shardline::v1::EarlyStoppingSpec& e = t.early_stopping();
+  RETURN_IF_ERROR(CheckRange("train.early_stopping.patience", e.patience(), 0, 1 << 20));
+  RETURN_IF_ERROR(CheckRange("train.early_stopping.min_delta", e.min_delta(), 0.0, 1e6));
+  if (e.patience() > 0 && t.eval_every() == 0) {
+    return FieldError("train.early_stopping.patience", "needs validation passes: set train.eval_every");
+  }
   return absl::OkStatus();
 }
 
@@ -236,6 +243,14 @@ int64_t MicroBatchSequences(const JobSpec& spec) {
 bool EvaluatesAfter(const JobSpec& spec, int64_t step) {
   const int every = spec.train().eval_every();
   return every > 0 && (step % every == 0 || step == spec.train().steps());
+}
+
+bool StopsEarly(const JobSpec& spec) { return spec.train().early_stopping().patience() > 0; }
+
+bool CheckpointsAfter(const JobSpec& spec, int64_t step) {
+  const int every = spec.checkpoint().every_steps();
+  return (every > 0 && step % every == 0) || step == spec.train().steps() ||
+         (StopsEarly(spec) && EvaluatesAfter(spec, step));
 }
 
 bool EvaluatesExactMatch(const JobSpec& spec) { return spec.data().kind() == "addition"; }

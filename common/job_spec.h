@@ -38,6 +38,13 @@ int64_t MicroBatchSequences(const shardline::v1::JobSpec& spec);
 
 // Whether the spec evaluates after `step` (train.eval_every).
 bool EvaluatesAfter(const shardline::v1::JobSpec& spec, int64_t step);
+// Whether the spec stops early on its validation passes
+// (train.early_stopping.patience > 0).
+bool StopsEarly(const shardline::v1::JobSpec& spec);
+// Whether a position checkpoints after `step`: every
+// checkpoint.every_steps, the last step, and with early stopping every
+// validation step (its version may be the job's best).
+bool CheckpointsAfter(const shardline::v1::JobSpec& spec, int64_t step);
 // Whether its validation scores exact match (addition data: the held-out
 // problems answered right) besides the loss.
 bool EvaluatesExactMatch(const shardline::v1::JobSpec& spec);

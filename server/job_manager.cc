@@ -273,9 +273,11 @@ absl::StatusOr<bool> JobManager::ReportStep(const shardline::v1::ReportStepReque
     }
     NoteWirePaces(*job, position, r);
   }
+  const int64_t val_before = job->status().val_step();
   if (absl::Status s = job->AddReport(position, r); !s.ok()) {
     End(*job, shardline::v1::FAILED, std::string(s.message()));
   } else {
+    NoteValidationVersions(*job, val_before);
     if (job->status().step() > before && step_observer_) step_observer_(job->status());
     MaybeSucceed(*job);
     if (job->running() && job->status().step() > before && !MaybeGrowBack(*job)) MaybePlanReplan(*job);
@@ -284,7 +286,14 @@ absl::StatusOr<bool> JobManager::ReportStep(const shardline::v1::ReportStepReque
 }
 
 void JobManager::MaybeSucceed(RunningJob& job) {
-  if (job.running() && job.finished()) End(job, shardline::v1::SUCCEEDED, "");
+  if (!job.running()) return;
+  if (job.finished()) {
+    End(job, shardline::v1::SUCCEEDED, "");
+  } else if (StoppedEarly(job)) {
+    End(job, shardline::v1::SUCCEEDED,
+        common::EarlyStopMessage(job.spec().train().early_stopping(), job.status().val_step(),
+                                 job.validation_best()));
+  }
 }
 
 void JobManager::ReleaseWorkers(const RunningJob& job, bool cancel) {
@@ -308,9 +317,12 @@ void JobManager::Fence(RunningJob& job) {
 }
 
 void JobManager::End(RunningJob& job, JobState state, const std::string& message) {
-  if (job.running()) ReleaseWorkers(job, /*cancel=*/state != shardline::v1::SUCCEEDED);
-  if (state != shardline::v1::SUCCEEDED) Fence(job);
-  job.End(state, message, registry_.Now());
+  // With early stopping a job succeeds with its best version, perhaps
+  // before its last step (its workers are then stopped).
+  const bool at_best = state == shardline::v1::SUCCEEDED && common::StopsEarly(job.spec());
+  if (job.running()) ReleaseWorkers(job, /*cancel=*/state != shardline::v1::SUCCEEDED || (at_best && !job.finished()));
+  if (state != shardline::v1::SUCCEEDED || at_best) Fence(job);
+  job.End(state, at_best ? EndAtBest(job, message) : message, registry_.Now());
   Save(job);
   ScheduleLocked();
 }

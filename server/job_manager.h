@@ -188,6 +188,14 @@ class JobManager {
   void End(RunningJob& job, shardline::v1::JobState state, const std::string& message)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MaybeSucceed(RunningJob& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Early stopping (train.early_stopping, job_manager_best.cc): what
+  // becomes of the versions of the validation steps after `val_before`
+  // (the job's best is kept, the others go), whether the patience ran out
+  // with the best version kept (the job then ends), and the job's last
+  // version made its best as it ends (returns its end message).
+  void NoteValidationVersions(RunningJob& job, int64_t val_before) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool StoppedEarly(const RunningJob& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::string EndAtBest(RunningJob& job, const std::string& message) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A running job's workers become idle; with `cancel` they are told to stop.
   void ReleaseWorkers(const RunningJob& job, bool cancel) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Failover: the job's workers are told to stop and freed, its uncommitted

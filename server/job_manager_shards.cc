@@ -4,6 +4,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/checked_int.h"
 #include "common/cost_model.h"
+#include "common/job_spec.h"
 #include "common/shard_digest.h"
 #include "common/status_macros.h"
 #include "server/job_manager.h"
@@ -41,6 +42,12 @@ absl::StatusOr<std::unique_ptr<ShardUploads::Writer>> JobManager::BeginShard(con
   {
     absl::MutexLock lock(&mu_);
     ASSIGN_OR_RETURN(RunningJob * job, Find(h.job_id()));
+    // With early stopping, a validation step's version stays until its
+    // pass says whether it is the best (JobManager::NoteValidationVersions).
+    if (common::StopsEarly(job->spec()) && common::EvaluatesAfter(job->spec(), h.step()) &&
+        h.step() > job->status().val_step()) {
+      weights_.HoldVersion(h.job_id(), h.step());
+    }
     const int position = job->PositionOf(h.stage(), 0, 0);
     if (position >= job->status().stages_size()) return absl::InternalError("the job has no such position");
     const shardline::v1::StageStatus& stage = job->status().stages(position);

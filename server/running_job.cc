@@ -6,6 +6,7 @@
 #include "absl/types/span.h"
 #include "common/eval_shares.h"
 #include "common/job_spec.h"
+#include "common/validation_best.h"
 #include "glog/logging.h"
 
 namespace shardline::server {
@@ -297,6 +298,15 @@ void RunningJob::NoteValidation(int64_t step) {
     LOG(ERROR) << "job " << status_.job_id() << ": the validation pass after step " << step
                << " is not kept: " << loss.status().message();
     return;
+  }
+  // The best pass so far; a pass run again after a restart from an
+  // earlier commit was noted the first time.
+  if (step > status_.val_step()) {
+    common::ValidationBest best = validation_best();
+    common::NoteValidationPass(spec_.train().early_stopping(), step, *loss, best);
+    status_.set_best_val_step(best.step);
+    status_.set_best_val_loss(best.loss);
+    status_.set_passes_since_best(best.passes_since);
   }
   status_.set_val_loss(*loss);
   status_.set_val_step(step);

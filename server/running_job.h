@@ -23,6 +23,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/random_token.h"
+#include "common/validation_best.h"
 #include "server/grid_placement.h"
 #include "server/job_trace.h"
 #include "server/link_pace.h"
@@ -191,6 +192,10 @@ class RunningJob {
   const JobTrace& trace() const { return trace_; }
   // Every step run and the last one's weights committed.
   bool finished() const;
+  // Its best validation pass so far (JobStatus.best_val_*).
+  common::ValidationBest validation_best() const {
+    return {status_.best_val_step(), status_.best_val_loss(), status_.passes_since_best()};
+  }
 
   // A stage lost its link (usually a neighbour died): the failure to report
   // if no lost worker is named before `deadline`. Only the first counts.

@@ -26,7 +26,14 @@ namespace fs = std::filesystem;
 // Where DeleteJob moves a job's directory before removing it.
 constexpr char kDeletedDir[] = ".deleted";
 
-absl::StatusOr<std::pair<int64_t, int>> ReadManifest(const std::string& path) {
+struct Manifest {
+  int64_t committed_step = -1;
+  int shards = 0;
+  int64_t kept_step = -1;  // WeightStore::KeepVersion's (-1: none)
+  int kept_shards = 0;
+};
+
+absl::StatusOr<Manifest> ReadManifest(const std::string& path) {
   ASSIGN_OR_RETURN(std::string text, common::ReadFile(path));
   google::protobuf::Struct manifest;
   if (!google::protobuf::util::JsonStringToMessage(text, &manifest).ok()) {
@@ -38,8 +45,16 @@ absl::StatusOr<std::pair<int64_t, int>> ReadManifest(const std::string& path) {
       shards->second.number_value() < 1) {
     return absl::DataLossError(absl::StrCat(path, " lacks committed_step or shards"));
   }
-  return std::make_pair(static_cast<int64_t>(step->second.number_value()),
-                        static_cast<int>(shards->second.number_value()));
+  Manifest m{static_cast<int64_t>(step->second.number_value()), static_cast<int>(shards->second.number_value())};
+  auto kept = f.find("kept_step"), kept_shards = f.find("kept_shards");
+  if (kept != f.end()) {
+    if (kept_shards == f.end() || kept->second.number_value() < 0 || kept_shards->second.number_value() < 1) {
+      return absl::DataLossError(absl::StrCat(path, " has kept_step without kept_shards"));
+    }
+    m.kept_step = static_cast<int64_t>(kept->second.number_value());
+    m.kept_shards = static_cast<int>(kept_shards->second.number_value());
+  }
+  return m;
 }
 
 absl::Status ValidateKey(const ShardKey& k) {
@@ -86,10 +101,10 @@ absl::StatusOr<std::unique_ptr<WeightStore>> WeightStore::Open(const std::string
     const std::string job_id = entry.path().filename().string();
     const fs::path manifest = entry.path() / "manifest.json";
     if (!entry.is_directory() || job_id[0] == '.' || !ValidateJobId(job_id).ok() || !fs::exists(manifest)) continue;
-    ASSIGN_OR_RETURN(auto committed, ReadManifest(manifest.string()));
+    ASSIGN_OR_RETURN(const Manifest m, ReadManifest(manifest.string()));
     Job& job = store->jobs_[job_id];
-    job.committed_step = committed.first;
-    job.committed_shards = committed.second;
+    job.committed_step = m.committed_step;
+    job.committed_shards = m.shards;
     for (int s = 0; s < job.committed_shards; ++s) {
       if (!fs::exists(store->ShardPath(job_id, job.committed_step, s))) {
         return absl::DataLossError(absl::StrCat("job ", job_id, ": committed shard ", s,
@@ -97,6 +112,17 @@ absl::StatusOr<std::unique_ptr<WeightStore>> WeightStore::Open(const std::string
       }
     }
     job.committed_bytes = store->VersionBytes(job_id, job.committed_step, job.committed_shards);
+    if (m.kept_step >= 0) {
+      for (int s = 0; s < m.kept_shards; ++s) {
+        if (!fs::exists(store->ShardPath(job_id, m.kept_step, s))) {
+          return absl::DataLossError(absl::StrCat("job ", job_id, ": shard ", s, " of step ", m.kept_step,
+                                                  ", the kept version, is missing"));
+        }
+      }
+      job.kept_step = m.kept_step;
+      job.kept_shards = m.kept_shards;
+      job.kept_bytes = store->VersionBytes(job_id, job.kept_step, job.kept_shards);
+    }
   }
   if (error) return absl::InternalError(absl::StrCat("cannot list ", root, ": ", error.message()));
   return store;
@@ -194,19 +220,50 @@ absl::StatusOr<uint64_t> WeightStore::CommittedDigest(const std::string& job_id,
   return digest;
 }
 
+absl::Status WeightStore::WriteManifest(const std::string& job_id, const Job& job) const {
+  std::string manifest = absl::StrCat("{\"committed_step\": ", job.committed_step, ", \"shards\": ",
+                                      job.committed_shards);
+  if (job.kept_step >= 0) {
+    absl::StrAppend(&manifest, ", \"kept_step\": ", job.kept_step, ", \"kept_shards\": ", job.kept_shards);
+  }
+  absl::StrAppend(&manifest, "}\n");
+  return common::WriteFileAtomically((fs::path(root_) / job_id / "manifest.json").string(), manifest);
+}
+
+void WeightStore::RemoveUnlessKept(const std::string& job_id, const Job& job, int64_t step) const {
+  if (step < 0 || step == job.committed_step || step == job.kept_step || step == job.keep_next ||
+      job.held.count(step)) {
+    return;
+  }
+  std::error_code ignored;
+  fs::remove_all(StepDir(job_id, step), ignored);
+}
+
 absl::Status WeightStore::Commit(const std::string& job_id, Job& job, int64_t step) {
-  const std::string manifest = absl::StrCat("{\"committed_step\": ", step, ", \"shards\": ",
-                                            job.shard_count[step], "}\n");
-  RETURN_IF_ERROR(common::WriteFileAtomically(
-      (fs::path(root_) / job_id / "manifest.json").string(), manifest));
-  const int64_t previous = job.committed_step;
+  const Job before = job;
   job.committed_step = step;
   job.committed_shards = job.shard_count[step];
+  if (job.keep_next == step) {
+    job.kept_step = step;
+    job.kept_shards = job.committed_shards;
+    job.keep_next = -1;
+  } else if (job.keep_next >= 0 && job.keep_next < step) {
+    job.keep_next = -1;  // it can no longer commit
+  }
+  if (absl::Status written = WriteManifest(job_id, job); !written.ok()) {
+    job = before;
+    return written;
+  }
   job.committed_digests = job.arrived[step];
   job.committed_bytes = VersionBytes(job_id, step, job.committed_shards);
+  if (job.kept_step == step) job.kept_bytes = job.committed_bytes;
+  if (auto held = job.held.find(before.committed_step); held != job.held.end()) {
+    held->second = before.committed_shards;  // stays until released
+  }
   // Older versions and steps that can no longer complete are obsolete.
+  RemoveUnlessKept(job_id, job, before.committed_step);
+  RemoveUnlessKept(job_id, job, before.kept_step);
   std::error_code ignored;
-  if (previous >= 0) fs::remove_all(StepDir(job_id, previous), ignored);
   for (auto it = job.shard_count.begin(); it != job.shard_count.end() && it->first <= step;) {
     if (it->first < step) fs::remove_all(StepDir(job_id, it->first), ignored);
     job.arrived.erase(it->first);
@@ -254,11 +311,17 @@ void WeightStore::DropUncommitted(const std::string& job_id, uint64_t epoch) {
   job.min_epoch = std::max(job.min_epoch, epoch);
   job.shard_count.clear();
   job.arrived.clear();
+  // Held versions go: one after the committed version runs again (its
+  // pass and shards come again), one before it will not hear of its pass
+  // now. A version to keep commits when its step runs again.
+  job.held.clear();
   std::error_code error;
   const std::string keep = job.committed_step >= 0 ? StepDir(job_id, job.committed_step) : "";
+  const std::string kept = job.kept_step >= 0 ? StepDir(job_id, job.kept_step) : "";
   for (const auto& entry : fs::directory_iterator(fs::path(root_) / job_id, error)) {
     const std::string name = entry.path().filename().string();
-    if (entry.is_directory() && absl::StartsWith(name, "step-") && entry.path().string() != keep) {
+    if (entry.is_directory() && absl::StartsWith(name, "step-") && entry.path().string() != keep &&
+        entry.path().string() != kept) {
       std::error_code ignored;
       fs::remove_all(entry.path(), ignored);
     }
@@ -291,7 +354,8 @@ absl::StatusOr<int64_t> WeightStore::CommittedStep(const std::string& job_id) {
 absl::StatusOr<WeightStore::Version> WeightStore::CommittedVersion(const std::string& job_id) {
   absl::ReaderMutexLock lock(&mu_);
   ASSIGN_OR_RETURN(const Job* job, Committed(job_id));
-  return Version{job->committed_step, job->committed_bytes};
+  const bool apart = job->kept_step >= 0 && job->kept_step != job->committed_step;
+  return Version{job->committed_step, job->committed_bytes + (apart ? job->kept_bytes : 0), job->kept_step};
 }
 
 int64_t WeightStore::VersionBytes(const std::string& job_id, int64_t step, int shards) const {

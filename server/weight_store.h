@@ -91,12 +91,31 @@ class WeightStore {
   // The committed step of a job; NOT_FOUND before the first commit.
   absl::StatusOr<int64_t> CommittedStep(const std::string& job_id);
   // And the bytes its files take on disk (the shards, optimizer state
-  // included).
+  // included; and the kept version's, KeepVersion), and the step of the
+  // kept version (-1: none).
   struct Version {
     int64_t step = -1;
     int64_t bytes = 0;
+    int64_t kept_step = -1;
   };
   absl::StatusOr<Version> CommittedVersion(const std::string& job_id);
+  // Early stopping's best version (train.early_stopping), kept beside the
+  // committed one until the job ends (and in the manifest across restarts).
+  // KeepVersion(step): the version of `step` is the one to keep, from when
+  // it commits where it has not yet; the version kept before goes (unless
+  // it is the committed one). FAILED_PRECONDITION when that version is
+  // gone (older than the committed one and not held).
+  absl::Status KeepVersion(const std::string& job_id, int64_t step);
+  // HoldVersion(step): a newer commit does not remove the version of
+  // `step` (whose validation pass is not known yet) until ReleaseVersion
+  // or KeepVersion says what becomes of it.
+  void HoldVersion(const std::string& job_id, int64_t step);
+  void ReleaseVersion(const std::string& job_id, int64_t step);
+  // Makes the kept version the committed one (the job ends with its best
+  // weights) and removes every other; returns the committed version.
+  // Call after DropUncommitted: a shard arriving later would commit anew.
+  absl::StatusOr<Version> RestoreKept(const std::string& job_id);
+
   // The committed version's weights (no optimizer state) as one
   // safetensors file, tensors by global name, with `metadata` and "step",
   // read a piece at a time (its shard files stay open: a newer commit
@@ -148,6 +167,13 @@ class WeightStore {
     std::map<int64_t, int> shard_count;             // pending steps: how many shards make them
     std::map<int64_t, std::map<int, uint64_t>> arrived;  // pending steps: digests of the shards stored
     uint64_t min_epoch = 0;                         // the fence
+    // KeepVersion's: the kept version (-1: none), and the step to keep
+    // once it commits.
+    int64_t kept_step = -1;
+    int kept_shards = 0;
+    int64_t kept_bytes = 0;
+    int64_t keep_next = -1;
+    std::map<int64_t, int> held;  // HoldVersion's steps: their shards once committed (0 before)
   };
 
   WeightStore(std::string root, std::unique_ptr<ShardUploads> uploads)
@@ -161,6 +187,11 @@ class WeightStore {
   int64_t VersionBytes(const std::string& job_id, int64_t step, int shards) const;
   absl::Status Commit(const std::string& job_id, Job& job, int64_t step)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // manifest.json from the job's committed and kept versions, durable.
+  absl::Status WriteManifest(const std::string& job_id, const Job& job) const;
+  // Removes the version of `step` unless it is the committed, kept,
+  // to-be-kept or a held one.
+  void RemoveUnlessKept(const std::string& job_id, const Job& job, int64_t step) const;
   absl::StatusOr<const Job*> Committed(const std::string& job_id) ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
   const std::string root_;

@@ -162,7 +162,6 @@ absl::Status RunStageJob(const shardline::v1::Assignment& a, const std::string& 
   }
 
   int64_t total = spec.train().steps();  // or the step the coordinator re-plans from
-  const int every = spec.checkpoint().every_steps();
   BackgroundReporter background(reporter, cache, cancelled);
   background.Prepare(runtime->StateLayout());  // the snapshot memory, allocated off this thread
   // Reported once the background reporter has stopped: they share the
@@ -251,7 +250,7 @@ absl::Status RunStageJob(const shardline::v1::Assignment& a, const std::string& 
     wire_paces.AddTo(r);
     if (step == a.first_step()) r.set_resumed_from(resumed_from);
     last_run = step;
-    if ((every > 0 && step % every == 0) || step == total || step == stop_after_step.load()) {
+    if (common::CheckpointsAfter(spec, step) || step == total || step == stop_after_step.load()) {
       if (absl::Status s = checkpoint(step, std::move(r)); !s.ok()) return fail(step, s);
       last_checkpoint = step;
     } else {

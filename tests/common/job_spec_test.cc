@@ -245,6 +245,45 @@ TEST(JobSpecTest, ValidationEveryFewStepsIsForLossData) {
   EXPECT_TRUE(EvaluatesAfter(*beyond, 10)) << "more than steps: after the last only";
 }
 
+TEST(JobSpecTest, EarlyStoppingNeedsValidationAndCheckpointsItsPasses) {
+  auto plain = ParseJobSpec(kValid);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE(StopsEarly(*plain));
+  EXPECT_FALSE(plain->train().has_early_stopping()) << "left out of specs that do not use it";
+  EXPECT_FALSE(CheckpointsAfter(*plain, 4));
+  EXPECT_TRUE(CheckpointsAfter(*plain, 10)) << "the last step";
+
+  const std::string stops = R"("seed": 3, "eval_every": 4, "early_stopping": {"patience": 2})";
+  auto early = ParseJobSpec(Edit(R"("seed": 3)", stops));
+  ASSERT_TRUE(early.ok()) << early.status();
+  EXPECT_TRUE(StopsEarly(*early));
+  EXPECT_EQ(early->train().early_stopping().min_delta(), 0.0);
+  EXPECT_TRUE(early->train().early_stopping().has_min_delta()) << "the default filled in";
+  EXPECT_TRUE(CheckpointsAfter(*early, 4)) << "a validation step's version may be the best";
+  EXPECT_FALSE(CheckpointsAfter(*early, 6));
+  EXPECT_TRUE(CheckpointsAfter(*early, 8));
+  std::string every_three = Edit(R"("seed": 3)", stops);
+  every_three.insert(every_three.rfind('}'), R"(, "checkpoint": {"every_steps": 3})");
+  auto both = ParseJobSpec(every_three);
+  ASSERT_TRUE(both.ok()) << both.status();
+  EXPECT_TRUE(CheckpointsAfter(*both, 3));
+  EXPECT_TRUE(CheckpointsAfter(*both, 4));
+  EXPECT_FALSE(CheckpointsAfter(*both, 5));
+
+  ExpectInvalid(Edit(R"("seed": 3)", R"("seed": 3, "early_stopping": {"patience": 2})"),
+                "train.early_stopping.patience needs validation passes: set train.eval_every");
+  ExpectInvalid(Edit(R"("seed": 3)", R"("seed": 3, "eval_every": 4, "early_stopping": {"patience": -1})"),
+                "train.early_stopping.patience is -1");
+  ExpectInvalid(Edit(R"("seed": 3)",
+                     R"("seed": 3, "eval_every": 4, "early_stopping": {"patience": 1, "min_delta": -0.5})"),
+                "train.early_stopping.min_delta is -0.5");
+  ExpectInvalid(Edit(R"("seed": 3)",
+                     R"("seed": 3, "eval_every": 4, "early_stopping": {"patience": 1, "min_delta": "nan"})"),
+                "train.early_stopping.min_delta");
+  EXPECT_TRUE(ParseJobSpec(Edit(R"("seed": 3)", R"("seed": 3, "early_stopping": {"patience": 0})")).ok())
+      << "patience 0 is off";
+}
+
 TEST(JobSpecTest, ShippedExamplesAreValid) {
   for (const char* name : {"addition.json", "text.json", "gpt2-finetune.json", "addition-tensor.json"}) {
     auto spec = LoadJobSpec(std::string(SHARDLINE_SOURCE_DIR) + "/examples/" + name);

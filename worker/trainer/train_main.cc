@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/flags/flag.h"
@@ -24,6 +25,7 @@
 #include "common/safetensors.h"
 #include "common/safetensors_file.h"
 #include "common/status_macros.h"
+#include "common/validation_best.h"
 #include "glog/logging.h"
 #include "worker/backend/backend_factory.h"
 #include "worker/trainer/trainer.h"
@@ -131,7 +133,19 @@ int Run(const std::string& spec_path) {
   const auto start = Clock::now();
   auto window_start = start;
   int64_t window_tokens = 0;
-  for (int64_t step = 1; step <= train.steps(); ++step) {
+  // Early stopping (train.early_stopping): the best pass so far and its
+  // weights, which the run ends with.
+  const bool stops_early = common::StopsEarly(*spec);
+  common::ValidationBest best;
+  runtime::ShardRuntime::HostTensors best_weights;
+  auto note_pass = [&](int64_t step, double loss) -> absl::Status {
+    if (!stops_early || !common::NoteValidationPass(train.early_stopping(), step, loss, best)) return absl::OkStatus();
+    ASSIGN_OR_RETURN(best_weights, (*trainer)->runtime().ExportWeights());
+    return absl::OkStatus();
+  };
+  int64_t last_step = train.steps();
+  std::optional<EvalResult> eval;  // after last_step
+  for (int64_t step = 1; step <= train.steps() && !eval.has_value(); ++step) {
     absl::StatusOr<StepResult> result = (*trainer)->TrainStep(step);
     if (!result.ok()) return Fail(kExitFailed, result.status());
     window_tokens += result->tokens;
@@ -139,44 +153,66 @@ int Run(const std::string& spec_path) {
     // positions evaluate; its time is not the window's.
     if (common::EvaluatesAfter(*spec, step) && step < train.steps()) {
       const auto eval_start = Clock::now();
-      absl::StatusOr<EvalResult> eval = (*trainer)->Evaluate();
-      if (!eval.ok()) return Fail(kExitFailed, eval.status());
-      common::EvalMetrics em{step, eval->exact_match, eval->accuracy, eval->val_loss, eval->bits_per_byte,
-                             eval->examples, 0.0};
-      if (absl::Status s = (*log)->Write(em); !s.ok()) return Fail(kExitFailed, s);
-      std::printf("step %lld: %s\n", static_cast<long long>(step), common::EvalLine(em).c_str());
+      absl::StatusOr<EvalResult> pass = (*trainer)->Evaluate();
+      if (!pass.ok()) return Fail(kExitFailed, pass.status());
+      if (absl::Status s = note_pass(step, pass->val_loss); !s.ok()) return Fail(kExitFailed, s);
+      if (common::PatienceRunOut(train.early_stopping(), best)) {
+        last_step = step;
+        eval = *std::move(pass);  // the run's last pass, recorded as such below
+      } else {
+        common::EvalMetrics em{step, pass->exact_match, pass->accuracy, pass->val_loss, pass->bits_per_byte,
+                               pass->examples, 0.0};
+        if (absl::Status s = (*log)->Write(em); !s.ok()) return Fail(kExitFailed, s);
+        std::printf("step %lld: %s\n", static_cast<long long>(step), common::EvalLine(em).c_str());
+      }
       window_start += Clock::now() - eval_start;
     }
-    if (step % train.log_every() != 0 && step != train.steps()) continue;
+    if (step % train.log_every() != 0 && step != last_step) continue;
     const auto now = Clock::now();
     const double window = std::chrono::duration<double>(now - window_start).count();
     const double elapsed = std::chrono::duration<double>(now - start).count();
     common::StepMetrics m{step, result->loss, result->lr,
                           window > 0 ? window_tokens / window : 0.0, result->grad_norm};
-    const double eta = elapsed / static_cast<double>(step) * static_cast<double>(train.steps() - step);
-    std::printf("%s\n", common::ProgressLine(m, train.steps(), eta).c_str());
+    const double eta = elapsed / static_cast<double>(step) * static_cast<double>(last_step - step);
+    std::printf("%s\n", common::ProgressLine(m, last_step, eta).c_str());
     std::fflush(stdout);
     if (absl::Status s = (*log)->Write(m); !s.ok()) return Fail(kExitFailed, s);
     window_start = now;
     window_tokens = 0;
   }
   const double train_seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  if (last_step < train.steps()) {
+    std::printf("%s\n", common::EarlyStopMessage(train.early_stopping(), last_step, best).c_str());
+  }
 
-  absl::StatusOr<EvalResult> eval = (*trainer)->Evaluate();
-  if (!eval.ok()) return Fail(kExitFailed, eval.status());
-  common::EvalMetrics em{train.steps(), eval->exact_match, eval->accuracy, eval->val_loss,
+  if (!eval.has_value()) {
+    absl::StatusOr<EvalResult> pass = (*trainer)->Evaluate();
+    if (!pass.ok()) return Fail(kExitFailed, pass.status());
+    eval = *std::move(pass);
+    if (common::EvaluatesAfter(*spec, last_step)) {
+      if (absl::Status s = note_pass(last_step, eval->val_loss); !s.ok()) return Fail(kExitFailed, s);
+    }
+  }
+  common::EvalMetrics em{last_step, eval->exact_match, eval->accuracy, eval->val_loss,
                          eval->bits_per_byte, eval->examples, train_seconds};
   if (absl::Status s = (*log)->Write(em); !s.ok()) return Fail(kExitFailed, s);
   std::printf("%s\n", common::EvalLine(em).c_str());
 
-  auto weights = (*trainer)->runtime().ExportWeights();
+  // The weights the run ends with: its best pass's with early stopping.
+  const bool ends_at_best = stops_early && best.step != last_step;
+  absl::StatusOr<runtime::ShardRuntime::HostTensors> weights =
+      ends_at_best ? std::move(best_weights) : (*trainer)->runtime().ExportWeights();
   if (!weights.ok()) return Fail(kExitFailed, weights.status());
   common::SafetensorsContents contents;
   contents.tensors = std::move(*weights);
   contents.metadata = {{"format", "pt"},
                        {"producer", "shardline-train"},
                        {"spec", common::JobSpecToJson(*spec)},
-                       {"step", std::to_string(train.steps())}};
+                       {"step", std::to_string(ends_at_best ? best.step : last_step)}};
+  if (ends_at_best && last_step == train.steps()) {  // (a stop says so itself)
+    std::printf("the weights are step %lld's, the best validation pass (loss %.4f)\n",
+                static_cast<long long>(best.step), best.loss);
+  }
   const std::string path = WeightsPath(*spec);
   if (absl::Status s = common::WriteSafetensors(path, contents); !s.ok()) return Fail(kExitFailed, s);
   std::printf("trained in %.1f s; weights written to %s\n", train_seconds, path.c_str());

@@ -1,0 +1,60 @@
+// JobManager's early stopping (train.early_stopping): the version of each
+// validation step is held until its pass is known, the best one kept
+// (WeightStore::KeepVersion), and the job ends once its patience runs out,
+// with the best version as its last (job_manager.h).
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/job_spec.h"
+#include "glog/logging.h"
+#include "server/job_manager.h"
+
+namespace shardline::server {
+
+void JobManager::NoteValidationVersions(RunningJob& job, int64_t val_before) {
+  const shardline::v1::JobStatus& s = job.status();
+  if (!common::StopsEarly(job.spec()) || s.val_step() <= val_before) return;
+  const std::string& id = s.job_id();
+  for (int64_t step = val_before + 1; step <= s.val_step(); ++step) {
+    if (!common::EvaluatesAfter(job.spec(), step)) continue;
+    if (step != s.best_val_step()) {
+      weights_.ReleaseVersion(id, step);
+    } else if (absl::Status kept = weights_.KeepVersion(id, step); !kept.ok()) {
+      LOG(WARNING) << "job " << id << ": the best validation pass's version is not kept: " << kept.message();
+    }
+  }
+}
+
+bool JobManager::StoppedEarly(const RunningJob& job) {
+  const common::ValidationBest best = job.validation_best();
+  if (!common::StopsEarly(job.spec()) || !common::PatienceRunOut(job.spec().train().early_stopping(), best)) {
+    return false;
+  }
+  // It ends once the best version is stored (it commits after its pass is
+  // known: each position reports a step before it uploads its shard).
+  const absl::StatusOr<WeightStore::Version> version = weights_.CommittedVersion(job.status().job_id());
+  return version.ok() && version->kept_step == best.step;
+}
+
+std::string JobManager::EndAtBest(RunningJob& job, const std::string& message) {
+  const std::string& id = job.status().job_id();
+  const common::ValidationBest best = job.validation_best();
+  const absl::StatusOr<WeightStore::Version> version = weights_.CommittedVersion(id);
+  if (best.step <= 0 || !version.ok() || version->step == best.step) return message;
+  if (version->kept_step != best.step) {
+    LOG(WARNING) << "job " << id << ": the version of step " << best.step << ", its best validation pass, was not kept";
+    return absl::StrCat(message, message.empty() ? "" : "; ", "the version of step ", best.step,
+                        " (the best validation pass) was not kept: the weights are step ", version->step, "'s");
+  }
+  const absl::StatusOr<WeightStore::Version> restored = weights_.RestoreKept(id);
+  if (!restored.ok()) {
+    LOG(ERROR) << "job " << id << ": cannot make step " << best.step << "'s version its last: " << restored.status();
+    return absl::StrCat(message, message.empty() ? "" : "; ", "the weights are step ", version->step,
+                        "'s: the best validation pass's could not be restored (", restored.status().message(), ")");
+  }
+  job.Commit(restored->step, restored->bytes);
+  if (!message.empty()) return message;
+  return absl::StrCat("the weights are step ", best.step, "'s, the best validation pass (loss ",
+                      absl::StrFormat("%.4f", best.loss), ")");
+}
+
+}  // namespace shardline::server

@@ -1,0 +1,98 @@
+// WeightStore's kept version: early stopping's best weights
+// (train.early_stopping), kept beside the committed version until the job
+// ends with them (weight_store.h).
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "server/weight_store.h"
+
+namespace shardline::server {
+
+namespace fs = std::filesystem;
+
+absl::Status WeightStore::KeepVersion(const std::string& job_id, int64_t step) {
+  RETURN_IF_ERROR(ValidateJobId(job_id));
+  absl::MutexLock lock(&mu_);
+  Job& job = jobs_[job_id];
+  if (step == job.kept_step || step == job.keep_next) return absl::OkStatus();
+  int shards = 0;
+  if (step == job.committed_step) {
+    shards = job.committed_shards;
+  } else if (step > job.committed_step) {
+    job.keep_next = step;  // kept when it commits
+    job.held.erase(step);
+    return absl::OkStatus();
+  } else if (auto held = job.held.find(step); held != job.held.end() && held->second > 0) {
+    shards = held->second;
+  } else {
+    return absl::FailedPreconditionError(absl::StrCat("job ", job_id, ": the version of step ", step,
+                                                      " is no longer stored (the committed one is step ",
+                                                      job.committed_step, "'s)"));
+  }
+  const Job before = job;
+  job.kept_step = step;
+  job.kept_shards = shards;
+  job.held.erase(step);
+  if (absl::Status written = WriteManifest(job_id, job); !written.ok()) {
+    job = before;
+    return written;
+  }
+  job.kept_bytes = VersionBytes(job_id, step, shards);
+  RemoveUnlessKept(job_id, job, before.kept_step);
+  return absl::OkStatus();
+}
+
+void WeightStore::HoldVersion(const std::string& job_id, int64_t step) {
+  if (!ValidateJobId(job_id).ok()) return;
+  absl::MutexLock lock(&mu_);
+  Job& job = jobs_[job_id];
+  if (step < job.committed_step || step == job.kept_step || step == job.keep_next) return;
+  job.held.emplace(step, 0);
+}
+
+void WeightStore::ReleaseVersion(const std::string& job_id, int64_t step) {
+  if (!ValidateJobId(job_id).ok()) return;
+  absl::MutexLock lock(&mu_);
+  Job& job = jobs_[job_id];
+  auto held = job.held.find(step);
+  if (held == job.held.end()) return;
+  const bool stored = held->second > 0;  // an older version no commit removes now
+  job.held.erase(held);
+  if (stored) RemoveUnlessKept(job_id, job, step);
+}
+
+absl::StatusOr<WeightStore::Version> WeightStore::RestoreKept(const std::string& job_id) {
+  {
+    absl::MutexLock lock(&mu_);
+    ASSIGN_OR_RETURN(const Job* committed, Committed(job_id));
+    Job& job = jobs_[job_id];
+    if (committed->kept_step >= 0 && committed->kept_step != committed->committed_step) {
+      const Job before = job;
+      job.committed_step = job.kept_step;
+      job.committed_shards = job.kept_shards;
+      job.committed_bytes = job.kept_bytes;
+      job.committed_digests.clear();  // read again when needed
+      job.keep_next = -1;
+      job.held.clear();
+      job.shard_count.clear();
+      job.arrived.clear();
+      if (absl::Status written = WriteManifest(job_id, job); !written.ok()) {
+        job = before;
+        return written;
+      }
+      const std::string keep = StepDir(job_id, job.committed_step);
+      std::error_code error;
+      for (const auto& entry : fs::directory_iterator(fs::path(root_) / job_id, error)) {
+        if (entry.is_directory() && entry.path().filename().string().rfind("step-", 0) == 0 &&
+            entry.path().string() != keep) {
+          std::error_code ignored;
+          fs::remove_all(entry.path(), ignored);
+        }
+      }
+    }
+  }
+  return CommittedVersion(job_id);
+}
+
+}  // namespace shardline::server

@@ -1,0 +1,139 @@
+// The coordinator's side of early stopping (train.early_stopping), without
+// gRPC: the best pass's version kept, a validation step's version held when
+// its pass comes after newer commits (a replica reporting late), and the
+// job ending once its patience runs out, with the best version as its last.
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "tests/server/job_manager_fixture.h"
+
+namespace shardline::server {
+namespace {
+
+using shardline::v1::JobStatus;
+using testing::JobManagerTest;
+
+class JobManagerEarlyStoppingTest : public JobManagerTest {
+ protected:
+  // One stage on two replicas, 12 steps, a pass every 2, patience 2.
+  JobStatus Start() {
+    AddWorker("a");
+    AddWorker("b");
+    auto spec = Spec(1, 12);
+    spec.mutable_train()->set_eval_every(2);
+    spec.mutable_train()->mutable_early_stopping()->set_patience(2);
+    spec.mutable_parallel()->set_data_parallel(2);
+    EXPECT_TRUE(common::ValidateJobSpec(spec).ok());
+    const JobStatus job = *jobs_->Submit(spec);
+    EXPECT_EQ(job.state(), shardline::v1::RUNNING);
+    return job;
+  }
+  // Replica `replica`'s report of `step`, with its share of the pass (one
+  // batch's loss) where the step has one.
+  void Report(const JobStatus& job, int replica, int64_t step, double loss) {
+    shardline::v1::ReportStepRequest r = ReplicaReport(job, replica, step);
+    if (step % 2 == 0) {
+      r.add_eval_losses(loss);
+      r.set_eval_windows(1);
+    }
+    ASSERT_TRUE(jobs_->ReportStep(r).ok());
+  }
+  // Replica 0's shard of `step` (the version commits with it: one stage).
+  void Commit(const JobStatus& job, int64_t step) {
+    auto committed = SendShard(job, 0, 1, step);
+    ASSERT_TRUE(committed.ok()) << committed.status();
+    EXPECT_TRUE(*committed) << "step " << step;
+  }
+  bool Stored(const JobStatus& job, int64_t step) {
+    return std::filesystem::exists(dir_ + "/" + job.job_id() + "/step-" + std::to_string(step));
+  }
+};
+
+TEST_F(JobManagerEarlyStoppingTest, ALatePassStillKeepsItsVersionAndThePatienceEndsTheJobThere) {
+  const JobStatus job = Start();
+  Report(job, 0, 1, 0);
+  Report(job, 1, 1, 0);
+  // Replica 0 runs ahead: its reports and shards of steps 2 and 4 arrive
+  // before replica 1's report of step 2, which completes the first pass.
+  Report(job, 0, 2, 1.0);
+  Commit(job, 2);
+  Report(job, 0, 3, 0);
+  Report(job, 0, 4, 2.0);
+  Commit(job, 4);
+  EXPECT_TRUE(Stored(job, 2)) << "held until its pass is known";
+  Report(job, 1, 2, 1.0);
+  JobStatus now = *jobs_->Get(job.job_id());
+  EXPECT_EQ(now.best_val_step(), 2);
+  EXPECT_EQ(now.best_val_loss(), 2.0);
+  Report(job, 1, 3, 0);
+  Report(job, 1, 4, 2.0);  // loss 4: no better
+  now = *jobs_->Get(job.job_id());
+  EXPECT_EQ(now.val_step(), 4);
+  EXPECT_EQ(now.passes_since_best(), 1);
+  EXPECT_EQ(now.state(), shardline::v1::RUNNING);
+  EXPECT_EQ(now.committed_step(), 4);
+  Commit(job, 5);  // a checkpoint step of its own would not remove the best either
+  EXPECT_TRUE(Stored(job, 2));
+  EXPECT_FALSE(Stored(job, 4));
+  for (int replica : {0, 1}) {
+    Report(job, replica, 5, 0);
+    Report(job, replica, 6, 1.0);  // the same loss as the best: no better
+  }
+  now = *jobs_->Get(job.job_id());
+  EXPECT_EQ(now.state(), shardline::v1::SUCCEEDED) << now.message();
+  EXPECT_EQ(now.message(),
+            "stopped early after step 6: 2 validation passes without improving on step 2's loss 2.0000; the "
+            "weights are step 2's");
+  EXPECT_EQ(now.committed_step(), 2) << "the best version is the job's last";
+  EXPECT_FALSE(Stored(job, 5));
+  int cancelled = 0;
+  for (const auto& [worker, a] : delivered_) cancelled += a.cancel() ? 1 : 0;
+  EXPECT_EQ(cancelled, 2) << "the workers, ahead of the stop, are told to stop";
+  EXPECT_FALSE(SendShard(job, 0, 1, 6).ok()) << "nothing commits after the end";
+
+  Open();  // a restarted coordinator has the same
+  now = *jobs_->Get(job.job_id());
+  EXPECT_EQ(now.state(), shardline::v1::SUCCEEDED);
+  EXPECT_EQ(now.committed_step(), 2);
+  EXPECT_EQ(now.best_val_step(), 2);
+  EXPECT_EQ(*weights_->CommittedStep(job.job_id()), 2);
+}
+
+TEST_F(JobManagerEarlyStoppingTest, AJobWaitsForItsBestVersionBeforeItStops) {
+  const JobStatus job = Start();
+  for (int64_t step = 1; step <= 6; ++step) {
+    for (int replica : {0, 1}) Report(job, replica, step, step == 2 ? 1.0 : 5.0);
+  }
+  JobStatus now = *jobs_->Get(job.job_id());
+  EXPECT_EQ(now.passes_since_best(), 2) << "the patience ran out";
+  EXPECT_EQ(now.state(), shardline::v1::RUNNING) << "but step 2's version is not stored yet";
+  Commit(job, 2);
+  now = *jobs_->Get(job.job_id());
+  EXPECT_EQ(now.state(), shardline::v1::SUCCEEDED);
+  EXPECT_EQ(now.committed_step(), 2);
+}
+
+TEST_F(JobManagerEarlyStoppingTest, EveryJobWithValidationShowsItsBestPass) {
+  AddWorker("a");
+  auto spec = Spec(1, 4);
+  spec.mutable_train()->set_eval_every(1);
+  const JobStatus job = *jobs_->Submit(spec);
+  const std::vector<double> losses = {3.0, 2.0, 2.5, 2.25};
+  for (int64_t step = 1; step <= 4; ++step) {
+    shardline::v1::ReportStepRequest r = ReplicaReport(job, 0, step);
+    r.add_eval_losses(losses[step - 1]);
+    r.set_eval_windows(1);
+    ASSERT_TRUE(jobs_->ReportStep(r).ok());
+  }
+  Commit(job, 4);
+  const JobStatus now = *jobs_->Get(job.job_id());
+  EXPECT_EQ(now.state(), shardline::v1::SUCCEEDED);
+  EXPECT_EQ(now.best_val_step(), 2);
+  EXPECT_EQ(now.passes_since_best(), 2);
+  EXPECT_EQ(now.committed_step(), 4) << "without early stopping it ends with its last weights";
+  EXPECT_EQ(now.message(), "");
+}
+
+}  // namespace
+}  // namespace shardline::server
