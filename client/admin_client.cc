@@ -172,10 +172,11 @@ absl::StatusOr<shardline::v1::JobStatus> AdminClient::Watch(
   return last;
 }
 
-absl::Status AdminClient::ReadExport(const std::string& job_id,
+absl::Status AdminClient::ReadExport(const std::string& job_id, bool best,
                                      const std::function<absl::Status(const std::string&)>& sink) {
-  shardline::v1::GetJobRequest request;
+  shardline::v1::ExportWeightsRequest request;
   request.set_job_id(job_id);
+  request.set_best(best);
   // However long the whole takes (a large model over a slow link), each
   // chunk must come within the deadline of the last.
   grpc::ClientContext context;
@@ -204,9 +205,9 @@ absl::Status AdminClient::ReadExport(const std::string& job_id,
   return FromGrpcStatus(status);
 }
 
-absl::StatusOr<std::string> AdminClient::Export(const std::string& job_id) {
+absl::StatusOr<std::string> AdminClient::Export(const std::string& job_id, bool best) {
   std::string bytes;
-  absl::Status read = ReadExport(job_id, [&](const std::string& data) {
+  absl::Status read = ReadExport(job_id, best, [&](const std::string& data) {
     bytes += data;
     return absl::OkStatus();
   });
@@ -214,12 +215,12 @@ absl::StatusOr<std::string> AdminClient::Export(const std::string& job_id) {
   return bytes;
 }
 
-absl::StatusOr<int64_t> AdminClient::ExportTo(const std::string& job_id, const std::string& path) {
+absl::StatusOr<int64_t> AdminClient::ExportTo(const std::string& job_id, const std::string& path, bool best) {
   const std::string partial = absl::StrCat(path, ".partial.", ::getpid());
   const int fd = ::open(partial.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return absl::InvalidArgumentError(absl::StrCat("cannot create ", common::Quote(partial)));
   int64_t written = 0;
-  absl::Status local = ReadExport(job_id, [&](const std::string& data) {
+  absl::Status local = ReadExport(job_id, best, [&](const std::string& data) {
     for (size_t done = 0; done < data.size();) {
       const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
       if (n < 0 && errno == EINTR) continue;

@@ -49,12 +49,13 @@ class AdminClient {
       const std::string& job_id, const std::function<void(const shardline::v1::JobStatus&)>& on_status);
   // What the job's positions did in recent steps in [first, last] (0: no bound).
   absl::StatusOr<shardline::v1::GetTraceResponse> Trace(const std::string& job_id, int64_t first, int64_t last);
-  // The committed weights as safetensors bytes.
-  absl::StatusOr<std::string> Export(const std::string& job_id);
+  // The committed weights as safetensors bytes (with `best`: the best
+  // validation pass's version that early stopping keeps).
+  absl::StatusOr<std::string> Export(const std::string& job_id, bool best = false);
   // The same into the file at `path` as they come (a temporary file beside
   // it, fsynced, then renamed: nothing at `path` unless all came); the
   // bytes written. The weights are never all in memory.
-  absl::StatusOr<int64_t> ExportTo(const std::string& job_id, const std::string& path);
+  absl::StatusOr<int64_t> ExportTo(const std::string& job_id, const std::string& path, bool best = false);
   // Submit, the job starting from the weights in the safetensors file at
   // `path`, sent in chunks (NOT_FOUND: no such file, before connecting).
   absl::StatusOr<shardline::v1::JobStatus> SubmitWithWeights(const shardline::v1::JobSpec& spec,
@@ -63,7 +64,8 @@ class AdminClient {
  private:
   // The ExportWeights stream of `job_id`, each chunk to `sink` (its error
   // ends the call); the call's status.
-  absl::Status ReadExport(const std::string& job_id, const std::function<absl::Status(const std::string&)>& sink);
+  absl::Status ReadExport(const std::string& job_id, bool best,
+                          const std::function<absl::Status(const std::string&)>& sink);
   std::unique_ptr<grpc::ClientContext> Context() const;  // with the deadline, authorized
   void Authorize(grpc::ClientContext& context) const;     // adds the bearer token, if any
   const absl::Duration deadline_;

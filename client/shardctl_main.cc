@@ -4,7 +4,7 @@
 //     get workers | get jobs | get links | describe job ID | plan SPEC [--explain]
 //     submit SPEC [--init_weights=FILE]
 //     probe [WORKER...]
-//     watch ID | cancel ID | replan ID | delete ID | drain [--at_once] WORKER | undrain WORKER | export ID -o FILE
+//     watch ID | cancel ID | replan ID | delete ID | drain [--at_once] WORKER | undrain WORKER | export [--best] ID -o FILE
 //     health [ADDRESS [SERVICE]] | trace ID [--steps=A:B] -o FILE | completion bash
 //     (get workers -w: watch)
 //
@@ -53,6 +53,9 @@ ABSL_FLAG(std::string, init_weights, "",
           "submit: the job starts from the weights of this safetensors file (sent with it; from shardctl export "
           "or shardline-train, of the spec's model), not the seed's");
 ABSL_FLAG(int64_t, probe_wait_s, 120, "probe: wait this long at most for the queued probes, then print the links");
+ABSL_FLAG(bool, best, false,
+          "export: the best validation pass's weights, which train.early_stopping keeps while the job runs (or "
+          "after it was cancelled or failed), not the committed version's");
 ABSL_FLAG(std::string, steps, "", "trace: the steps A:B (either end may be left out; default: all the coordinator keeps)");
 
 namespace shardline::client {
@@ -81,7 +84,7 @@ int Usage(const std::string& problem) {
                "get workers|jobs|links | probe [WORKER...] | describe job ID | plan SPEC | "
                "submit SPEC [--init_weights=FILE] | "
                "watch ID | cancel ID | replan ID | "
-               "drain [--at_once] WORKER | undrain WORKER | export ID -o FILE | health [ADDRESS [SERVICE]] | "
+               "drain [--at_once] WORKER | undrain WORKER | export [--best] ID -o FILE | health [ADDRESS [SERVICE]] | "
                "trace ID [--steps=A:B] -o FILE | completion bash\n",
                problem.c_str());
   return kInvalid;
@@ -202,6 +205,7 @@ int Run(const std::vector<std::string>& args) {
   if (command != "export" && command != "trace" && format != "table" && format != "json") {
     return Usage("-o must be table or json");
   }
+  if (absl::GetFlag(FLAGS_best) && command != "export") return Usage("--best is for export");
   if (command == "get" && args.size() == 2 && args[1] == "workers") {
     if (absl::GetFlag(FLAGS_w) || absl::GetFlag(FLAGS_watch)) return WatchWorkers(admin);
     return Print(admin.ListWorkers(), &WorkersTable);
@@ -234,7 +238,7 @@ int Run(const std::vector<std::string>& args) {
   }
   if (command == "export" && args.size() == 2) {
     if (format == "table" || format == "json") return Usage("export needs -o FILE");
-    absl::StatusOr<int64_t> bytes = admin.ExportTo(args[1], format);
+    absl::StatusOr<int64_t> bytes = admin.ExportTo(args[1], format, absl::GetFlag(FLAGS_best));
     if (!bytes.ok()) return Fail(bytes.status());
     std::printf("wrote %lld bytes to %s\n", static_cast<long long>(*bytes), format.c_str());
     return kOk;

@@ -271,7 +271,7 @@ grpc::ServerUnaryReactor* AdminService::PlanJob(grpc::CallbackServerContext* con
 }
 
 grpc::ServerWriteReactor<shardline::v1::ExportChunk>* AdminService::ExportWeights(
-    grpc::CallbackServerContext* context, const shardline::v1::GetJobRequest* request) {
+    grpc::CallbackServerContext* context, const shardline::v1::ExportWeightsRequest* request) {
   absl::StatusOr<std::string> who = Authorize(context, AdminRole::kAdmin);
   if (!who.ok()) return new RejectedWriter<shardline::v1::ExportChunk>(ToGrpcStatus(who.status()));
   if (absl::Status s = ValidateRequest(*request); !s.ok()) return new RejectedWriter<shardline::v1::ExportChunk>(ToGrpcStatus(s));
@@ -283,10 +283,12 @@ grpc::ServerWriteReactor<shardline::v1::ExportChunk>* AdminService::ExportWeight
                                        {{"format", "pt"},
                                         {"producer", "shardline-coordinator"},
                                         {"job_id", request->job_id()},
-                                        {"spec", common::JobSpecToJson(*spec)}})
+                                        {"spec", common::JobSpecToJson(*spec)}},
+                                       request->best())
                 : spec.status();
   if (!file.ok()) return new RejectedWriter<shardline::v1::ExportChunk>(ToGrpcStatus(file.status()));
-  Audit(*who, absl::StrCat("exported the weights of job ", request->job_id(), " (", (*file)->size(), " bytes)"));
+  Audit(*who, absl::StrCat("exported the ", request->best() ? "best validation pass's " : "", "weights of job ",
+                           request->job_id(), " (", (*file)->size(), " bytes)"));
   const uint64_t size = (*file)->size();
   return new common::ChunkWriter<shardline::v1::ExportChunk>(
       size, [held = std::shared_ptr<const common::SafetensorsConcat>(std::move(*file))](uint64_t offset, size_t max) {

@@ -52,7 +52,7 @@ class AdminService final : public shardline::v1::Admin::CallbackService {
                                     const shardline::v1::SubmitJobRequest* request,
                                     shardline::v1::PlanResponse* response) override;
   grpc::ServerWriteReactor<shardline::v1::ExportChunk>* ExportWeights(
-      grpc::CallbackServerContext* context, const shardline::v1::GetJobRequest* request) override;
+      grpc::CallbackServerContext* context, const shardline::v1::ExportWeightsRequest* request) override;
   grpc::ServerReadReactor<shardline::v1::WeightsChunk>* SubmitJobWithWeights(
       grpc::CallbackServerContext* context, shardline::v1::JobStatus* response) override;
   grpc::ServerUnaryReactor* ListLinks(grpc::CallbackServerContext* context,

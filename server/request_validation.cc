@@ -159,6 +159,10 @@ absl::Status ValidateRequest(const shardline::v1::GetJobRequest& r) {
   return CheckRequired("job_id", r.job_id(), kMaxIdBytes);
 }
 
+absl::Status ValidateRequest(const shardline::v1::ExportWeightsRequest& r) {
+  return CheckRequired("job_id", r.job_id(), kMaxIdBytes);
+}
+
 absl::Status ValidateRequest(const shardline::v1::DrainWorkerRequest& r) {
   return CheckRequired("worker", r.worker(), kMaxNameBytes);
 }

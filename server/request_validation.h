@@ -28,6 +28,7 @@ absl::Status ValidateRequest(const shardline::v1::ReportLinksRequest& r);
 
 // Admin (operators → coordinator). A job spec is ValidateJobSpec's.
 absl::Status ValidateRequest(const shardline::v1::GetJobRequest& r);
+absl::Status ValidateRequest(const shardline::v1::ExportWeightsRequest& r);
 absl::Status ValidateRequest(const shardline::v1::DrainWorkerRequest& r);
 absl::Status ValidateRequest(const shardline::v1::GetTraceRequest& r);
 absl::Status ValidateRequest(const shardline::v1::ProbeLinksRequest& r);

@@ -120,8 +120,10 @@ class WeightStore {
   // safetensors file, tensors by global name, with `metadata` and "step",
   // read a piece at a time (its shard files stay open: a newer commit
   // meanwhile does not change it).
+  // With `kept`: the kept version's (KeepVersion), NOT_FOUND without one.
   absl::StatusOr<std::unique_ptr<common::SafetensorsConcat>> OpenWeights(const std::string& job_id,
-                                                                         std::map<std::string, std::string> metadata);
+                                                                         std::map<std::string, std::string> metadata,
+                                                                         bool kept = false);
   // OpenWeights, read whole (tests, small models).
   absl::StatusOr<common::SafetensorsContents> ExportWeights(
       const std::string& job_id, const std::map<std::string, std::string>& metadata);
@@ -154,7 +156,7 @@ class WeightStore {
     int64_t step = -1;
     std::vector<std::unique_ptr<common::SafetensorsFile>> shards;
   };
-  absl::StatusOr<Pinned> Pin(const std::string& job_id);
+  absl::StatusOr<Pinned> Pin(const std::string& job_id, bool kept = false);
   // Their weights as one file with `metadata`.
   static absl::StatusOr<std::unique_ptr<common::SafetensorsConcat>> WeightsOf(
       const std::string& job_id, Pinned pinned, const std::map<std::string, std::string>& metadata);

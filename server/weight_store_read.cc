@@ -20,14 +20,19 @@ namespace shardline::server {
 
 namespace fs = std::filesystem;
 
-absl::StatusOr<WeightStore::Pinned> WeightStore::Pin(const std::string& job_id) {
+absl::StatusOr<WeightStore::Pinned> WeightStore::Pin(const std::string& job_id, bool kept) {
   absl::ReaderMutexLock lock(&mu_);
   ASSIGN_OR_RETURN(const Job* job, Committed(job_id));
+  if (kept && job->kept_step < 0) {
+    return absl::NotFoundError(absl::StrCat("job ", job_id, " keeps no best validation pass's version (it needs "
+                                            "train.early_stopping and one validation pass stored)"));
+  }
   Pinned out;
-  out.step = job->committed_step;
-  for (int s = 0; s < job->committed_shards; ++s) {
+  out.step = kept ? job->kept_step : job->committed_step;
+  const int shards = kept ? job->kept_shards : job->committed_shards;
+  for (int s = 0; s < shards; ++s) {
     ASSIGN_OR_RETURN(std::unique_ptr<common::SafetensorsFile> shard,
-                     common::SafetensorsFile::Open(ShardPath(job_id, job->committed_step, s)));
+                     common::SafetensorsFile::Open(ShardPath(job_id, out.step, s)));
     out.shards.push_back(std::move(shard));
   }
   return out;
@@ -43,8 +48,8 @@ absl::StatusOr<std::unique_ptr<common::SafetensorsConcat>> WeightStore::WeightsO
 }
 
 absl::StatusOr<std::unique_ptr<common::SafetensorsConcat>> WeightStore::OpenWeights(
-    const std::string& job_id, std::map<std::string, std::string> metadata) {
-  ASSIGN_OR_RETURN(Pinned pinned, Pin(job_id));
+    const std::string& job_id, std::map<std::string, std::string> metadata, bool kept) {
+  ASSIGN_OR_RETURN(Pinned pinned, Pin(job_id, kept));
   metadata["step"] = std::to_string(pinned.step);
   return WeightsOf(job_id, std::move(pinned), metadata);
 }

@@ -47,7 +47,7 @@ class FakeAdmin final : public shardline::v1::Admin::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status ExportWeights(grpc::ServerContext* context, const shardline::v1::GetJobRequest* request,
+  grpc::Status ExportWeights(grpc::ServerContext* context, const shardline::v1::ExportWeightsRequest* request,
                              grpc::ServerWriter<shardline::v1::ExportChunk>* writer) override {
     shardline::v1::ExportChunk chunk;
     chunk.set_data(std::string(1000, 'w'));

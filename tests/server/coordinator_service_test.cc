@@ -31,7 +31,9 @@ TEST_F(CoordinatorServiceTest, UnknownJobsAreNotFound) {
   grpc::ClientContext c5;
   shardline::v1::DeleteJobResponse deleted;
   EXPECT_EQ(admin_stub_->DeleteJob(&c5, request, &deleted).error_code(), StatusCode::NOT_FOUND);
-  auto reader = admin_stub_->ExportWeights(&c3, request);
+  shardline::v1::ExportWeightsRequest export_request;
+  export_request.set_job_id("job-404");
+  auto reader = admin_stub_->ExportWeights(&c3, export_request);
   shardline::v1::ExportChunk chunk;
   while (reader->Read(&chunk)) {
   }
