@@ -235,7 +235,10 @@ def run(bin_dir, source_dir, workdir, daemons, promtool, prometheus):
     assert sample(c, "shardline_job_step_seconds_count", {"job_id": job}) == STEPS, c
     accuracy = sample(c, "shardline_job_validation_accuracy", {"job_id": job})
     assert accuracy is not None and 0 <= accuracy <= 1, c
-    assert (sample(c, "shardline_job_validation_loss", {"job_id": job}) or 0) > 0, c
+    latest = sample(c, "shardline_job_validation_loss", {"job_id": job})
+    assert (latest or 0) > 0, c
+    best = sample(c, "shardline_job_best_validation_loss", {"job_id": job})
+    assert best is not None and 0 < best <= latest, c
     for stage in ("0", "1"):
         busy = sample(c, "shardline_position_busy_ratio", {"job_id": job, "stage": stage})
         bubble = sample(c, "shardline_position_bubble_ratio", {"job_id": job, "stage": stage})
