@@ -178,6 +178,10 @@ class WeightStore {
     std::map<int64_t, int> held;  // HoldVersion's steps: their shards once committed (0 before)
   };
 
+  // Where DeleteJob moves a job's directory before removing it (Open
+  // empties it).
+  static constexpr char kDeletedDir[] = ".deleted";
+
   WeightStore(std::string root, std::unique_ptr<ShardUploads> uploads)
       : root_(std::move(root)), uploads_(std::move(uploads)) {}
   // The digest of a stored shard of the committed version.
