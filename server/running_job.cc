@@ -280,6 +280,10 @@ void RunningJob::CompleteStep(int64_t step) {
 }
 
 void RunningJob::NoteValidation(int64_t step) {
+  // A pass run again after a restart from an earlier commit was noted the
+  // first time (with the same bits): the latest and best passes stay, and
+  // early stopping counts each pass once.
+  if (step <= status_.val_step()) return;
   // Each replica ran its share of the pass (common/eval_shares.h); its last
   // stage (tensor rank 0's: every rank computes the same) reports its
   // batches' losses, added back in batch order as shardline-train adds them.
@@ -299,15 +303,11 @@ void RunningJob::NoteValidation(int64_t step) {
                << " is not kept: " << loss.status().message();
     return;
   }
-  // The best pass so far; a pass run again after a restart from an
-  // earlier commit was noted the first time.
-  if (step > status_.val_step()) {
-    common::ValidationBest best = validation_best();
-    common::NoteValidationPass(spec_.train().early_stopping(), step, *loss, best);
-    status_.set_best_val_step(best.step);
-    status_.set_best_val_loss(best.loss);
-    status_.set_passes_since_best(best.passes_since);
-  }
+  common::ValidationBest best = validation_best();
+  common::NoteValidationPass(spec_.train().early_stopping(), step, *loss, best);
+  status_.set_best_val_step(best.step);
+  status_.set_best_val_loss(best.loss);
+  status_.set_passes_since_best(best.passes_since);
   status_.set_val_loss(*loss);
   status_.set_val_step(step);
   status_.set_val_windows(windows);

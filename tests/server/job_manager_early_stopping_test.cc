@@ -114,6 +114,54 @@ TEST_F(JobManagerEarlyStoppingTest, AJobWaitsForItsBestVersionBeforeItStops) {
   EXPECT_EQ(now.committed_step(), 2);
 }
 
+// A worker lost after step 6 (passes after 2, the best, 4 and 6): the job
+// restarts from step 2's version on the standby and runs steps 3-6 again;
+// their passes count once, so the patience of 3 runs out after step 8, as
+// in shardline-train, not after the replayed step 6.
+TEST_F(JobManagerEarlyStoppingTest, PassesRunAgainAfterAFailoverCountOnce) {
+  AddWorker("a");
+  AddWorker("b");
+  auto spec = Spec(1, 12);
+  spec.mutable_train()->set_eval_every(2);
+  spec.mutable_train()->mutable_early_stopping()->set_patience(3);
+  ASSERT_TRUE(common::ValidateJobSpec(spec).ok());
+  JobStatus job = *jobs_->Submit(spec);
+  ASSERT_EQ(job.state(), shardline::v1::RUNNING);
+  const std::string running = job.stages(0).worker();
+  auto run = [&](int64_t first, int64_t last) {
+    for (int64_t step = first; step <= last; ++step) Report(job, 0, step, step == 2 ? 1.0 : 2.0);
+  };
+  run(1, 2);
+  Commit(job, 2);
+  run(3, 6);
+  EXPECT_EQ(jobs_->Get(job.job_id())->passes_since_best(), 2);
+  // The running worker's heartbeats stop; the standby's go on.
+  const std::string standby = running == "a" ? "b" : "a";
+  std::string standby_id;
+  for (const WorkerRecord& w : registry_->List()) {
+    if (w.name == standby) standby_id = w.id;
+  }
+  now_ += absl::Milliseconds(40);
+  ASSERT_TRUE(registry_->Heartbeat(standby_id).ok());
+  now_ += absl::Milliseconds(40);
+  jobs_->WorkersLost(registry_->ExpireLeases());
+  jobs_->Tick();
+  job = *jobs_->Get(job.job_id());
+  ASSERT_EQ(job.state(), shardline::v1::RUNNING) << job.message();
+  ASSERT_EQ(job.stages(0).worker(), standby);
+  run(3, 6);
+  job = *jobs_->Get(job.job_id());
+  EXPECT_EQ(job.state(), shardline::v1::RUNNING) << job.message();
+  EXPECT_EQ(job.passes_since_best(), 2) << "the passes after 4 and 6 counted once";
+  EXPECT_EQ(job.val_step(), 6);
+  run(7, 8);
+  job = *jobs_->Get(job.job_id());
+  EXPECT_EQ(job.state(), shardline::v1::SUCCEEDED) << job.message();
+  EXPECT_NE(job.message().find("stopped early after step 8: 3 validation passes"), std::string::npos)
+      << job.message();
+  EXPECT_EQ(job.committed_step(), 2);
+}
+
 TEST_F(JobManagerEarlyStoppingTest, EveryJobWithValidationShowsItsBestPass) {
   AddWorker("a");
   auto spec = Spec(1, 4);
