@@ -171,6 +171,16 @@ TEST(JobProgressTest, JobsShowTheirAgeAndDescribeTheirTimes) {
             std::string::npos)
       << text;
   s.clear_val_matches();
+  s.set_best_val_step(400);
+  s.set_best_val_loss(1.23456);
+  text = DescribeJob(s);
+  EXPECT_EQ(text.find("Best pass:"), std::string::npos) << "the latest is the best: " << text;
+  s.set_best_val_step(200);
+  s.set_best_val_loss(1.0);
+  s.set_passes_since_best(1);
+  text = DescribeJob(s);
+  EXPECT_NE(text.find("\nBest pass:  loss 1.0000 after step 200 (1 later pass did not beat it)\n"), std::string::npos)
+      << text;
   s.set_ended_at(1'800'003'600.0);
   text = DescribeJob(s);
   EXPECT_NE(text.find("Ended:      2027-01-15 09:00:00 UTC\n"), std::string::npos) << text;
