@@ -78,9 +78,7 @@ common::EvalMetrics ValidationOf(const shardline::v1::JobStatus& s, const std::s
 // Whether the job ends after its validation pass of `s` (early stopping:
 // its patience ran out there), as shardline-train stops.
 bool StopsAfterPass(const shardline::v1::JobSpec& spec, const shardline::v1::JobStatus& s) {
-  return common::StopsEarly(spec) && s.val_step() > 0 &&
-         common::PatienceRunOut(spec.train().early_stopping(),
-                                {s.best_val_step(), s.best_val_loss(), s.passes_since_best()});
+  return common::StopsEarly(spec) && common::PatienceRunOut(spec.train().early_stopping(), common::BestOf(s));
 }
 
 std::string WeightsPath(const shardline::v1::JobSpec& spec) {

@@ -7,6 +7,10 @@
 
 namespace shardline::common {
 
+ValidationBest BestOf(const shardline::v1::JobStatus& status) {
+  return {status.best_val_step(), status.best_val_loss(), status.passes_since_best()};
+}
+
 bool NoteValidationPass(const shardline::v1::EarlyStoppingSpec& spec, int64_t step, double loss,
                         ValidationBest& best) {
   const bool improves = best.step == 0 || loss < best.loss - spec.min_delta() ||

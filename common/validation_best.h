@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <string>
 
+#include "shardline/v1/admin.pb.h"
 #include "shardline/v1/job.pb.h"
 
 namespace shardline::common {
@@ -17,6 +18,9 @@ struct ValidationBest {
   double loss = 0.0;
   int passes_since = 0;  // passes after it that did not improve on it
 };
+
+// The record a job's status keeps (JobStatus.best_val_*).
+ValidationBest BestOf(const shardline::v1::JobStatus& status);
 
 // Notes the pass after `step` (after every earlier one) with validation
 // loss `loss`: it is the new best when it is the first pass, or lower than

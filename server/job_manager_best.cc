@@ -40,16 +40,19 @@ std::string JobManager::EndAtBest(RunningJob& job, const std::string& message) {
   const common::ValidationBest best = job.validation_best();
   const absl::StatusOr<WeightStore::Version> version = weights_.CommittedVersion(id);
   if (best.step <= 0 || !version.ok() || version->step == best.step) return message;
+  // Why it ends with its latest weights after all, after `message`.
+  auto instead = [&](const std::string& why) {
+    LOG(WARNING) << "job " << id << ": " << why;
+    return absl::StrCat(message, message.empty() ? "" : "; ", why);
+  };
   if (version->kept_step != best.step) {
-    LOG(WARNING) << "job " << id << ": the version of step " << best.step << ", its best validation pass, was not kept";
-    return absl::StrCat(message, message.empty() ? "" : "; ", "the version of step ", best.step,
-                        " (the best validation pass) was not kept: the weights are step ", version->step, "'s");
+    return instead(absl::StrCat("the version of step ", best.step, " (the best validation pass) was not kept: the "
+                                "weights are step ", version->step, "'s"));
   }
   const absl::StatusOr<WeightStore::Version> restored = weights_.RestoreKept(id);
   if (!restored.ok()) {
-    LOG(ERROR) << "job " << id << ": cannot make step " << best.step << "'s version its last: " << restored.status();
-    return absl::StrCat(message, message.empty() ? "" : "; ", "the weights are step ", version->step,
-                        "'s: the best validation pass's could not be restored (", restored.status().message(), ")");
+    return instead(absl::StrCat("the weights are step ", version->step, "'s: the best validation pass's could not "
+                                "be restored (", restored.status().message(), ")"));
   }
   job.Commit(restored->step, restored->bytes);
   if (!message.empty()) return message;

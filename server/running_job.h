@@ -193,9 +193,7 @@ class RunningJob {
   // Every step run and the last one's weights committed.
   bool finished() const;
   // Its best validation pass so far (JobStatus.best_val_*).
-  common::ValidationBest validation_best() const {
-    return {status_.best_val_step(), status_.best_val_loss(), status_.passes_since_best()};
-  }
+  common::ValidationBest validation_best() const { return common::BestOf(status_); }
 
   // A stage lost its link (usually a neighbour died): the failure to report
   // if no lost worker is named before `deadline`. Only the first counts.

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <set>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -153,29 +154,29 @@ void WeightStore::RemoveUnlessKept(const std::string& job_id, const Job& job, in
 }
 
 absl::Status WeightStore::Commit(const std::string& job_id, Job& job, int64_t step) {
-  const Job before = job;
-  job.committed_step = step;
-  job.committed_shards = job.shard_count[step];
+  Manifest next = ManifestOf(job);
+  next.committed_step = step;
+  next.shards = job.shard_count[step];
   if (job.keep_next == step) {
-    job.kept_step = step;
-    job.kept_shards = job.committed_shards;
-    job.keep_next = -1;
-  } else if (job.keep_next >= 0 && job.keep_next < step) {
-    job.keep_next = -1;  // it can no longer commit
+    next.kept_step = step;
+    next.kept_shards = next.shards;
   }
-  if (absl::Status written = WriteManifest(job_id, job); !written.ok()) {
-    job = before;
-    return written;
-  }
+  RETURN_IF_ERROR(WriteManifest(job_id, next));
+  const Manifest previous = ManifestOf(job);
+  job.committed_step = step;
+  job.committed_shards = next.shards;
+  job.kept_step = next.kept_step;
+  job.kept_shards = next.kept_shards;
+  if (job.keep_next >= 0 && job.keep_next <= step) job.keep_next = -1;  // kept now, or it can no longer commit
   job.committed_digests = job.arrived[step];
   job.committed_bytes = VersionBytes(job_id, step, job.committed_shards);
   if (job.kept_step == step) job.kept_bytes = job.committed_bytes;
-  if (auto held = job.held.find(before.committed_step); held != job.held.end()) {
-    held->second = before.committed_shards;  // stays until released
+  if (auto held = job.held.find(previous.committed_step); held != job.held.end()) {
+    held->second = previous.shards;  // stays until released
   }
   // Older versions and steps that can no longer complete are obsolete.
-  RemoveUnlessKept(job_id, job, before.committed_step);
-  RemoveUnlessKept(job_id, job, before.kept_step);
+  RemoveUnlessKept(job_id, job, previous.committed_step);
+  RemoveUnlessKept(job_id, job, previous.kept_step);
   std::error_code ignored;
   for (auto it = job.shard_count.begin(); it != job.shard_count.end() && it->first <= step;) {
     if (it->first < step) fs::remove_all(StepDir(job_id, it->first), ignored);
@@ -228,13 +229,18 @@ void WeightStore::DropUncommitted(const std::string& job_id, uint64_t epoch) {
   // pass and shards come again), one before it will not hear of its pass
   // now. A version to keep commits when its step runs again.
   job.held.clear();
+  RemoveStepDirsExcept(job_id, {job.committed_step, job.kept_step});
+}
+
+void WeightStore::RemoveStepDirsExcept(const std::string& job_id, std::initializer_list<int64_t> keep) const {
+  std::set<std::string> kept;
+  for (int64_t step : keep) {
+    if (step >= 0) kept.insert(StepDir(job_id, step));
+  }
   std::error_code error;
-  const std::string keep = job.committed_step >= 0 ? StepDir(job_id, job.committed_step) : "";
-  const std::string kept = job.kept_step >= 0 ? StepDir(job_id, job.kept_step) : "";
   for (const auto& entry : fs::directory_iterator(fs::path(root_) / job_id, error)) {
     const std::string name = entry.path().filename().string();
-    if (entry.is_directory() && absl::StartsWith(name, "step-") && entry.path().string() != keep &&
-        entry.path().string() != kept) {
+    if (entry.is_directory() && absl::StartsWith(name, "step-") && !kept.count(entry.path().string())) {
       std::error_code ignored;
       fs::remove_all(entry.path(), ignored);
     }

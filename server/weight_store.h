@@ -19,6 +19,7 @@
 #define SHARDLINE_SERVER_WEIGHT_STORE_H_
 
 #include <cstdint>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <string>
@@ -193,8 +194,21 @@ class WeightStore {
   int64_t VersionBytes(const std::string& job_id, int64_t step, int shards) const;
   absl::Status Commit(const std::string& job_id, Job& job, int64_t step)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // manifest.json from the job's committed and kept versions, durable.
-  absl::Status WriteManifest(const std::string& job_id, const Job& job) const;
+  // What manifest.json names: the committed version and the kept one.
+  struct Manifest {
+    int64_t committed_step = -1;
+    int shards = 0;
+    int64_t kept_step = -1;  // KeepVersion's (-1: none)
+    int kept_shards = 0;
+  };
+  static Manifest ManifestOf(const Job& job) {
+    return {job.committed_step, job.committed_shards, job.kept_step, job.kept_shards};
+  }
+  static absl::StatusOr<Manifest> ReadManifest(const std::string& path);
+  // Written durably before the Job's fields change to match it.
+  absl::Status WriteManifest(const std::string& job_id, const Manifest& m) const;
+  // Removes every step directory of the job but those of `keep` (-1s ignored).
+  void RemoveStepDirsExcept(const std::string& job_id, std::initializer_list<int64_t> keep) const;
   // Removes the version of `step` unless it is the committed, kept,
   // to-be-kept or a held one.
   void RemoveUnlessKept(const std::string& job_id, const Job& job, int64_t step) const;

@@ -1,15 +1,11 @@
 // WeightStore's kept version: early stopping's best weights
 // (train.early_stopping), kept beside the committed version until the job
 // ends with them (weight_store.h).
-#include <filesystem>
-
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "server/weight_store.h"
 
 namespace shardline::server {
-
-namespace fs = std::filesystem;
 
 absl::Status WeightStore::KeepVersion(const std::string& job_id, int64_t step) {
   RETURN_IF_ERROR(ValidateJobId(job_id));
@@ -30,16 +26,16 @@ absl::Status WeightStore::KeepVersion(const std::string& job_id, int64_t step) {
                                                       " is no longer stored (the committed one is step ",
                                                       job.committed_step, "'s)"));
   }
-  const Job before = job;
+  Manifest next = ManifestOf(job);
+  next.kept_step = step;
+  next.kept_shards = shards;
+  RETURN_IF_ERROR(WriteManifest(job_id, next));
+  const int64_t before = job.kept_step;
   job.kept_step = step;
   job.kept_shards = shards;
-  job.held.erase(step);
-  if (absl::Status written = WriteManifest(job_id, job); !written.ok()) {
-    job = before;
-    return written;
-  }
   job.kept_bytes = VersionBytes(job_id, step, shards);
-  RemoveUnlessKept(job_id, job, before.kept_step);
+  job.held.erase(step);
+  RemoveUnlessKept(job_id, job, before);
   return absl::OkStatus();
 }
 
@@ -68,7 +64,7 @@ absl::StatusOr<WeightStore::Version> WeightStore::RestoreKept(const std::string&
     ASSIGN_OR_RETURN(const Job* committed, Committed(job_id));
     Job& job = jobs_[job_id];
     if (committed->kept_step >= 0 && committed->kept_step != committed->committed_step) {
-      const Job before = job;
+      RETURN_IF_ERROR(WriteManifest(job_id, {job.kept_step, job.kept_shards, job.kept_step, job.kept_shards}));
       job.committed_step = job.kept_step;
       job.committed_shards = job.kept_shards;
       job.committed_bytes = job.kept_bytes;
@@ -77,19 +73,7 @@ absl::StatusOr<WeightStore::Version> WeightStore::RestoreKept(const std::string&
       job.held.clear();
       job.shard_count.clear();
       job.arrived.clear();
-      if (absl::Status written = WriteManifest(job_id, job); !written.ok()) {
-        job = before;
-        return written;
-      }
-      const std::string keep = StepDir(job_id, job.committed_step);
-      std::error_code error;
-      for (const auto& entry : fs::directory_iterator(fs::path(root_) / job_id, error)) {
-        if (entry.is_directory() && entry.path().filename().string().rfind("step-", 0) == 0 &&
-            entry.path().string() != keep) {
-          std::error_code ignored;
-          fs::remove_all(entry.path(), ignored);
-        }
-      }
+      RemoveStepDirsExcept(job_id, {job.committed_step});
     }
   }
   return CommittedVersion(job_id);

@@ -11,18 +11,10 @@
 #include "server/weight_store.h"
 
 namespace shardline::server {
-namespace {
 
 namespace fs = std::filesystem;
 
-struct Manifest {
-  int64_t committed_step = -1;
-  int shards = 0;
-  int64_t kept_step = -1;  // WeightStore::KeepVersion's (-1: none)
-  int kept_shards = 0;
-};
-
-absl::StatusOr<Manifest> ReadManifest(const std::string& path) {
+absl::StatusOr<WeightStore::Manifest> WeightStore::ReadManifest(const std::string& path) {
   ASSIGN_OR_RETURN(std::string text, common::ReadFile(path));
   google::protobuf::Struct manifest;
   if (!google::protobuf::util::JsonStringToMessage(text, &manifest).ok()) {
@@ -46,8 +38,6 @@ absl::StatusOr<Manifest> ReadManifest(const std::string& path) {
   return m;
 }
 
-}  // namespace
-
 absl::StatusOr<std::unique_ptr<WeightStore>> WeightStore::Open(const std::string& root) {
   std::error_code error;
   fs::create_directories(root, error);
@@ -63,38 +53,33 @@ absl::StatusOr<std::unique_ptr<WeightStore>> WeightStore::Open(const std::string
     const fs::path manifest = entry.path() / "manifest.json";
     if (!entry.is_directory() || job_id[0] == '.' || !ValidateJobId(job_id).ok() || !fs::exists(manifest)) continue;
     ASSIGN_OR_RETURN(const Manifest m, ReadManifest(manifest.string()));
+    // Every shard the manifest names is there.
+    auto check = [&](int64_t step, int shards, const char* which) -> absl::Status {
+      for (int s = 0; s < shards; ++s) {
+        if (!fs::exists(store->ShardPath(job_id, step, s))) {
+          return absl::DataLossError(
+              absl::StrCat("job ", job_id, ": shard ", s, " of step ", step, ", the ", which, " version, is missing"));
+        }
+      }
+      return absl::OkStatus();
+    };
+    RETURN_IF_ERROR(check(m.committed_step, m.shards, "committed"));
+    if (m.kept_step >= 0) RETURN_IF_ERROR(check(m.kept_step, m.kept_shards, "kept"));
     Job& job = store->jobs_[job_id];
     job.committed_step = m.committed_step;
     job.committed_shards = m.shards;
-    for (int s = 0; s < job.committed_shards; ++s) {
-      if (!fs::exists(store->ShardPath(job_id, job.committed_step, s))) {
-        return absl::DataLossError(absl::StrCat("job ", job_id, ": committed shard ", s,
-                                                " of step ", job.committed_step, " is missing"));
-      }
-    }
     job.committed_bytes = store->VersionBytes(job_id, job.committed_step, job.committed_shards);
-    if (m.kept_step >= 0) {
-      for (int s = 0; s < m.kept_shards; ++s) {
-        if (!fs::exists(store->ShardPath(job_id, m.kept_step, s))) {
-          return absl::DataLossError(absl::StrCat("job ", job_id, ": shard ", s, " of step ", m.kept_step,
-                                                  ", the kept version, is missing"));
-        }
-      }
-      job.kept_step = m.kept_step;
-      job.kept_shards = m.kept_shards;
-      job.kept_bytes = store->VersionBytes(job_id, job.kept_step, job.kept_shards);
-    }
+    job.kept_step = m.kept_step;
+    job.kept_shards = m.kept_shards;
+    if (m.kept_step >= 0) job.kept_bytes = store->VersionBytes(job_id, job.kept_step, job.kept_shards);
   }
   if (error) return absl::InternalError(absl::StrCat("cannot list ", root, ": ", error.message()));
   return store;
 }
 
-absl::Status WeightStore::WriteManifest(const std::string& job_id, const Job& job) const {
-  std::string manifest = absl::StrCat("{\"committed_step\": ", job.committed_step, ", \"shards\": ",
-                                      job.committed_shards);
-  if (job.kept_step >= 0) {
-    absl::StrAppend(&manifest, ", \"kept_step\": ", job.kept_step, ", \"kept_shards\": ", job.kept_shards);
-  }
+absl::Status WeightStore::WriteManifest(const std::string& job_id, const Manifest& m) const {
+  std::string manifest = absl::StrCat("{\"committed_step\": ", m.committed_step, ", \"shards\": ", m.shards);
+  if (m.kept_step >= 0) absl::StrAppend(&manifest, ", \"kept_step\": ", m.kept_step, ", \"kept_shards\": ", m.kept_shards);
   absl::StrAppend(&manifest, "}\n");
   return common::WriteFileAtomically((fs::path(root_) / job_id / "manifest.json").string(), manifest);
 }

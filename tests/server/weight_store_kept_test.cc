@@ -127,6 +127,19 @@ TEST_F(WeightStoreKeptTest, ARestartedStoreKnowsItsKeptVersion) {
   EXPECT_EQ(Exported(), WeightsOf(2));
 }
 
+TEST_F(WeightStoreKeptTest, AStoreWhoseKeptVersionLostAShardRefusesToOpen) {
+  ASSERT_TRUE(store_->KeepVersion("j", 2).ok());
+  Commit(2);
+  Commit(3);
+  store_.reset();
+  fs::remove(root_ + "/j/step-2/shard-1.safetensors");
+  auto reopened = WeightStore::Open(root_);
+  ASSERT_FALSE(reopened.ok());
+  EXPECT_EQ(reopened.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(reopened.status().message().find("shard 1 of step 2, the kept version, is missing"), std::string::npos)
+      << reopened.status();
+}
+
 TEST_F(WeightStoreKeptTest, AKeptVersionSurvivesTheEpochFenceAndAVersionToKeepCommitsAgain) {
   ASSERT_TRUE(store_->KeepVersion("j", 2).ok());
   Commit(2);
