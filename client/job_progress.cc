@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/job_spec.h"
+#include "common/validation_best.h"
 
 namespace shardline::client {
 namespace {
@@ -253,9 +254,9 @@ std::string DescribeJob(const shardline::v1::JobStatus& s) {
                                           s.val_step(), s.val_windows()));
   }
   if (s.best_val_step() > 0 && s.best_val_step() != s.val_step()) {
-    absl::StrAppend(&out, absl::StrFormat("Best pass:  loss %.4f after step %d (%d later pass%s did not beat it)\n",
-                                          s.best_val_loss(), s.best_val_step(), s.passes_since_best(),
-                                          s.passes_since_best() == 1 ? "" : "es"));
+    absl::StrAppend(&out, absl::StrFormat("Best pass:  %s after step %d (%d later pass%s did not beat it)\n",
+                                          common::PassMeasures(common::BestOf(s).pass), s.best_val_step(),
+                                          s.passes_since_best(), s.passes_since_best() == 1 ? "" : "es"));
   }
   if (s.init_from() == common::kSentWeights) {
     absl::StrAppend(&out, "Started at: the weights sent with it",

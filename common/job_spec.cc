@@ -139,10 +139,23 @@ absl::Status ValidateTrain(shardline::v1::TrainSpec& t) {
   // Beyond train.steps: the pass after the last step only (a spec shortened
   // for a trial run stays valid).
   RETURN_IF_ERROR(CheckRange("train.eval_every", t.eval_every(), 0, std::numeric_limits<int32_t>::max()));
-  if (t.has_early_stopping() && !t.early_stopping().has_min_delta()) t.mutable_early_stopping()->set_min_delta(0.0);
+  if (t.has_early_stopping()) {
+    shardline::v1::EarlyStoppingSpec& e = *t.mutable_early_stopping();
+    if (!e.has_min_delta()) e.set_min_delta(0.0);
+    if (!e.has_monitor()) e.set_monitor("loss");
+  }
   const shardline::v1::EarlyStoppingSpec& e = t.early_stopping();
   RETURN_IF_ERROR(CheckRange("train.early_stopping.patience", e.patience(), 0, 1 << 20));
   RETURN_IF_ERROR(CheckRange("train.early_stopping.min_delta", e.min_delta(), 0.0, 1e6));
+  if (e.has_monitor() && e.monitor() != "loss" && e.monitor() != "accuracy") {
+    return FieldError("train.early_stopping.monitor",
+                      absl::StrCat("is ", Quote(e.monitor()), ", must be 'loss' or 'accuracy'"));
+  }
+  if (e.monitor() == "accuracy" && e.min_delta() >= 1.0) {
+    return FieldError("train.early_stopping.min_delta",
+                      absl::StrCat("(", e.min_delta(), ") must be below 1 with monitor 'accuracy' ",
+                                   "(a fraction: 0.01 is one point)"));
+  }
   if (e.patience() > 0 && t.eval_every() == 0) {
     return FieldError("train.early_stopping.patience", "needs validation passes: set train.eval_every");
   }
@@ -284,6 +297,11 @@ absl::Status ValidateJobSpec(JobSpec& spec) {
   RETURN_IF_ERROR(ValidateData(*spec.mutable_data()));
   RETURN_IF_ERROR(ValidateTrain(*spec.mutable_train()));
   RETURN_IF_ERROR(ValidateParallel(*spec.mutable_parallel(), spec.model()));
+  if (spec.train().early_stopping().monitor() == "accuracy" && !EvaluatesExactMatch(spec)) {
+    return FieldError("train.early_stopping.monitor",
+                      absl::StrCat("'accuracy' needs exact-match validation (data.kind 'addition'); data.kind ",
+                                   Quote(spec.data().kind()), " validates on the loss only"));
+  }
 
   // Each data-parallel replica runs micro_batches micro-batches of the same
   // size: global_batch / (data_parallel · micro_batches) sequences.

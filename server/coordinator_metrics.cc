@@ -45,8 +45,13 @@ void CoordinatorMetrics::OnStep(const shardline::v1::JobStatus& s) {
     registry_.GetGauge("shardline_job_validation_loss", "the loss of the job's latest validation pass", job)
         .Set(s.val_loss());
     registry_.GetGauge("shardline_job_best_validation_loss",
-                       "the lowest loss of the job's validation passes so far (what early stopping keeps)", job)
+                       "the loss of the job's best validation pass so far (what early stopping keeps)", job)
         .Set(s.best_val_loss());
+    if (s.has_best_val_accuracy()) {
+      registry_.GetGauge("shardline_job_best_validation_accuracy",
+                         "the exact match of the job's best validation pass so far (addition)", job)
+          .Set(s.best_val_accuracy());
+    }
     if (s.has_val_matches() && s.val_windows() > 0) {
       registry_.GetGauge("shardline_job_validation_accuracy",
                          "the share of held-out problems the job's latest validation pass answered right "

@@ -3,8 +3,8 @@
 // (WeightStore::KeepVersion), and the job ends once its patience runs out,
 // with the best version as its last (job_manager.h).
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "common/job_spec.h"
+#include "common/validation_best.h"
 #include "glog/logging.h"
 #include "server/job_manager.h"
 
@@ -56,8 +56,8 @@ std::string JobManager::EndAtBest(RunningJob& job, const std::string& message) {
   }
   job.Commit(restored->step, restored->bytes);
   if (!message.empty()) return message;
-  return absl::StrCat("the weights are step ", best.step, "'s, the best validation pass (loss ",
-                      absl::StrFormat("%.4f", best.loss), ")");
+  return absl::StrCat("the weights are step ", best.step, "'s, the best validation pass (",
+                      common::PassMeasures(best.pass), ")");
 }
 
 }  // namespace shardline::server

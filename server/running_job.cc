@@ -303,10 +303,19 @@ void RunningJob::NoteValidation(int64_t step) {
                << " is not kept: " << loss.status().message();
     return;
   }
+  // The accuracy as shardline-train divides it (trainer.cc), so early
+  // stopping on it compares the same bits.
+  common::ValidationPass pass{*loss, std::nullopt};
+  if (exact_match) pass.accuracy = static_cast<double>(matches) / static_cast<double>(windows);
   common::ValidationBest best = validation_best();
-  common::NoteValidationPass(spec_.train().early_stopping(), step, *loss, best);
+  common::NoteValidationPass(spec_.train().early_stopping(), step, pass, best);
   status_.set_best_val_step(best.step);
-  status_.set_best_val_loss(best.loss);
+  status_.set_best_val_loss(best.pass.loss);
+  if (best.pass.accuracy.has_value()) {
+    status_.set_best_val_accuracy(*best.pass.accuracy);
+  } else {
+    status_.clear_best_val_accuracy();
+  }
   status_.set_passes_since_best(best.passes_since);
   status_.set_val_loss(*loss);
   status_.set_val_step(step);

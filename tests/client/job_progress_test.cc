@@ -181,6 +181,12 @@ TEST(JobProgressTest, JobsShowTheirAgeAndDescribeTheirTimes) {
   text = DescribeJob(s);
   EXPECT_NE(text.find("\nBest pass:  loss 1.0000 after step 200 (1 later pass did not beat it)\n"), std::string::npos)
       << text;
+  s.set_best_val_accuracy(0.912);
+  s.set_passes_since_best(2);
+  text = DescribeJob(s);
+  EXPECT_NE(text.find("\nBest pass:  accuracy 91.20%, loss 1.0000 after step 200 (2 later passes did not beat it)\n"),
+            std::string::npos)
+      << text;
   s.set_ended_at(1'800'003'600.0);
   text = DescribeJob(s);
   EXPECT_NE(text.find("Ended:      2027-01-15 09:00:00 UTC\n"), std::string::npos) << text;

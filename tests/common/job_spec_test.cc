@@ -284,6 +284,30 @@ TEST(JobSpecTest, EarlyStoppingNeedsValidationAndCheckpointsItsPasses) {
       << "patience 0 is off";
 }
 
+TEST(JobSpecTest, EarlyStoppingMonitorsTheLossOrAnExactMatchsAccuracy) {
+  const auto with_early_stopping = [](const std::string& early_stopping) {
+    return Edit(R"("seed": 3)", R"("seed": 3, "eval_every": 4, "early_stopping": )" + early_stopping);
+  };
+  auto on_loss = ParseJobSpec(with_early_stopping(R"({"patience": 2})"));
+  ASSERT_TRUE(on_loss.ok()) << on_loss.status();
+  EXPECT_EQ(on_loss->train().early_stopping().monitor(), "loss") << "the default filled in";
+  const std::string on_accuracy =
+      R"("seed": 3, "eval_every": 4, "early_stopping": {"patience": 2, "monitor": "accuracy", "min_delta": 0.01})";
+  auto addition = ParseJobSpec(Edit(R"("seed": 3)", on_accuracy));
+  ASSERT_TRUE(addition.ok()) << addition.status();
+  EXPECT_EQ(addition->train().early_stopping().monitor(), "accuracy");
+
+  ExpectInvalid(with_early_stopping(R"({"patience": 2, "monitor": "acc"})"),
+                "train.early_stopping.monitor is 'acc', must be 'loss' or 'accuracy'");
+  ExpectInvalid(with_early_stopping(R"({"patience": 2, "monitor": "accuracy", "min_delta": 1})"),
+                "train.early_stopping.min_delta (1) must be below 1 with monitor 'accuracy'");
+  std::string text =
+      Edit(R"("data": {"kind": "addition", "digits": 2})", R"("data": {"kind": "text_bytes", "path": "a"})");
+  text.replace(text.find(R"("seed": 3)"), 9, on_accuracy);
+  ExpectInvalid(text, "train.early_stopping.monitor 'accuracy' needs exact-match validation (data.kind 'addition'); "
+                      "data.kind 'text_bytes' validates on the loss only");
+}
+
 TEST(JobSpecTest, ShippedExamplesAreValid) {
   for (const char* name : {"addition.json", "text.json", "gpt2-finetune.json", "addition-tensor.json"}) {
     auto spec = LoadJobSpec(std::string(SHARDLINE_SOURCE_DIR) + "/examples/" + name);

@@ -239,6 +239,9 @@ def run(bin_dir, source_dir, workdir, daemons, promtool, prometheus):
     assert (latest or 0) > 0, c
     best = sample(c, "shardline_job_best_validation_loss", {"job_id": job})
     assert best is not None and 0 < best <= latest, c
+    # Addition: the best pass's exact match beside its loss.
+    best_accuracy = sample(c, "shardline_job_best_validation_accuracy", {"job_id": job})
+    assert best_accuracy is not None and 0 <= best_accuracy <= 1, c
     for stage in ("0", "1"):
         busy = sample(c, "shardline_position_busy_ratio", {"job_id": job, "stage": stage})
         bubble = sample(c, "shardline_position_bubble_ratio", {"job_id": job, "stage": stage})

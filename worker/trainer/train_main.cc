@@ -138,8 +138,12 @@ int Run(const std::string& spec_path) {
   const bool stops_early = common::StopsEarly(*spec);
   common::ValidationBest best;
   runtime::ShardRuntime::HostTensors best_weights;
-  auto note_pass = [&](int64_t step, double loss) -> absl::Status {
-    if (!stops_early || !common::NoteValidationPass(train.early_stopping(), step, loss, best)) return absl::OkStatus();
+  auto note_pass = [&](int64_t step, const EvalResult& pass) -> absl::Status {
+    common::ValidationPass measured{pass.val_loss, std::nullopt};
+    if (pass.exact_match) measured.accuracy = pass.accuracy;
+    if (!stops_early || !common::NoteValidationPass(train.early_stopping(), step, measured, best)) {
+      return absl::OkStatus();
+    }
     ASSIGN_OR_RETURN(best_weights, (*trainer)->runtime().ExportWeights());
     return absl::OkStatus();
   };
@@ -155,7 +159,7 @@ int Run(const std::string& spec_path) {
       const auto eval_start = Clock::now();
       absl::StatusOr<EvalResult> pass = (*trainer)->Evaluate();
       if (!pass.ok()) return Fail(kExitFailed, pass.status());
-      if (absl::Status s = note_pass(step, pass->val_loss); !s.ok()) return Fail(kExitFailed, s);
+      if (absl::Status s = note_pass(step, *pass); !s.ok()) return Fail(kExitFailed, s);
       if (common::PatienceRunOut(train.early_stopping(), best)) {
         last_step = step;
         eval = *std::move(pass);  // the run's last pass, recorded as such below
@@ -190,7 +194,7 @@ int Run(const std::string& spec_path) {
     if (!pass.ok()) return Fail(kExitFailed, pass.status());
     eval = *std::move(pass);
     if (common::EvaluatesAfter(*spec, last_step)) {
-      if (absl::Status s = note_pass(last_step, eval->val_loss); !s.ok()) return Fail(kExitFailed, s);
+      if (absl::Status s = note_pass(last_step, *eval); !s.ok()) return Fail(kExitFailed, s);
     }
   }
   common::EvalMetrics em{last_step, eval->exact_match, eval->accuracy, eval->val_loss,
@@ -210,8 +214,8 @@ int Run(const std::string& spec_path) {
                        {"spec", common::JobSpecToJson(*spec)},
                        {"step", std::to_string(ends_at_best ? best.step : last_step)}};
   if (ends_at_best && last_step == train.steps()) {  // (a stop says so itself)
-    std::printf("the weights are step %lld's, the best validation pass (loss %.4f)\n",
-                static_cast<long long>(best.step), best.loss);
+    std::printf("the weights are step %lld's, the best validation pass (%s)\n", static_cast<long long>(best.step),
+                common::PassMeasures(best.pass).c_str());
   }
   const std::string path = WeightsPath(*spec);
   if (absl::Status s = common::WriteSafetensors(path, contents); !s.ok()) return Fail(kExitFailed, s);
