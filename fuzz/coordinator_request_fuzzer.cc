@@ -22,7 +22,7 @@ void Check(const uint8_t* data, size_t size) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
-  const uint8_t kind = data[0] % 12;
+  const uint8_t kind = data[0] % 13;
   ++data;
   --size;
   switch (kind) {
@@ -37,7 +37,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     case 8: Check<shardline::v1::DrainWorkerRequest>(data, size); break;
     case 9: Check<shardline::v1::GetTraceRequest>(data, size); break;
     case 10: Check<shardline::v1::ReportLinksRequest>(data, size); break;
-    default: Check<shardline::v1::ProbeLinksRequest>(data, size); break;
+    case 11: Check<shardline::v1::ProbeLinksRequest>(data, size); break;
+    default: Check<shardline::v1::ExportWeightsRequest>(data, size); break;
   }
   return 0;
 }
