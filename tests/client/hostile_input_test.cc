@@ -1,11 +1,13 @@
 // The hostile-client probes of issue 16 against the real daemons (separate
 // processes on loopback): a spec whose sizes overflowed int64, data paths
-// outside the worker's root (/etc/shadow), /dev/zero and a FIFO, a 1 MB job
+// outside the worker's root (/etc/shadow), /dev/zero and a FIFO, a data
+// file truncated while a job reads it, a 1 MB job
 // name and watchers that stop reading. Each gets a clear status, every
 // daemon keeps serving, and their resident memory stays bounded (read from
 // /proc/PID/status).
 #include <signal.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <grpcpp/grpcpp.h>
 
@@ -178,6 +180,36 @@ TEST_F(HostileInputTest, DataPathsOutsideTheRootOrNotRegularFilesFailTheJobClear
   const shardline::v1::JobStatus tokens =
       RunToEnd(Spec("data", R"({"kind": "tokens", "path": "small-ids.bin", "val_path": "small-ids.bin"})"));
   EXPECT_EQ(tokens.state(), shardline::v1::SUCCEEDED) << tokens.message();
+  ExpectEveryDaemonServing();
+}
+
+// A data file truncated in place while a job trained on it killed the
+// worker reading it (SIGBUS from its mapping). Now the step that finds it
+// short fails the job with what happened, and the worker keeps serving.
+TEST_F(HostileInputTest, ADataFileTruncatedWhileAJobReadsItFailsTheJobClearly) {
+  const std::string path = *data_root_ + "/cut.txt";
+  std::ofstream(path) << std::string(1 << 16, 'b');
+  auto spec = common::ParseJobSpec(Spec("cut", R"({"kind": "text_bytes", "path": "cut.txt"})", 1'000'000));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  AdminClient admin(cluster().address());
+  absl::StatusOr<shardline::v1::JobStatus> job = admin.Submit(*spec);
+  ASSERT_TRUE(job.ok()) << job.status();
+  const absl::Time give_up = absl::Now() + absl::Seconds(60);
+  absl::StatusOr<shardline::v1::JobStatus> now = job;
+  while (now.ok() && now->step() < 3 && now->state() != shardline::v1::FAILED && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(20));
+    now = admin.Get(job->job_id());
+  }
+  ASSERT_TRUE(now.ok() && now->step() >= 3) << (now.ok() ? now->DebugString() : now.status().ToString());
+  ASSERT_EQ(::truncate(path.c_str(), 16), 0);
+  while (now.ok() && now->state() == shardline::v1::RUNNING && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(50));
+    now = admin.Get(job->job_id());
+  }
+  ASSERT_TRUE(now.ok()) << now.status();
+  EXPECT_EQ(now->state(), shardline::v1::FAILED) << now->DebugString();
+  EXPECT_NE(now->message().find("'cut.txt' ends before byte"), std::string::npos) << now->message();
+  EXPECT_NE(now->message().find("it was truncated or rewritten in place"), std::string::npos) << now->message();
   ExpectEveryDaemonServing();
 }
 

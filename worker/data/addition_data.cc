@@ -60,7 +60,7 @@ void AdditionData::Append(int64_t a, int64_t b, bool score_end, Batch& batch) co
   ++batch.batch;
 }
 
-Batch AdditionData::TrainBatch(int64_t step, int micro_batch, int64_t sequences) const {
+absl::StatusOr<Batch> AdditionData::TrainBatch(int64_t step, int micro_batch, int64_t sequences) const {
   Batch batch;
   batch.t = sequence_length();
   for (int64_t s = 0; s < sequences; ++s) {
@@ -78,7 +78,7 @@ Batch AdditionData::TrainBatch(int64_t step, int micro_batch, int64_t sequences)
   return batch;
 }
 
-EvalSet AdditionData::MakeEvalSet(int max_examples, int64_t sequences_per_batch) const {
+absl::StatusOr<EvalSet> AdditionData::MakeEvalSet(int max_examples, int64_t sequences_per_batch) const {
   // The held-out pairs: all of them when there are few operands (then a
   // seeded subset if there are too many), else a seeded sample.
   std::vector<std::pair<int64_t, int64_t>> pairs;

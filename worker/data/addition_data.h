@@ -25,12 +25,12 @@ class AdditionData final : public DataSource {
 
   int64_t sequence_length() const override { return 3 * digits_ + 3; }
   int64_t vocab_needed() const override { return kVocab; }
-  Batch TrainBatch(int64_t step, int micro_batch, int64_t sequences) const override;
+  absl::StatusOr<Batch> TrainBatch(int64_t step, int micro_batch, int64_t sequences) const override;
   // The answer digits and the end of each sequence.
   int64_t TrainTargets(int64_t sequences) const override {
     return sequences * (sequence_length() - (2 * digits_ + 1));
   }
-  EvalSet MakeEvalSet(int max_examples, int64_t sequences_per_batch) const override;
+  absl::StatusOr<EvalSet> MakeEvalSet(int max_examples, int64_t sequences_per_batch) const override;
 
   bool IsHeldOut(int64_t a, int64_t b) const;
   // The full token sequence of a + b (3·digits + 4 tokens).

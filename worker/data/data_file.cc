@@ -3,12 +3,12 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <stdlib.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -27,6 +27,7 @@ absl::StatusOr<std::string> Canonical(const std::string& path) {
   return std::string(resolved);
 }
 
+// Closes its descriptor unless it was released.
 class Fd {
  public:
   explicit Fd(int fd) : fd_(fd) {}
@@ -36,9 +37,10 @@ class Fd {
   Fd(const Fd&) = delete;
   Fd& operator=(const Fd&) = delete;
   int get() const { return fd_; }
+  int Release() { return std::exchange(fd_, -1); }
 
  private:
-  const int fd_;
+  int fd_;
 };
 
 }  // namespace
@@ -71,7 +73,7 @@ absl::StatusOr<std::unique_ptr<DataFile>> DataFile::Open(const std::string& path
     candidate = *resolved;
   }
   // Non-blocking, so that opening a FIFO nobody writes returns at once.
-  const Fd fd(::open(candidate.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY));
+  Fd fd(::open(candidate.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY));
   if (fd.get() < 0) {
     return absl::NotFoundError(absl::StrCat("data.path: cannot open ", common::Quote(path), ": ", std::strerror(errno)));
   }
@@ -86,18 +88,34 @@ absl::StatusOr<std::unique_ptr<DataFile>> DataFile::Open(const std::string& path
     return absl::InvalidArgumentError(absl::StrCat("data.path ", common::Quote(path), " holds ", st.st_size,
                                                    " bytes, more than the ", access.max_bytes, " a worker reads"));
   }
-  const size_t size = static_cast<size_t>(st.st_size);
-  if (size == 0) return std::unique_ptr<DataFile>(new DataFile(nullptr, 0));
-  void* data = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd.get(), 0);
-  if (data == MAP_FAILED) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("data.path: cannot map ", common::Quote(path), ": ", std::strerror(errno)));
-  }
-  return std::unique_ptr<DataFile>(new DataFile(data, size));
+  // (O_NONBLOCK does not change how a regular file reads.)
+  return std::unique_ptr<DataFile>(new DataFile(fd.Release(), static_cast<uint64_t>(st.st_size), path));
 }
 
-DataFile::~DataFile() {
-  if (data_ != nullptr) ::munmap(const_cast<void*>(data_), size_);
+DataFile::~DataFile() { ::close(fd_); }
+
+absl::Status DataFile::ReadAt(uint64_t offset, absl::Span<unsigned char> out) const {
+  if (offset > size_ || out.size() > size_ - offset) {
+    return absl::OutOfRangeError(absl::StrCat("data.path ", common::Quote(path_), ": bytes [", offset, ", ",
+                                              offset + out.size(), ") are beyond its ", size_, " bytes"));
+  }
+  size_t done = 0;
+  while (done < out.size()) {
+    const ssize_t n = ::pread(fd_, out.data() + done, out.size() - done, static_cast<off_t>(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      return absl::DataLossError(absl::StrCat("data.path ", common::Quote(path_), ": cannot read ", out.size(),
+                                              " bytes at ", offset, ": ", std::strerror(errno)));
+    }
+    if (n == 0) {
+      return absl::DataLossError(absl::StrCat(
+          "data.path ", common::Quote(path_), " ends before byte ", offset + out.size(), " of the ", size_,
+          " it held when the job opened it: it was truncated or rewritten in place (replace a data file by "
+          "renaming a new one over it)"));
+    }
+    done += static_cast<size_t>(n);
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace shardline::worker::data

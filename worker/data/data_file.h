@@ -4,12 +4,13 @@
 // directory is refused without blocking: it is opened non-blocking and
 // checked first), resolved with symlinks under `root` when one is set (a
 // relative path is taken from there; an absolute one outside it is
-// refused), at most `max_bytes`. The file is mapped read-only, not read:
-// its pages come from the page cache as windows are drawn, shared by every
-// worker on the machine, so a data set may be larger than memory. A file
-// truncated while mapped faults its reader (SIGBUS), as numpy.memmap does:
-// replace a data file by renaming a new one over it, never in place.
-// Thread-safe after Open.
+// refused), at most `max_bytes`. The file is read where windows are drawn
+// (positional reads, never the whole file): its pages come from the page
+// cache, shared by every worker on the machine, so a data set may be
+// larger than memory. A file truncated or rewritten in place while a job
+// reads it gives DATA_LOSS on the read that finds it short, never a fault:
+// replace a data file by renaming a new one over it (the open file keeps
+// reading the old one). Thread-safe after Open.
 #ifndef SHARDLINE_WORKER_DATA_DATA_FILE_H_
 #define SHARDLINE_WORKER_DATA_DATA_FILE_H_
 
@@ -21,6 +22,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 
 namespace shardline::worker::data {
 
@@ -46,13 +48,19 @@ class DataFile {
   DataFile(const DataFile&) = delete;
   DataFile& operator=(const DataFile&) = delete;
 
-  absl::string_view bytes() const { return absl::string_view(static_cast<const char*>(data_), size_); }
+  // Bytes when it was opened.
+  uint64_t size() const { return size_; }
+  // Bytes [offset, offset + out.size()) into `out`: OUT_OF_RANGE beyond
+  // size(); DATA_LOSS when the file no longer holds them (truncated since
+  // it was opened) or cannot be read.
+  absl::Status ReadAt(uint64_t offset, absl::Span<unsigned char> out) const;
 
  private:
-  DataFile(const void* data, size_t size) : data_(data), size_(size) {}
+  DataFile(int fd, uint64_t size, std::string path) : fd_(fd), size_(size), path_(std::move(path)) {}
 
-  const void* const data_;  // null for an empty file
-  const size_t size_;
+  const int fd_;
+  const uint64_t size_;
+  const std::string path_;  // as the spec names it, for errors
 };
 
 }  // namespace shardline::worker::data

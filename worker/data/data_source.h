@@ -53,15 +53,16 @@ class DataSource {
   virtual int64_t sequence_length() const = 0;
   // Smallest vocabulary that holds every token this source emits.
   virtual int64_t vocab_needed() const = 0;
-  // `sequences` sequences for micro-batch `micro_batch` of step `step`.
-  virtual Batch TrainBatch(int64_t step, int micro_batch, int64_t sequences) const = 0;
+  // `sequences` sequences for micro-batch `micro_batch` of step `step`;
+  // DATA_LOSS when a data file no longer holds them (data_file.h).
+  virtual absl::StatusOr<Batch> TrainBatch(int64_t step, int micro_batch, int64_t sequences) const = 0;
   // The scored targets of any such batch (TrainBatch(...).target_count(),
   // the same for every step and micro-batch), without making it: a
   // data-parallel replica counts the whole global batch's this way.
   virtual int64_t TrainTargets(int64_t sequences) const = 0;
   // Up to `max_examples` held-out sequences, in batches of
-  // `sequences_per_batch` (the last maybe fewer).
-  virtual EvalSet MakeEvalSet(int max_examples, int64_t sequences_per_batch) const = 0;
+  // `sequences_per_batch` (the last maybe fewer); DATA_LOSS as TrainBatch.
+  virtual absl::StatusOr<EvalSet> MakeEvalSet(int max_examples, int64_t sequences_per_batch) const = 0;
 };
 
 // Builds the source the spec names and checks it against the model

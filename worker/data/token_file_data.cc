@@ -1,6 +1,7 @@
 #include "worker/data/token_file_data.h"
 
 #include <algorithm>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/input_limits.h"
@@ -11,29 +12,25 @@ namespace shardline::worker::data {
 
 namespace {
 
-const unsigned char* Bytes(const DataFile& file) {
-  return reinterpret_cast<const unsigned char*>(file.bytes().data());
-}
-
-// The largest little-endian id of `width` bytes in `file`, looking at
-// `access` every 64 MiB.
+// The largest little-endian id of `width` bytes in `file`, read in chunks,
+// looking at `access` before each.
 absl::StatusOr<uint32_t> LargestId(const DataFile* file, int width, const DataAccess& access, absl::Time start) {
   if (file == nullptr) return 0;
-  const unsigned char* p = Bytes(*file);
-  const size_t n = file->bytes().size() / static_cast<size_t>(width);
-  constexpr size_t kIdsBetweenChecks = size_t{64} << 20;
+  constexpr uint64_t kChunkBytes = uint64_t{8} << 20;  // a multiple of every width
+  std::vector<unsigned char> chunk;
   uint32_t largest = 0;
-  for (size_t first = 0; first < n; first += kIdsBetweenChecks) {
+  for (uint64_t offset = 0; offset < file->size(); offset += kChunkBytes) {
     RETURN_IF_ERROR(access.Check(start));
-    const size_t last = std::min(n, first + kIdsBetweenChecks);
+    chunk.resize(static_cast<size_t>(std::min(kChunkBytes, file->size() - offset)));
+    RETURN_IF_ERROR(file->ReadAt(offset, absl::MakeSpan(chunk)));
+    const unsigned char* p = chunk.data();
+    const size_t n = chunk.size() / static_cast<size_t>(width);
     if (width == 2) {
       uint16_t top = 0;
-      for (size_t i = first; i < last; ++i) {
-        top = std::max<uint16_t>(top, static_cast<uint16_t>(p[2 * i] | p[2 * i + 1] << 8));
-      }
+      for (size_t i = 0; i < n; ++i) top = std::max<uint16_t>(top, static_cast<uint16_t>(p[2 * i] | p[2 * i + 1] << 8));
       largest = std::max<uint32_t>(largest, top);
     } else {
-      for (size_t i = first; i < last; ++i) {
+      for (size_t i = 0; i < n; ++i) {
         const unsigned char* q = p + 4 * i;
         largest = std::max(largest, static_cast<uint32_t>(q[0]) | static_cast<uint32_t>(q[1]) << 8 |
                                         static_cast<uint32_t>(q[2]) << 16 | static_cast<uint32_t>(q[3]) << 24);
@@ -56,16 +53,16 @@ absl::StatusOr<std::unique_ptr<TokenFileData>> TokenFileData::Load(const TokenFi
   // Opens one file of whole token ids.
   auto open = [&](const std::string& field, const std::string& path) -> absl::StatusOr<std::unique_ptr<DataFile>> {
     ASSIGN_OR_RETURN(std::unique_ptr<DataFile> file, DataFile::Open(path, access));
-    const size_t size = file->bytes().size();
+    const uint64_t size = file->size();
     if (size == 0) return absl::InvalidArgumentError(absl::StrCat(field, " ", common::Quote(path), " is empty"));
-    if (size % static_cast<size_t>(width) != 0) {
+    if (size % static_cast<uint64_t>(width) != 0) {
       return absl::InvalidArgumentError(absl::StrCat(field, " ", common::Quote(path), " has ", size,
                                                      " bytes: not a whole number of ", width, "-byte token ids"));
     }
     return file;
   };
   ASSIGN_OR_RETURN(data->file_, open("data.path", files.path));
-  const size_t tokens = data->file_->bytes().size() / static_cast<size_t>(width);
+  const size_t tokens = static_cast<size_t>(data->file_->size()) / static_cast<size_t>(width);
   const size_t window = static_cast<size_t>(context) + 1;
   if (files.val_path.empty()) {
     const size_t split = static_cast<size_t>(static_cast<double>(tokens) * (1.0 - files.val_fraction));
@@ -74,18 +71,18 @@ absl::StatusOr<std::unique_ptr<TokenFileData>> TokenFileData::Load(const TokenFi
           "data.path ", common::Quote(files.path), " has ", tokens, " tokens; with data.val_fraction ",
           files.val_fraction, " each part needs at least model.context + 1 = ", window));
     }
-    data->train_ = {Bytes(*data->file_), 0, split};
-    data->val_ = {Bytes(*data->file_), split, tokens};
+    data->train_ = {data->file_.get(), 0, split};
+    data->val_ = {data->file_.get(), split, tokens};
   } else {
     ASSIGN_OR_RETURN(data->val_file_, open("data.val_path", files.val_path));
-    const size_t val_tokens = data->val_file_->bytes().size() / static_cast<size_t>(width);
+    const size_t val_tokens = static_cast<size_t>(data->val_file_->size()) / static_cast<size_t>(width);
     if (tokens < window || val_tokens < window) {
       return absl::InvalidArgumentError(absl::StrCat("data.path has ", tokens, " tokens and data.val_path ",
                                                      val_tokens, ": each needs at least model.context + 1 = ",
                                                      window));
     }
-    data->train_ = {Bytes(*data->file_), 0, tokens};
-    data->val_ = {Bytes(*data->val_file_), 0, val_tokens};
+    data->train_ = {data->file_.get(), 0, tokens};
+    data->val_ = {data->val_file_.get(), 0, val_tokens};
   }
   if (width > 1) {
     ASSIGN_OR_RETURN(const uint32_t largest, LargestId(data->file_.get(), width, access, start));
@@ -95,25 +92,31 @@ absl::StatusOr<std::unique_ptr<TokenFileData>> TokenFileData::Load(const TokenFi
   return data;
 }
 
-int32_t TokenFileData::Token(const Part& part, size_t i) const {
-  const unsigned char* p = part.bytes + i * static_cast<size_t>(token_bytes_);
-  uint32_t id = 0;
-  for (int b = token_bytes_ - 1; b >= 0; --b) id = (id << 8) | p[b];
-  return static_cast<int32_t>(id);
-}
-
-void TokenFileData::AppendWindow(const Part& part, size_t offset, Batch& batch) const {
+absl::Status TokenFileData::AppendWindow(const Part& part, size_t offset, std::vector<unsigned char>& bytes,
+                                         Batch& batch) const {
+  // The window's tokens and the one after its last (the last target).
+  const size_t width = static_cast<size_t>(token_bytes_);
+  bytes.resize((static_cast<size_t>(context_) + 1) * width);
+  RETURN_IF_ERROR(part.file->ReadAt(offset * width, absl::MakeSpan(bytes)));
+  auto token = [&](size_t i) {
+    uint32_t id = 0;
+    for (size_t b = width; b-- > 0;) id = (id << 8) | bytes[i * width + b];
+    return static_cast<int32_t>(id);
+  };
   for (int64_t j = 0; j < context_; ++j) {
-    const size_t i = offset + static_cast<size_t>(j);
-    batch.ids.push_back(Token(part, i));
-    batch.targets.push_back(Token(part, i + 1));
+    batch.ids.push_back(token(static_cast<size_t>(j)));
+    batch.targets.push_back(token(static_cast<size_t>(j) + 1));
   }
+  return absl::OkStatus();
 }
 
-Batch TokenFileData::TrainBatch(int64_t step, int micro_batch, int64_t sequences) const {
+absl::StatusOr<Batch> TokenFileData::TrainBatch(int64_t step, int micro_batch, int64_t sequences) const {
   Batch batch;
   batch.batch = sequences;
   batch.t = context_;
+  batch.ids.reserve(static_cast<size_t>(sequences * context_));
+  batch.targets.reserve(static_cast<size_t>(sequences * context_));
+  std::vector<unsigned char> bytes;
   // Window starts 0 .. n - context - 1 of the training tokens.
   const uint64_t starts = train_tokens() - static_cast<size_t>(context_);
   for (int64_t s = 0; s < sequences; ++s) {
@@ -121,20 +124,21 @@ Batch TokenFileData::TrainBatch(int64_t step, int micro_batch, int64_t sequences
     // the same global batch.
     const uint64_t index = static_cast<uint64_t>(micro_batch * sequences + s);
     common::Rng rng(common::MixKey(seed_, 0x7e47, static_cast<uint64_t>(step), index));
-    AppendWindow(train_, train_.begin + rng.Uniform(starts), batch);
+    RETURN_IF_ERROR(AppendWindow(train_, train_.begin + rng.Uniform(starts), bytes, batch));
   }
   return batch;
 }
 
-EvalSet TokenFileData::MakeEvalSet(int max_examples, int64_t sequences_per_batch) const {
+absl::StatusOr<EvalSet> TokenFileData::MakeEvalSet(int max_examples, int64_t sequences_per_batch) const {
   EvalSet set;
   set.kind = EvalSet::Kind::kLoss;
   const size_t window = static_cast<size_t>(context_);
   Batch batch;
+  std::vector<unsigned char> bytes;
   int examples = 0;
   for (size_t offset = val_.begin; offset + window + 1 <= val_.end && examples < max_examples;
        offset += window, ++examples) {
-    AppendWindow(val_, offset, batch);
+    RETURN_IF_ERROR(AppendWindow(val_, offset, bytes, batch));
     if (++batch.batch == std::max<int64_t>(1, sequences_per_batch)) {
       batch.t = context_;
       set.batches.push_back(std::move(batch));

@@ -6,14 +6,16 @@
 // hold. Validation data is a second file (val_path), or else the last
 // val_fraction of the first. Training sequences start at seeded random
 // offsets in the training tokens; validation uses consecutive windows.
-// The files are mapped (DataFile): ids are decoded from the page cache as
-// windows are drawn, so a data set may be larger than memory.
+// The files are read window by window (DataFile): ids come from the page
+// cache as windows are drawn, so a data set may be larger than memory; a
+// file cut short since it was opened gives DATA_LOSS.
 #ifndef SHARDLINE_WORKER_DATA_TOKEN_FILE_DATA_H_
 #define SHARDLINE_WORKER_DATA_TOKEN_FILE_DATA_H_
 
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "worker/data/data_file.h"
@@ -42,26 +44,27 @@ class TokenFileData final : public DataSource {
 
   int64_t sequence_length() const override { return context_; }
   int64_t vocab_needed() const override { return vocab_needed_; }
-  Batch TrainBatch(int64_t step, int micro_batch, int64_t sequences) const override;
+  absl::StatusOr<Batch> TrainBatch(int64_t step, int micro_batch, int64_t sequences) const override;
   // Every position of each window.
   int64_t TrainTargets(int64_t sequences) const override { return sequences * context_; }
-  EvalSet MakeEvalSet(int max_examples, int64_t sequences_per_batch) const override;
+  absl::StatusOr<EvalSet> MakeEvalSet(int max_examples, int64_t sequences_per_batch) const override;
 
   size_t train_tokens() const { return train_.end - train_.begin; }
   size_t val_tokens() const { return val_.end - val_.begin; }
 
  private:
-  // Tokens [begin, end) of a file's bytes.
+  // Tokens [begin, end) of a file.
   struct Part {
-    const unsigned char* bytes = nullptr;
+    const DataFile* file = nullptr;
     size_t begin = 0;
     size_t end = 0;
   };
 
   TokenFileData(int token_bytes, int64_t context, uint64_t seed)
       : token_bytes_(token_bytes), context_(context), seed_(seed) {}
-  int32_t Token(const Part& part, size_t i) const;
-  void AppendWindow(const Part& part, size_t offset, Batch& batch) const;
+  // The window of context_ tokens at token `offset` of `part`'s file, and
+  // their next tokens as targets, appended to `batch` (read into `bytes`).
+  absl::Status AppendWindow(const Part& part, size_t offset, std::vector<unsigned char>& bytes, Batch& batch) const;
 
   const int token_bytes_;
   const int64_t context_;

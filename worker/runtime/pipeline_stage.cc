@@ -326,7 +326,10 @@ absl::StatusOr<StageStepResult> PipelineStage::RunStepImpl(int64_t step) {
     // by the targets of the whole global batch (every replica's).
     const int m = options_.micro_batches;
     const int64_t per = options_.global_batch / (int64_t{options_.replicas} * m);
-    for (int k = 0; k < m; ++k) batches.push_back(data_->TrainBatch(step, options_.replica * m + k, per));
+    for (int k = 0; k < m; ++k) {
+      ASSIGN_OR_RETURN(data::Batch batch, data_->TrainBatch(step, options_.replica * m + k, per));
+      batches.push_back(std::move(batch));
+    }
     const int64_t targets = data_->TrainTargets(per) * options_.replicas * m;
     if (targets == 0) return absl::InternalError("a training step with no scored tokens");
     loss_scale = static_cast<float>(1.0 / static_cast<double>(targets));

@@ -33,7 +33,8 @@ absl::StatusOr<StageEvalResult> PipelineStage::EvaluateImpl(int64_t step) {
   if (runtime_.is_first()) {
     if (eval_set_ == nullptr) {
       const int64_t per = options_.global_batch / (int64_t{options_.replicas} * options_.micro_batches);
-      eval_set_ = std::make_unique<data::EvalSet>(data_->MakeEvalSet(options_.eval_examples, per));
+      ASSIGN_OR_RETURN(data::EvalSet set, data_->MakeEvalSet(options_.eval_examples, per));
+      eval_set_ = std::make_unique<data::EvalSet>(std::move(set));
     }
     if ((eval_set_->kind == data::EvalSet::Kind::kExactMatch) != options_.eval_exact_match) {
       return absl::FailedPreconditionError(

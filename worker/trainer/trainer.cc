@@ -35,8 +35,9 @@ absl::StatusOr<StepResult> Trainer::TrainStep(int64_t step) {
   std::vector<data::Batch> batches;
   int64_t targets = 0;
   for (int g = 0; g < replicas * micro_batches; ++g) {
-    batches.push_back(data_->TrainBatch(step, g, per_micro));
-    targets += batches.back().target_count();
+    ASSIGN_OR_RETURN(data::Batch batch, data_->TrainBatch(step, g, per_micro));
+    targets += batch.target_count();
+    batches.push_back(std::move(batch));
   }
   if (targets == 0) return absl::InternalError("a training step with no scored tokens");
   const float loss_scale = static_cast<float>(1.0 / static_cast<double>(targets));
@@ -75,7 +76,8 @@ absl::StatusOr<StepResult> Trainer::TrainStep(int64_t step) {
 }
 
 absl::StatusOr<EvalResult> Trainer::Evaluate() {
-  const data::EvalSet set = data_->MakeEvalSet(spec_.train().eval_examples(), common::MicroBatchSequences(spec_));
+  ASSIGN_OR_RETURN(const data::EvalSet set,
+                   data_->MakeEvalSet(spec_.train().eval_examples(), common::MicroBatchSequences(spec_)));
   EvalResult result;
   result.exact_match = set.kind == data::EvalSet::Kind::kExactMatch;
   int64_t targets = 0;

@@ -1,5 +1,7 @@
 #include "worker/data/data_source.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <fstream>
@@ -23,24 +25,24 @@ TEST(AdditionDataTest, EncodesWithReversedZeroPaddedAnswer) {
 
 TEST(AdditionDataTest, BatchesAreAFunctionOfStepAndPlaceOnly) {
   AdditionData data(2, 0.1, 1);
-  const Batch a = data.TrainBatch(3, 1, 4), b = data.TrainBatch(3, 1, 4);
+  const Batch a = data.TrainBatch(3, 1, 4).value(), b = data.TrainBatch(3, 1, 4).value();
   EXPECT_EQ(a.ids, b.ids);
   EXPECT_EQ(a.targets, b.targets);
-  EXPECT_NE(data.TrainBatch(4, 1, 4).ids, a.ids);
+  EXPECT_NE(data.TrainBatch(4, 1, 4).value().ids, a.ids);
   // The same global batch whatever the micro-batch split.
-  const Batch whole = data.TrainBatch(3, 0, 8);
+  const Batch whole = data.TrainBatch(3, 0, 8).value();
   std::vector<int32_t> joined;
   for (int k = 0; k < 4; ++k) {
-    const Batch part = data.TrainBatch(3, k, 2);
+    const Batch part = data.TrainBatch(3, k, 2).value();
     joined.insert(joined.end(), part.ids.begin(), part.ids.end());
   }
   EXPECT_EQ(joined, whole.ids);
-  EXPECT_NE(AdditionData(2, 0.1, 2).TrainBatch(3, 1, 4).ids, a.ids) << "the seed matters";
+  EXPECT_NE(AdditionData(2, 0.1, 2).TrainBatch(3, 1, 4).value().ids, a.ids) << "the seed matters";
 }
 
 TEST(AdditionDataTest, OnlyAnswerDigitsAndEndAreScored) {
   AdditionData data(2, 0.1, 1);
-  const Batch b = data.TrainBatch(1, 0, 3);
+  const Batch b = data.TrainBatch(1, 0, 3).value();
   for (int64_t s = 0; s < 3; ++s) {
     for (int64_t j = 0; j < b.t; ++j) {
       const int32_t target = b.targets[s * b.t + j];
@@ -64,13 +66,13 @@ TEST(AdditionDataTest, TrainingNeverSeesHeldOutPairs) {
   EXPECT_GT(held_out, 700);
   EXPECT_LT(held_out, 1300);
   for (int step = 1; step <= 50; ++step) {
-    const Batch batch = data.TrainBatch(step, 0, 64);
+    const Batch batch = data.TrainBatch(step, 0, 64).value();
     for (int64_t s = 0; s < batch.batch; ++s) {
       const int32_t* t = &batch.ids[s * batch.t];
       ASSERT_FALSE(data.IsHeldOut(t[0] * 10 + t[1], t[3] * 10 + t[4])) << "step " << step;
     }
   }
-  const EvalSet eval = data.MakeEvalSet(100000, 64);
+  const EvalSet eval = data.MakeEvalSet(100000, 64).value();
   EXPECT_EQ(eval.kind, EvalSet::Kind::kExactMatch);
   std::set<std::vector<int32_t>> unique;
   int64_t sequences = 0;
@@ -86,13 +88,13 @@ TEST(AdditionDataTest, TrainingNeverSeesHeldOutPairs) {
   }
   EXPECT_EQ(sequences, held_out);
   EXPECT_EQ(static_cast<int64_t>(unique.size()), sequences);
-  EXPECT_EQ(data.MakeEvalSet(10, 4).batches.size(), 3u);
-  EXPECT_EQ(data.MakeEvalSet(10, 4).batches.back().batch, 2);
+  EXPECT_EQ(data.MakeEvalSet(10, 4).value().batches.size(), 3u);
+  EXPECT_EQ(data.MakeEvalSet(10, 4).value().batches.back().batch, 2);
 }
 
 TEST(AdditionDataTest, ExactMatchScoresTheAnswerDigitsOnly) {
   AdditionData data(2, 0.1, 1);
-  const Batch b = data.MakeEvalSet(5, 5).batches.at(0);
+  const Batch b = data.MakeEvalSet(5, 5).value().batches.at(0);
   ASSERT_EQ(b.batch, 5);
   for (int64_t s = 0; s < b.batch; ++s) {
     const int32_t* ids = &b.ids[s * b.t];
@@ -123,13 +125,13 @@ TEST_F(TokenFileDataTest, SplitsTrainingAndValidationByPosition) {
   ASSERT_TRUE(data.ok()) << data.status();
   EXPECT_EQ((*data)->train_tokens(), 800u);
   EXPECT_EQ((*data)->vocab_needed(), 256);
-  const Batch b = (*data)->TrainBatch(1, 0, 16);
+  const Batch b = (*data)->TrainBatch(1, 0, 16).value();
   EXPECT_EQ(b.ids.size(), 16u * 8);
   for (size_t i = 0; i < b.ids.size(); ++i) {
     EXPECT_EQ(b.targets[i], 'a' + ((b.ids[i] - 'a' + 1) % 26)) << "targets are the next byte";
   }
-  EXPECT_EQ((*data)->TrainBatch(1, 0, 16).ids, b.ids);
-  const EvalSet eval = (*data)->MakeEvalSet(1000, 16);
+  EXPECT_EQ((*data)->TrainBatch(1, 0, 16).value().ids, b.ids);
+  const EvalSet eval = (*data)->MakeEvalSet(1000, 16).value();
   int64_t windows = 0;
   for (const Batch& vb : eval.batches) windows += vb.batch;
   EXPECT_EQ(windows, (200 - 1) / 8);
@@ -146,7 +148,7 @@ TEST_F(TokenFileDataTest, TrainTargetsCountWhatTheBatchesScore) {
   for (const DataSource* data : {static_cast<const DataSource*>(bytes->get()), static_cast<const DataSource*>(&addition)}) {
     for (int step = 1; step <= 5; ++step) {
       for (int64_t sequences : {1, 7, 16}) {
-        EXPECT_EQ(data->TrainTargets(sequences), data->TrainBatch(step, step % 3, sequences).target_count());
+        EXPECT_EQ(data->TrainTargets(sequences), data->TrainBatch(step, step % 3, sequences).value().target_count());
       }
     }
   }
@@ -181,7 +183,7 @@ TEST_F(TokenFileDataTest, ReadsLittleEndianTokenIdsOfTwoOrFourBytes) {
     EXPECT_EQ((*data)->train_tokens(), 450u);
     EXPECT_EQ((*data)->val_tokens(), 50u);
     EXPECT_EQ((*data)->vocab_needed(), *std::max_element(ids.begin(), ids.end()) + 1);
-    const Batch b = (*data)->TrainBatch(2, 1, 8);
+    const Batch b = (*data)->TrainBatch(2, 1, 8).value();
     ASSERT_EQ(b.ids.size(), 8u * 16);
     for (int64_t s = 0; s < b.batch; ++s) {
       // Each window is consecutive ids of the training part.
@@ -194,7 +196,7 @@ TEST_F(TokenFileDataTest, ReadsLittleEndianTokenIdsOfTwoOrFourBytes) {
         EXPECT_EQ(b.targets[s * 16 + j], static_cast<int32_t>(ids[at + j + 1]));
       }
     }
-    const EvalSet eval = (*data)->MakeEvalSet(100, 16);
+    const EvalSet eval = (*data)->MakeEvalSet(100, 16).value();
     ASSERT_EQ(eval.batches.size(), 1u);
     EXPECT_EQ(eval.batches[0].batch, (50 - 1) / 16);
     EXPECT_EQ(eval.batches[0].ids[0], static_cast<int32_t>(ids[450]));
@@ -210,15 +212,41 @@ TEST_F(TokenFileDataTest, TakesValidationFromItsOwnFile) {
   EXPECT_EQ((*data)->train_tokens(), 100u) << "all of path is for training";
   EXPECT_EQ((*data)->vocab_needed(), 80) << "the largest id of either file";
   for (int step = 1; step <= 20; ++step) {
-    for (int32_t id : (*data)->TrainBatch(step, 0, 4).ids) ASSERT_LT(id, 40) << "never a validation token";
+    const Batch batch = (*data)->TrainBatch(step, 0, 4).value();
+    for (int32_t id : batch.ids) ASSERT_LT(id, 40) << "never a validation token";
   }
-  const EvalSet eval = (*data)->MakeEvalSet(100, 16);
+  const EvalSet eval = (*data)->MakeEvalSet(100, 16).value();
   int64_t windows = 0;
   for (const Batch& vb : eval.batches) {
     windows += vb.batch;
     for (int32_t id : vb.ids) EXPECT_GE(id, 40);
   }
   EXPECT_EQ(windows, (40 - 1) / 8);
+}
+
+// A token file cut short while a job trains on it: the batches that reach
+// past its end fail with DATA_LOSS (before, the mapping's SIGBUS killed the
+// worker), and validation too; the windows it still holds read as before.
+TEST_F(TokenFileDataTest, AFileCutShortWhileTrainingGivesDataLoss) {
+  std::vector<uint32_t> ids;
+  for (uint32_t i = 0; i < 4000; ++i) ids.push_back(i % 500);
+  const std::string path = Write("cut.bin", Ids(ids, 2));
+  auto data = TokenFileData::Load({path, "", 0.1, 2}, 16, 7);
+  ASSERT_TRUE(data.ok()) << data.status();
+  const Batch before = (*data)->TrainBatch(3, 0, 8).value();
+  ASSERT_EQ(::truncate(path.c_str(), 2 * 100), 0);
+  int lost = 0;
+  for (int step = 1; step <= 20; ++step) {
+    const absl::StatusOr<Batch> batch = (*data)->TrainBatch(step, 0, 8);
+    if (batch.ok()) continue;
+    ++lost;
+    EXPECT_EQ(batch.status().code(), absl::StatusCode::kDataLoss) << batch.status();
+    EXPECT_NE(batch.status().message().find("truncated or rewritten in place"), std::string::npos) << batch.status();
+  }
+  EXPECT_EQ(lost, 20) << "every batch of 8 windows in 3,600 tokens reaches past the first 100";
+  EXPECT_EQ((*data)->MakeEvalSet(100, 4).status().code(), absl::StatusCode::kDataLoss) << "its tail is gone";
+  std::ofstream(path) << Ids(ids, 2);
+  EXPECT_EQ((*data)->TrainBatch(3, 0, 8).value().ids, before.ids) << "whole again, it reads as before";
 }
 
 TEST_F(TokenFileDataTest, TokenFilesThatDoNotFitGiveClearErrors) {

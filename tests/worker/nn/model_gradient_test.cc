@@ -101,7 +101,7 @@ TEST(ModelGradientTest, WholeModelFromTokensToLoss) {
   auto runtime = ShardRuntime::Create(*backend, config, 0, config.units(), 5,
                                       nn::OptimizerConfig::FromSpec(spec.train()));
   ASSERT_TRUE(runtime.ok()) << runtime.status();
-  const data::Batch batch = (*data)->TrainBatch(1, 0, 4);
+  const data::Batch batch = (*data)->TrainBatch(1, 0, 4).value();
   ShardRuntime::Inputs in{batch.batch, batch.t, batch.ids, batch.targets,
                           static_cast<float>(1.0 / batch.target_count()), {}};
   auto loss = [&] {

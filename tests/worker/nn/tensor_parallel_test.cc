@@ -159,7 +159,7 @@ TEST_P(TensorParallelModelTest, TheSplitModelComputesTheWholeModelsLossAndGradie
   const nn::OptimizerConfig optimizer = nn::OptimizerConfig::FromSpec(spec.train());
   auto data = data::CreateDataSource(spec);
   ASSERT_TRUE(data.ok());
-  const data::Batch batch = (*data)->TrainBatch(1, 0, 4);
+  const data::Batch batch = (*data)->TrainBatch(1, 0, 4).value();
   const ShardRuntime::Inputs in{batch.batch, batch.t, batch.ids, batch.targets,
                                 static_cast<float>(1.0 / batch.target_count()), {}};
 

@@ -23,7 +23,7 @@ class ShardRuntimeTest : public ::testing::Test {
     spec_ = worker::testing::TinySpec();
     config_ = nn::ModelConfig::FromSpec(spec_.model());
     data_ = std::move(*data::CreateDataSource(spec_));
-    batch_ = data_->TrainBatch(1, 0, 4);
+    batch_ = data_->TrainBatch(1, 0, 4).value();
   }
   // Units [begin, end) on `backend` (default: the CPU backend).
   std::unique_ptr<ShardRuntime> Make(int begin, int end, Backend* backend = nullptr) {

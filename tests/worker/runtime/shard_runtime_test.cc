@@ -22,7 +22,7 @@ TEST_F(ShardRuntimeTest, OneMicroBatchOrFourGiveTheSameLossAndGradients) {
   auto split = Make(0, config_.units());
   double split_loss = 0;
   for (int k = 0; k < 4; ++k) {  // one sequence per micro-batch
-    data::Batch part = data_->TrainBatch(1, k, 1);
+    data::Batch part = data_->TrainBatch(1, k, 1).value();
     ASSERT_TRUE(split->Forward(k, Inputs(part, scale)).ok());
     split_loss += *split->Loss(k);
     ASSERT_TRUE(split->Backward(k, {}).ok());
@@ -170,7 +170,7 @@ TEST_F(ShardRuntimeTest, TokensGoUpFromStagingMemoryThatOutlivesItsCopies) {
   auto sync = Make(0, config_.units());
   HostTransfer last_upload;
   std::vector<data::Batch> parts;
-  for (int k = 0; k < 3; ++k) parts.push_back(data_->TrainBatch(1, k, 1));
+  for (int k = 0; k < 3; ++k) parts.push_back(data_->TrainBatch(1, k, 1).value());
   for (const data::Batch& part : parts) {
     const float scale = static_cast<float>(1.0 / part.target_count());
     ASSERT_TRUE(sync->Forward(0, Inputs(part, scale)).ok());
@@ -196,7 +196,7 @@ TEST_F(ShardRuntimeTest, LossesArriveAfterTheForwardPassAndOutliveTheSlot) {
   auto sync = Make(0, config_.units());
   std::vector<double> want;
   for (int k = 0; k < 3; ++k) {
-    const data::Batch part = data_->TrainBatch(1, k, 1);
+    const data::Batch part = data_->TrainBatch(1, k, 1).value();
     const float scale = static_cast<float>(1.0 / part.target_count());
     ASSERT_TRUE(sync->Forward(k, Inputs(part, scale)).ok());
     want.push_back(*sync->Loss(k));

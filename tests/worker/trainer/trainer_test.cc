@@ -56,7 +56,7 @@ TEST(TrainerTest, AdditionLossFallsWithEitherOptimizer) {
 // by greedy decoding, one digit at a time from the prompt: the oracle of the
 // exact match Evaluate finds in one forward pass.
 int64_t GreedyMatches(Trainer& trainer) {
-  const data::EvalSet set = trainer.data().MakeEvalSet(trainer.spec().train().eval_examples(), 1);
+  const data::EvalSet set = trainer.data().MakeEvalSet(trainer.spec().train().eval_examples(), 1).value();
   const int64_t vocab = trainer.runtime().output_width();
   int64_t matches = 0;
   for (const data::Batch& b : set.batches) {

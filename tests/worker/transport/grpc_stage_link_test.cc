@@ -188,7 +188,7 @@ TEST(GrpcStageLinkTest, AStepCountsTheBytesItReceivedAndThePageFaultsTheyCost) {
   // floats: 576 KiB per micro-batch each way.
   auto data = data::CreateDataSource(spec);
   ASSERT_TRUE(data.ok());
-  ASSERT_EQ((*data)->TrainBatch(1, 0, 64).t, 9);
+  ASSERT_EQ((*data)->TrainBatch(1, 0, 64).value().t, 9);
   const uint64_t tensor_bytes = 64 * 9 * 256 * sizeof(float);
   const auto results = RunGrpcPipeline(spec, common::DType::kF32, {0, 2}, 1, FreshPages());
   ASSERT_EQ(results.size(), 1u);
