@@ -89,7 +89,10 @@ absl::StatusOr<std::unique_ptr<DataFile>> DataFile::Open(const std::string& path
                                                    " bytes, more than the ", access.max_bytes, " a worker reads"));
   }
   // (O_NONBLOCK does not change how a regular file reads.)
-  return std::unique_ptr<DataFile>(new DataFile(fd.Release(), static_cast<uint64_t>(st.st_size), path));
+  std::string identity = absl::StrCat(st.st_dev, ":", st.st_ino, ":", st.st_size, ":", st.st_mtim.tv_sec, ".",
+                                      st.st_mtim.tv_nsec, ":", st.st_ctim.tv_sec, ".", st.st_ctim.tv_nsec);
+  return std::unique_ptr<DataFile>(
+      new DataFile(fd.Release(), static_cast<uint64_t>(st.st_size), path, std::move(identity)));
 }
 
 DataFile::~DataFile() { ::close(fd_); }

@@ -50,17 +50,24 @@ class DataFile {
 
   // Bytes when it was opened.
   uint64_t size() const { return size_; }
+  // Which file and version it opened: device, inode, size, modification
+  // and status-change times, as fstat gave them then. A file written since
+  // has another (its ctime moved; a writer cannot set that back), except
+  // one rewritten to the same size within the clock tick of its last write.
+  const std::string& identity() const { return identity_; }
   // Bytes [offset, offset + out.size()) into `out`: OUT_OF_RANGE beyond
   // size(); DATA_LOSS when the file no longer holds them (truncated since
   // it was opened) or cannot be read.
   absl::Status ReadAt(uint64_t offset, absl::Span<unsigned char> out) const;
 
  private:
-  DataFile(int fd, uint64_t size, std::string path) : fd_(fd), size_(size), path_(std::move(path)) {}
+  DataFile(int fd, uint64_t size, std::string path, std::string identity)
+      : fd_(fd), size_(size), path_(std::move(path)), identity_(std::move(identity)) {}
 
   const int fd_;
   const uint64_t size_;
   const std::string path_;  // as the spec names it, for errors
+  const std::string identity_;
 };
 
 }  // namespace shardline::worker::data

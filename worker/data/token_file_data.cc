@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "common/input_limits.h"
 #include "common/rng.h"
 #include "common/status_macros.h"
@@ -37,6 +39,32 @@ absl::StatusOr<uint32_t> LargestId(const DataFile* file, int width, const DataAc
       }
     }
   }
+  return largest;
+}
+
+// LargestId, remembered by file identity (DataFile::identity) and width
+// for this process: a worker that starts a job's stage 0 again (a replan,
+// a failover) scans each version of a file once. At most kMemoFiles files;
+// then it starts over.
+absl::Mutex memo_mu;
+absl::flat_hash_map<std::string, uint32_t>* memo ABSL_GUARDED_BY(memo_mu) = nullptr;
+int64_t scans ABSL_GUARDED_BY(memo_mu) = 0;
+
+absl::StatusOr<uint32_t> MemoizedLargestId(const DataFile* file, int width, const DataAccess& access,
+                                           absl::Time start) {
+  if (file == nullptr) return 0;
+  constexpr size_t kMemoFiles = 64;
+  const std::string key = absl::StrCat(file->identity(), "/", width);
+  {
+    absl::MutexLock lock(&memo_mu);
+    if (memo == nullptr) memo = new absl::flat_hash_map<std::string, uint32_t>();
+    if (auto it = memo->find(key); it != memo->end()) return it->second;
+  }
+  ASSIGN_OR_RETURN(const uint32_t largest, LargestId(file, width, access, start));
+  absl::MutexLock lock(&memo_mu);
+  ++scans;
+  if (memo->size() >= kMemoFiles) memo->clear();
+  (*memo)[key] = largest;
   return largest;
 }
 
@@ -85,11 +113,16 @@ absl::StatusOr<std::unique_ptr<TokenFileData>> TokenFileData::Load(const TokenFi
     data->val_ = {data->val_file_.get(), 0, val_tokens};
   }
   if (width > 1) {
-    ASSIGN_OR_RETURN(const uint32_t largest, LargestId(data->file_.get(), width, access, start));
-    ASSIGN_OR_RETURN(const uint32_t largest_val, LargestId(data->val_file_.get(), width, access, start));
+    ASSIGN_OR_RETURN(const uint32_t largest, MemoizedLargestId(data->file_.get(), width, access, start));
+    ASSIGN_OR_RETURN(const uint32_t largest_val, MemoizedLargestId(data->val_file_.get(), width, access, start));
     data->vocab_needed_ = 1 + static_cast<int64_t>(std::max(largest, largest_val));
   }
   return data;
+}
+
+int64_t TokenFileData::largest_id_scans() {
+  absl::MutexLock lock(&memo_mu);
+  return scans;
 }
 
 absl::Status TokenFileData::AppendWindow(const Part& part, size_t offset, std::vector<unsigned char>& bytes,

@@ -34,8 +34,9 @@ class TokenFileData final : public DataSource {
  public:
   // The files opened by DataFile under `access` (its errors), then
   // INVALID_ARGUMENT for an empty one, one that is not whole token ids, or
-  // one too short for a sequence in each part. Token ids are scanned once
-  // for the largest (under `access`'s deadline and cancellation).
+  // one too short for a sequence in each part. Token ids are scanned for
+  // the largest (under `access`'s deadline and cancellation) once per
+  // version of a file in this process.
   static absl::StatusOr<std::unique_ptr<TokenFileData>> Load(const TokenFiles& files, int64_t context,
                                                              uint64_t seed, const DataAccess& access = {});
 
@@ -48,6 +49,10 @@ class TokenFileData final : public DataSource {
   // Every position of each window.
   int64_t TrainTargets(int64_t sequences) const override { return sequences * context_; }
   absl::StatusOr<EvalSet> MakeEvalSet(int max_examples, int64_t sequences_per_batch) const override;
+
+  // Files this process scanned for their largest id: each version of a
+  // file once (DataFile::identity), however often it is loaded.
+  static int64_t largest_id_scans();
 
   size_t train_tokens() const { return train_.end - train_.begin; }
   size_t val_tokens() const { return val_.end - val_.begin; }

@@ -249,6 +249,30 @@ TEST_F(TokenFileDataTest, AFileCutShortWhileTrainingGivesDataLoss) {
   EXPECT_EQ((*data)->TrainBatch(3, 0, 8).value().ids, before.ids) << "whole again, it reads as before";
 }
 
+// A stage 0 started again (a replan, a failover) does not scan the same
+// file for its largest id twice: the scan is remembered by the file's
+// identity (device, inode, size, mtime, ctime). A file written since is
+// scanned again.
+TEST_F(TokenFileDataTest, TheLargestIdIsScannedOncePerVersionOfAFile) {
+  std::vector<uint32_t> ids(64, 7);
+  const std::string path = Write("memo.bin", Ids(ids, 2));
+  const int64_t scans = TokenFileData::largest_id_scans();
+  auto first = TokenFileData::Load({path, "", 0.5, 2}, 8, 1);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ((*first)->vocab_needed(), 8);
+  EXPECT_EQ(TokenFileData::largest_id_scans(), scans + 1);
+  auto again = TokenFileData::Load({path, "", 0.5, 2}, 8, 1);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ((*again)->vocab_needed(), 8);
+  EXPECT_EQ(TokenFileData::largest_id_scans(), scans + 1) << "the same version: remembered";
+  ids.push_back(900);
+  Write("memo.bin", Ids(ids, 2));
+  auto changed = TokenFileData::Load({path, "", 0.5, 2}, 8, 1);
+  ASSERT_TRUE(changed.ok()) << changed.status();
+  EXPECT_EQ((*changed)->vocab_needed(), 901) << "written since: scanned";
+  EXPECT_EQ(TokenFileData::largest_id_scans(), scans + 2);
+}
+
 TEST_F(TokenFileDataTest, TokenFilesThatDoNotFitGiveClearErrors) {
   auto odd = TokenFileData::Load({Write("odd.bin", Ids(std::vector<uint32_t>(100, 5), 2) + "x"), "", 0.1, 2}, 8, 1);
   EXPECT_EQ(odd.status().code(), absl::StatusCode::kInvalidArgument);
