@@ -126,9 +126,13 @@ void Gemm(CpuThreadPool& pool, const GemmShape& s, const float* a, const float* 
   pool.Run(pieces.count(), [&](int64_t p) { pieces.Run(p); });
 }
 
+bool PairRunsSplit(int threads, const GemmShape& first, const GemmShape& second) {
+  return threads % 2 == 0 && std::min(Macs(first), Macs(second)) >= kMinParallelMacs;
+}
+
 void GemmPair(CpuThreadPool& pool, const GemmOperands& first, const GemmOperands& second) {
   const int threads = pool.threads();
-  if (threads % 2 != 0 || std::min(Macs(first.shape), Macs(second.shape)) < kMinParallelMacs) {
+  if (!PairRunsSplit(threads, first.shape, second.shape)) {
     Gemm(pool, first.shape, first.a, first.b, first.c);
     Gemm(pool, second.shape, second.a, second.b, second.c);
     return;

@@ -43,10 +43,13 @@ int TakeOverBlasThreads();
 // C = beta·C (BLAS libraries differ there).
 void Gemm(CpuThreadPool& pool, const GemmShape& shape, const float* a, const float* b, float* c);
 
-// Two independent GEMMs at once where the thread count is even, each on half
-// of the threads (each cut for that half, so on two threads each runs whole
-// on one); otherwise one Gemm after the other.
+// Two independent GEMMs at once where PairRunsSplit, each on half of the
+// threads (each cut for that half, so on two threads each runs whole on
+// one); otherwise one Gemm after the other, each on all of them.
 void GemmPair(CpuThreadPool& pool, const GemmOperands& first, const GemmOperands& second);
+// Whether GemmPair on `threads` threads splits them: an even count, and
+// neither GEMM so small that Gemm would run it on the calling thread alone.
+bool PairRunsSplit(int threads, const GemmShape& first, const GemmShape& second);
 
 }  // namespace shardline::worker::cpu
 
