@@ -277,9 +277,10 @@ absl::StatusOr<bool> JobManager::ReportStep(const shardline::v1::ReportStepReque
   if (absl::Status s = job->AddReport(position, r); !s.ok()) {
     End(*job, shardline::v1::FAILED, std::string(s.message()));
   } else {
-    NoteValidationVersions(*job, val_before);
+    const bool committed = NoteValidationVersions(*job, val_before);
     if (job->status().step() > before && step_observer_) step_observer_(job->status());
     MaybeSucceed(*job);
+    if (committed) ReplanIfDue(*job);
     if (job->running() && job->status().step() > before && !MaybeGrowBack(*job)) MaybePlanReplan(*job);
   }
   return !job->running();

@@ -190,10 +190,11 @@ class JobManager {
   void MaybeSucceed(RunningJob& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Early stopping (train.early_stopping, job_manager_best.cc): what
   // becomes of the versions of the validation steps after `val_before`
-  // (the job's best is kept, the others go), whether the patience ran out
+  // (the job's best is kept, the others go; returns whether a version that
+  // waited for their passes committed), whether the patience ran out
   // with the best version kept (the job then ends), and the job's last
   // version made its best as it ends (returns its end message).
-  void NoteValidationVersions(RunningJob& job, int64_t val_before) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool NoteValidationVersions(RunningJob& job, int64_t val_before) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool StoppedEarly(const RunningJob& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string EndAtBest(RunningJob& job, const std::string& message) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A running job's workers become idle; with `cancel` they are told to stop.

@@ -1,5 +1,5 @@
 // JobManager's early stopping (train.early_stopping): the version of each
-// validation step is held until its pass is known, the best one kept
+// validation step commits once its pass is known, the best one kept
 // (WeightStore::KeepVersion), and the job ends once its patience runs out,
 // with the best version as its last (job_manager.h).
 #include "absl/strings/str_cat.h"
@@ -10,18 +10,27 @@
 
 namespace shardline::server {
 
-void JobManager::NoteValidationVersions(RunningJob& job, int64_t val_before) {
+bool JobManager::NoteValidationVersions(RunningJob& job, int64_t val_before) {
   const shardline::v1::JobStatus& s = job.status();
-  if (!common::StopsEarly(job.spec()) || s.val_step() <= val_before) return;
+  if (!common::StopsEarly(job.spec()) || s.val_step() <= val_before) return false;
   const std::string& id = s.job_id();
   for (int64_t step = val_before + 1; step <= s.val_step(); ++step) {
     if (!common::EvaluatesAfter(job.spec(), step)) continue;
     if (step != s.best_val_step()) {
-      weights_.ReleaseVersion(id, step);
+      if (absl::Status released = weights_.ReleaseVersion(id, step); !released.ok()) {
+        LOG(WARNING) << "job " << id << ": a version that waited for the pass after step " << step
+                     << " did not commit: " << released.message();
+      }
     } else if (absl::Status kept = weights_.KeepVersion(id, step); !kept.ok()) {
       LOG(WARNING) << "job " << id << ": the best validation pass's version is not kept: " << kept.message();
     }
   }
+  // Versions that waited for these passes commit now.
+  const absl::StatusOr<WeightStore::Version> version = weights_.CommittedVersion(id);
+  if (!version.ok() || version->step <= s.committed_step()) return false;
+  job.Commit(version->step, version->bytes);
+  Save(job);
+  return true;
 }
 
 bool JobManager::StoppedEarly(const RunningJob& job) {

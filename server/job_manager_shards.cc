@@ -42,11 +42,13 @@ absl::StatusOr<std::unique_ptr<ShardUploads::Writer>> JobManager::BeginShard(con
   {
     absl::MutexLock lock(&mu_);
     ASSIGN_OR_RETURN(RunningJob * job, Find(h.job_id()));
-    // With early stopping, a validation step's version stays until its
-    // pass says whether it is the best (JobManager::NoteValidationVersions).
+    // With early stopping, a validation step's version (and any later one)
+    // commits once its pass is known: whether it is the best, and so that
+    // a restart never starts after a pass that did not complete
+    // (JobManager::NoteValidationVersions).
     if (common::StopsEarly(job->spec()) && common::EvaluatesAfter(job->spec(), h.step()) &&
         h.step() > job->status().val_step()) {
-      weights_.HoldVersion(h.job_id(), h.step());
+      weights_.AwaitPass(h.job_id(), h.step());
     }
     const int position = job->PositionOf(h.stage(), 0, 0);
     if (position >= job->status().stages_size()) return absl::InternalError("the job has no such position");

@@ -6,6 +6,7 @@
 #include "absl/types/span.h"
 #include "common/eval_shares.h"
 #include "common/job_spec.h"
+#include "common/status_macros.h"
 #include "common/validation_best.h"
 #include "glog/logging.h"
 
@@ -230,11 +231,10 @@ absl::Status RunningJob::AddReport(int position, const shardline::v1::ReportStep
           "'s shard differs from replica 0's (digest ", absl::Hex(got), " vs ", absl::Hex(want), ")"));
     }
   }
-  CompleteStep(step);
-  return absl::OkStatus();
+  return CompleteStep(step);
 }
 
-void RunningJob::CompleteStep(int64_t step) {
+absl::Status RunningJob::CompleteStep(int64_t step) {
   const int p = stages_;
   double slowest = 0, loss = 0;
   int64_t tokens = 0;
@@ -265,7 +265,9 @@ void RunningJob::CompleteStep(int64_t step) {
     tokens += rep.tokens();
   }
   const shardline::v1::ReportStepRequest& last = reports_[PositionOf(p - 1, 0, 0)].at(step);
-  if (common::EvaluatesAfter(spec_, step)) NoteValidation(step);
+  if (common::EvaluatesAfter(spec_, step)) {
+    RETURN_IF_ERROR(NoteValidation(step));
+  }
   status_.set_step(step);
   status_.set_loss(loss);
   status_.set_lr(last.lr());
@@ -277,13 +279,14 @@ void RunningJob::CompleteStep(int64_t step) {
   recent_steps_.push_back(status_);
   if (recent_steps_.size() > kRecentSteps) recent_steps_.pop_front();
   Publish();
+  return absl::OkStatus();
 }
 
-void RunningJob::NoteValidation(int64_t step) {
+absl::Status RunningJob::NoteValidation(int64_t step) {
   // A pass run again after a restart from an earlier commit was noted the
   // first time (with the same bits): the latest and best passes stay, and
   // early stopping counts each pass once.
-  if (step <= status_.val_step()) return;
+  if (step <= status_.val_step()) return absl::OkStatus();
   // Each replica ran its share of the pass (common/eval_shares.h); its last
   // stage (tensor rank 0's: every rank computes the same) reports its
   // batches' losses, added back in batch order as shardline-train adds them.
@@ -299,9 +302,13 @@ void RunningJob::NoteValidation(int64_t step) {
   }
   absl::StatusOr<double> loss = common::SumEvalShares(shares);
   if (!loss.ok()) {
-    LOG(ERROR) << "job " << status_.job_id() << ": the validation pass after step " << step
-               << " is not kept: " << loss.status().message();
-    return;
+    const std::string why =
+        absl::StrCat("the validation pass after step ", step, " cannot be added up: ", loss.status().message());
+    // Early stopping cannot follow the passes without it (nor commit the
+    // versions that wait for it).
+    if (common::StopsEarly(spec_)) return absl::FailedPreconditionError(why);
+    LOG(ERROR) << "job " << status_.job_id() << ": " << why << " (not kept)";
+    return absl::OkStatus();
   }
   // The accuracy as shardline-train divides it (trainer.cc), so early
   // stopping on it compares the same bits.
@@ -325,6 +332,7 @@ void RunningJob::NoteValidation(int64_t step) {
   } else {
     status_.clear_val_matches();
   }
+  return absl::OkStatus();
 }
 
 void RunningJob::Commit(int64_t step, int64_t bytes) {

@@ -214,9 +214,12 @@ class RunningJob {
   static constexpr size_t kMaxWatchers = 64;
 
  private:
-  void CompleteStep(int64_t step);
-  // The validation pass after `step` from the replicas' last-stage reports.
-  void NoteValidation(int64_t step);
+  // FAILED_PRECONDITION where the job cannot go on (NoteValidation).
+  absl::Status CompleteStep(int64_t step);
+  // The validation pass after `step` from the replicas' last-stage reports;
+  // FAILED_PRECONDITION for one that cannot be added up in a job that
+  // stops early (logged and left out otherwise).
+  absl::Status NoteValidation(int64_t step);
   void Publish();
 
   shardline::v1::JobSpec spec_;

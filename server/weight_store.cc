@@ -131,6 +131,7 @@ absl::StatusOr<bool> WeightStore::Ingest(const ShardKey& k, const std::string& p
   job.shard_count[k.step] = k.shard_count;
   job.arrived[k.step][k.shard] = digest;
   if (static_cast<int>(job.arrived[k.step].size()) < k.shard_count) return false;
+  if (AwaitsPass(job, k.step)) return false;  // complete: it commits once the pass is known
   RETURN_IF_ERROR(Commit(k.job_id, job, k.step));
   return true;
 }
@@ -145,10 +146,7 @@ absl::StatusOr<uint64_t> WeightStore::CommittedDigest(const std::string& job_id,
 }
 
 void WeightStore::RemoveUnlessKept(const std::string& job_id, const Job& job, int64_t step) const {
-  if (step < 0 || step == job.committed_step || step == job.kept_step || step == job.keep_next ||
-      job.held.count(step)) {
-    return;
-  }
+  if (step < 0 || step == job.committed_step || step == job.kept_step || step == job.keep_next) return;
   std::error_code ignored;
   fs::remove_all(StepDir(job_id, step), ignored);
 }
@@ -171,9 +169,6 @@ absl::Status WeightStore::Commit(const std::string& job_id, Job& job, int64_t st
   job.committed_digests = job.arrived[step];
   job.committed_bytes = VersionBytes(job_id, step, job.committed_shards);
   if (job.kept_step == step) job.kept_bytes = job.committed_bytes;
-  if (auto held = job.held.find(previous.committed_step); held != job.held.end()) {
-    held->second = previous.shards;  // stays until released
-  }
   // Older versions and steps that can no longer complete are obsolete.
   RemoveUnlessKept(job_id, job, previous.committed_step);
   RemoveUnlessKept(job_id, job, previous.kept_step);
@@ -225,10 +220,9 @@ void WeightStore::DropUncommitted(const std::string& job_id, uint64_t epoch) {
   job.min_epoch = std::max(job.min_epoch, epoch);
   job.shard_count.clear();
   job.arrived.clear();
-  // Held versions go: one after the committed version runs again (its
-  // pass and shards come again), one before it will not hear of its pass
-  // now. A version to keep commits when its step runs again.
-  job.held.clear();
+  // The steps after the committed version run again, their passes too. A
+  // version to keep commits when its step runs again.
+  job.awaiting.clear();
   RemoveStepDirsExcept(job_id, {job.committed_step, job.kept_step});
 }
 

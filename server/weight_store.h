@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <map>
+#include <set>
 #include <memory>
 #include <string>
 #include <vector>
@@ -102,16 +103,19 @@ class WeightStore {
   absl::StatusOr<Version> CommittedVersion(const std::string& job_id);
   // Early stopping's best version (train.early_stopping), kept beside the
   // committed one until the job ends (and in the manifest across restarts).
+  // AwaitPass(step): the validation pass after `step` is not known yet, so
+  // neither the version of `step` nor a later one commits (a restart from
+  // it would not run that pass again) until KeepVersion or ReleaseVersion
+  // says what the pass made of it; complete ones commit then, in order.
+  void AwaitPass(const std::string& job_id, int64_t step);
   // KeepVersion(step): the version of `step` is the one to keep, from when
   // it commits where it has not yet; the version kept before goes (unless
   // it is the committed one). FAILED_PRECONDITION when that version is
-  // gone (older than the committed one and not held).
+  // gone (older than the committed one). ReleaseVersion(step): its pass
+  // is known and it is not the best. Both may commit awaiting versions
+  // (an error: one could not be).
   absl::Status KeepVersion(const std::string& job_id, int64_t step);
-  // HoldVersion(step): a newer commit does not remove the version of
-  // `step` (whose validation pass is not known yet) until ReleaseVersion
-  // or KeepVersion says what becomes of it.
-  void HoldVersion(const std::string& job_id, int64_t step);
-  void ReleaseVersion(const std::string& job_id, int64_t step);
+  absl::Status ReleaseVersion(const std::string& job_id, int64_t step);
   // Makes the kept version the committed one (the job ends with its best
   // weights) and removes every other; returns the committed version.
   // Call after DropUncommitted: a shard arriving later would commit anew.
@@ -176,7 +180,7 @@ class WeightStore {
     int kept_shards = 0;
     int64_t kept_bytes = 0;
     int64_t keep_next = -1;
-    std::map<int64_t, int> held;  // HoldVersion's steps: their shards once committed (0 before)
+    std::set<int64_t> awaiting;  // AwaitPass's steps: none from the first on commits
   };
 
   // Where DeleteJob moves a job's directory before removing it (Open
@@ -194,6 +198,12 @@ class WeightStore {
   int64_t VersionBytes(const std::string& job_id, int64_t step, int shards) const;
   absl::Status Commit(const std::string& job_id, Job& job, int64_t step)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether the complete version of `step` must wait for a pass (AwaitPass).
+  static bool AwaitsPass(const Job& job, int64_t step) {
+    return !job.awaiting.empty() && step >= *job.awaiting.begin();
+  }
+  // Commits, in order, the complete versions no pass holds back.
+  absl::Status CommitReady(const std::string& job_id, Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // What manifest.json names: the committed version and the kept one.
   struct Manifest {
     int64_t committed_step = -1;
@@ -209,8 +219,8 @@ class WeightStore {
   absl::Status WriteManifest(const std::string& job_id, const Manifest& m) const;
   // Removes every step directory of the job but those of `keep` (-1s ignored).
   void RemoveStepDirsExcept(const std::string& job_id, std::initializer_list<int64_t> keep) const;
-  // Removes the version of `step` unless it is the committed, kept,
-  // to-be-kept or a held one.
+  // Removes the version of `step` unless it is the committed, kept or
+  // to-be-kept one.
   void RemoveUnlessKept(const std::string& job_id, const Job& job, int64_t step) const;
   absl::StatusOr<const Job*> Committed(const std::string& job_id) ABSL_SHARED_LOCKS_REQUIRED(mu_);
 

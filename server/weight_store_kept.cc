@@ -7,55 +7,61 @@
 
 namespace shardline::server {
 
+void WeightStore::AwaitPass(const std::string& job_id, int64_t step) {
+  if (!ValidateJobId(job_id).ok()) return;
+  absl::MutexLock lock(&mu_);
+  Job& job = jobs_[job_id];
+  if (step > job.committed_step) job.awaiting.insert(step);
+}
+
 absl::Status WeightStore::KeepVersion(const std::string& job_id, int64_t step) {
   RETURN_IF_ERROR(ValidateJobId(job_id));
   absl::MutexLock lock(&mu_);
   Job& job = jobs_[job_id];
-  if (step == job.kept_step || step == job.keep_next) return absl::OkStatus();
-  int shards = 0;
-  if (step == job.committed_step) {
-    shards = job.committed_shards;
-  } else if (step > job.committed_step) {
+  job.awaiting.erase(step);
+  if (step == job.kept_step || step == job.keep_next) return CommitReady(job_id, job);
+  if (step > job.committed_step) {
     job.keep_next = step;  // kept when it commits
-    job.held.erase(step);
-    return absl::OkStatus();
-  } else if (auto held = job.held.find(step); held != job.held.end() && held->second > 0) {
-    shards = held->second;
-  } else {
+    return CommitReady(job_id, job);
+  }
+  if (step < job.committed_step) {
     return absl::FailedPreconditionError(absl::StrCat("job ", job_id, ": the version of step ", step,
                                                       " is no longer stored (the committed one is step ",
                                                       job.committed_step, "'s)"));
   }
   Manifest next = ManifestOf(job);
   next.kept_step = step;
-  next.kept_shards = shards;
+  next.kept_shards = job.committed_shards;
   RETURN_IF_ERROR(WriteManifest(job_id, next));
   const int64_t before = job.kept_step;
   job.kept_step = step;
-  job.kept_shards = shards;
-  job.kept_bytes = VersionBytes(job_id, step, shards);
-  job.held.erase(step);
+  job.kept_shards = job.committed_shards;
+  job.kept_bytes = job.committed_bytes;
   RemoveUnlessKept(job_id, job, before);
   return absl::OkStatus();
 }
 
-void WeightStore::HoldVersion(const std::string& job_id, int64_t step) {
-  if (!ValidateJobId(job_id).ok()) return;
+absl::Status WeightStore::ReleaseVersion(const std::string& job_id, int64_t step) {
+  RETURN_IF_ERROR(ValidateJobId(job_id));
   absl::MutexLock lock(&mu_);
   Job& job = jobs_[job_id];
-  if (step < job.committed_step || step == job.kept_step || step == job.keep_next) return;
-  job.held.emplace(step, 0);
+  if (job.awaiting.erase(step) == 0) return absl::OkStatus();
+  return CommitReady(job_id, job);
 }
 
-void WeightStore::ReleaseVersion(const std::string& job_id, int64_t step) {
-  if (!ValidateJobId(job_id).ok()) return;
-  absl::MutexLock lock(&mu_);
-  Job& job = jobs_[job_id];
-  auto held = job.held.find(step);
-  if (held == job.held.end()) return;
-  const bool stored = held->second > 0;  // an older version no commit removes now
-  job.held.erase(held);
-  if (stored) RemoveUnlessKept(job_id, job, step);
+absl::Status WeightStore::CommitReady(const std::string& job_id, Job& job) {
+  // Commit erases the pending steps up to the one it commits.
+  for (auto it = job.shard_count.begin(); it != job.shard_count.end();) {
+    const int64_t step = it->first;
+    if (AwaitsPass(job, step)) break;
+    if (step <= job.committed_step || static_cast<int>(job.arrived[step].size()) < it->second) {
+      ++it;
+      continue;
+    }
+    RETURN_IF_ERROR(Commit(job_id, job, step));
+    it = job.shard_count.begin();
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<WeightStore::Version> WeightStore::RestoreKept(const std::string& job_id) {
@@ -70,7 +76,7 @@ absl::StatusOr<WeightStore::Version> WeightStore::RestoreKept(const std::string&
       job.committed_bytes = job.kept_bytes;
       job.committed_digests.clear();  // read again when needed
       job.keep_next = -1;
-      job.held.clear();
+      job.awaiting.clear();
       job.shard_count.clear();
       job.arrived.clear();
       RemoveStepDirsExcept(job_id, {job.committed_step});

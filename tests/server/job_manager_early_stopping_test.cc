@@ -1,7 +1,8 @@
 // The coordinator's side of early stopping (train.early_stopping), without
-// gRPC: the best pass's version kept, a validation step's version held when
-// its pass comes after newer commits (a replica reporting late), and the
-// job ending once its patience runs out, with the best version as its last.
+// gRPC: the best pass's version kept, a validation step's version (and the
+// later ones) committing only once its pass is known (a replica reporting
+// late), passes counted once across failovers, and the job ending once its
+// patience runs out, with the best version as its last.
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -56,16 +57,20 @@ TEST_F(JobManagerEarlyStoppingTest, ALatePassStillKeepsItsVersionAndThePatienceE
   Report(job, 1, 1, 0);
   // Replica 0 runs ahead: its reports and shards of steps 2 and 4 arrive
   // before replica 1's report of step 2, which completes the first pass.
+  // Neither version commits before it: a restart from one would never run
+  // that pass again.
   Report(job, 0, 2, 1.0);
-  Commit(job, 2);
+  EXPECT_FALSE(*SendShard(job, 0, 1, 2));
   Report(job, 0, 3, 0);
   Report(job, 0, 4, 2.0);
-  Commit(job, 4);
-  EXPECT_TRUE(Stored(job, 2)) << "held until its pass is known";
+  EXPECT_FALSE(*SendShard(job, 0, 1, 4));
+  EXPECT_LT(jobs_->Get(job.job_id())->committed_step(), 2);
+  EXPECT_TRUE(Stored(job, 2)) << "complete, waiting for its pass";
   Report(job, 1, 2, 1.0);
   JobStatus now = *jobs_->Get(job.job_id());
   EXPECT_EQ(now.best_val_step(), 2);
   EXPECT_EQ(now.best_val_loss(), 2.0);
+  EXPECT_EQ(now.committed_step(), 2) << "its pass known, it commits (and is kept); step 4's still waits";
   Report(job, 1, 3, 0);
   Report(job, 1, 4, 2.0);  // loss 4: no better
   now = *jobs_->Get(job.job_id());
@@ -160,6 +165,84 @@ TEST_F(JobManagerEarlyStoppingTest, PassesRunAgainAfterAFailoverCountOnce) {
   EXPECT_NE(job.message().find("stopped early after step 8: 3 validation passes"), std::string::npos)
       << job.message();
   EXPECT_EQ(job.committed_step(), 2);
+}
+
+// The pass after step 2 never completes: replica 1's worker dies before it
+// reports step 2, while replica 0 has stored the versions of steps 2 and 4.
+// Neither committed (their passes were not known), so the job restarts
+// from before step 2 and runs that pass again: it stops where
+// shardline-train does, with step 2's weights. (When those versions
+// committed before their passes, the restart began after step 4, the pass
+// after step 2 was never counted, and the job stopped a pass late with
+// other weights.)
+TEST_F(JobManagerEarlyStoppingTest, APassThatNeverCompletedRunsAgainAfterAFailover) {
+  AddWorker("a");
+  AddWorker("b");
+  AddWorker("c");  // the standby
+  auto spec = Spec(1, 12);
+  spec.mutable_train()->set_eval_every(2);
+  spec.mutable_train()->mutable_early_stopping()->set_patience(2);
+  spec.mutable_parallel()->set_data_parallel(2);
+  ASSERT_TRUE(common::ValidateJobSpec(spec).ok());
+  JobStatus job = *jobs_->Submit(spec);
+  ASSERT_EQ(job.state(), shardline::v1::RUNNING);
+  Report(job, 0, 1, 0);
+  Report(job, 1, 1, 0);
+  for (int64_t step = 2; step <= 4; ++step) {
+    Report(job, 0, step, 1.0);
+    if (step % 2 == 0) {
+      EXPECT_FALSE(*SendShard(job, 0, 1, step)) << "step " << step << " waits for its pass";
+    }
+  }
+  // Replica 1's worker stops; the others' heartbeats go on.
+  const std::string lost = job.stages(1).worker();
+  now_ += absl::Milliseconds(40);
+  for (const WorkerRecord& w : registry_->List()) {
+    if (w.name != lost) {
+      ASSERT_TRUE(registry_->Heartbeat(w.id).ok());
+    }
+  }
+  now_ += absl::Milliseconds(40);
+  jobs_->WorkersLost(registry_->ExpireLeases());
+  jobs_->Tick();
+  job = *jobs_->Get(job.job_id());
+  ASSERT_EQ(job.state(), shardline::v1::RUNNING) << job.message();
+  EXPECT_LT(job.committed_step(), 2);
+  EXPECT_EQ(job.val_step(), 0) << "no pass completed";
+  EXPECT_FALSE(Stored(job, 2)) << "the waiting versions went with the old epoch";
+  // Both replicas run from step 1 again: passes after 2 (the best), 4, 6.
+  for (int64_t step = 1; step <= 6; ++step) {
+    for (int replica : {0, 1}) Report(job, replica, step, step == 2 ? 1.0 : 2.0);
+    if (step == 2) {
+      EXPECT_TRUE(*SendShard(job, 0, 1, 2)) << "its pass is known: it commits";
+    }
+  }
+  job = *jobs_->Get(job.job_id());
+  EXPECT_EQ(job.state(), shardline::v1::SUCCEEDED) << job.message();
+  EXPECT_EQ(job.message(),
+            "stopped early after step 6: 2 validation passes without improving on step 2's loss 2.0000; the "
+            "weights are step 2's");
+  EXPECT_EQ(job.committed_step(), 2);
+}
+
+// Replicas' shares of a pass that no pass gives (one batch and three):
+// a job without early stopping leaves the pass out
+// (job_manager_replicas_test); one that stops early cannot follow its
+// passes, nor commit the versions waiting for that one, and fails saying
+// so rather than never committing again.
+TEST_F(JobManagerEarlyStoppingTest, APassThatCannotBeAddedUpFailsTheJob) {
+  const JobStatus job = Start();
+  Report(job, 0, 1, 0);
+  Report(job, 1, 1, 0);
+  Report(job, 0, 2, 1.0);
+  shardline::v1::ReportStepRequest three = ReplicaReport(job, 1, 2);
+  for (double loss : {1.0, 2.0, 3.0}) three.add_eval_losses(loss);
+  three.set_eval_windows(3);
+  ASSERT_TRUE(jobs_->ReportStep(three).ok());
+  const JobStatus now = *jobs_->Get(job.job_id());
+  EXPECT_EQ(now.state(), shardline::v1::FAILED);
+  EXPECT_NE(now.message().find("the validation pass after step 2 cannot be added up"), std::string::npos)
+      << now.message();
 }
 
 TEST_F(JobManagerEarlyStoppingTest, EveryJobWithValidationShowsItsBestPass) {

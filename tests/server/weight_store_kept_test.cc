@@ -88,19 +88,29 @@ TEST_F(WeightStoreKeptTest, TheCommittedVersionCanBeKept) {
   EXPECT_FALSE(Stored(2));
 }
 
-// A validation step whose pass is not known when a newer version commits
-// (another replica's report late) stays until its pass says what it is.
-TEST_F(WeightStoreKeptTest, AHeldVersionWaitsForItsPass) {
-  store_->HoldVersion("j", 2);
-  store_->HoldVersion("j", 3);
-  Commit(2);
-  Commit(3);
-  Commit(4);
+// A validation step whose pass is not known when its version is complete
+// (another replica's report late): neither it nor a later version commits
+// until the pass is known (a restart from either would never run that
+// pass again); then the complete ones commit in order, the best kept.
+TEST_F(WeightStoreKeptTest, AVersionAndLaterOnesWaitForItsPass) {
+  Commit(1);
+  store_->AwaitPass("j", 2);
+  store_->AwaitPass("j", 3);
+  auto report = [&](int shard, int64_t step) { return *store_->Report(Shard("j", shard, step)); };
+  for (int64_t step : {2, 3, 4}) {
+    EXPECT_FALSE(report(0, step));
+    EXPECT_FALSE(report(1, step)) << "step " << step << " is complete but waits for the pass after step 2";
+  }
+  EXPECT_EQ(*store_->CommittedStep("j"), 1);
   EXPECT_TRUE(Stored(2));
-  EXPECT_TRUE(Stored(3));
-  ASSERT_TRUE(store_->KeepVersion("j", 2).ok()) << "a held version can still be kept";
-  store_->ReleaseVersion("j", 3);
+  EXPECT_TRUE(Stored(4));
+  ASSERT_TRUE(store_->KeepVersion("j", 2).ok());
+  EXPECT_EQ(*store_->CommittedStep("j"), 2) << "step 3's pass still holds 3 and 4 back";
+  EXPECT_EQ(store_->CommittedVersion("j")->kept_step, 2);
+  ASSERT_TRUE(store_->ReleaseVersion("j", 3).ok());
+  EXPECT_EQ(*store_->CommittedStep("j"), 4) << "both passes known: the latest complete version";
   EXPECT_FALSE(Stored(3));
+  EXPECT_TRUE(Stored(2)) << "kept";
   Commit(5);
   EXPECT_TRUE(Stored(2));
   EXPECT_FALSE(Stored(4));
@@ -108,6 +118,25 @@ TEST_F(WeightStoreKeptTest, AHeldVersionWaitsForItsPass) {
   EXPECT_EQ(store_->CommittedVersion("j")->kept_step, 2);
   EXPECT_EQ(store_->RestoreKept("j")->step, 2);
   EXPECT_EQ(Exported(), WeightsOf(2));
+}
+
+// A failover while versions wait: they are dropped with the waits, and the
+// steps run again (their passes too) commit as they come.
+TEST_F(WeightStoreKeptTest, DroppingTheUncommittedDropsTheWaitingVersions) {
+  Commit(1);
+  store_->AwaitPass("j", 2);
+  EXPECT_TRUE(store_->Report(Shard("j", 0, 2)).ok());
+  EXPECT_FALSE(*store_->Report(Shard("j", 1, 2)));
+  store_->DropUncommitted("j", 1);
+  EXPECT_FALSE(Stored(2));
+  EXPECT_EQ(*store_->CommittedStep("j"), 1);
+  auto again = [](int shard) {
+    ShardReport r = Shard("j", shard, 2);
+    r.key.epoch = 1;
+    return r;
+  };
+  ASSERT_TRUE(store_->Report(again(0)).ok());
+  EXPECT_TRUE(*store_->Report(again(1))) << "its pass is known this time: it commits";
 }
 
 TEST_F(WeightStoreKeptTest, ARestartedStoreKnowsItsKeptVersion) {
