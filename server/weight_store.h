@@ -66,7 +66,8 @@ class WeightStore {
                                                                     uint64_t digest);
   // Stores the finished upload at `path` (ShardUploads::Writer::Finish;
   // moved into place) as `key`'s shard. Returns true when it completed
-  // (committed) its step. INVALID_ARGUMENT for a malformed key or file;
+  // (committed) its step; a complete step a pass holds back (AwaitPass)
+  // commits later. INVALID_ARGUMENT for a malformed key or file;
   // FAILED_PRECONDITION when it is behind the epoch fence, contradicts an
   // earlier shard (another digest for the same key, another shard count for
   // the step) or is older than the committed version.
