@@ -10,7 +10,11 @@
 // carried, comparable across d and with the wire. Each figure is the median
 // of --trials, each trial --reps calls; every result is checked (rank r
 // holds r + 1 everywhere, so every element must sum to d(d + 1)/2). The
-// rows also carry the raw timings.
+// rows also carry the raw timings. On loopback each size runs a second time
+// on ranks whose every all-reduce takes two rounds (one_round_bytes 0):
+// one_round says whether the default took one round at that size,
+// one_round_speedup = two_rounds_s / allreduce_s (about 1 where it did not:
+// the same path, a control for the noise).
 //
 // With --rank_ips (and --rank_netns) the ranks are processes in network
 // namespaces of their own (SpreadRanks), so the bytes cross veth links, and
@@ -18,7 +22,7 @@
 // bench/bench_collective_netns.sh builds such a testbed (a bridge, a veth
 // per rank capped by tc tbf) and runs it.
 //
-//   bench_collective [--ranks=2,4] [--sizes=1048576,...] [--reps=N] [--trials=N] [--json=FILE]
+//   bench_collective [--ranks=2,4] [--sizes=16384,...] [--reps=N] [--trials=N] [--json=FILE]
 //                    [--rank_ips=IP0,IP1,... --rank_netns=NS1,...]
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -42,13 +46,14 @@
 #include "bench/bench_report.h"
 #include "bench/loopback_server.h"
 #include "bench/spread_ranks.h"
+#include "common/cost_model.h"
 #include "common/init.h"
 #include "worker/backend/backend_factory.h"
 #include "worker/collective/grpc_collective.h"
 #include "worker/transport/stage_link_service.h"
 
 ABSL_FLAG(std::string, ranks, "2,4", "group sizes to measure");
-ABSL_FLAG(std::string, sizes, "1048576,4194304,16777216,67108864", "buffer bytes");
+ABSL_FLAG(std::string, sizes, "16384,65536,262144,1048576,4194304,16777216,67108864", "buffer bytes");
 ABSL_FLAG(int, reps, 0, "all-reduces per trial (0: enough for ~128 MiB per rank, at least 4)");
 ABSL_FLAG(int, trials, 3, "trials per figure (median)");
 ABSL_FLAG(int, chunk_kib, 1024, "payload KiB per frame");
@@ -186,7 +191,7 @@ double MeasureTcp(int d, size_t bytes, int reps, int trials) {
   return seconds[seconds.size() / 2];
 }
 
-std::vector<Rank> StartRanks(int d, size_t largest_bytes) {
+std::vector<Rank> StartRanks(int d, size_t largest_bytes, size_t one_round_bytes) {
   std::vector<Rank> ranks(static_cast<size_t>(d));
   std::vector<std::string> addresses;
   for (Rank& r : ranks) {
@@ -209,6 +214,7 @@ std::vector<Rank> StartRanks(int d, size_t largest_bytes) {
     o.exchange.timeout = absl::Seconds(300);
     o.exchange.chunk_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_chunk_kib)) << 10;
     o.staging_slot_bytes = (largest_bytes + d - 1) / d;  // a chunk of the largest buffer
+    o.one_round_bytes = one_round_bytes;
     auto c = worker::collective::GrpcCollective::Create(*ranks[q].backend, o);
     BENCH_CHECK_OK(c.status());
     ranks[q].collective = std::move(*c);
@@ -243,11 +249,11 @@ int Main() {
   }
   BenchReport report;
   auto add_row = [&report, trials](int d, size_t bytes, int reps, double allreduce_s, double total_s, double tcp_s,
-                                   bool correct, bool spread) {
+                                   bool correct, bool spread, BenchReport::Row extra) {
     const double algbw = static_cast<double>(bytes) / allreduce_s / 1e9;
     const double busbw = algbw * 2.0 * (d - 1) / d;
     const double tcp = static_cast<double>(bytes) / tcp_s / 1e9 * 2.0 * (d - 1) / d;  // as a bus bandwidth
-    report.Add({{"ranks", static_cast<double>(d)},
+    BenchReport::Row row = {{"ranks", static_cast<double>(d)},
                 {"bytes", static_cast<double>(bytes)},
                 {"netns", spread ? 1.0 : 0.0},
                 {"reps", static_cast<double>(reps)},
@@ -259,7 +265,9 @@ int Main() {
                 {"correct", correct ? 1.0 : 0.0},
                 {"allreduce_s", allreduce_s},
                 {"allreduce_total_s", total_s},
-                {"tcp_s", tcp_s}});
+                {"tcp_s", tcp_s}};
+    row.insert(row.end(), extra.begin(), extra.end());
+    report.Add(std::move(row));
   };
   if (!absl::GetFlag(FLAGS_rank_ips).empty()) {
     SpreadConfig config;
@@ -283,21 +291,34 @@ int Main() {
     }
     for (const SpreadResult& r : *results) {
       add_row(static_cast<int>(config.ips.size()), r.bytes, r.reps, r.allreduce_s, r.allreduce_total_s, r.tcp_s,
-              r.correct, true);
+              r.correct, true, {});
     }
     BENCH_CHECK_OK(report.Publish(absl::GetFlag(FLAGS_json)));
     return 0;
   }
+  const size_t one_round_bytes = worker::collective::GrpcCollectiveOptions().one_round_bytes;
   for (int d : group_sizes) {
-    std::vector<Rank> ranks = StartRanks(d, *std::max_element(sizes.begin(), sizes.end()));
+    const size_t largest = *std::max_element(sizes.begin(), sizes.end());
+    std::vector<Rank> ranks = StartRanks(d, largest, one_round_bytes);
+    std::vector<Rank> two_round_ranks = StartRanks(d, largest, 0);  // every all-reduce in two rounds
     for (size_t bytes : sizes) {
       const int reps = RepsFor(bytes);
       const Timing t = MeasureAllReduce(ranks, bytes, reps, trials);
+      // The same calls in two rounds (the same path where one round is not
+      // taken: a control for the noise).
+      const Timing two = MeasureAllReduce(two_round_ranks, bytes, reps, trials);
       const double tcp_s = MeasureTcp(d, bytes, reps, trials);
-      add_row(d, bytes, reps, t.median_s, t.total_s, tcp_s, t.correct, false);
+      const bool one_round = common::AllReduceInOneRound(bytes, d, one_round_bytes);
+      add_row(d, bytes, reps, t.median_s, t.total_s, tcp_s, t.correct && two.correct, false,
+              {{"one_round", one_round ? 1.0 : 0.0},
+               {"two_rounds_s", two.median_s},
+               {"two_rounds_total_s", two.total_s},
+               {"one_round_speedup", two.median_s / t.median_s}});
     }
-    for (Rank& r : ranks) r.collective.reset();
-    for (Rank& r : ranks) r.server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+    for (std::vector<Rank>* set : {&ranks, &two_round_ranks}) {
+      for (Rank& r : *set) r.collective.reset();
+      for (Rank& r : *set) r.server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+    }
   }
   BENCH_CHECK_OK(report.Publish(absl::GetFlag(FLAGS_json)));
   return 0;

@@ -7,25 +7,39 @@
 namespace shardline::common {
 
 double TensorGroupBytesPerRank(const shardline::v1::JobSpec& spec, int begin, int end) {
-  const double t = spec.parallel().tensor_parallel();
+  const int t = spec.parallel().tensor_parallel();
   if (t <= 1) return 0;
   const int units = PipelineUnits(spec.model());
   const int64_t m = spec.train().micro_batches();
   const double tokens = static_cast<double>(spec.train().global_batch() / (m * spec.parallel().data_parallel())) *
                         spec.model().context();
-  const double activation = tokens * spec.model().d_model();  // floats
+  const double activation = tokens * spec.model().d_model();  // floats, what each all-reduce sums
   const int blocks = std::max(0, std::min(end, units - 1) - std::max(begin, 1));
-  double all_reduced = 4.0 * blocks * activation;  // per micro-batch
-  double gathered = 0;                             // floats gathered per micro-batch, all ranks' parts
+  int all_reduces = 4 * blocks;  // per micro-batch
+  double gathered = 0;           // floats gathered per micro-batch, all ranks' parts
   if (VocabParallel(spec)) {
-    if (begin == 0) all_reduced += activation;  // the embedding's rows
+    if (begin == 0) ++all_reduces;  // the embedding's rows
     if (end == units) {
-      all_reduced += activation;  // the head's input gradient
+      ++all_reduces;  // the head's input gradient
       gathered += 3 * tokens * t;
     }
   }
-  const double per_micro_batch = 2 * (t - 1) / t * all_reduced + (t - 1) / t * gathered;
-  return (m * per_micro_batch + (t - 1) * 2) * sizeof(float);  // + the norm's doubles
+  const double per_micro_batch =
+      all_reduces * AllReduceBytesReceived(static_cast<size_t>(activation) * sizeof(float), t) +
+      (t - 1.0) / t * gathered * sizeof(float);
+  return m * per_micro_batch + (t - 1) * sizeof(double);  // + the norm's doubles
+}
+
+bool AllReduceInOneRound(size_t bytes, int ranks, size_t one_round_bytes) {
+  const size_t d = static_cast<size_t>(std::max(ranks, 2));
+  // One round sends (d − 1)·bytes, two send 2(d − 1)/d·bytes.
+  return bytes <= one_round_bytes && (d - 1) * (d - 2) * bytes <= d * kOneRoundExtraBytes;
+}
+
+double AllReduceBytesReceived(size_t bytes, int ranks) {
+  if (ranks <= 1) return 0;
+  const double d = ranks, b = static_cast<double>(bytes);
+  return AllReduceInOneRound(bytes, ranks) ? (d - 1) * b : 2 * (d - 1) / d * b;
 }
 
 int64_t UnitRangeParameters(const shardline::v1::ModelSpec& model, int begin, int end) {

@@ -5,6 +5,7 @@
 #ifndef SHARDLINE_COMMON_COST_MODEL_H_
 #define SHARDLINE_COMMON_COST_MODEL_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -60,10 +61,22 @@ int64_t UnitRangeParameters(const shardline::v1::ModelSpec& model, int begin, in
 // N·C floats per block; vocabulary-parallel (VocabParallel), one for the
 // embedding's rows and one for the head's input gradient, and the loss
 // parts' all-gather (3 floats per token from each other rank). Per step,
-// the gradient norm's all-gather (a double from each other rank). An
-// all-reduce of n floats brings a rank 2 (t − 1)/t · n of them on average
-// (a reduce-scatter, then an all-gather).
+// the gradient norm's all-gather (a double from each other rank). Each
+// all-reduce brings a rank AllReduceBytesReceived.
 double TensorGroupBytesPerRank(const shardline::v1::JobSpec& spec, int begin, int end);
+
+// How GrpcCollective all-reduces a buffer of `bytes` (f32) among `ranks`: in
+// two rounds (a reduce-scatter, then an all-gather: each rank sends and
+// receives 2(d − 1)/d of the buffer) or in one (each rank sends its whole
+// buffer to every other rank and adds all d itself: (d − 1) buffers, the
+// same for a pair, in half the round trips). One round when the buffer is
+// at most `one_round_bytes` and one round moves at most
+// kOneRoundExtraBytes more than two.
+inline constexpr size_t kOneRoundAllReduceBytes = size_t{1} << 20;  // the default one_round_bytes
+inline constexpr size_t kOneRoundExtraBytes = size_t{64} << 10;     // about a round trip's worth on a LAN
+bool AllReduceInOneRound(size_t bytes, int ranks, size_t one_round_bytes = kOneRoundAllReduceBytes);
+// The bytes one rank receives in it (by default's rule).
+double AllReduceBytesReceived(size_t bytes, int ranks);
 
 }  // namespace shardline::common
 

@@ -162,7 +162,8 @@ def check_collective(bin_dir, workdir):
     timed = 0.0
     for r in rows:
         check_fields(r, ["reps", "trials", "algbw_gbps", "busbw_gbps", "tcp_busbw_gbps", "busbw_vs_tcp",
-                         "correct", "allreduce_s", "allreduce_total_s", "tcp_s"])
+                         "correct", "allreduce_s", "allreduce_total_s", "tcp_s", "one_round", "two_rounds_s",
+                         "two_rounds_total_s", "one_round_speedup"])
         d, reps = r["ranks"], r["reps"]
         assert reps == COLLECTIVE_REPS and r["trials"] == COLLECTIVE_TRIALS, r
         # Every rank's result was the exact sum d(d + 1)/2.
@@ -178,7 +179,13 @@ def check_collective(bin_dir, workdir):
         # The median trial (of two: the slower) within all trials' time.
         total = r["allreduce_total_s"]
         assert 0 < total / COLLECTIVE_TRIALS <= r["allreduce_s"] * reps * (1 + 1e-4) <= total * (1 + 1e-4), r
-        timed += total + r["tcp_s"] * reps * COLLECTIVE_TRIALS
+        # One round where it sends no more than 64 KiB beyond the two rounds'
+        # bytes (a pair always), up to 1 MiB: here all but 3 ranks' 1 MiB.
+        assert r["one_round"] == (0 if (d, r["bytes"]) == (3, 1048576) else 1), r
+        assert close(r["one_round_speedup"], r["two_rounds_s"] / r["allreduce_s"]), r
+        two_total = r["two_rounds_total_s"]
+        assert 0 < two_total / COLLECTIVE_TRIALS <= r["two_rounds_s"] * reps * (1 + 1e-4) <= two_total * (1 + 1e-4), r
+        timed += total + two_total + r["tcp_s"] * reps * COLLECTIVE_TRIALS
     assert timed < wall, ("the trials took longer than the whole benchmark", timed, wall)
 
 

@@ -16,6 +16,7 @@ namespace {
 using transport::StageMessage;
 
 constexpr int kWholeBuffer = -1;  // the chunk of a broadcast
+constexpr int kEveryChunk = -2;   // the chunk of a one-round all-reduce: all of them
 
 // `message`'s values as the 8-bit blocks it will carry decode, with
 // feedback through `residual`.
@@ -164,6 +165,17 @@ absl::StatusOr<std::shared_ptr<const StageMessage>> GrpcCollective::Outgoing(uin
   return std::shared_ptr<const StageMessage>(std::move(message));
 }
 
+std::shared_ptr<const StageMessage> GrpcCollective::HeldPart(uint64_t sequence, int chunk, const float* part,
+                                                             Chunk range) {
+  auto message = std::make_shared<StageMessage>();
+  message->kind = StageMessage::Kind::kCollective;
+  message->sequence = sequence;
+  message->micro_batch = chunk;
+  message->values = HostChunk(range.size());
+  std::copy(part + range.begin, part + range.end, message->values.begin());
+  return message;
+}
+
 absl::Status GrpcCollective::Send(int peer, std::shared_ptr<const StageMessage> message) {
   const absl::Status status = streams_[peer]->Send(std::move(message));
   if (status.ok()) return status;
@@ -174,8 +186,10 @@ absl::Status GrpcCollective::Send(int peer, std::shared_ptr<const StageMessage> 
 absl::StatusOr<StageMessage> GrpcCollective::Expect(int peer, uint64_t sequence, int chunk, size_t elements) {
   absl::StatusOr<StageMessage> m = streams_[peer]->Receive();
   auto want = [&] {
-    return absl::StrCat(chunk == kWholeBuffer ? std::string("the whole buffer") : absl::StrCat("chunk ", chunk),
-                        " (", elements, " floats) of call ", sequence);
+    const std::string what = chunk == kWholeBuffer  ? std::string("the whole buffer")
+                             : chunk == kEveryChunk ? std::string("the whole buffer to sum")
+                                                    : absl::StrCat("chunk ", chunk);
+    return absl::StrCat(what, " (", elements, " floats) of call ", sequence);
   };
   if (!m.ok()) {
     return absl::Status(m.status().code(), absl::StrCat(Describe(), " waiting for ", want(), " from rank ", peer,
@@ -203,33 +217,39 @@ transport::HostBuffer GrpcCollective::HostChunk(size_t elements) {
 }
 
 absl::StatusOr<transport::HostBuffer> GrpcCollective::ReduceScatter(const CallBuffer& data, Held held,
-                                                                    uint64_t sequence, Residual residual) {
+                                                                    uint64_t sequence, Residual residual, bool whole) {
   const int d = size(), r = rank();
   const size_t parts = held.size() + 1;  // every rank's
-  // Every other rank's chunk to it (of each part, in order), nearest ranks
-  // after ours first.
-  for (int i = 1; i < d; ++i) {
-    const int q = (r + i) % d;
-    const Chunk chunk = ChunkOf(data.size(), d, q);
+  const Chunk own = whole ? Chunk{0, data.size()} : ChunkOf(data.size(), d, r);
+  const int own_id = whole ? kEveryChunk : r;
+  const float* mine = data.host_data() != nullptr ? data.host_data() + own.begin : nullptr;
+  std::shared_ptr<const StageMessage> sent;  // ours, whole
+  if (whole) {
+    // Each part whole, one message for every other rank, nearest ranks
+    // after ours first.
     for (const float* part : held) {
-      auto message = std::make_shared<StageMessage>();
-      message->kind = StageMessage::Kind::kCollective;
-      message->sequence = sequence;
-      message->micro_batch = q;
-      message->values = HostChunk(chunk.size());
-      std::copy(part + chunk.begin, part + chunk.end, message->values.begin());
+      const std::shared_ptr<const StageMessage> message = HeldPart(sequence, kEveryChunk, part, own);
+      for (int i = 1; i < d; ++i) RETURN_IF_ERROR(Send((r + i) % d, message));
+    }
+    ASSIGN_OR_RETURN(sent, Outgoing(sequence, kEveryChunk, data, own, residual));
+    for (int i = 1; i < d; ++i) RETURN_IF_ERROR(Send((r + i) % d, sent));
+    if (mine == nullptr) mine = sent->values.data();  // read from the device once
+  } else {
+    // Every other rank's chunk to it (of each part, in order), nearest ranks
+    // after ours first.
+    for (int i = 1; i < d; ++i) {
+      const int q = (r + i) % d;
+      const Chunk chunk = ChunkOf(data.size(), d, q);
+      for (const float* part : held) RETURN_IF_ERROR(Send(q, HeldPart(sequence, q, part, chunk)));
+      ASSIGN_OR_RETURN(auto message, Outgoing(sequence, q, data, chunk, residual));
       RETURN_IF_ERROR(Send(q, std::move(message)));
     }
-    ASSIGN_OR_RETURN(auto message, Outgoing(sequence, q, data, chunk, residual));
-    RETURN_IF_ERROR(Send(q, std::move(message)));
   }
-  // Our chunk: the d · parts parts added in (rank, part) order (ours where
-  // they fall), as they come; one received part held at a time. Our own
-  // parts are read in place from host memory (`data` copied once from a
-  // device), and rank 0's first part, when received, becomes the running
-  // sum as it is.
-  const Chunk own = ChunkOf(data.size(), d, r);
-  const float* mine = data.host_data() != nullptr ? data.host_data() + own.begin : nullptr;
+  // Our chunk (in one round, the whole buffer): the d · parts parts added
+  // in (rank, part) order (ours where they fall), as they come; one
+  // received part held at a time. Our own parts are read in place from host
+  // memory (`data` copied once from a device), and rank 0's first part,
+  // when received, becomes the running sum as it is.
   if (mine == nullptr) {
     own_.resize(own.size());
     RETURN_IF_ERROR(data.Read(own.begin, absl::Span<float>(own_)));
@@ -241,7 +261,7 @@ absl::StatusOr<transport::HostBuffer> GrpcCollective::ReduceScatter(const CallBu
       StageMessage received;
       const float* part = h + 1 < parts ? held[h] + own.begin : mine;
       if (q != r) {
-        ASSIGN_OR_RETURN(received, Expect(q, sequence, r, own.size()));
+        ASSIGN_OR_RETURN(received, Expect(q, sequence, own_id, own.size()));
         part = received.values.data();
       }
       // AddInRankOrder, one part at a time: ((x₀ + x₁) + x₂) + …
@@ -335,6 +355,9 @@ absl::Status GrpcCollective::AllReduce(const CallBuffer& data, Residual residual
   return Run([&]() -> absl::Status {
     const uint64_t scatter = next_sequence_++, gather = next_sequence_++;
     if (size() == 1) return absl::OkStatus();
+    if (!residual.has_value() && common::AllReduceInOneRound(data.size() * sizeof(float), size(), options_.one_round_bytes)) {
+      return ReduceScatter(data, held, scatter, residual, /*whole=*/true).status();
+    }
     ASSIGN_OR_RETURN(transport::HostBuffer sum, ReduceScatter(data, held, scatter, residual));
     auto mine = std::make_shared<StageMessage>();
     mine->kind = StageMessage::Kind::kCollective;

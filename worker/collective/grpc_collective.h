@@ -9,8 +9,15 @@
 // chunk to every rank. Each rank so moves (d − 1)/d of the buffer out and in
 // per phase, as a ring does, and every element is summed in rank order
 // whatever the timing. AllReduceSum is a reduce-scatter and an all-gather
-// (two sequence numbers). Every frame carries its call's sequence number and
-// chunk, checked on arrival: a stale, out-of-order or mismatched one fails
+// (two sequence numbers), or, for a small buffer, one round: every rank
+// sends all of it to every other rank and adds the d buffers in rank order
+// itself (the same additions in the same order, so the same bits, in half
+// the round trips: a tensor-parallel layer's activations are latency-bound).
+// That sends (d − 1) buffers where the two rounds send 2(d − 1)/d: as many
+// bytes for a pair of ranks, more for a larger group. When it does is
+// common::AllReduceInOneRound's rule (never over 8-bit blocks). Every frame
+// carries its call's sequence number and chunk, checked on arrival: a
+// stale, out-of-order or mismatched one fails
 // the call with FAILED_PRECONDITION; a rank that does not answer in the
 // exchange timeout, with DEADLINE_EXCEEDED; a vanished one, UNAVAILABLE. Any
 // failure closes every stream of this rank, so its peers fail at once too,
@@ -34,6 +41,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "common/cost_model.h"
 #include "worker/backend/backend.h"
 #include "worker/collective/call_buffer.h"
 #include "worker/collective/collective.h"
@@ -56,6 +64,8 @@ struct GrpcCollectiveOptions {
   // allocated at Create; 0: chunks live on the heap.
   size_t staging_slot_bytes = 0;
   transport::HostMemory staging_memory = transport::PlainHostMemory();  // pinned on CUDA workers
+  // The largest all-reduce that may go in one round, in bytes (0: none).
+  size_t one_round_bytes = common::kOneRoundAllReduceBytes;
 };
 
 class GrpcCollective final : public Collective {
@@ -113,9 +123,10 @@ class GrpcCollective final : public Collective {
   absl::Status ReduceScatterOnly(const CallBuffer& data, Residual residual = std::nullopt, Held held = {});
   absl::Status AllGatherOnly(const CallBuffer& data);
   // The reduce-scatter of call `sequence`: this rank's chunk of the sum, on
-  // the host (also written to `data`).
+  // the host (also written to `data`); `whole`: every rank's whole buffer to
+  // every other rank, and the whole sum (an all-reduce in one round).
   absl::StatusOr<transport::HostBuffer> ReduceScatter(const CallBuffer& data, Held held, uint64_t sequence,
-                                                      Residual residual);
+                                                      Residual residual, bool whole = false);
   // Host memory for a chunk of `elements`: a staging slot when one is free.
   transport::HostBuffer HostChunk(size_t elements);
   // Sends `mine` (this rank's chunk) to every peer and writes theirs into `data`.
@@ -125,6 +136,8 @@ class GrpcCollective final : public Collective {
   absl::StatusOr<std::shared_ptr<const transport::StageMessage>> Outgoing(uint64_t sequence, int chunk,
                                                                           const CallBuffer& data, Chunk range,
                                                                           Residual residual = std::nullopt);
+  // A message for chunk `chunk` of call `sequence`: elements `range` of a held part.
+  std::shared_ptr<const transport::StageMessage> HeldPart(uint64_t sequence, int chunk, const float* part, Chunk range);
   absl::Status Send(int peer, std::shared_ptr<const transport::StageMessage> message);
   // Rank `peer`'s next message, which must be chunk `chunk` of call
   // `sequence` with `elements` floats.

@@ -55,7 +55,7 @@ TEST(AddInRankOrderTest, AddsLeftToRightInFloat) {
 }
 
 struct Param {
-  std::string kind;    // "inprocess" or "grpc"
+  std::string kind;    // "inprocess", "grpc" or "grpc_two_rounds"
   std::string device;  // "cpu", "cuda:0"
 };
 
@@ -64,7 +64,7 @@ class CollectiveTest : public ::testing::TestWithParam<Param> {
   void SetUp() override {
     if (GetParam().device != "cpu" && CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device on this machine";
   }
-  bool grpc() const { return GetParam().kind == "grpc"; }
+  bool grpc() const { return GetParam().kind != "inprocess"; }
   // Runs `body(rank, collective, backend)` on `ranks` threads of one group.
   void RunRanks(int ranks, const std::function<void(int, Collective&, Backend&)>& body,
                 absl::Duration timeout = absl::Seconds(30)) {
@@ -92,7 +92,7 @@ std::vector<float> RankOrderSum(int ranks, size_t n) {
 
 TEST_P(CollectiveTest, AllReduceSumAddsInRankOrderOnEveryRank) {
   for (int d : {1, 2, 3, 4}) {
-    for (size_t n : {1, 5, 1000}) {
+    for (size_t n : {1, 5, 1000, 100000}) {  // gRPC: all in one round, the last in two for d > 2
       SCOPED_TRACE(absl::StrCat(d, " ranks, ", n, " floats"));
       const std::vector<float> want = RankOrderSum(d, n);
       RunRanks(d, [&](int r, Collective& c, Backend& backend) {
@@ -288,7 +288,7 @@ TEST_P(CollectiveTest, CloseWakesTheRanksThatWait) {
 
 std::vector<Param> Params() {
   std::vector<Param> out;
-  for (const char* kind : {"inprocess", "grpc"}) {
+  for (const char* kind : {"inprocess", "grpc", "grpc_two_rounds"}) {
     for (const std::string& device : worker::testing::BackendsUnderTest()) out.push_back({kind, device});
   }
   return out;

@@ -31,7 +31,8 @@ struct Ranks {
   }
 };
 
-// `kind` is "inprocess" or "grpc"; every call of a rank waits up to `timeout`.
+// `kind` is "inprocess", "grpc" or "grpc_two_rounds" (every all-reduce in
+// two rounds, however small); every call of a rank waits up to `timeout`.
 inline std::unique_ptr<Ranks> MakeRanks(const std::string& kind, const std::string& device, int ranks,
                                         absl::Duration timeout) {
   auto out = std::make_unique<Ranks>();
@@ -64,6 +65,7 @@ inline std::unique_ptr<Ranks> MakeRanks(const std::string& kind, const std::stri
     o.service = out->servers[r]->service.get();
     o.exchange = transport::Exchange(timeout);  // 1000-byte chunks: many frames per message
     o.staging_slot_bytes = 2048;               // small chunks in slots, larger ones on the heap
+    if (kind == "grpc_two_rounds") o.one_round_bytes = 0;
     auto handle = GrpcCollective::Create(*out->backends[r], o);
     EXPECT_TRUE(handle.ok()) << handle.status();
     if (!handle.ok()) return nullptr;

@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -50,11 +51,12 @@ StageFrame Chunk(uint64_t sequence, int chunk, const std::vector<float>& values)
 }
 
 // Rank 0 of a group of two on its own server; rank 1 is played by the test.
+// Its all-reduces of a few floats go in one round, or two (rounds = 2).
 struct LoneRank {
   std::unique_ptr<transport::Server> server = transport::StartServer();
   std::unique_ptr<Backend> backend = worker::testing::CpuBackend();
   std::unique_ptr<GrpcCollective> rank0;
-  explicit LoneRank(absl::Duration timeout = absl::Seconds(10)) {
+  explicit LoneRank(int rounds = 1, absl::Duration timeout = absl::Seconds(10)) {
     GrpcCollectiveOptions o;
     o.job_id = "job-1";
     o.plan_epoch = 7;
@@ -63,6 +65,7 @@ struct LoneRank {
     o.peer_addresses = {server->address, "127.0.0.1:1"};  // rank 1 calls us; we never call it
     o.service = server->service.get();
     o.exchange = transport::Exchange(timeout);
+    if (rounds == 2) o.one_round_bytes = 0;
     auto c = GrpcCollective::Create(*backend, o);
     EXPECT_TRUE(c.ok()) << c.status();
     rank0 = std::move(*c);
@@ -90,10 +93,12 @@ TEST(GrpcCollectiveTest, HellosForAnotherGroupRankOrEpochAreRefused) {
   EXPECT_NE(epoch.error_message().find("epoch 6"), std::string::npos) << epoch.error_message();
 }
 
-// Rank 0 all-reduces 4 floats (its chunk: elements 0 and 1) while the test,
-// as rank 1, answers with `bad` after `good` correct calls.
-absl::Status ReduceAgainst(int good, const StageFrame& bad) {
-  LoneRank lone;
+// Rank 0 all-reduces {1, 2, 3, 4} while the test, as rank 1, answers with
+// `bad` after `good` correct calls. In one round a correct call is rank 1's
+// whole buffer (chunk -2) {10, 20, 30, 40}; in two, chunk 0's part {10, 20}
+// for the reduce-scatter, then chunk 1's sum {30, 40} for the all-gather.
+absl::Status ReduceAgainst(int rounds, int good, const StageFrame& bad) {
+  LoneRank lone(rounds);
   RawPeer peer(lone.server->address);
   EXPECT_TRUE(peer.Write(CollectiveHello("stage-2", 1, 0)));
   absl::Status last;
@@ -102,10 +107,12 @@ absl::Status ReduceAgainst(int good, const StageFrame& bad) {
     for (int call = 0; call <= good && last.ok(); ++call) last = lone.rank0->AllReduceSum(buffer.span<float>());
   });
   for (int call = 0; call < good; ++call) {
-    // A correct call: chunk 0's part for the reduce-scatter, then chunk 1's
-    // sum for the all-gather.
-    peer.Write(Chunk(2 * call, 0, {10, 20}));
-    peer.Write(Chunk(2 * call + 1, 1, {30, 40}));
+    if (rounds == 1) {
+      peer.Write(Chunk(2 * call, -2, {10, 20, 30, 40}));
+    } else {
+      peer.Write(Chunk(2 * call, 0, {10, 20}));
+      peer.Write(Chunk(2 * call + 1, 1, {30, 40}));
+    }
   }
   peer.Write(bad);
   rank0.join();
@@ -119,40 +126,100 @@ TEST(GrpcCollectiveTest, StaleOutOfOrderAndMismatchedFramesFailTheCall) {
     StageFrame frame;
     const char* message;
   };
-  StageFrame bf16 = Chunk(0, 0, {1, 2});
-  bf16.set_dtype(shardline::v1::DTYPE_BF16);
-  bf16.set_elements(4);
-  StageFrame gradient = Chunk(0, 0, {1, 2});
-  gradient.set_kind(StageFrame::GRADIENT);
-  const std::vector<Case> cases = {
-      {"out of order", 0, Chunk(5, 0, {1, 2}), "(out of order)"},
-      {"stale", 1, Chunk(0, 0, {1, 2}), "(stale)"},
-      {"wrong chunk", 0, Chunk(0, 1, {1, 2}), "got chunk 1"},
-      {"wrong size", 0, Chunk(0, 0, {1, 2, 3}), "3 floats"},
-      {"wrong dtype", 0, bf16, "in bf16"},
-      {"not a collective frame", 0, gradient, "a stage-link message"},
-  };
-  for (const Case& c : cases) {
-    SCOPED_TRACE(c.what);
-    const absl::Status status = ReduceAgainst(c.good, c.frame);
-    EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
-    EXPECT_TRUE(absl::StrContains(status.message(), c.message)) << status;
-    EXPECT_TRUE(absl::StrContains(status.message(), "from rank 1")) << status;
+  for (int rounds : {1, 2}) {
+    // What rank 0 expects first: the whole buffer, or chunk 0's part.
+    const int chunk = rounds == 1 ? -2 : 0;
+    const std::vector<float> part = rounds == 1 ? std::vector<float>{1, 2, 3, 4} : std::vector<float>{1, 2};
+    std::vector<float> longer = part;
+    longer.push_back(5);
+    StageFrame bf16 = Chunk(0, chunk, part);
+    bf16.set_dtype(shardline::v1::DTYPE_BF16);
+    bf16.set_elements(static_cast<int64_t>(2 * part.size()));
+    StageFrame gradient = Chunk(0, chunk, part);
+    gradient.set_kind(StageFrame::GRADIENT);
+    const std::string floats = absl::StrCat(longer.size(), " floats");
+    const std::vector<Case> cases = {
+        {"out of order", 0, Chunk(5, chunk, part), "(out of order)"},
+        {"stale", 1, Chunk(0, chunk, part), "(stale)"},
+        {"wrong chunk", 0, Chunk(0, 1, part), "got chunk 1"},
+        {"wrong size", 0, Chunk(0, chunk, longer), floats.c_str()},
+        {"wrong dtype", 0, bf16, "in bf16"},
+        {"not a collective frame", 0, gradient, "a stage-link message"},
+    };
+    for (const Case& c : cases) {
+      SCOPED_TRACE(absl::StrCat(c.what, ", ", rounds, " round(s)"));
+      const absl::Status status = ReduceAgainst(rounds, c.good, c.frame);
+      EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
+      EXPECT_TRUE(absl::StrContains(status.message(), c.message)) << status;
+      EXPECT_TRUE(absl::StrContains(status.message(), "from rank 1")) << status;
+    }
   }
 }
 
 TEST(GrpcCollectiveTest, ACorrectPeerCompletesTheCalls) {
   // The frames above, when right, give the sums (the control for the test
-  // above): chunk 0 = {1 + 10, 2 + 20}, chunk 1 = the peer's {30, 40}.
-  LoneRank lone;
-  RawPeer peer(lone.server->address);
-  ASSERT_TRUE(peer.Write(CollectiveHello("stage-2", 1, 0)));
-  DeviceBuffer buffer = worker::testing::Upload(*lone.backend, std::vector<float>{1, 2, 3, 4});
-  std::thread rank0([&] { EXPECT_TRUE(lone.rank0->AllReduceSum(buffer.span<float>()).ok()); });
-  peer.Write(Chunk(0, 0, {10, 20}));
-  peer.Write(Chunk(1, 1, {30, 40}));
-  rank0.join();
-  EXPECT_EQ(worker::testing::Download(*lone.backend, buffer), (std::vector<float>{11, 22, 30, 40}));
+  // above). A pair's small all-reduce is one round by default: rank 1's
+  // whole buffer, and nothing more, completes it.
+  for (int rounds : {1, 2}) {
+    SCOPED_TRACE(absl::StrCat(rounds, " round(s)"));
+    LoneRank lone(rounds);
+    RawPeer peer(lone.server->address);
+    ASSERT_TRUE(peer.Write(CollectiveHello("stage-2", 1, 0)));
+    DeviceBuffer buffer = worker::testing::Upload(*lone.backend, std::vector<float>{1, 2, 3, 4});
+    std::thread rank0([&] { EXPECT_TRUE(lone.rank0->AllReduceSum(buffer.span<float>()).ok()); });
+    if (rounds == 1) {
+      peer.Write(Chunk(0, -2, {10, 20, 30, 40}));
+    } else {
+      peer.Write(Chunk(0, 0, {10, 20}));
+      peer.Write(Chunk(1, 1, {30, 40}));
+    }
+    rank0.join();
+    // One round: every element summed here; two: chunk 1 is rank 1's sum.
+    EXPECT_EQ(worker::testing::Download(*lone.backend, buffer),
+              rounds == 1 ? (std::vector<float>{11, 22, 33, 44}) : (std::vector<float>{11, 22, 30, 40}));
+  }
+}
+
+// Values whose sums depend on the order they are added in.
+std::vector<float> OrderSensitive(int rank, size_t n) {
+  std::vector<float> v = worker::testing::RandomVector(n, 7 + rank, -1.0f, 1.0f);
+  for (size_t i = 0; i < n; i += 3) v[i] *= rank % 2 ? -3e7f : 3e7f;
+  return v;
+}
+
+// Larger groups: rank 0's payload bytes tell one round ((d − 1) whole
+// buffers in) from two (the others' parts of its chunk, then their chunks),
+// and both give every rank the same bits. A buffer past the extra bytes one
+// round may cost goes in two whatever the option says.
+TEST(GrpcCollectiveTest, SmallAllReducesGoInOneRoundWithTheBitsOfTwo) {
+  for (int d : {3, 4}) {
+    for (size_t n : {size_t{1000}, size_t{100000}}) {
+      SCOPED_TRACE(absl::StrCat(d, " ranks, ", n, " floats"));
+      std::map<std::string, std::vector<std::vector<float>>> sums;
+      std::map<std::string, uint64_t> received;
+      for (const std::string kind : {"grpc", "grpc_two_rounds"}) {
+        auto ranks = testing::MakeRanks(kind, "cpu", d, absl::Seconds(30));
+        ASSERT_NE(ranks, nullptr);
+        sums[kind].resize(d);
+        testing::RunRanks(*ranks, [&](int r, Collective& c, Backend& backend) {
+          DeviceBuffer buffer = worker::testing::Upload(backend, OrderSensitive(r, n));
+          ASSERT_TRUE(c.AllReduceSum(buffer.span<float>()).ok());
+          sums[kind][r] = worker::testing::Download(backend, buffer);
+        });
+        received[kind] = ranks->handles[0]->BytesReceived();
+      }
+      for (int r = 0; r < d; ++r) {
+        EXPECT_EQ(sums["grpc"][r], sums["grpc_two_rounds"][r]) << "rank " << r;
+        EXPECT_EQ(sums["grpc"][r], sums["grpc"][0]) << "rank " << r;
+      }
+      const size_t own = ChunkOf(n, d, 0).size();
+      const uint64_t two_rounds = ((d - 1) * own + (n - own)) * sizeof(float);
+      EXPECT_EQ(received["grpc_two_rounds"], two_rounds);
+      const bool one_round = (d - 1) * (d - 2) * n * sizeof(float) <= d * common::kOneRoundExtraBytes;
+      EXPECT_EQ(one_round, n == 1000) << "the sizes this test picks";
+      EXPECT_EQ(received["grpc"], one_round ? (d - 1) * n * sizeof(float) : two_rounds);
+    }
+  }
 }
 
 TEST(GrpcCollectiveTest, APeerThatVanishesMidReductionFailsTheCallPromptly) {
