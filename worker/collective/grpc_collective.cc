@@ -155,11 +155,7 @@ absl::Status GrpcCollective::Run(Fn&& call) {
 absl::StatusOr<std::shared_ptr<const StageMessage>> GrpcCollective::Outgoing(uint64_t sequence, int chunk,
                                                                              const CallBuffer& data, Chunk range,
                                                                              Residual residual) {
-  auto message = std::make_shared<StageMessage>();
-  message->kind = StageMessage::Kind::kCollective;
-  message->sequence = sequence;
-  message->micro_batch = chunk;
-  message->values = HostChunk(range.size());
+  std::shared_ptr<StageMessage> message = NewMessage(sequence, chunk, range.size());
   RETURN_IF_ERROR(data.Read(range.begin, message->values.span()));
   if (residual.has_value()) Quantize(*message, residual->subspan(range.begin, range.size()));
   return std::shared_ptr<const StageMessage>(std::move(message));
@@ -167,12 +163,17 @@ absl::StatusOr<std::shared_ptr<const StageMessage>> GrpcCollective::Outgoing(uin
 
 std::shared_ptr<const StageMessage> GrpcCollective::HeldPart(uint64_t sequence, int chunk, const float* part,
                                                              Chunk range) {
+  std::shared_ptr<StageMessage> message = NewMessage(sequence, chunk, range.size());
+  std::copy(part + range.begin, part + range.end, message->values.begin());
+  return message;
+}
+
+std::shared_ptr<StageMessage> GrpcCollective::NewMessage(uint64_t sequence, int chunk, size_t elements) {
   auto message = std::make_shared<StageMessage>();
   message->kind = StageMessage::Kind::kCollective;
   message->sequence = sequence;
   message->micro_batch = chunk;
-  message->values = HostChunk(range.size());
-  std::copy(part + range.begin, part + range.end, message->values.begin());
+  message->values = HostChunk(elements);
   return message;
 }
 

@@ -136,6 +136,9 @@ class GrpcCollective final : public Collective {
   absl::StatusOr<std::shared_ptr<const transport::StageMessage>> Outgoing(uint64_t sequence, int chunk,
                                                                           const CallBuffer& data, Chunk range,
                                                                           Residual residual = std::nullopt);
+  // A message for chunk `chunk` of call `sequence` with room for `elements`
+  // floats (a staging slot when one is free).
+  std::shared_ptr<transport::StageMessage> NewMessage(uint64_t sequence, int chunk, size_t elements);
   // A message for chunk `chunk` of call `sequence`: elements `range` of a held part.
   std::shared_ptr<const transport::StageMessage> HeldPart(uint64_t sequence, int chunk, const float* part, Chunk range);
   absl::Status Send(int peer, std::shared_ptr<const transport::StageMessage> message);
