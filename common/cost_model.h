@@ -75,7 +75,7 @@ double TensorGroupBytesPerRank(const shardline::v1::JobSpec& spec, int begin, in
 inline constexpr size_t kOneRoundAllReduceBytes = size_t{1} << 20;  // the default one_round_bytes
 inline constexpr size_t kOneRoundExtraBytes = size_t{64} << 10;     // about a round trip's worth on a LAN
 bool AllReduceInOneRound(size_t bytes, int ranks, size_t one_round_bytes = kOneRoundAllReduceBytes);
-// The bytes one rank receives in it (by default's rule).
+// The bytes one rank receives in such an all-reduce (the default one_round_bytes).
 double AllReduceBytesReceived(size_t bytes, int ranks);
 
 }  // namespace shardline::common
