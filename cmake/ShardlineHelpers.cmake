@@ -13,11 +13,43 @@ function(shardline_apply_flags target)
   target_include_directories(${target} PUBLIC ${PROJECT_SOURCE_DIR})
 endfunction()
 
+# Precompiled headers (cmake/precompiled.h: gRPC, protobuf, Abseil, glog,
+# the generated headers): made once by an OWNER object library and reused
+# by every target of one kind. GCC takes a precompiled header only where
+# the code model matches (a library's -fPIC, an executable's -fPIE), so
+# libraries, binaries and tests (-O1, GoogleTest) have one owner each.
+# -DCMAKE_DISABLE_PRECOMPILE_HEADERS=ON builds without them.
+#
+#   shardline_precompiled_header(OWNER HEADER [PIE] [DEPS x y])
+#   shardline_reuse_precompiled_header(TARGET OWNER)
+function(shardline_precompiled_header owner header)
+  cmake_parse_arguments(ARG "PIE" "" "DEPS" ${ARGN})
+  add_library(${owner} OBJECT ${PROJECT_SOURCE_DIR}/cmake/precompiled.cc)
+  if(ARG_PIE)
+    set_target_properties(${owner} PROPERTIES POSITION_INDEPENDENT_CODE OFF)
+    target_compile_options(${owner} PRIVATE -fPIE)
+  endif()
+  shardline_apply_flags(${owner})
+  target_link_libraries(${owner} PRIVATE shardline_precompiled_deps ${ARG_DEPS})
+  target_precompile_headers(${owner} PRIVATE ${header})
+endfunction()
+
+# A target that reuses a header gets the owner's include directories and
+# definitions (-pthread's _REENTRANT too): GCC takes the header only where
+# they match.
+function(shardline_reuse_precompiled_header target owner)
+  if(TARGET ${owner})
+    target_link_libraries(${target} PRIVATE shardline_precompiled_deps)
+    target_precompile_headers(${target} REUSE_FROM ${owner})
+  endif()
+endfunction()
+
 function(shardline_library name)
   cmake_parse_arguments(ARG "" "" "SRCS;DEPS" ${ARGN})
   add_library(${name} STATIC ${ARG_SRCS})
   shardline_apply_flags(${name})
   target_link_libraries(${name} PUBLIC ${ARG_DEPS})
+  shardline_reuse_precompiled_header(${name} shardline_library_pch)
 endfunction()
 
 function(shardline_binary name)
@@ -25,6 +57,7 @@ function(shardline_binary name)
   add_executable(${name} ${ARG_SRCS})
   shardline_apply_flags(${name})
   target_link_libraries(${name} PRIVATE ${ARG_DEPS})
+  shardline_reuse_precompiled_header(${name} shardline_binary_pch)
 endfunction()
 
 # Every test gets a CTest TIMEOUT (default 120 s): a hang is a failure. Test
@@ -49,6 +82,7 @@ function(shardline_test name)
   add_executable(${name} ${ARG_SRCS})
   shardline_apply_flags(${name})
   target_link_libraries(${name} PRIVATE ${ARG_DEPS} shardline_gtest_main GTest::gtest)
+  shardline_reuse_precompiled_header(${name} shardline_test_pch)
   add_test(NAME ${name} COMMAND ${name})
   shardline_test_properties(${name} ${ARG_TIMEOUT} "${ARG_LABELS}")
 endfunction()
