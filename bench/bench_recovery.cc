@@ -4,8 +4,9 @@
 // (examples/addition.json's) training, one position killed between two
 // checkpoints. For each scenario, the seconds from the kill until the
 // coordinator acts on it (detect_s: the job leaves RUNNING; the target is
-// the lease, and the bench fails after ten, at least 10 s), from then until the job has trained a step again at its new
-// epoch (resume_s: the target is 10 s), and the steps it replays (those
+// the lease, and the bench fails after ten, at least 10 s), from then
+// until the job has trained a step again at its new epoch (resume_s: the
+// target is 10 s), and the steps it replays (those
 // completed after its committed version), and where the restarted
 // positions loaded their state from (their own memory, a twin's, the
 // coordinator's disk; --d_model scales the state):
@@ -120,7 +121,8 @@ BenchReport::Row Measure(const Scenario& s) {
   cluster.KillWorker(index);
   int64_t reached = before.step();  // the last step completed before the job noticed
   // A coordinator that has not noticed in ten leases never will.
-  const shardline::v1::JobStatus noticed = Poll(admin, id, std::max(10.0, lease_ms / 100.0), [&](const shardline::v1::JobStatus& j) {
+  const double notice_s = std::max(10.0, lease_ms / 100.0);
+  const shardline::v1::JobStatus noticed = Poll(admin, id, notice_s, [&](const shardline::v1::JobStatus& j) {
     if (j.state() == shardline::v1::RUNNING && j.plan_epoch() == before.plan_epoch()) {
       reached = std::max(reached, j.step());
       return false;
