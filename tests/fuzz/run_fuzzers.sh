@@ -2,9 +2,9 @@
 # Builds the libFuzzer targets (fuzz/) in a tree of their own with clang,
 # AddressSanitizer and UndefinedBehaviorSanitizer, then runs each for
 # SECONDS from its seed corpus (fuzz/corpus/NAME, copied: the checked-in
-# seeds stay as they are). Any crash, hang (a unit over 10 s), leak or
-# out-of-memory (2 GiB) fails, and its input is kept beside the log.
-# Exit 77 (skipped) without clang or libFuzzer.
+# seeds stay as they are), as many at once as there are cores. Any crash,
+# hang (a unit over 10 s), leak or out-of-memory (2 GiB) fails, and its
+# input is kept beside the log. Exit 77 (skipped) without clang or libFuzzer.
 #
 #   run_fuzzers.sh SOURCE_DIR BUILD_DIR SECONDS [TARGET ...]
 #
@@ -41,10 +41,11 @@ cmake --build "$build_dir" -j2 --target "${targets[@]/#/fuzz_}" >"$build_dir.bui
   || { grep -E "error|Error" "$build_dir.build.log" | head -n 30; exit 1; }
 echo "fuzzers built in $(($(date +%s) - start)) s"
 
-failed=0
-for target in "${targets[@]}"; do
-  work=$build_dir/run-$target
-  rm -rf "$work"
+# One target; its report (a line "ok: ..." or "FAIL: ...") in
+# $build_dir/run-NAME.report.
+fuzz() {
+  local target=$1 work=$build_dir/run-$1 seeds runs
+  rm -rf "$work" "$work.report"
   mkdir -p "$work/corpus"
   cp "$source_dir/fuzz/corpus/$target"/* "$work/corpus/"
   seeds=$(ls "$work/corpus" | wc -l)
@@ -53,11 +54,25 @@ for target in "${targets[@]}"; do
         "$build_dir/bin/fuzz_$target" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
         -print_final_stats=1 corpus >"$work/fuzz.log" 2>&1); then
     runs=$(grep -oP 'stat::number_of_executed_units:\s*\K[0-9]+' "$work/fuzz.log" || echo "?")
-    echo "ok: fuzz_$target: $runs inputs in ${seconds} s from $seeds seeds, corpus now $(ls "$work/corpus" | wc -l)"
+    echo "ok: fuzz_$target: $runs inputs in ${seconds} s from $seeds seeds, corpus now $(ls "$work/corpus" | wc -l)" \
+      >"$work.report"
   else
-    echo "FAIL: fuzz_$target (log and input in $work):"
-    grep -E "ERROR|SUMMARY|runtime error|Test unit written" "$work/fuzz.log" | head -n 20
-    failed=1
+    { echo "FAIL: fuzz_$target (log and input in $work):"
+      grep -E "ERROR|SUMMARY|runtime error|Test unit written" "$work/fuzz.log" | head -n 20; } >"$work.report"
   fi
+}
+
+# As many at once as there are cores; the reports in the targets' order.
+for target in "${targets[@]}"; do
+  while [[ $(jobs -rp | wc -l) -ge $(nproc) ]]; do wait -n || true; done
+  fuzz "$target" &
+done
+wait
+failed=0
+for target in "${targets[@]}"; do
+  report=$build_dir/run-$target.report
+  [[ -s $report ]] || echo "FAIL: fuzz_$target left no report" >"$report"
+  cat "$report"
+  grep -q "^ok: " "$report" || failed=1
 done
 exit $failed

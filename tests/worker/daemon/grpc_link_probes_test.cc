@@ -36,13 +36,15 @@ class GrpcLinkProbesTest : public ::testing::Test {
   }
   void TearDown() override { server_->Shutdown(); }
 
-  // Probes with small transfers; `next` answers each report.
+  // Probes with small transfers, each growing to max_transfer_bytes
+  // (none takes min_transfer_seconds, however starved the CPU); `next`
+  // answers each report.
   std::unique_ptr<GrpcLinkProbes> Probes(
       std::function<std::vector<shardline::v1::ProbeTarget>(const std::string& measured)> next) {
     transport::LinkProbeOptions options;
     options.first_transfer_bytes = 64 << 10;
     options.max_transfer_bytes = 256 << 10;
-    options.min_transfer_seconds = 0.01;
+    options.min_transfer_seconds = 60;
     options.chunk_bytes = 64 << 10;
     options.deadline = absl::Seconds(5);
     return std::make_unique<GrpcLinkProbes>(
@@ -111,7 +113,7 @@ TEST_F(GrpcLinkProbesTest, ACheckTargetBoundsItsTransfers) {
   probes->Start("worker-1", {Target("c", address_)});
   reports = AwaitReports(2);
   ASSERT_EQ(reports.size(), 2u);
-  EXPECT_EQ(service_.largest_sink(), 256 << 10) << "grows to the worker's own limit (loopback is fast)";
+  EXPECT_EQ(service_.largest_sink(), 256 << 10) << "grows to the worker's own limit";
   probes->Stop();
 }
 
