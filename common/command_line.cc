@@ -33,7 +33,7 @@ absl::CommandLineFlag* FindOurs(absl::string_view name) {
 }
 
 // At most this much of a bad argument is quoted back.
-std::string Quote(absl::string_view text) {
+std::string Clipped(absl::string_view text) {
   constexpr size_t kMax = 200;
   return text.size() <= kMax ? std::string(text) : absl::StrCat(text.substr(0, kMax), "...");
 }
@@ -54,7 +54,7 @@ class Parser {
       }
       if (arg.size() < 2 || arg[0] != '-') {
         if (depth > 0) {
-          return absl::InvalidArgumentError(absl::StrCat(from, ": \"", Quote(arg), "\" is not a flag"));
+          return absl::InvalidArgumentError(absl::StrCat(from, ": \"", Clipped(arg), "\" is not a flag"));
         }
         Positional(arg);
         continue;
@@ -92,7 +92,7 @@ class Parser {
         if (!negated) flag = nullptr;
       }
       if (flag == nullptr) {
-        return absl::InvalidArgumentError(absl::StrCat("unknown flag --", Quote(name), Where(from)));
+        return absl::InvalidArgumentError(absl::StrCat("unknown flag --", Clipped(name), Where(from)));
       }
       std::string text;
       if (negated) {
@@ -114,7 +114,7 @@ class Parser {
   static absl::Status Set(absl::CommandLineFlag& flag, const std::string& text, const std::string& what) {
     std::string error;
     if (!flag.ParseFrom(text, &error)) {
-      return absl::InvalidArgumentError(absl::StrCat(what, ": bad value \"", Quote(text), "\" (", Quote(error), ")"));
+      return absl::InvalidArgumentError(absl::StrCat(what, ": bad value \"", Clipped(text), "\" (", Clipped(error), ")"));
     }
     return absl::OkStatus();
   }
@@ -123,23 +123,23 @@ class Parser {
   static std::string Where(const std::string& from) { return from.empty() ? "" : " in " + from; }
 
   static absl::Status Missing(absl::string_view name, const std::string& from) {
-    return absl::InvalidArgumentError(absl::StrCat("flag --", Quote(name), Where(from), " needs a value"));
+    return absl::InvalidArgumentError(absl::StrCat("flag --", Clipped(name), Where(from), " needs a value"));
   }
 
   void Positional(const std::string& arg) { out_->positional.push_back(arg); }
 
   absl::Status ReadFlagFile(const std::string& path, int depth) {
     if (depth > kMaxFlagFileDepth) {
-      return absl::InvalidArgumentError(absl::StrCat("--flagfile ", Quote(path), ": nested more than ",
+      return absl::InvalidArgumentError(absl::StrCat("--flagfile ", Clipped(path), ": nested more than ",
                                                      kMaxFlagFileDepth, " deep"));
     }
     // Read no more than the limit and a byte (/dev/zero ends here too).
     absl::StatusOr<std::string> text = ReadFileBounded(path, kMaxFlagFileBytes);
     if (absl::IsInvalidArgument(text.status())) {
-      return absl::InvalidArgumentError(absl::StrCat("--flagfile ", Quote(path), ": larger than ",
+      return absl::InvalidArgumentError(absl::StrCat("--flagfile ", Clipped(path), ": larger than ",
                                                      kMaxFlagFileBytes, " bytes"));
     }
-    if (!text.ok()) return absl::InvalidArgumentError(absl::StrCat("--flagfile ", Quote(path), ": cannot read it"));
+    if (!text.ok()) return absl::InvalidArgumentError(absl::StrCat("--flagfile ", Clipped(path), ": cannot read it"));
     std::vector<std::string> lines;
     for (absl::string_view line : absl::StrSplit(*text, '\n')) {
       absl::string_view flag = absl::StripAsciiWhitespace(line);

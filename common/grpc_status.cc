@@ -1,5 +1,8 @@
 #include "common/grpc_status.h"
 
+#include <grpcpp/server_context.h>
+#include <grpcpp/support/server_callback.h>
+
 #include <string>
 
 namespace shardline::common {
@@ -18,6 +21,12 @@ absl::Status FromGrpcStatus(const grpc::Status& status) {
       (code > 0 && code <= 16) ? static_cast<absl::StatusCode>(code)
                                : absl::StatusCode::kUnknown;
   return absl::Status(absl_code, status.error_message());
+}
+
+grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* context, const absl::Status& status) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
 }
 
 }  // namespace shardline::common

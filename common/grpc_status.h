@@ -9,10 +9,18 @@
 
 #include "absl/status/status.h"
 
+namespace grpc {
+class CallbackServerContext;
+class ServerUnaryReactor;
+}  // namespace grpc
+
 namespace shardline::common {
 
 grpc::Status ToGrpcStatus(const absl::Status& status);
 absl::Status FromGrpcStatus(const grpc::Status& status);
+
+// Ends a callback service's unary call with `status` (its default reactor).
+grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* context, const absl::Status& status);
 
 }  // namespace shardline::common
 

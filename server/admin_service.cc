@@ -18,6 +18,7 @@
 namespace shardline::server {
 namespace {
 
+using common::FinishUnary;
 using common::ToGrpcStatus;
 using shardline::v1::JobStatus;
 
@@ -26,17 +27,11 @@ using shardline::v1::JobStatus;
 constexpr size_t kMaxQueuedStatuses = 1024;
 constexpr size_t kMaxQueuedStatusBytes = 4 << 20;
 
-grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* context, const absl::Status& status) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(ToGrpcStatus(status));
-  return reactor;
-}
-
 template <typename T>
 grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* context, absl::StatusOr<T> result,
                                 T* response) {
   if (result.ok()) *response = std::move(*result);
-  return Done(context, result.status());
+  return FinishUnary(context, result.status());
 }
 
 bool Terminal(const JobStatus& status) {
@@ -78,7 +73,7 @@ grpc::ServerUnaryReactor* AdminService::SubmitJob(grpc::CallbackServerContext* c
                                                   const shardline::v1::SubmitJobRequest* request,
                                                   JobStatus* response) {
   absl::StatusOr<std::string> who = Authorize(context, AdminRole::kAdmin);
-  if (!who.ok()) return Done(context, who.status());
+  if (!who.ok()) return FinishUnary(context, who.status());
   absl::StatusOr<JobStatus> submitted = jobs_.Submit(request->spec(), *who);
   if (submitted.ok()) Audit(*who, absl::StrCat("submitted job ", submitted->job_id(), " (", submitted->name(), ")"));
   return Reply(context, std::move(submitted), response);
@@ -104,19 +99,19 @@ grpc::ServerReadReactor<shardline::v1::WeightsChunk>* AdminService::SubmitJobWit
 grpc::ServerUnaryReactor* AdminService::GetJob(grpc::CallbackServerContext* context,
                                                const shardline::v1::GetJobRequest* request,
                                                JobStatus* response) {
-  if (absl::Status s = Authorize(context, AdminRole::kViewer).status(); !s.ok()) return Done(context, s);
-  if (absl::Status s = ValidateRequest(*request); !s.ok()) return Done(context, s);
+  if (absl::Status s = Authorize(context, AdminRole::kViewer).status(); !s.ok()) return FinishUnary(context, s);
+  if (absl::Status s = ValidateRequest(*request); !s.ok()) return FinishUnary(context, s);
   return Reply(context, jobs_.Get(request->job_id()), response);
 }
 
 grpc::ServerUnaryReactor* AdminService::GetTrace(grpc::CallbackServerContext* context,
                                                  const shardline::v1::GetTraceRequest* request,
                                                  shardline::v1::GetTraceResponse* response) {
-  if (absl::Status s = Authorize(context, AdminRole::kViewer).status(); !s.ok()) return Done(context, s);
-  if (absl::Status s = ValidateRequest(*request); !s.ok()) return Done(context, s);
+  if (absl::Status s = Authorize(context, AdminRole::kViewer).status(); !s.ok()) return FinishUnary(context, s);
+  if (absl::Status s = ValidateRequest(*request); !s.ok()) return FinishUnary(context, s);
   if (request->first_step() < 0 || request->last_step() < 0 ||
       (request->last_step() > 0 && request->first_step() > request->last_step())) {
-    return Done(context, absl::InvalidArgumentError(absl::StrCat("steps ", request->first_step(), ":",
+    return FinishUnary(context, absl::InvalidArgumentError(absl::StrCat("steps ", request->first_step(), ":",
                                                                  request->last_step(), " are not a range")));
   }
   return Reply(context, jobs_.Trace(request->job_id(), request->first_step(), request->last_step()), response);
@@ -125,9 +120,9 @@ grpc::ServerUnaryReactor* AdminService::GetTrace(grpc::CallbackServerContext* co
 grpc::ServerUnaryReactor* AdminService::ListJobs(grpc::CallbackServerContext* context,
                                                  const shardline::v1::ListJobsRequest* request,
                                                  shardline::v1::ListJobsResponse* response) {
-  if (absl::Status s = Authorize(context, AdminRole::kViewer).status(); !s.ok()) return Done(context, s);
+  if (absl::Status s = Authorize(context, AdminRole::kViewer).status(); !s.ok()) return FinishUnary(context, s);
   for (JobStatus& job : jobs_.List()) *response->add_jobs() = std::move(job);
-  return Done(context, absl::OkStatus());
+  return FinishUnary(context, absl::OkStatus());
 }
 
 grpc::ServerWriteReactor<JobStatus>* AdminService::WatchJob(grpc::CallbackServerContext* context,
@@ -145,8 +140,8 @@ grpc::ServerUnaryReactor* AdminService::CancelJob(grpc::CallbackServerContext* c
                                                   const shardline::v1::GetJobRequest* request,
                                                   JobStatus* response) {
   absl::StatusOr<std::string> who = Authorize(context, AdminRole::kAdmin);
-  if (!who.ok()) return Done(context, who.status());
-  if (absl::Status s = ValidateRequest(*request); !s.ok()) return Done(context, s);
+  if (!who.ok()) return FinishUnary(context, who.status());
+  if (absl::Status s = ValidateRequest(*request); !s.ok()) return FinishUnary(context, s);
   absl::StatusOr<JobStatus> cancelled = jobs_.Cancel(request->job_id(), *who);
   if (cancelled.ok()) Audit(*who, absl::StrCat("cancelled job ", request->job_id()));
   return Reply(context, std::move(cancelled), response);
@@ -156,8 +151,8 @@ grpc::ServerUnaryReactor* AdminService::ReplanJob(grpc::CallbackServerContext* c
                                                   const shardline::v1::GetJobRequest* request,
                                                   JobStatus* response) {
   absl::StatusOr<std::string> who = Authorize(context, AdminRole::kAdmin);
-  if (!who.ok()) return Done(context, who.status());
-  if (absl::Status s = ValidateRequest(*request); !s.ok()) return Done(context, s);
+  if (!who.ok()) return FinishUnary(context, who.status());
+  if (absl::Status s = ValidateRequest(*request); !s.ok()) return FinishUnary(context, s);
   absl::StatusOr<JobStatus> replanned = jobs_.Replan(request->job_id(), absl::StrCat("asked by ", *who));
   if (replanned.ok()) Audit(*who, absl::StrCat("re-planned job ", request->job_id()));
   return Reply(context, std::move(replanned), response);
@@ -167,23 +162,23 @@ grpc::ServerUnaryReactor* AdminService::DeleteJob(grpc::CallbackServerContext* c
                                                   const shardline::v1::GetJobRequest* request,
                                                   shardline::v1::DeleteJobResponse* response) {
   absl::StatusOr<std::string> who = Authorize(context, AdminRole::kAdmin);
-  if (!who.ok()) return Done(context, who.status());
-  if (absl::Status s = ValidateRequest(*request); !s.ok()) return Done(context, s);
+  if (!who.ok()) return FinishUnary(context, who.status());
+  if (absl::Status s = ValidateRequest(*request); !s.ok()) return FinishUnary(context, s);
   return Reply(context, jobs_.Delete(request->job_id(), *who), response);  // logged there
 }
 
 grpc::ServerUnaryReactor* AdminService::ListWorkers(grpc::CallbackServerContext* context,
                                                     const shardline::v1::ListWorkersRequest* request,
                                                     shardline::v1::ListWorkersResponse* response) {
-  if (absl::Status s = Authorize(context, AdminRole::kViewer).status(); !s.ok()) return Done(context, s);
+  if (absl::Status s = Authorize(context, AdminRole::kViewer).status(); !s.ok()) return FinishUnary(context, s);
   for (const WorkerRecord& w : registry_.List()) *response->add_workers() = ToWorkerStatus(w);
-  return Done(context, absl::OkStatus());
+  return FinishUnary(context, absl::OkStatus());
 }
 
 grpc::ServerUnaryReactor* AdminService::ListLinks(grpc::CallbackServerContext* context,
                                                   const shardline::v1::ListLinksRequest* request,
                                                   shardline::v1::ListLinksResponse* response) {
-  if (absl::Status s = Authorize(context, AdminRole::kViewer).status(); !s.ok()) return Done(context, s);
+  if (absl::Status s = Authorize(context, AdminRole::kViewer).status(); !s.ok()) return FinishUnary(context, s);
   const LinkTable& links = jobs_.links();
   for (const LinkRecord& l : links.Links()) {
     shardline::v1::LinkStatus* out = response->add_links();
@@ -218,15 +213,15 @@ grpc::ServerUnaryReactor* AdminService::ListLinks(grpc::CallbackServerContext* c
   }
   response->set_pending_probes(links.pending());
   response->set_probing(links.probing());
-  return Done(context, absl::OkStatus());
+  return FinishUnary(context, absl::OkStatus());
 }
 
 grpc::ServerUnaryReactor* AdminService::ProbeLinks(grpc::CallbackServerContext* context,
                                                    const shardline::v1::ProbeLinksRequest* request,
                                                    shardline::v1::ProbeLinksResponse* response) {
   absl::StatusOr<std::string> who = Authorize(context, AdminRole::kAdmin);
-  if (!who.ok()) return Done(context, who.status());
-  if (absl::Status s = ValidateRequest(*request); !s.ok()) return Done(context, s);
+  if (!who.ok()) return FinishUnary(context, who.status());
+  if (absl::Status s = ValidateRequest(*request); !s.ok()) return FinishUnary(context, s);
   std::vector<std::string> names;
   if (request->workers().empty()) {
     for (const WorkerRecord& w : registry_.List()) {
@@ -236,37 +231,37 @@ grpc::ServerUnaryReactor* AdminService::ProbeLinks(grpc::CallbackServerContext* 
     for (const std::string& name : request->workers()) {
       absl::StatusOr<WorkerRecord> w = registry_.GetByName(name);
       if (!w.ok() || w->lost) {
-        return Done(context, absl::NotFoundError(absl::StrCat("no live worker named ", common::Quote(name))));
+        return FinishUnary(context, absl::NotFoundError(absl::StrCat("no live worker named ", common::Quote(name))));
       }
       names.push_back(name);
     }
   }
   if (names.size() < 2) {
-    return Done(context, absl::FailedPreconditionError(absl::StrCat(
+    return FinishUnary(context, absl::FailedPreconditionError(absl::StrCat(
                              "a link needs two live workers; ", names.size(), " to probe between")));
   }
   response->set_queued(jobs_.links().Request(names));
   Audit(*who, absl::StrCat("asked for link probes among ", names.size(), " workers (", response->queued(),
                            " directions queued)"));
-  return Done(context, absl::OkStatus());
+  return FinishUnary(context, absl::OkStatus());
 }
 
 grpc::ServerUnaryReactor* AdminService::DrainWorker(grpc::CallbackServerContext* context,
                                                     const shardline::v1::DrainWorkerRequest* request,
                                                     shardline::v1::WorkerStatus* response) {
   absl::StatusOr<std::string> who = Authorize(context, AdminRole::kAdmin);
-  if (!who.ok()) return Done(context, who.status());
-  if (absl::Status s = ValidateRequest(*request); !s.ok()) return Done(context, s);
+  if (!who.ok()) return FinishUnary(context, who.status());
+  if (absl::Status s = ValidateRequest(*request); !s.ok()) return FinishUnary(context, s);
   absl::StatusOr<WorkerRecord> w = jobs_.Drain(request->worker(), request->undo(), request->at_once(), *who);
   if (w.ok()) *response = ToWorkerStatus(*w);
   if (w.ok() && request->undo()) Audit(*who, absl::StrCat("undrained worker ", w->name));  // a drain is logged there
-  return Done(context, w.status());
+  return FinishUnary(context, w.status());
 }
 
 grpc::ServerUnaryReactor* AdminService::PlanJob(grpc::CallbackServerContext* context,
                                                 const shardline::v1::SubmitJobRequest* request,
                                                 shardline::v1::PlanResponse* response) {
-  if (absl::Status s = Authorize(context, AdminRole::kViewer).status(); !s.ok()) return Done(context, s);
+  if (absl::Status s = Authorize(context, AdminRole::kViewer).status(); !s.ok()) return FinishUnary(context, s);
   return Reply(context, jobs_.Plan(request->spec()), response);
 }
 

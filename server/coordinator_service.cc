@@ -20,18 +20,13 @@
 namespace shardline::server {
 namespace {
 
+using common::FinishUnary;
 using common::ToGrpcStatus;
 
 // The call names `worker_id`: it must carry that registration's secret.
 absl::Status CheckWorker(const grpc::CallbackServerContext* context, WorkerRegistry& registry,
                          const std::string& worker_id) {
   return registry.Authenticate(worker_id, common::MetadataValue(*context, common::kWorkerSecretKey));
-}
-
-grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* context, const absl::Status& status) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(ToGrpcStatus(status));
-  return reactor;
 }
 
 // Writes a shard's chunks to its upload (resumed where an earlier stream
@@ -138,16 +133,16 @@ void CoordinatorService::Deliver(const std::string& worker_id, shardline::v1::As
 grpc::ServerUnaryReactor* CoordinatorService::Register(grpc::CallbackServerContext* context,
                                                        const shardline::v1::RegisterRequest* request,
                                                        shardline::v1::RegisterResponse* response) {
-  if (absl::Status s = ValidateRequest(*request); !s.ok()) return Done(context, s);
+  if (absl::Status s = ValidateRequest(*request); !s.ok()) return FinishUnary(context, s);
   if (bind_worker_names_) {
     const absl::Status s = CheckWorkerName(request->name(), CertificateNames(context->auth_context().get()));
     if (!s.ok()) {
       LOG(WARNING) << "registration refused: " << s.message();
-      return Done(context, s);
+      return FinishUnary(context, s);
     }
   }
   absl::StatusOr<std::string> id = registry_.Register(request->name(), request->capabilities());
-  if (!id.ok()) return Done(context, id.status());
+  if (!id.ok()) return FinishUnary(context, id.status());
   {
     absl::MutexLock lock(&mu_);
     mailboxes_[*id] = std::make_shared<AssignmentMailbox>(AssignmentMailbox::kUnlimited);
@@ -177,7 +172,7 @@ grpc::ServerUnaryReactor* CoordinatorService::Register(grpc::CallbackServerConte
   joined.capabilities = request->capabilities();
   jobs_->links().Joined(request->name(), HostOf(joined), live);
   jobs_->Schedule();  // a pending job may have been waiting for this worker
-  return Done(context, absl::OkStatus());
+  return FinishUnary(context, absl::OkStatus());
 }
 
 void CoordinatorService::AddProbeTarget(const WorkerRecord& worker,
@@ -217,8 +212,8 @@ void CoordinatorService::AddProbeTarget(const WorkerRecord& worker,
 grpc::ServerUnaryReactor* CoordinatorService::Heartbeat(grpc::CallbackServerContext* context,
                                                         const shardline::v1::HeartbeatRequest* request,
                                                         shardline::v1::HeartbeatResponse* response) {
-  if (absl::Status s = ValidateRequest(*request); !s.ok()) return Done(context, s);
-  if (absl::Status s = CheckWorker(context, registry_, request->worker_id()); !s.ok()) return Done(context, s);
+  if (absl::Status s = ValidateRequest(*request); !s.ok()) return FinishUnary(context, s);
+  if (absl::Status s = CheckWorker(context, registry_, request->worker_id()); !s.ok()) return FinishUnary(context, s);
   response->set_lease_ms(absl::ToInt64Milliseconds(registry_.lease()));
   absl::Status status = registry_.Heartbeat(request->worker_id(), request->activity());
   if (status.ok()) {
@@ -232,16 +227,16 @@ grpc::ServerUnaryReactor* CoordinatorService::Heartbeat(grpc::CallbackServerCont
                                   !jobs_->links().HostProbing(record->name) &&
                                   registry_.AskComputeProbe(request->worker_id()));
   }
-  return Done(context, status);
+  return FinishUnary(context, status);
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::ReportLinks(grpc::CallbackServerContext* context,
                                                           const shardline::v1::ReportLinksRequest* request,
                                                           shardline::v1::ReportLinksResponse* response) {
-  if (absl::Status s = ValidateRequest(*request); !s.ok()) return Done(context, s);
-  if (absl::Status s = CheckWorker(context, registry_, request->worker_id()); !s.ok()) return Done(context, s);
+  if (absl::Status s = ValidateRequest(*request); !s.ok()) return FinishUnary(context, s);
+  if (absl::Status s = CheckWorker(context, registry_, request->worker_id()); !s.ok()) return FinishUnary(context, s);
   absl::StatusOr<WorkerRecord> record = registry_.Get(request->worker_id());
-  if (!record.ok()) return Done(context, record.status());
+  if (!record.ok()) return FinishUnary(context, record.status());
   std::vector<LinkRecord> links;
   for (const shardline::v1::LinkMeasurement& m : request->links()) {
     LinkRecord& link = links.emplace_back();
@@ -258,23 +253,23 @@ grpc::ServerUnaryReactor* CoordinatorService::ReportLinks(grpc::CallbackServerCo
   }
   jobs_->Schedule();  // a job re-planning may have waited for these
   AddProbeTarget(*record, response->mutable_probe_targets());
-  return Done(context, absl::OkStatus());
+  return FinishUnary(context, absl::OkStatus());
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::Leave(grpc::CallbackServerContext* context,
                                                     const shardline::v1::LeaveRequest* request,
                                                     shardline::v1::LeaveResponse* response) {
-  if (absl::Status s = ValidateRequest(*request); !s.ok()) return Done(context, s);
-  if (absl::Status s = CheckWorker(context, registry_, request->worker_id()); !s.ok()) return Done(context, s);
+  if (absl::Status s = ValidateRequest(*request); !s.ok()) return FinishUnary(context, s);
+  if (absl::Status s = CheckWorker(context, registry_, request->worker_id()); !s.ok()) return FinishUnary(context, s);
   absl::StatusOr<WorkerRecord> left = registry_.Leave(request->worker_id());
-  if (!left.ok()) return Done(context, left.status());
+  if (!left.ok()) return FinishUnary(context, left.status());
   LOG(INFO) << "worker " << left->name << " left: " << request->reason();
   jobs_->WorkersLost({*left}, absl::StrCat("left: ", request->reason().empty() ? "it is shutting down" : request->reason()));
   {
     absl::MutexLock lock(&mu_);
     mailboxes_.erase(request->worker_id());
   }
-  return Done(context, absl::OkStatus());
+  return FinishUnary(context, absl::OkStatus());
 }
 
 grpc::ServerWriteReactor<shardline::v1::Assignment>* CoordinatorService::WatchAssignments(
@@ -301,11 +296,11 @@ grpc::ServerWriteReactor<shardline::v1::Assignment>* CoordinatorService::WatchAs
 grpc::ServerUnaryReactor* CoordinatorService::ReportStep(grpc::CallbackServerContext* context,
                                                          const shardline::v1::ReportStepRequest* request,
                                                          shardline::v1::ReportStepResponse* response) {
-  if (absl::Status s = ValidateRequest(*request); !s.ok()) return Done(context, s);
-  if (absl::Status s = CheckWorker(context, registry_, request->worker_id()); !s.ok()) return Done(context, s);
+  if (absl::Status s = ValidateRequest(*request); !s.ok()) return FinishUnary(context, s);
+  if (absl::Status s = CheckWorker(context, registry_, request->worker_id()); !s.ok()) return FinishUnary(context, s);
   absl::StatusOr<bool> stop = jobs_->ReportStep(*request);
   if (stop.ok()) response->set_stop(*stop);
-  return Done(context, stop.status());
+  return FinishUnary(context, stop.status());
 }
 
 grpc::ServerReadReactor<shardline::v1::ShardChunk>* CoordinatorService::ReportShard(

@@ -24,7 +24,7 @@ int64_t MinorFaults() {
   return usage.ru_minflt;
 }
 
-double Since(Clock::time_point start) {
+double SecondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
@@ -427,7 +427,7 @@ absl::StatusOr<StageStepResult> PipelineStage::RunStepImpl(int64_t step) {
   Doing(step, "flush", -1, "waits for its last sends to go out");
   RETURN_IF_ERROR(sender_.Flush());
   result.trace = trace_.Take();  // its spans end before the step's time does
-  result.step_seconds = Since(start);
+  result.step_seconds = SecondsSince(start);
   result.received_bytes = link_.BytesReceived() - received_before;
   result.minor_faults = MinorFaults() - faults_before;
   result.link_peak_bytes = link_.PeakHeldBytes();
