@@ -114,7 +114,8 @@ class Parser {
   static absl::Status Set(absl::CommandLineFlag& flag, const std::string& text, const std::string& what) {
     std::string error;
     if (!flag.ParseFrom(text, &error)) {
-      return absl::InvalidArgumentError(absl::StrCat(what, ": bad value \"", Clipped(text), "\" (", Clipped(error), ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": bad value \"", Clipped(text), "\" (", Clipped(error), ")"));
     }
     return absl::OkStatus();
   }

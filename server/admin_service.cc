@@ -112,7 +112,7 @@ grpc::ServerUnaryReactor* AdminService::GetTrace(grpc::CallbackServerContext* co
   if (request->first_step() < 0 || request->last_step() < 0 ||
       (request->last_step() > 0 && request->first_step() > request->last_step())) {
     return FinishUnary(context, absl::InvalidArgumentError(absl::StrCat("steps ", request->first_step(), ":",
-                                                                 request->last_step(), " are not a range")));
+                                                                        request->last_step(), " are not a range")));
   }
   return Reply(context, jobs_.Trace(request->job_id(), request->first_step(), request->last_step()), response);
 }

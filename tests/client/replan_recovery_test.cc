@@ -38,7 +38,10 @@ void Start(const std::string& name, int steps, int stages, int replicas, int wor
   absl::StatusOr<common::SafetensorsContents> reference = TrainReference(dir, spec_path);
   ASSERT_TRUE(reference.ok()) << reference.status();
   out->reference = *std::move(reference);
-  out->cluster = testing::ProcessCluster::Start(name + "-cluster", {workers, "", 3000});
+  // No re-plan for slowed steps: under load one came before the re-plan a
+  // test makes and watches for (a drain's), and took its place.
+  out->cluster =
+      testing::ProcessCluster::Start(name + "-cluster", {workers, "", 3000, {}, {"--replan_on_slowdown=false"}});
   ASSERT_NE(out->cluster, nullptr);
   out->admin = std::make_unique<AdminClient>(out->cluster->address());
   ASSERT_NO_FATAL_FAILURE(SubmitPastACheckpoint(*out->admin, spec_path, &out->running));
