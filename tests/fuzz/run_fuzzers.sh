@@ -35,7 +35,7 @@ flock -n 9 || { echo "FAIL: another run_fuzzers.sh is using $build_dir (its lock
 
 cmake -S "$source_dir" -B "$build_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
   -DCMAKE_CXX_COMPILER=clang++ -DSHARDLINE_FUZZ=ON -DSHARDLINE_CUDA=OFF -DSHARDLINE_BUILD_TESTS=OFF \
-  -DSHARDLINE_BUILD_BENCH=OFF -DCMAKE_UNITY_BUILD=ON >"$build_dir.configure.log" 2>&1 || { tail -n 30 "$build_dir.configure.log"; exit 1; }
+  -DSHARDLINE_BUILD_BENCH=OFF >"$build_dir.configure.log" 2>&1 || { tail -n 30 "$build_dir.configure.log"; exit 1; }
 start=$(date +%s)
 cmake --build "$build_dir" -j2 --target "${targets[@]/#/fuzz_}" >"$build_dir.build.log" 2>&1 \
   || { grep -E "error|Error" "$build_dir.build.log" | head -n 30; exit 1; }
